@@ -1,0 +1,23 @@
+# Turns migrations/NNNN_name.sql into a C array of store_migration, so the
+# binary carries its schema. Run by the build (see CMakeLists.txt); the
+# output lives in the build tree only.
+file(GLOB files RELATIVE ${DIR} ${DIR}/*.sql)
+list(SORT files)
+set(body "/* Generated from migrations/ by migrations/embed.cmake. */\n#include \"store.h\"\n\nconst store_migration store_builtin_migrations[] = {\n")
+set(count 0)
+foreach(f ${files})
+  if(NOT f MATCHES "^([0-9]+)_[A-Za-z0-9_]+\\.sql$")
+    message(FATAL_ERROR "migration ${f}: name must be NNNN_words.sql")
+  endif()
+  math(EXPR version "${CMAKE_MATCH_1}")
+  file(READ ${DIR}/${f} sql)
+  string(REPLACE "\\" "\\\\" sql "${sql}")
+  string(REPLACE "\"" "\\\"" sql "${sql}")
+  string(REPLACE "\n" "\\n\"\n    \"" sql "${sql}")
+  string(APPEND body "  {${version}, \"${f}\",\n    \"${sql}\"},\n")
+  math(EXPR count "${count} + 1")
+endforeach()
+string(APPEND body "};\nconst size_t store_builtin_migrations_count = ${count};\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)
+file(REMOVE ${OUT}.tmp)

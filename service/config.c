@@ -1,0 +1,232 @@
+/*
+ * config.c - one table of settings drives parsing (flags and RMQS_*
+ * environment variables), validation (bounds) and --help.
+ *
+ * Each entry names its flag, its variable, its type, its default, its bounds
+ * and one line of help; adding a setting is adding a line here and a field
+ * in struct config.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { OPT_STR, OPT_INT, OPT_BOOL_SYNC } opt_type;
+
+typedef struct opt_def {
+    const char *flag;     /* without the leading "--" */
+    const char *env;
+    opt_type type;
+    size_t offset;        /* of the field in struct config */
+    const char *def;      /* default, as text */
+    int64_t min, max;     /* bounds for OPT_INT */
+    const char *help;
+} opt_def;
+
+#define F(field) offsetof(config, field)
+
+static const opt_def opt_table[] = {
+    {"listen", "RMQS_LISTEN", OPT_STR, F(listen), "127.0.0.1:8080", 0, 0,
+     "HTTP listen address, host:port ([::1]:port for IPv6)"},
+    {"db", "RMQS_DB", OPT_STR, F(db_path), "./data/scheduler.db", 0, 0,
+     "SQLite database file (its folder is created)"},
+    {"amqp-url", "RMQS_AMQP_URL", OPT_STR, F(amqp_url),
+     "amqp://guest:guest@localhost:5672/", 0, 0,
+     "RabbitMQ URL, amqp://user:pass@host:port/vhost"},
+    {"max-attempts", "RMQS_MAX_ATTEMPTS", OPT_INT, F(max_attempts), "10", 1,
+     1000, "default max_attempts of a job"},
+    {"backoff-base-ms", "RMQS_BACKOFF_BASE_MS", OPT_INT, F(backoff_base_ms),
+     "1000", 1, 86400000, "retry delay after the first failed attempt (doubles)"},
+    {"backoff-cap-ms", "RMQS_BACKOFF_CAP_MS", OPT_INT, F(backoff_cap_ms),
+     "300000", 1, 86400000, "longest retry delay"},
+    {"max-body-bytes", "RMQS_MAX_BODY_BYTES", OPT_INT, F(max_body_bytes),
+     "1048576", 1024, 64 * 1024 * 1024, "largest request body (413 above)"},
+    {"max-delay-days", "RMQS_MAX_DELAY_DAYS", OPT_INT, F(max_delay_days),
+     "3650", 1, 36500, "scheduling horizon: deliver_at at most this far ahead"},
+    {"heartbeat-s", "RMQS_HEARTBEAT_S", OPT_INT, F(heartbeat_s), "10", 1, 600,
+     "AMQP heartbeat; a dead broker is noticed within twice this"},
+    {"confirm-timeout-ms", "RMQS_CONFIRM_TIMEOUT_MS", OPT_INT,
+     F(confirm_timeout_ms), "10000", 100, 600000,
+     "publish confirms not received by then: connection presumed dead"},
+    {"batch-size", "RMQS_BATCH_SIZE", OPT_INT, F(batch_size), "500", 1, 10000,
+     "due jobs claimed and published per round"},
+    {"http-threads", "RMQS_HTTP_THREADS", OPT_INT, F(http_threads), "2", 1, 64,
+     "HTTP worker threads"},
+    {"http-timeout-s", "RMQS_HTTP_TIMEOUT_S", OPT_INT, F(http_timeout_s), "30",
+     1, 3600, "idle HTTP connections are closed after this"},
+    {"http-max-conns", "RMQS_HTTP_MAX_CONNS", OPT_INT, F(http_max_conns),
+     "1000", 1, 100000, "concurrent HTTP connections"},
+    {"shutdown-grace-s", "RMQS_SHUTDOWN_GRACE_S", OPT_INT, F(shutdown_grace_s),
+     "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight"},
+    {"sync", "RMQS_SYNC", OPT_BOOL_SYNC, F(sync_full), "full", 0, 0,
+     "full: fsync every commit; normal: survive process crashes only"},
+    {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,
+     "debug, info, warn or error"},
+};
+
+#define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
+
+static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
+                       const char *source, rmqs_error *err)
+{
+    char *base = (char *)cfg + o->offset;
+
+    switch (o->type) {
+    case OPT_STR: {
+        char **slot = (char **)(void *)base;
+        char *copy = strdup(value);
+        if (copy == NULL)
+            return rmqs_fail(err, RMQS_ENOMEM, o->flag, "out of memory");
+        free(*slot);
+        *slot = copy;
+        return RMQS_OK;
+    }
+    case OPT_INT: {
+        char *end = NULL;
+        long long v;
+        errno = 0;
+        v = strtoll(value, &end, 10);
+        if (errno != 0 || end == value || *end != '\0')
+            return rmqs_fail(err, RMQS_EINVAL, o->flag,
+                             "%s %s: not an integer", source, o->flag);
+        if (v < o->min || v > o->max)
+            return rmqs_fail(err, RMQS_EINVAL, o->flag,
+                             "%s %s: %lld is outside %lld..%lld", source,
+                             o->flag, v, (long long)o->min, (long long)o->max);
+        *(int64_t *)(void *)base = v;
+        return RMQS_OK;
+    }
+    case OPT_BOOL_SYNC:
+        if (strcmp(value, "full") == 0)
+            *(bool *)(void *)base = true;
+        else if (strcmp(value, "normal") == 0)
+            *(bool *)(void *)base = false;
+        else
+            return rmqs_fail(err, RMQS_EINVAL, o->flag,
+                             "%s %s: must be full or normal", source, o->flag);
+        return RMQS_OK;
+    }
+    return RMQS_EINVAL;
+}
+
+static const char *env_lookup(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = envp; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    }
+    return NULL;
+}
+
+static const opt_def *opt_find(const char *flag, size_t len)
+{
+    for (size_t i = 0; i < OPT_COUNT; i++) {
+        if (strlen(opt_table[i].flag) == len &&
+            strncmp(opt_table[i].flag, flag, len) == 0)
+            return &opt_table[i];
+    }
+    return NULL;
+}
+
+void config_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: rmq-scheduler [options]\n"
+            "Schedules messages over HTTP and publishes them to RabbitMQ when "
+            "due.\n\nOptions (each also read from its environment variable; "
+            "flags win):\n");
+    for (size_t i = 0; i < OPT_COUNT; i++) {
+        const opt_def *o = &opt_table[i];
+        fprintf(out, "  --%-20s %-24s %s (default: %s)\n", o->flag, o->env,
+                o->help, o->def);
+    }
+    fprintf(out, "  --%-20s %-24s %s\n", "help", "", "print this and exit");
+    fprintf(out, "  --%-20s %-24s %s\n", "version", "", "print the version");
+}
+
+void config_clear(config *cfg)
+{
+    for (size_t i = 0; i < OPT_COUNT; i++) {
+        if (opt_table[i].type == OPT_STR) {
+            char **slot = (char **)(void *)((char *)cfg + opt_table[i].offset);
+            free(*slot);
+            *slot = NULL;
+        }
+    }
+}
+
+rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
+                    FILE *out, config_action *action, rmqs_error *err)
+{
+    rmqs_rc rc;
+
+    memset(cfg, 0, sizeof(*cfg));
+    *action = CONFIG_RUN;
+    for (size_t i = 0; i < OPT_COUNT; i++) {
+        rc = opt_set(cfg, &opt_table[i], opt_table[i].def, "default", err);
+        if (rc != RMQS_OK)
+            return rc;
+    }
+    for (size_t i = 0; i < OPT_COUNT; i++) {
+        const char *v = env_lookup(envp, opt_table[i].env);
+        if (v != NULL) {
+            rc = opt_set(cfg, &opt_table[i], v, opt_table[i].env, err);
+            if (rc != RMQS_OK)
+                return rc;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *name, *eq, *value;
+        const opt_def *o;
+        size_t len;
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            config_usage(out);
+            *action = CONFIG_HELP;
+            return RMQS_OK;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            fprintf(out, "rmq-scheduler %s\n", RMQS_VERSION);
+            *action = CONFIG_VERSION;
+            return RMQS_OK;
+        }
+        if (strncmp(arg, "--", 2) != 0)
+            return rmqs_fail(err, RMQS_EINVAL, arg,
+                             "unexpected argument '%s' (see --help)", arg);
+        name = arg + 2;
+        eq = strchr(name, '=');
+        len = eq != NULL ? (size_t)(eq - name) : strlen(name);
+        o = opt_find(name, len);
+        if (o == NULL)
+            return rmqs_fail(err, RMQS_EINVAL, arg,
+                             "unknown option '%.*s' (see --help)", (int)len + 2,
+                             arg);
+        if (eq != NULL) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc)
+                return rmqs_fail(err, RMQS_EINVAL, o->flag,
+                                 "option --%s needs a value", o->flag);
+            value = argv[++i];
+        }
+        rc = opt_set(cfg, o, value, "option", err);
+        if (rc != RMQS_OK)
+            return rc;
+    }
+    if (cfg->backoff_cap_ms < cfg->backoff_base_ms)
+        return rmqs_fail(err, RMQS_EINVAL, "backoff-cap-ms",
+                         "backoff-cap-ms (%lld) is below backoff-base-ms (%lld)",
+                         (long long)cfg->backoff_cap_ms,
+                         (long long)cfg->backoff_base_ms);
+    if (strcmp(cfg->log_level, "debug") != 0 &&
+        strcmp(cfg->log_level, "info") != 0 &&
+        strcmp(cfg->log_level, "warn") != 0 &&
+        strcmp(cfg->log_level, "error") != 0)
+        return rmqs_fail(err, RMQS_EINVAL, "log-level",
+                         "log-level must be debug, info, warn or error");
+    return RMQS_OK;
+}

@@ -1,0 +1,55 @@
+/*
+ * config.h - the service's settings, from flags and RMQS_* environment
+ * variables, driven by one table (config.c) that also prints --help, so the
+ * parser, the help text and the README never disagree.
+ *
+ * Precedence: defaults < environment < command line.
+ */
+#ifndef RMQS_CONFIG_H
+#define RMQS_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rmqs.h"
+
+typedef struct config {
+    char *listen;            /* "host:port" (owned) */
+    char *db_path;           /* owned */
+    char *amqp_url;          /* owned; holds a credential: never log it */
+    int64_t max_attempts;    /* default max_attempts of a job */
+    int64_t backoff_base_ms;
+    int64_t backoff_cap_ms;
+    int64_t max_body_bytes;  /* request bodies above this get 413 */
+    int64_t max_delay_days;  /* scheduling horizon */
+    int64_t heartbeat_s;
+    int64_t confirm_timeout_ms;
+    int64_t batch_size;
+    int64_t http_threads;
+    int64_t http_timeout_s;  /* idle connection timeout */
+    int64_t http_max_conns;
+    int64_t shutdown_grace_s;
+    bool sync_full;          /* synchronous=FULL (true) or NORMAL */
+    char *log_level;         /* owned: debug|info|warn|error */
+} config;
+
+typedef enum config_action {
+    CONFIG_RUN,     /* parsed: run the service */
+    CONFIG_HELP,    /* --help was asked: usage printed */
+    CONFIG_VERSION  /* --version was asked: version printed */
+} config_action;
+
+/*
+ * Fill *cfg from defaults, the environment (envp, NULL-terminated) and argv.
+ * On RMQS_EINVAL err says which setting and why. *action tells what main
+ * should do. The caller owns cfg (config_clear), also on failure.
+ */
+rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
+                    FILE *out, config_action *action, rmqs_error *err);
+void config_clear(config *cfg);
+
+/* Print usage: one line per setting with flag, variable, default, help. */
+void config_usage(FILE *out);
+
+#endif

@@ -1,0 +1,621 @@
+/*
+ * http_api.c - the HTTP contract (api/openapi.yaml) on libmicrohttpd.
+ *
+ * Why a module of its own: routing, body limits, content negotiation and the
+ * mapping from rmqs_rc to HTTP status live in one place, so every endpoint
+ * answers errors the same way: {"error": {"code", "message", "field"}}.
+ *
+ * libmicrohttpd calls the access handler several times per request: first
+ * with no body (we allocate a request context and refuse an announced body
+ * over the limit with 413 at once), then with body chunks (appended, or
+ * counted and dropped past the limit), then once more with no data, when
+ * the request is routed and answered. The context is freed in the
+ * request-completed callback.
+ */
+#include "http_api.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "log.h"
+#include "timeutil.h"
+
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+#define IDEM_KEY_MAX 200
+
+struct http_api {
+    struct MHD_Daemon *daemon;
+    store_t *st;       /* borrowed */
+    disp_t *disp;      /* borrowed */
+    http_api_options opt;
+};
+
+/* Per-request state, owned by libmicrohttpd's *con_cls slot. */
+typedef struct http_req {
+    char *body;        /* accumulated body (NUL-terminated), owned */
+    size_t len, cap;
+    bool too_large;    /* the body passed max_body_bytes: answer 413 */
+} http_req;
+
+/* ---- responses --------------------------------------------------------- */
+
+/* Queue resp_json (stolen) with status; extra header pairs may follow. */
+static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
+                                  json_t *resp_json, const char *h1,
+                                  const char *v1)
+{
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    char *text = NULL;
+
+    if (resp_json != NULL)
+        text = json_dumps(resp_json, JSON_COMPACT);
+    json_decref(resp_json);
+    if (text == NULL) {
+        static const char oom[] =
+            "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
+        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
+                                            MHD_RESPMEM_PERSISTENT);
+    } else {
+        r = MHD_create_response_from_buffer(strlen(text), text,
+                                            MHD_RESPMEM_MUST_FREE);
+    }
+    if (r == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (h1 != NULL)
+        MHD_add_response_header(r, h1, v1);
+    ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_error_h(struct MHD_Connection *c, unsigned status,
+                                     const char *code, const char *field,
+                                     const char *message, const char *h1,
+                                     const char *v1)
+{
+    json_t *e = json_pack("{s:s, s:s}", "code", code, "message", message);
+    if (e != NULL && field != NULL && *field != '\0')
+        json_object_set_new(e, "field", json_string(field));
+    return reply_json(c, status, e ? json_pack("{s:o}", "error", e) : NULL, h1,
+                      v1);
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status,
+                                   const char *code, const char *field,
+                                   const char *message)
+{
+    return reply_error_h(c, status, code, field, message, NULL, NULL);
+}
+
+/* Map a store/validation failure to its documented status and code. */
+static enum MHD_Result reply_rc(struct MHD_Connection *c, rmqs_rc rc,
+                                const rmqs_error *err, const char *what)
+{
+    const char *field = err != NULL ? err->field : NULL;
+    const char *msg = err != NULL && err->message[0] ? err->message : what;
+
+    switch (rc) {
+    case RMQS_EINVAL:
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument", field, msg);
+    case RMQS_ENOTFOUND:
+        return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such job");
+    case RMQS_ECONFLICT:
+        return reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
+    case RMQS_EFULL:
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "storage_full", NULL,
+                           "the database is full; nothing was stored");
+    case RMQS_EDB:
+        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", NULL,
+                           "the database is unavailable; nothing was stored");
+    default:
+        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
+                           "internal error");
+    }
+}
+
+static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
+                                 const job_t *job, bool location)
+{
+    char loc[sizeof("/jobs/") + JOB_ID_LEN];
+    json_t *j = job_to_json(job);
+
+    if (j == NULL)
+        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    if (!location)
+        return reply_json(c, status, j, NULL, NULL);
+    snprintf(loc, sizeof(loc), "/jobs/%s", job->id);
+    return reply_json(c, status, j, MHD_HTTP_HEADER_LOCATION, loc);
+}
+
+/* ---- request checks ----------------------------------------------------- */
+
+static bool is_json_content(struct MHD_Connection *c)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    size_t n = strlen("application/json");
+
+    if (ct == NULL)
+        return false;
+    while (*ct == ' ')
+        ct++;
+    if (strncasecmp(ct, "application/json", n) != 0)
+        return false;
+    ct += n;
+    while (*ct == ' ')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+/* Collect query arguments not in allowed[] (first one wins). */
+typedef struct query_check {
+    const char *const *allowed;
+    const char *unknown;
+} query_check;
+
+static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
+{
+    query_check *q = cls;
+    for (const char *const *a = q->allowed; *a != NULL; a++)
+        if (strcmp(*a, key) == 0)
+            return MHD_YES;
+    if (q->unknown == NULL)
+        q->unknown = key;
+    return MHD_YES;
+}
+
+static const char *query_unknown(struct MHD_Connection *c,
+                                 const char *const *allowed)
+{
+    query_check q = {allowed, NULL};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
+    return q.unknown;
+}
+
+/* ---- handlers ----------------------------------------------------------- */
+
+static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
+                                  http_req *rq)
+{
+    job_t job = {0}, existing = {0};
+    char *canonical = NULL;
+    rmqs_error err = {0};
+    bool existed = false;
+    const char *key;
+    enum MHD_Result ret;
+    int64_t now = tu_now_ms();
+    rmqs_rc rc;
+
+    key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
+    if (key != NULL) {
+        size_t kl = strlen(key);
+        bool ok = kl >= 1 && kl <= IDEM_KEY_MAX;
+        for (size_t i = 0; ok && i < kl; i++)
+            ok = key[i] > 0x20 && key[i] < 0x7f;
+        if (!ok) {
+            ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                              "Idempotency-Key",
+                              "Idempotency-Key: 1 to 200 printable ASCII "
+                              "characters without spaces");
+            goto out;
+        }
+    }
+    rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
+                          now, &job, key != NULL ? &canonical : NULL, &err);
+    if (rc != RMQS_OK) {
+        ret = reply_rc(c, rc, &err, "invalid request");
+        goto out;
+    }
+    rc = job_id_generate(now, job.id);
+    if (rc != RMQS_OK) {
+        ret = reply_rc(c, rc, NULL, "cannot generate a job id");
+        goto out;
+    }
+    rc = store_insert(api->st, &job, key, canonical, &existed, &existing);
+    if (rc == RMQS_ECONFLICT) {
+        ret = reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
+                          "Idempotency-Key was used before with a different "
+                          "request");
+        goto out;
+    }
+    if (rc != RMQS_OK) {
+        log_error("http", "cannot store job", "error=%s", rmqs_rc_name(rc));
+        ret = reply_rc(c, rc, NULL, "cannot store the job");
+        goto out;
+    }
+    if (existed) {
+        ret = reply_job(c, MHD_HTTP_OK, &existing, true);
+        goto out;
+    }
+    disp_notify(api->disp, job.due_at);
+    log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
+              job.id, job.exchange, (long long)job.deliver_at);
+    ret = reply_job(c, MHD_HTTP_CREATED, &job, true);
+out:
+    job_clear(&job);
+    job_clear(&existing);
+    free(canonical);
+    return ret;
+}
+
+static enum MHD_Result h_list(http_api_t *api, struct MHD_Connection *c)
+{
+    static const char *const allowed[] = {"status", "limit", "after", NULL};
+    const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
+    const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    const char *unknown = query_unknown(c, allowed);
+    job_t *jobs = NULL;
+    size_t n = 0, limit = LIST_LIMIT_DEFAULT;
+    char *next = NULL;
+    int filter = -1;
+    json_t *arr = NULL, *resp;
+    enum MHD_Result ret;
+    rmqs_error err = {0};
+    rmqs_rc rc;
+
+    if (unknown != NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
+        ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
+        goto out;
+    }
+    if (status != NULL) {
+        job_status s;
+        if (job_status_parse(status, &s) != RMQS_OK) {
+            rmqs_fail(&err, RMQS_EINVAL, "status",
+                      "status: one of pending, publishing, sent, failed, cancelled");
+            ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
+            goto out;
+        }
+        filter = (int)s;
+    }
+    if (limit_s != NULL) {
+        size_t v = 0, i = 0;
+        for (; limit_s[i] >= '0' && limit_s[i] <= '9' && i < 5; i++)
+            v = v * 10 + (size_t)(limit_s[i] - '0');
+        if (i == 0 || limit_s[i] != '\0' || v < 1 || v > LIST_LIMIT_MAX) {
+            rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
+                      LIST_LIMIT_MAX);
+            ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
+            goto out;
+        }
+        limit = v;
+    }
+    rc = store_list(api->st, filter, limit, after, &jobs, &n, &next);
+    if (rc == RMQS_EINVAL) {
+        rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
+        ret = reply_rc(c, rc, &err, NULL);
+        goto out;
+    }
+    if (rc != RMQS_OK) {
+        ret = reply_rc(c, rc, NULL, "cannot list jobs");
+        goto out;
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        if (json_array_append_new(arr, job_to_json(&jobs[i])) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    resp = arr ? json_pack("{s:o, s:s?}", "jobs", arr, "next", next) : NULL;
+    if (resp != NULL && next == NULL)
+        json_object_set_new(resp, "next", json_null());
+    ret = resp ? reply_json(c, MHD_HTTP_OK, resp, NULL, NULL)
+               : reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+out:
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+    free(next);
+    return ret;
+}
+
+static enum MHD_Result h_job(http_api_t *api, struct MHD_Connection *c,
+                             const char *method, const char *id, http_req *rq)
+{
+    job_t job = {0};
+    rmqs_error err = {0};
+    enum MHD_Result ret;
+    rmqs_rc rc;
+
+    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+        rc = store_get(api->st, id, &job);
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false)
+                            : reply_rc(c, rc, NULL, "cannot read the job");
+    } else if (strcmp(method, "DELETE") == 0) {
+        rc = store_cancel(api->st, id, tu_now_ms(), &job);
+        if (rc == RMQS_ECONFLICT) {
+            store_get(api->st, id, &job);
+            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
+                      job.id[0] ? job_status_name(job.status) : "not pending");
+        } else if (rc == RMQS_OK) {
+            log_info("http", "cancelled", "job_id=%s", job.id);
+        }
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false)
+                            : reply_rc(c, rc, &err, "cannot cancel the job");
+    } else if (strcmp(method, "PATCH") == 0) {
+        int64_t now = tu_now_ms(), deliver_at, delay_ms;
+        if (!is_json_content(c)) {
+            ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                              "unsupported_media_type", NULL,
+                              "Content-Type must be application/json");
+            goto out;
+        }
+        rc = job_parse_reschedule(rq->body ? rq->body : "", rq->len,
+                                  &api->opt.limits, now, &deliver_at, &delay_ms,
+                                  &err);
+        if (rc == RMQS_OK)
+            rc = store_reschedule(api->st, id, deliver_at, delay_ms, now, &job);
+        if (rc == RMQS_ECONFLICT) {
+            job_clear(&job);
+            store_get(api->st, id, &job);
+            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be rescheduled",
+                      job.id[0] ? job_status_name(job.status) : "not pending");
+        }
+        if (rc == RMQS_OK)
+            disp_notify(api->disp, job.due_at);
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false)
+                            : reply_rc(c, rc, &err, "cannot reschedule the job");
+    } else {
+        ret = reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                            NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW,
+                            "GET, PATCH, DELETE");
+    }
+out:
+    job_clear(&job);
+    return ret;
+}
+
+static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
+{
+    bool db = store_ping(api->st) == RMQS_OK;
+    bool broker = disp_broker_connected(api->disp);
+    json_t *j;
+
+    if (db && broker)
+        return reply_json(c, MHD_HTTP_OK,
+                          json_pack("{s:s, s:s, s:s}", "status", "ready",
+                                    "database", "up", "broker", "up"),
+                          NULL, NULL);
+    j = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "status", "unavailable",
+                  "database", db ? "up" : "down", "broker", broker ? "up" : "down",
+                  "error", "code", "unavailable", "message",
+                  !db ? (broker ? "database is down" : "database and broker are down")
+                      : "broker connection is down");
+    return reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
+}
+
+/* ---- routing ------------------------------------------------------------ */
+
+static enum MHD_Result method_not_allowed(struct MHD_Connection *c,
+                                          const char *allow)
+{
+    return reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                         NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW, allow);
+}
+
+static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
+                             const char *url, const char *method, http_req *rq)
+{
+    bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+
+    if (rq->too_large)
+        return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
+                           NULL, "request body is over the configured limit");
+    if (strcmp(url, "/healthz") == 0) {
+        if (!get)
+            return method_not_allowed(c, "GET");
+        return reply_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"),
+                          NULL, NULL);
+    }
+    if (strcmp(url, "/readyz") == 0)
+        return get ? h_readyz(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/schedule") == 0) {
+        if (strcmp(method, "POST") != 0)
+            return method_not_allowed(c, "POST");
+        if (!is_json_content(c))
+            return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                               "unsupported_media_type", NULL,
+                               "Content-Type must be application/json");
+        return h_schedule(api, c, rq);
+    }
+    if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
+        return get ? h_list(api, c) : method_not_allowed(c, "GET");
+    if (strncmp(url, "/jobs/", 6) == 0 && strchr(url + 6, '/') == NULL)
+        return h_job(api, c, method, url + 6, rq);
+    return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    http_api_t *api = cls;
+    http_req *rq = *con_cls;
+
+    if (rq == NULL) { /* first call: headers only */
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        rq = calloc(1, sizeof(*rq));
+        if (rq == NULL)
+            return MHD_NO;
+        *con_cls = rq;
+        if (cl != NULL) {
+            char *end = NULL;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (end != cl && v > api->opt.max_body_bytes) {
+                rq->too_large = true;
+                return route(api, c, url, method, rq);
+            }
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) { /* a body chunk */
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (rq->too_large || rq->len + n > api->opt.max_body_bytes) {
+            rq->too_large = true;
+            return MHD_YES; /* keep reading, drop the bytes, answer 413 */
+        }
+        if (rq->len + n + 1 > rq->cap) {
+            size_t cap = rq->cap ? rq->cap : 1024;
+            char *nb;
+            while (cap < rq->len + n + 1)
+                cap *= 2;
+            nb = realloc(rq->body, cap);
+            if (nb == NULL)
+                return MHD_NO;
+            rq->body = nb;
+            rq->cap = cap;
+        }
+        memcpy(rq->body + rq->len, upload_data, n);
+        rq->len += n;
+        rq->body[rq->len] = '\0';
+        return MHD_YES;
+    }
+    return route(api, c, url, method, rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_req *rq = *con_cls;
+    if (rq != NULL) {
+        free(rq->body);
+        free(rq);
+        *con_cls = NULL;
+    }
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char buf[512];
+    size_t n;
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    for (char *p = buf; *p; p++)
+        if (*p == '"')
+            *p = '\'';
+    log_warn("http", "libmicrohttpd", "detail=\"%s\"", buf);
+}
+
+/* Split "host:port" / "[v6]:port" and resolve it (numeric hosts or names). */
+static rmqs_rc parse_listen(const char *listen, struct sockaddr_storage *ss,
+                            socklen_t *sslen, bool *v6, rmqs_error *err)
+{
+    char host[256];
+    const char *port, *colon;
+    struct addrinfo hints = {0}, *res = NULL;
+    size_t hl;
+    int gai;
+
+    if (listen[0] == '[') {
+        const char *close = strchr(listen, ']');
+        if (close == NULL || close[1] != ':')
+            goto bad;
+        hl = (size_t)(close - listen - 1);
+        if (hl >= sizeof(host))
+            goto bad;
+        memcpy(host, listen + 1, hl);
+        port = close + 2;
+    } else {
+        colon = strrchr(listen, ':');
+        if (colon == NULL)
+            goto bad;
+        hl = (size_t)(colon - listen);
+        if (hl >= sizeof(host))
+            goto bad;
+        memcpy(host, listen, hl);
+        port = colon + 1;
+    }
+    host[hl] = '\0';
+    if (*port == '\0' || strspn(port, "0123456789") != strlen(port) ||
+        atoi(port) > 65535)
+        goto bad;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    gai = getaddrinfo(hl ? host : NULL, port, &hints, &res);
+    if (gai != 0)
+        return rmqs_fail(err, RMQS_EINVAL, "listen", "listen %s: %s", listen,
+                         gai_strerror(gai));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *sslen = res->ai_addrlen;
+    *v6 = res->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    return RMQS_OK;
+bad:
+    return rmqs_fail(err, RMQS_EINVAL, "listen",
+                     "listen '%s': expected host:port or [ipv6]:port", listen);
+}
+
+rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
+                       http_api_t **out, rmqs_error *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    bool v6 = false;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    http_api_t *api;
+    const union MHD_DaemonInfo *info;
+    rmqs_rc rc;
+
+    *out = NULL;
+    rc = parse_listen(opt->listen, &ss, &sslen, &v6, err);
+    if (rc != RMQS_OK)
+        return rc;
+    api = calloc(1, sizeof(*api));
+    if (api == NULL)
+        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+    api->st = st;
+    api->disp = d;
+    api->opt = *opt;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    api->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, api,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, opt->conn_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1U,
+        MHD_OPTION_END);
+    if (api->daemon == NULL) {
+        free(api);
+        return rmqs_fail(err, RMQS_ESYS, "listen",
+                         "cannot listen on %s (address in use or not "
+                         "available?)", opt->listen);
+    }
+    info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    log_info("http", "listening", "listen=%s port=%u threads=%u", opt->listen,
+             info ? (unsigned)info->port : 0U, opt->threads);
+    *out = api;
+    return RMQS_OK;
+}
+
+void http_api_stop(http_api_t *api)
+{
+    if (api == NULL)
+        return;
+    MHD_stop_daemon(api->daemon);
+    free(api);
+}

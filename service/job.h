@@ -1,0 +1,121 @@
+/*
+ * job.h - the job: what a client asked to deliver, when, and where it is now.
+ *
+ * This module is pure: it turns request bodies (JSON bytes) into validated
+ * jobs and jobs into the JSON the API answers with. It touches no database,
+ * socket or clock (the caller passes "now"), so every rule here is unit
+ * tested in isolation (tests/unit/test_job.c).
+ *
+ * Ownership: a job_t owns every pointer inside it. job_clear() releases
+ * them and leaves a zeroed job; job_t values are moved between modules by
+ * struct copy followed by memset of the source, never shared.
+ */
+#ifndef RMQS_JOB_H
+#define RMQS_JOB_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rmqs.h"
+
+#define JOB_ID_LEN 36          /* canonical UUID text, without NUL */
+#define JOB_ID_BYTES 16        /* binary UUID as stored */
+#define JOB_MAX_SHORTSTR 255   /* AMQP short string limit (routing key, names) */
+
+typedef enum job_status {
+    JOB_PENDING = 0,    /* waiting for due_at */
+    JOB_PUBLISHING = 1, /* claimed by the dispatcher, in flight to the broker */
+    JOB_SENT = 2,       /* the broker confirmed it (terminal) */
+    JOB_FAILED = 3,     /* max_attempts exhausted (terminal) */
+    JOB_CANCELLED = 4   /* cancelled by a client before publishing (terminal) */
+} job_status;
+
+typedef enum job_body_kind {
+    JOB_BODY_TEXT = 0,   /* "body" was a JSON string: its UTF-8 bytes are sent */
+    JOB_BODY_JSON = 1,   /* "body" was an object/array: sent as compact JSON */
+    JOB_BODY_BINARY = 2  /* "body_base64": the decoded bytes are sent */
+} job_body_kind;
+
+typedef struct job {
+    char id[JOB_ID_LEN + 1];  /* UUIDv7 text; "" until assigned */
+    job_status status;
+    char *exchange;           /* owned; "" is the default exchange */
+    char *routing_key;        /* owned; <= 255 bytes */
+    int64_t deliver_at;       /* ms since the Unix epoch (UTC): requested time */
+    int64_t due_at;           /* ms: when the dispatcher next tries it; equals
+                                 deliver_at until a failed attempt backs off */
+    int64_t delay_ms;         /* requested delay (deliver_at - creation, >= 0),
+                                 published negated as x-delay */
+    int64_t created_at;       /* ms */
+    int64_t updated_at;       /* ms */
+    int64_t sent_at;          /* ms; -1 until sent */
+    int attempts;             /* publish attempts that failed or are in flight */
+    int max_attempts;         /* >= 1 */
+    char *last_error;         /* owned; NULL if none */
+    json_t *headers;          /* owned reference; object or NULL */
+    json_t *properties;       /* owned reference; object or NULL */
+    job_body_kind body_kind;
+    unsigned char *body;      /* owned; the bytes to publish (may be NULL if
+                                 body_len == 0) */
+    size_t body_len;
+} job_t;
+
+/* Limits and defaults the validation applies; from the configuration. */
+typedef struct job_limits {
+    int default_max_attempts; /* used when the request has no max_attempts */
+    int max_max_attempts;     /* upper bound accepted for max_attempts */
+    int64_t max_delay_ms;     /* horizon: deliver_at - now beyond this is 400 */
+} job_limits;
+
+/* Release everything the job owns and zero it. Safe on a zeroed job. */
+void job_clear(job_t *job);
+
+const char *job_status_name(job_status s);
+/* Parse "pending" etc. Returns RMQS_OK or RMQS_EINVAL. */
+rmqs_rc job_status_parse(const char *s, job_status *out);
+
+/* Generate a fresh UUIDv7 (time-ordered) id from now_ms and the kernel's
+ * random source. Returns RMQS_ESYS if no randomness is available. */
+rmqs_rc job_id_generate(int64_t now_ms, char out[JOB_ID_LEN + 1]);
+/* Text <-> the 16 bytes stored in the database. Parse accepts only the
+ * canonical lowercase 8-4-4-4-12 form; returns RMQS_EINVAL otherwise. */
+rmqs_rc job_id_parse(const char *text, unsigned char out[JOB_ID_BYTES]);
+void job_id_format(const unsigned char in[JOB_ID_BYTES],
+                   char out[JOB_ID_LEN + 1]);
+
+/*
+ * Validate a POST /schedule body and fill *out (status pending, created_at =
+ * updated_at = now_ms, due_at = deliver_at, sent_at = -1, attempts = 0; id
+ * left empty). On success, if canonical_out is not NULL it receives a
+ * malloc'd canonical form of the request (sorted keys, compact) that two
+ * equal requests share: the idempotency fingerprint. On failure returns
+ * RMQS_EINVAL (or RMQS_ENOMEM), fills err with field and message, and leaves
+ * *out zeroed.
+ */
+rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
+                         int64_t now_ms, job_t *out, char **canonical_out,
+                         rmqs_error *err);
+
+/*
+ * Validate a PATCH /jobs/{id} body: exactly one of deliver_at / delay_ms.
+ * Fills the new deliver_at and the delay it represents (>= 0).
+ */
+rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
+                             int64_t now_ms, int64_t *deliver_at_out,
+                             int64_t *delay_ms_out, rmqs_error *err);
+
+/*
+ * The API representation of a job (new reference), with the body as it was
+ * given: "body" (string or JSON value) or "body_base64". NULL on ENOMEM.
+ */
+json_t *job_to_json(const job_t *job);
+
+/* Standard base64 (RFC 4648, with padding). decode returns RMQS_EINVAL on
+ * bad input; *out is malloc'd (non-NULL even when *out_len == 0). */
+rmqs_rc job_base64_decode(const char *in, size_t len, unsigned char **out,
+                          size_t *out_len);
+char *job_base64_encode(const unsigned char *in, size_t len);
+
+#endif

@@ -1,0 +1,27 @@
+/*
+ * log.h - one line per event on stderr:
+ *   2026-11-30T14:00:00.123Z level=info module=dispatcher msg="published" n=12
+ * Callers write the key=value fields in fmt. Thread-safe (one write(2) per
+ * line). Never pass a credential: log the safe URL from amqpp_safe_url().
+ */
+#ifndef RMQS_LOG_H
+#define RMQS_LOG_H
+
+#include "rmqs.h"
+
+typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
+
+/* Set the minimum level from "debug|info|warn|error". RMQS_EINVAL otherwise. */
+rmqs_rc log_set_level(const char *name);
+
+/* msg is a short constant description; fmt (may be NULL) adds key=value
+ * fields. */
+void log_write(log_level lv, const char *module, const char *msg,
+               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+#define log_debug(m, msg, ...) log_write(LOG_DEBUG, m, msg, __VA_ARGS__)
+#define log_info(m, msg, ...) log_write(LOG_INFO, m, msg, __VA_ARGS__)
+#define log_warn(m, msg, ...) log_write(LOG_WARN, m, msg, __VA_ARGS__)
+#define log_error(m, msg, ...) log_write(LOG_ERROR, m, msg, __VA_ARGS__)
+
+#endif

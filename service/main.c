@@ -1,0 +1,189 @@
+/*
+ * main.c - wires the subsystems together and owns the process lifecycle.
+ *
+ *   HTTP (http_api) -> validate (job) -> store (pending)
+ *   dispatcher (due) -> amqp_publisher (confirm) -> store (sent)
+ *
+ * Signals are blocked in every thread and taken synchronously here with
+ * sigwait(), so shutdown work runs in ordinary code, not in a handler:
+ * stop accepting HTTP requests (those in progress finish), let the
+ * dispatcher settle the batch in flight, close the database, exit 0. A
+ * watchdog ends the process with status 1 if that takes longer than the
+ * configured grace period.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "amqp_publisher.h"
+#include "config.h"
+#include "dispatcher.h"
+#include "http_api.h"
+#include "log.h"
+#include "store.h"
+
+extern char **environ;
+
+/* Create the folder that will hold path (like mkdir -p of its dirname). */
+static rmqs_rc make_parent_dirs(const char *path, rmqs_error *err)
+{
+    char buf[PATH_MAX];
+    char *slash;
+
+    if (strlen(path) >= sizeof(buf))
+        return rmqs_fail(err, RMQS_EINVAL, "db", "database path too long");
+    strcpy(buf, path);
+    slash = strrchr(buf, '/');
+    if (slash == NULL || slash == buf)
+        return RMQS_OK;
+    *slash = '\0';
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+            return rmqs_fail(err, RMQS_ESYS, "db", "cannot create %s: %s", buf,
+                             strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+        return rmqs_fail(err, RMQS_ESYS, "db", "cannot create %s: %s", buf,
+                         strerror(errno));
+    return RMQS_OK;
+}
+
+static void *grace_watchdog(void *arg)
+{
+    int64_t secs = *(int64_t *)arg;
+    sleep((unsigned)secs);
+    log_error("main", "shutdown grace period exceeded; exiting", "grace_s=%lld",
+              (long long)secs);
+    _exit(1);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    config cfg;
+    config_action action;
+    rmqs_error err = {0};
+    store_t *st = NULL;
+    amqpp_t *pub = NULL;
+    disp_t *disp = NULL;
+    http_api_t *api = NULL;
+    sigset_t sigs;
+    size_t recovered = 0;
+    int sig = 0, status = 1;
+    rmqs_rc rc;
+
+    /* Block before any thread starts so every thread inherits the mask. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    json_object_seed(0);
+
+    rc = config_load(&cfg, argc, argv, environ, stdout, &action, &err);
+    if (rc != RMQS_OK) {
+        fprintf(stderr, "rmq-scheduler: %s\n", err.message);
+        status = 2;
+        goto out;
+    }
+    if (action != CONFIG_RUN) {
+        status = 0;
+        goto out;
+    }
+    log_set_level(cfg.log_level);
+    log_info("main", "starting", "version=%s db=\"%s\" listen=%s sync=%s",
+             RMQS_VERSION, cfg.db_path, cfg.listen, cfg.sync_full ? "full" : "normal");
+
+    if (make_parent_dirs(cfg.db_path, &err) != RMQS_OK) {
+        log_error("main", "cannot prepare the database folder", "error=\"%s\"",
+                  err.message);
+        goto out;
+    }
+    rc = store_open(cfg.db_path, &(store_options){.synchronous_full = cfg.sync_full},
+                    &st, &err);
+    if (rc != RMQS_OK) {
+        log_error("main", "cannot open the database", "db=\"%s\" error=\"%s\"",
+                  cfg.db_path, err.message);
+        goto out;
+    }
+    if (store_recover(st, &recovered) != RMQS_OK) {
+        log_error("main", "cannot recover jobs left in flight", "db=\"%s\"",
+                  cfg.db_path);
+        goto out;
+    }
+    if (recovered > 0)
+        log_warn("main", "jobs left publishing by a previous run will be "
+                 "published again", "n=%zu", recovered);
+
+    pub = amqpp_new(&(amqpp_options){.url = cfg.amqp_url,
+                                     .heartbeat_s = (int)cfg.heartbeat_s,
+                                     .connect_timeout_ms = 5000},
+                    &err);
+    if (pub == NULL) {
+        log_error("main", "bad AMQP URL", "error=\"%s\"", err.message);
+        status = 2;
+        goto out;
+    }
+    disp = disp_new(st, pub, &(disp_options){
+                                 .batch_size = (int)cfg.batch_size,
+                                 .backoff_base_ms = cfg.backoff_base_ms,
+                                 .backoff_cap_ms = cfg.backoff_cap_ms,
+                                 .confirm_timeout_ms = (int)cfg.confirm_timeout_ms,
+                                 .heartbeat_s = (int)cfg.heartbeat_s});
+    if (disp == NULL) {
+        amqpp_free(pub);
+        log_error("main", "out of memory", NULL);
+        goto out;
+    }
+    if (disp_start(disp) != RMQS_OK) {
+        log_error("main", "cannot start the dispatcher thread", NULL);
+        goto out;
+    }
+    rc = http_api_start(
+        &(http_api_options){
+            .listen = cfg.listen,
+            .max_body_bytes = (size_t)cfg.max_body_bytes,
+            .threads = (unsigned)cfg.http_threads,
+            .conn_timeout_s = (unsigned)cfg.http_timeout_s,
+            .max_conns = (unsigned)cfg.http_max_conns,
+            .limits = {.default_max_attempts = (int)cfg.max_attempts,
+                       .max_max_attempts = 1000,
+                       .max_delay_ms = cfg.max_delay_days * 86400000LL}},
+        st, disp, &api, &err);
+    if (rc != RMQS_OK) {
+        log_error("main", "cannot start the HTTP server", "error=\"%s\"",
+                  err.message);
+        goto out;
+    }
+    log_info("main", "ready", "listen=%s amqp=%s", cfg.listen, amqpp_safe_url(pub));
+
+    while (sigwait(&sigs, &sig) != 0 || (sig != SIGTERM && sig != SIGINT))
+        ;
+    log_info("main", "stopping", "signal=%s grace_s=%lld",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)cfg.shutdown_grace_s);
+    {
+        pthread_t wd;
+        if (pthread_create(&wd, NULL, grace_watchdog, &cfg.shutdown_grace_s) == 0)
+            pthread_detach(wd);
+    }
+    status = 0;
+out:
+    http_api_stop(api);   /* in-flight requests finish first */
+    if (disp != NULL)
+        disp_free(disp);  /* settles the batch in flight; frees pub */
+    store_close(st);
+    if (status == 0 && action == CONFIG_RUN)
+        log_info("main", "stopped", NULL);
+    config_clear(&cfg);
+    return status;
+}

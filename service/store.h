@@ -1,0 +1,134 @@
+/*
+ * store.h - durable job storage. Every SQL statement of the service lives in
+ * store.c; everything above this header speaks in jobs, not rows, so another
+ * backend could implement this header without touching HTTP or dispatch code.
+ *
+ * The SQLite backend keeps one database file in WAL mode with
+ * synchronous=FULL (configurable): when a write function returns RMQS_OK the
+ * change is on disk. The schema comes from migrations/ (embedded at build
+ * time), applied at open, each once, in order, recorded in schema_migrations.
+ *
+ * Thread safety: a store_t may be used from several threads; calls are
+ * serialised internally.
+ *
+ * Errors: RMQS_EDB for an unusable database, RMQS_EFULL when the disk or the
+ * database is full, RMQS_ENOTFOUND / RMQS_ECONFLICT as documented per call.
+ */
+#ifndef RMQS_STORE_H
+#define RMQS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "rmqs.h"
+
+typedef struct store store_t;
+
+/* One embedded migration: version (>= 1, ascending) and its SQL text. */
+typedef struct store_migration {
+    int version;
+    const char *name; /* file name, for logs and schema_migrations */
+    const char *sql;
+} store_migration;
+
+typedef struct store_options {
+    bool synchronous_full; /* true: fsync every commit (default) */
+} store_options;
+
+/*
+ * Open (creating if needed) the database at path, apply the embedded
+ * migrations and return the store in *out. A database whose schema is newer
+ * than this binary, a corrupt file or an unreadable one gives RMQS_EDB and
+ * one clear message in err. The caller owns *out (store_close).
+ */
+rmqs_rc store_open(const char *path, const store_options *opt, store_t **out,
+                   rmqs_error *err);
+
+/* As store_open with an explicit migration list (tests use this). */
+rmqs_rc store_open_with(const char *path, const store_options *opt,
+                        const store_migration *migrations, size_t n,
+                        store_t **out, rmqs_error *err);
+
+void store_close(store_t *st);
+
+/* Highest applied schema version, or -1 on error. */
+int store_schema_version(store_t *st);
+
+/* Cheap probe that the database answers (for /readyz). */
+rmqs_rc store_ping(store_t *st);
+
+/*
+ * Insert a new job (job->id assigned by the caller). With idem_key non-NULL,
+ * the key is recorded with idem_request (the canonical request) in the same
+ * transaction; if the key exists already:
+ *   - same idem_request: *existed = true, *existing receives the job created
+ *     before (caller clears it), RMQS_OK;
+ *   - different request: RMQS_ECONFLICT.
+ */
+rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
+                     const char *idem_request, bool *existed, job_t *existing);
+
+/* Load one job by id text into *out (caller clears). RMQS_ENOTFOUND. */
+rmqs_rc store_get(store_t *st, const char *id, job_t *out);
+
+/*
+ * A page of jobs in (deliver_at, insertion) order, optionally of one status
+ * (status_filter < 0: all). after: NULL or a cursor from a previous page
+ * (RMQS_EINVAL if malformed). *jobs_out is a malloc'd array of *n_out jobs
+ * (caller clears each and frees the array); *next_out is a malloc'd cursor
+ * or NULL when this is the last page.
+ */
+rmqs_rc store_list(store_t *st, int status_filter, size_t limit,
+                   const char *after, job_t **jobs_out, size_t *n_out,
+                   char **next_out);
+
+/* Reschedule a pending job: deliver_at and due_at set, delay_ms recorded.
+ * RMQS_ENOTFOUND, RMQS_ECONFLICT if not pending. *out gets the new job. */
+rmqs_rc store_reschedule(store_t *st, const char *id, int64_t deliver_at,
+                         int64_t delay_ms, int64_t now_ms, job_t *out);
+
+/* Cancel a pending job (idempotent on a cancelled one). RMQS_ENOTFOUND;
+ * RMQS_ECONFLICT if publishing, sent or failed. *out gets the job. */
+rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
+
+/* Earliest due_at among pending jobs: *any false if there is none. */
+rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
+
+/*
+ * Claim up to limit pending jobs with due_at <= now_ms, oldest due first:
+ * they become publishing with attempts + 1, in one transaction. *jobs_out is
+ * a malloc'd array (caller clears each job and frees it), in due order.
+ */
+rmqs_rc store_claim_due(store_t *st, int64_t now_ms, size_t limit,
+                        job_t **jobs_out, size_t *n_out);
+
+typedef enum store_outcome_kind {
+    STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now */
+    STORE_OUT_RETRY,   /* the attempt failed: last_error set; failed if
+                          attempts >= max_attempts, else pending at retry_at */
+    STORE_OUT_RELEASE  /* not attempted after all: pending again at due_at
+                          unchanged, attempts - 1 */
+} store_outcome_kind;
+
+typedef struct store_outcome {
+    const char *id;        /* job id text (borrowed) */
+    store_outcome_kind kind;
+    const char *error;     /* RETRY: why (borrowed), else NULL */
+    int64_t retry_at;      /* RETRY: next due_at */
+} store_outcome;
+
+/* Settle claimed (publishing) jobs, all in one transaction. */
+rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
+                     int64_t now_ms);
+
+/* At start-up: jobs left publishing by a crash become pending again
+ * (their attempt is not counted). *n_out gets how many. */
+rmqs_rc store_recover(store_t *st, size_t *n_out);
+
+/* Embedded migrations generated from migrations/ at build time. */
+extern const store_migration store_builtin_migrations[];
+extern const size_t store_builtin_migrations_count;
+
+#endif

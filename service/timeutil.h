@@ -1,0 +1,35 @@
+/*
+ * timeutil.h - wall-clock milliseconds, RFC 3339 parsing and formatting.
+ *
+ * Times that are stored or shown are int64 milliseconds since the Unix epoch
+ * (UTC, CLOCK_REALTIME): they mean the same thing across restarts. Waiting
+ * and timeouts use CLOCK_MONOTONIC (tu_mono_ms), which NTP steps never move.
+ * The parser is strict and pure, and a fuzz target exercises it.
+ */
+#ifndef RMQS_TIMEUTIL_H
+#define RMQS_TIMEUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rmqs.h"
+
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" */
+#define TU_RFC3339_LEN 24
+
+int64_t tu_now_ms(void);  /* CLOCK_REALTIME in ms */
+int64_t tu_mono_ms(void); /* CLOCK_MONOTONIC in ms */
+
+/*
+ * Parse an RFC 3339 date-time (section 5.6): "2026-11-30T14:00:00Z",
+ * "2026-11-30T22:00:00.5+08:00"; 't'/'z' accepted in lower case; fractions
+ * of any length are truncated to milliseconds; a leap second (:60) is read as
+ * :59.999. s need not be NUL-terminated. Returns RMQS_OK and *ms_out, or
+ * RMQS_EINVAL for anything else (including years outside 0001-9999).
+ */
+rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out);
+
+/* Format ms as "YYYY-MM-DDTHH:MM:SS.mmmZ" into out (TU_RFC3339_LEN + 1). */
+void tu_format_rfc3339(int64_t ms, char out[TU_RFC3339_LEN + 1]);
+
+#endif

@@ -1,0 +1,887 @@
+/*
+ * job.c - validation of client requests into jobs, and jobs into API JSON.
+ *
+ * Why it exists: every rule about what a client may ask for (which fields,
+ * which types, which limits) lives in one pure module with no database,
+ * socket or clock, so each rule is unit tested on its own
+ * (tests/unit/test_job.c) and the HTTP layer only maps rmqs_rc to a status.
+ *
+ * How it works: job_from_request() parses the body once with jansson
+ * (duplicate keys rejected), then checks the fields in a fixed order:
+ * unknown keys, exchange, routing_key, body, timing, headers, properties,
+ * max_attempts. The first failure wins and is reported as a field name plus
+ * a message that starts with that field ("delay_ms: must be an integer").
+ * Where a rule looks at several keys of one object (unknown keys, headers)
+ * it reports the smallest key in byte order, so the answer does not depend
+ * on jansson's hash order. The job is built in a local job_t and moved to
+ * *out only when everything passed.
+ *
+ * Also here: UUIDv7 ids (RFC 9562) from getrandom(2), and strict RFC 4648
+ * base64 for body_base64.
+ */
+#include "job.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+
+#include "timeutil.h"
+
+#define JOB_MAX_HEADERS 128
+#define MS_PER_DAY 86400000LL
+
+/* ------------------------------------------------------------------------ */
+/* job_t basics                                                              */
+
+void job_clear(job_t *job)
+{
+    if (job == NULL)
+        return;
+    free(job->exchange);
+    free(job->routing_key);
+    free(job->last_error);
+    json_decref(job->headers);
+    json_decref(job->properties);
+    free(job->body);
+    memset(job, 0, sizeof *job);
+}
+
+static const char *const status_names[] = {
+    [JOB_PENDING] = "pending",     [JOB_PUBLISHING] = "publishing",
+    [JOB_SENT] = "sent",           [JOB_FAILED] = "failed",
+    [JOB_CANCELLED] = "cancelled",
+};
+#define N_STATUS (sizeof status_names / sizeof status_names[0])
+
+const char *job_status_name(job_status s)
+{
+    if ((unsigned)s >= N_STATUS)
+        return "unknown";
+    return status_names[s];
+}
+
+rmqs_rc job_status_parse(const char *s, job_status *out)
+{
+    if (s == NULL)
+        return RMQS_EINVAL;
+    for (size_t i = 0; i < N_STATUS; i++) {
+        if (strcmp(s, status_names[i]) == 0) {
+            if (out != NULL)
+                *out = (job_status)i;
+            return RMQS_OK;
+        }
+    }
+    return RMQS_EINVAL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* ids: UUIDv7                                                               */
+
+/* Fill buf with n bytes from the kernel CSPRNG; retries EINTR and short
+ * reads. Blocks only until the pool is initialised, once per boot. */
+static rmqs_rc random_bytes(unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(buf + got, n - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return RMQS_ESYS;
+        }
+        got += (size_t)r;
+    }
+    return RMQS_OK;
+}
+
+rmqs_rc job_id_generate(int64_t now_ms, char out[JOB_ID_LEN + 1])
+{
+    unsigned char b[JOB_ID_BYTES];
+    /* bytes 0-5: 48-bit big-endian unix_ts_ms; the rest starts random */
+    if (random_bytes(b + 6, sizeof b - 6) != RMQS_OK) {
+        out[0] = '\0';
+        return RMQS_ESYS;
+    }
+    uint64_t ts = (uint64_t)now_ms & 0xFFFFFFFFFFFFULL;
+    for (int i = 0; i < 6; i++)
+        b[i] = (unsigned char)(ts >> (8 * (5 - i)));
+    b[6] = (unsigned char)(0x70 | (b[6] & 0x0F)); /* version 7 */
+    b[8] = (unsigned char)(0x80 | (b[8] & 0x3F)); /* variant 10 */
+    job_id_format(b, out);
+    return RMQS_OK;
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1; /* upper case is not canonical */
+}
+
+static bool is_dash_pos(size_t i)
+{
+    return i == 8 || i == 13 || i == 18 || i == 23;
+}
+
+rmqs_rc job_id_parse(const char *text, unsigned char out[JOB_ID_BYTES])
+{
+    if (text == NULL || strnlen(text, JOB_ID_LEN + 1) != JOB_ID_LEN)
+        return RMQS_EINVAL;
+    unsigned char b[JOB_ID_BYTES];
+    size_t n = 0;
+    for (size_t i = 0; i < JOB_ID_LEN; i++) {
+        if (is_dash_pos(i)) {
+            if (text[i] != '-')
+                return RMQS_EINVAL;
+            continue;
+        }
+        int hi = hex_value(text[i]);
+        int lo = hex_value(text[i + 1]);
+        if (hi < 0 || lo < 0)
+            return RMQS_EINVAL;
+        b[n++] = (unsigned char)(hi << 4 | lo);
+        i++;
+    }
+    memcpy(out, b, sizeof b);
+    return RMQS_OK;
+}
+
+void job_id_format(const unsigned char in[JOB_ID_BYTES],
+                   char out[JOB_ID_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (size_t i = 0; i < JOB_ID_BYTES; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            out[o++] = '-';
+        out[o++] = hex[in[i] >> 4];
+        out[o++] = hex[in[i] & 0x0F];
+    }
+    out[o] = '\0';
+}
+
+/* ------------------------------------------------------------------------ */
+/* base64 (RFC 4648 section 4, padding required)                             */
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+char *job_base64_encode(const unsigned char *in, size_t len)
+{
+    if (len > (SIZE_MAX - 1) / 4 * 3 - 3)
+        return NULL;
+    size_t olen = (len + 2) / 3 * 4;
+    char *out = malloc(olen + 1);
+    if (out == NULL)
+        return NULL;
+    size_t i = 0, o = 0;
+    for (; i + 3 <= len; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[v >> 12 & 63];
+        out[o++] = b64_alphabet[v >> 6 & 63];
+        out[o++] = b64_alphabet[v & 63];
+    }
+    if (len - i == 1) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[v >> 12 & 63];
+        out[o++] = '=';
+        out[o++] = '=';
+    } else if (len - i == 2) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[v >> 12 & 63];
+        out[o++] = b64_alphabet[v >> 6 & 63];
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/*
+ * Strict: length a multiple of 4, only alphabet characters, '=' only as the
+ * last one or two characters, and the unused bits before the padding zero
+ * (RFC 4648 section 3.5), so every byte string has exactly one encoding.
+ */
+rmqs_rc job_base64_decode(const char *in, size_t len, unsigned char **out,
+                          size_t *out_len)
+{
+    *out = NULL;
+    *out_len = 0;
+    if (len % 4 != 0 || (in == NULL && len > 0))
+        return RMQS_EINVAL;
+
+    size_t pad = 0;
+    if (len > 0 && in[len - 1] == '=')
+        pad = (len > 1 && in[len - 2] == '=') ? 2 : 1;
+
+    size_t olen = len / 4 * 3 - pad;
+    unsigned char *buf = malloc(olen > 0 ? olen : 1);
+    if (buf == NULL)
+        return RMQS_ENOMEM;
+
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 4) {
+        bool last = i + 4 == len;
+        size_t nchars = last ? 4 - pad : 4; /* significant characters */
+        uint32_t v = 0;
+        for (size_t k = 0; k < 4; k++) {
+            int d = 0;
+            if (k < nchars) {
+                d = b64_value((unsigned char)in[i + k]);
+                if (d < 0)
+                    goto invalid; /* includes a '=' in the wrong place */
+            }
+            v = v << 6 | (uint32_t)d;
+        }
+        if (nchars == 2 && (v & 0xFFFF) != 0)
+            goto invalid;
+        if (nchars == 3 && (v & 0xFF) != 0)
+            goto invalid;
+        buf[o++] = (unsigned char)(v >> 16);
+        if (nchars >= 3)
+            buf[o++] = (unsigned char)(v >> 8);
+        if (nchars == 4)
+            buf[o++] = (unsigned char)v;
+    }
+    *out = buf;
+    *out_len = o;
+    return RMQS_OK;
+
+invalid:
+    free(buf);
+    return RMQS_EINVAL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* request validation helpers                                                */
+
+static rmqs_rc fail_nomem(rmqs_error *err)
+{
+    return rmqs_fail(err, RMQS_ENOMEM, "", "out of memory");
+}
+
+static bool has_control_chars(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            return true;
+    }
+    return false;
+}
+
+static bool in_list(const char *key, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(key, list[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The smallest key of obj (byte order) not in allowed, or NULL. Borrowed. */
+static const char *first_unknown_key(json_t *obj, const char *const *allowed,
+                                     size_t n)
+{
+    const char *key, *found = NULL;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        if (!in_list(key, allowed, n) && (found == NULL || strcmp(key, found) < 0))
+            found = key;
+    }
+    return found;
+}
+
+/* "30 days", "1 day" or "90000 ms", for horizon messages. */
+static void horizon_text(int64_t ms, char *buf, size_t n)
+{
+    if (ms > 0 && ms % MS_PER_DAY == 0) {
+        long long days = ms / MS_PER_DAY;
+        snprintf(buf, n, "%lld day%s", days, days == 1 ? "" : "s");
+    } else {
+        snprintf(buf, n, "%lld ms", (long long)ms);
+    }
+}
+
+/*
+ * Check a required or optional short string member. *out is borrowed from
+ * obj (NULL if absent and optional). field names the member in errors.
+ */
+static rmqs_rc check_short_string(json_t *v, const char *field, bool required,
+                                  bool forbid_control, const char **out,
+                                  rmqs_error *err)
+{
+    *out = NULL;
+    if (v == NULL) {
+        if (required)
+            return rmqs_fail(err, RMQS_EINVAL, field, "%s: required", field);
+        return RMQS_OK;
+    }
+    if (!json_is_string(v))
+        return rmqs_fail(err, RMQS_EINVAL, field, "%s: must be a string", field);
+    size_t len = json_string_length(v);
+    if (len > JOB_MAX_SHORTSTR)
+        return rmqs_fail(err, RMQS_EINVAL, field, "%s: longer than %d bytes",
+                         field, JOB_MAX_SHORTSTR);
+    if (forbid_control && has_control_chars(json_string_value(v), len))
+        return rmqs_fail(err, RMQS_EINVAL, field,
+                         "%s: must not contain control characters", field);
+    *out = json_string_value(v);
+    return RMQS_OK;
+}
+
+/*
+ * The timing pair shared by POST and PATCH: exactly one of delay_ms (an
+ * integer in [0, horizon]) or deliver_at (RFC 3339; the past is accepted,
+ * beyond the horizon is not). Outputs the absolute time and the delay it
+ * represents from now (>= 0).
+ */
+static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
+                            int64_t *deliver_at_out, int64_t *delay_out,
+                            rmqs_error *err)
+{
+    json_t *delay = json_object_get(root, "delay_ms");
+    json_t *at = json_object_get(root, "deliver_at");
+    char horizon[48];
+    int64_t deliver_at;
+
+    horizon_text(lim->max_delay_ms, horizon, sizeof horizon);
+    if (delay == NULL && at == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
+                         "one of delay_ms or deliver_at is required");
+    if (delay != NULL && at != NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
+                         "only one of delay_ms or deliver_at may be given");
+
+    if (delay != NULL) {
+        if (!json_is_integer(delay))
+            return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
+                             "delay_ms: must be an integer");
+        json_int_t d = json_integer_value(delay);
+        if (d < 0)
+            return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
+                             "delay_ms: must not be negative");
+        if (d > lim->max_delay_ms)
+            return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
+                             "delay_ms: beyond the scheduling horizon of %s",
+                             horizon);
+        if (__builtin_add_overflow(now_ms, (int64_t)d, &deliver_at))
+            return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
+                             "delay_ms: beyond the scheduling horizon of %s",
+                             horizon);
+    } else {
+        if (!json_is_string(at))
+            return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
+                             "deliver_at: must be a string");
+        if (tu_parse_rfc3339(json_string_value(at), json_string_length(at),
+                             &deliver_at) != RMQS_OK)
+            return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
+                             "deliver_at: not an RFC 3339 timestamp");
+        int64_t ahead;
+        if (__builtin_sub_overflow(deliver_at, now_ms, &ahead) ||
+            ahead > lim->max_delay_ms)
+            return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
+                             "deliver_at: beyond the scheduling horizon of %s",
+                             horizon);
+    }
+
+    int64_t d;
+    if (__builtin_sub_overflow(deliver_at, now_ms, &d) || d < 0)
+        d = 0;
+    *deliver_at_out = deliver_at;
+    *delay_out = d;
+    return RMQS_OK;
+}
+
+/* Parse buf into an object; on failure err says why. *root_out is new. */
+static rmqs_rc parse_object(const char *buf, size_t len, json_t **root_out,
+                            rmqs_error *err)
+{
+    json_error_t jerr;
+    *root_out = NULL;
+    if (buf == NULL && len > 0)
+        return rmqs_fail(err, RMQS_EINVAL, "", "request body missing");
+    json_t *root = json_loadb(buf != NULL ? buf : "", len,
+                              JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        if (json_error_code(&jerr) == json_error_out_of_memory)
+            return fail_nomem(err);
+        return rmqs_fail(err, RMQS_EINVAL, "",
+                         "invalid JSON: %s (line %d, column %d)", jerr.text,
+                         jerr.line, jerr.column);
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return rmqs_fail(err, RMQS_EINVAL, "",
+                         "request body must be a JSON object");
+    }
+    *root_out = root;
+    return RMQS_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * Validate "headers" (v may be NULL). On success *out is a new reference to
+ * the same object, or NULL when absent or empty.
+ */
+static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
+{
+    static const char *const reserved[] = {"x-scheduler-job-id",
+                                           "x-scheduled-at", "x-delay"};
+    const char *keys[JOB_MAX_HEADERS];
+    const char *key;
+    json_t *val;
+    size_t n = 0;
+    char field[8 + JOB_MAX_SHORTSTR + 2];
+
+    *out = NULL;
+    if (v == NULL)
+        return RMQS_OK;
+    if (!json_is_object(v))
+        return rmqs_fail(err, RMQS_EINVAL, "headers", "headers: must be an object");
+    if (json_object_size(v) > JOB_MAX_HEADERS)
+        return rmqs_fail(err, RMQS_EINVAL, "headers",
+                         "headers: more than %d entries", JOB_MAX_HEADERS);
+    if (json_object_size(v) == 0)
+        return RMQS_OK;
+
+    json_object_foreach(v, key, val) {
+        keys[n++] = key;
+    }
+    qsort(keys, n, sizeof keys[0], cmp_str);
+
+    for (size_t i = 0; i < n; i++) {
+        size_t klen = strlen(keys[i]);
+        if (klen == 0)
+            return rmqs_fail(err, RMQS_EINVAL, "headers",
+                             "headers: a header name must not be empty");
+        if (klen > JOB_MAX_SHORTSTR)
+            return rmqs_fail(err, RMQS_EINVAL, "headers",
+                             "headers: a header name is longer than %d bytes",
+                             JOB_MAX_SHORTSTR);
+        snprintf(field, sizeof field, "headers.%s", keys[i]);
+        for (size_t r = 0; r < sizeof reserved / sizeof reserved[0]; r++)
+            if (strcasecmp(keys[i], reserved[r]) == 0)
+                return rmqs_fail(err, RMQS_EINVAL, field, "%s: reserved header",
+                                 field);
+        val = json_object_get(v, keys[i]);
+        bool ok = json_is_string(val) || json_is_integer(val) ||
+                  json_is_boolean(val) ||
+                  (json_is_real(val) && isfinite(json_real_value(val)));
+        if (!ok)
+            return rmqs_fail(err, RMQS_EINVAL, field,
+                             "%s: must be a string, number or boolean", field);
+    }
+    *out = json_incref(v);
+    return RMQS_OK;
+}
+
+/*
+ * Validate "properties" (v may be NULL). On success *out is a new object (a
+ * copy, so the request stays as sent for the canonical form) with
+ * content_type defaulted to application/json for JSON bodies; NULL if it
+ * would be empty.
+ */
+static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
+                                rmqs_error *err)
+{
+    static const char *const strings[] = {
+        "content_type", "content_encoding", "correlation_id", "reply_to",
+        "message_id",   "type",             "app_id",         "user_id"};
+    static const char *const allowed[] = {
+        "content_type", "content_encoding", "correlation_id", "reply_to",
+        "message_id",   "type",             "app_id",         "user_id",
+        "priority",     "expiration",       "persistent"};
+    char field[16 + JOB_MAX_SHORTSTR];
+    json_t *props = NULL;
+    const char *s;
+    rmqs_rc rc;
+
+    *out = NULL;
+    if (v != NULL) {
+        if (!json_is_object(v))
+            return rmqs_fail(err, RMQS_EINVAL, "properties",
+                             "properties: must be an object");
+        const char *unknown =
+            first_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
+        if (unknown != NULL) {
+            snprintf(field, sizeof field, "properties.%s", unknown);
+            return rmqs_fail(err, RMQS_EINVAL, field, "%s: unknown property",
+                             field);
+        }
+        for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+            snprintf(field, sizeof field, "properties.%s", strings[i]);
+            rc = check_short_string(json_object_get(v, strings[i]), field,
+                                    false, true, &s, err);
+            if (rc != RMQS_OK)
+                return rc;
+        }
+        json_t *p = json_object_get(v, "priority");
+        if (p != NULL && (!json_is_integer(p) || json_integer_value(p) < 0 ||
+                          json_integer_value(p) > 255))
+            return rmqs_fail(err, RMQS_EINVAL, "properties.priority",
+                             "properties.priority: must be an integer from 0 to 255");
+        json_t *e = json_object_get(v, "expiration");
+        if (e != NULL) {
+            bool ok = json_is_string(e) && json_string_length(e) >= 1 &&
+                      json_string_length(e) <= 10;
+            unsigned long long ev = 0;
+            for (size_t i = 0; ok && i < json_string_length(e); i++) {
+                char c = json_string_value(e)[i];
+                ok = c >= '0' && c <= '9';
+                ev = ev * 10 + (unsigned long long)(c - '0');
+            }
+            if (!ok || ev > 4294967295ULL)
+                return rmqs_fail(err, RMQS_EINVAL, "properties.expiration",
+                                 "properties.expiration: must be a string of "
+                                 "decimal digits (milliseconds, at most 4294967295)");
+        }
+        json_t *pe = json_object_get(v, "persistent");
+        if (pe != NULL && !json_is_boolean(pe))
+            return rmqs_fail(err, RMQS_EINVAL, "properties.persistent",
+                             "properties.persistent: must be a boolean");
+        props = json_copy(v);
+    } else {
+        props = json_object();
+    }
+    if (props == NULL)
+        return fail_nomem(err);
+
+    if (json_body && json_object_get(props, "content_type") == NULL &&
+        json_object_set_new(props, "content_type",
+                            json_string("application/json")) != 0) {
+        json_decref(props);
+        return fail_nomem(err);
+    }
+    if (json_object_size(props) == 0) {
+        json_decref(props);
+        props = NULL;
+    }
+    *out = props;
+    return RMQS_OK;
+}
+
+/* Fill job's body from "body" / "body_base64". */
+static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
+{
+    json_t *body = json_object_get(root, "body");
+    json_t *b64 = json_object_get(root, "body_base64");
+
+    if (body == NULL && b64 == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "body",
+                         "one of body or body_base64 is required");
+    if (body != NULL && b64 != NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "body_base64",
+                         "only one of body or body_base64 may be given");
+
+    if (b64 != NULL) {
+        if (!json_is_string(b64))
+            return rmqs_fail(err, RMQS_EINVAL, "body_base64",
+                             "body_base64: must be a string");
+        rmqs_rc rc = job_base64_decode(json_string_value(b64),
+                                       json_string_length(b64), &job->body,
+                                       &job->body_len);
+        if (rc == RMQS_ENOMEM)
+            return fail_nomem(err);
+        if (rc != RMQS_OK)
+            return rmqs_fail(err, RMQS_EINVAL, "body_base64",
+                             "body_base64: not valid base64");
+        job->body_kind = JOB_BODY_BINARY;
+        return RMQS_OK;
+    }
+
+    if (json_is_string(body)) {
+        size_t len = json_string_length(body);
+        job->body = malloc(len > 0 ? len : 1);
+        if (job->body == NULL)
+            return fail_nomem(err);
+        memcpy(job->body, json_string_value(body), len);
+        job->body_len = len;
+        job->body_kind = JOB_BODY_TEXT;
+        return RMQS_OK;
+    }
+    if (json_is_object(body) || json_is_array(body)) {
+        char *text = json_dumps(body, JSON_COMPACT);
+        if (text == NULL)
+            return fail_nomem(err);
+        job->body = (unsigned char *)text; /* the NUL stays, uncounted */
+        job->body_len = strlen(text);
+        job->body_kind = JOB_BODY_JSON;
+        return RMQS_OK;
+    }
+    return rmqs_fail(err, RMQS_EINVAL, "body",
+                     "body: must be a string, an object or an array");
+}
+
+/* ------------------------------------------------------------------------ */
+/* public validation entry points                                            */
+
+rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
+                         int64_t now_ms, job_t *out, char **canonical_out,
+                         rmqs_error *err)
+{
+    static const char *const allowed[] = {
+        "exchange", "routing_key", "body",       "body_base64", "delay_ms",
+        "deliver_at", "headers",   "properties", "max_attempts"};
+    json_t *root = NULL;
+    job_t job = {0};
+    char *canonical = NULL;
+    const char *exchange, *routing_key, *unknown;
+    rmqs_rc rc;
+
+    if (out != NULL)
+        memset(out, 0, sizeof *out);
+    if (canonical_out != NULL)
+        *canonical_out = NULL;
+    if (out == NULL || lim == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "", "internal: missing argument");
+
+    rc = parse_object(buf, len, &root, err);
+    if (rc != RMQS_OK)
+        goto out;
+
+    unknown = first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
+    if (unknown != NULL) {
+        rc = rmqs_fail(err, RMQS_EINVAL, unknown, "unknown field");
+        goto out;
+    }
+
+    rc = check_short_string(json_object_get(root, "exchange"), "exchange", true,
+                            true, &exchange, err);
+    if (rc != RMQS_OK)
+        goto out;
+    rc = check_short_string(json_object_get(root, "routing_key"), "routing_key",
+                            true, false, &routing_key, err);
+    if (rc != RMQS_OK)
+        goto out;
+
+    rc = check_body(root, &job, err);
+    if (rc != RMQS_OK)
+        goto out;
+
+    rc = parse_timing(root, lim, now_ms, &job.deliver_at, &job.delay_ms, err);
+    if (rc != RMQS_OK)
+        goto out;
+
+    rc = check_headers(json_object_get(root, "headers"), &job.headers, err);
+    if (rc != RMQS_OK)
+        goto out;
+
+    rc = check_properties(json_object_get(root, "properties"),
+                          job.body_kind == JOB_BODY_JSON, &job.properties, err);
+    if (rc != RMQS_OK)
+        goto out;
+
+    job.max_attempts = lim->default_max_attempts;
+    json_t *ma = json_object_get(root, "max_attempts");
+    if (ma != NULL) {
+        if (!json_is_integer(ma) || json_integer_value(ma) < 1 ||
+            json_integer_value(ma) > lim->max_max_attempts) {
+            rc = rmqs_fail(err, RMQS_EINVAL, "max_attempts",
+                           "max_attempts: must be an integer from 1 to %d",
+                           lim->max_max_attempts);
+            goto out;
+        }
+        job.max_attempts = (int)json_integer_value(ma);
+    }
+
+    job.exchange = strdup(exchange);
+    job.routing_key = strdup(routing_key);
+    if (job.exchange == NULL || job.routing_key == NULL) {
+        rc = fail_nomem(err);
+        goto out;
+    }
+    if (canonical_out != NULL) {
+        canonical = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
+        if (canonical == NULL) {
+            rc = fail_nomem(err);
+            goto out;
+        }
+    }
+
+    job.id[0] = '\0';
+    job.status = JOB_PENDING;
+    job.due_at = job.deliver_at;
+    job.created_at = now_ms;
+    job.updated_at = now_ms;
+    job.sent_at = -1;
+    job.attempts = 0;
+    job.last_error = NULL;
+
+    /* success: move everything to the caller */
+    *out = job;
+    memset(&job, 0, sizeof job);
+    if (canonical_out != NULL) {
+        *canonical_out = canonical;
+        canonical = NULL;
+    }
+    rc = RMQS_OK;
+
+out:
+    job_clear(&job);
+    free(canonical);
+    json_decref(root);
+    return rc;
+}
+
+rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
+                             int64_t now_ms, int64_t *deliver_at_out,
+                             int64_t *delay_ms_out, rmqs_error *err)
+{
+    static const char *const allowed[] = {"deliver_at", "delay_ms"};
+    json_t *root = NULL;
+    int64_t deliver_at, delay;
+    rmqs_rc rc;
+
+    if (lim == NULL || deliver_at_out == NULL || delay_ms_out == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "", "internal: missing argument");
+
+    rc = parse_object(buf, len, &root, err);
+    if (rc != RMQS_OK)
+        goto out;
+    const char *unknown =
+        first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
+    if (unknown != NULL) {
+        rc = rmqs_fail(err, RMQS_EINVAL, unknown, "unknown field");
+        goto out;
+    }
+    rc = parse_timing(root, lim, now_ms, &deliver_at, &delay, err);
+    if (rc != RMQS_OK)
+        goto out;
+    *deliver_at_out = deliver_at;
+    *delay_ms_out = delay;
+
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* API representation                                                        */
+
+/*
+ * A JSON string of s[0..len). Strings in a job came from validated JSON and
+ * are UTF-8; should one not be (a damaged row), bytes >= 0x80 become '?'
+ * rather than failing the whole answer. NULL only on ENOMEM.
+ */
+static json_t *string_or_ascii(const char *s, size_t len)
+{
+    json_t *j = json_stringn(s != NULL ? s : "", s != NULL ? len : 0);
+    if (j != NULL || s == NULL)
+        return j;
+    char *copy = malloc(len > 0 ? len : 1);
+    if (copy == NULL)
+        return NULL;
+    for (size_t i = 0; i < len; i++)
+        copy[i] = (unsigned char)s[i] >= 0x80 ? '?' : s[i];
+    j = json_stringn(copy, len);
+    free(copy);
+    return j;
+}
+
+static json_t *time_or_null(int64_t ms, bool present)
+{
+    if (!present)
+        return json_null();
+    char buf[TU_RFC3339_LEN + 1];
+    tu_format_rfc3339(ms, buf);
+    return json_string(buf);
+}
+
+static json_t *copy_or_empty(const json_t *obj)
+{
+    return obj != NULL ? json_deep_copy(obj) : json_object();
+}
+
+/* Set o[key] = v; steals v (even on failure, as json_object_set_new). */
+static bool put(json_t *o, const char *key, json_t *v)
+{
+    return json_object_set_new(o, key, v) == 0;
+}
+
+/* Adds "body" or "body_base64". A body whose bytes do not read back as its
+ * kind (damaged row) is shown losslessly as body_base64. */
+static bool put_body(json_t *o, const job_t *job)
+{
+    const char *bytes = (const char *)job->body;
+    json_t *v = NULL;
+
+    if (job->body_kind == JOB_BODY_TEXT) {
+        v = json_stringn(bytes != NULL ? bytes : "", bytes != NULL ? job->body_len : 0);
+    } else if (job->body_kind == JOB_BODY_JSON && bytes != NULL) {
+        v = json_loadb(bytes, job->body_len, 0, NULL);
+    }
+    if (v != NULL)
+        return put(o, "body", v);
+
+    char *enc = job_base64_encode(job->body, job->body != NULL ? job->body_len : 0);
+    if (enc == NULL)
+        return false;
+    v = json_string(enc);
+    free(enc);
+    return put(o, "body_base64", v);
+}
+
+json_t *job_to_json(const job_t *job)
+{
+    json_t *o = json_object();
+    if (o == NULL || job == NULL)
+        goto fail;
+
+    bool ok =
+        put(o, "id", json_string(job->id)) &&
+        put(o, "status", json_string(job_status_name(job->status))) &&
+        put(o, "exchange", string_or_ascii(job->exchange,
+                                           job->exchange ? strlen(job->exchange) : 0)) &&
+        put(o, "routing_key",
+            string_or_ascii(job->routing_key,
+                            job->routing_key ? strlen(job->routing_key) : 0)) &&
+        put(o, "deliver_at", time_or_null(job->deliver_at, true)) &&
+        put(o, "next_attempt_at",
+            time_or_null(job->due_at, job->status == JOB_PENDING)) &&
+        put(o, "created_at", time_or_null(job->created_at, true)) &&
+        put(o, "updated_at", time_or_null(job->updated_at, true)) &&
+        put(o, "sent_at", time_or_null(job->sent_at, job->sent_at >= 0)) &&
+        put(o, "attempts", json_integer(job->attempts)) &&
+        put(o, "max_attempts", json_integer(job->max_attempts)) &&
+        put(o, "last_error",
+            job->last_error != NULL
+                ? string_or_ascii(job->last_error, strlen(job->last_error))
+                : json_null()) &&
+        put(o, "headers", copy_or_empty(job->headers)) &&
+        put(o, "properties", copy_or_empty(job->properties)) &&
+        put_body(o, job);
+    if (!ok)
+        goto fail;
+    return o;
+
+fail:
+    json_decref(o);
+    return NULL;
+}

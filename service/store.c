@@ -1,0 +1,1383 @@
+/*
+ * store.c - durable job storage in one SQLite file (the contract is store.h).
+ *
+ * Why: jobs must survive restarts and crashes, and a job the API accepted
+ * must never be lost or published twice by our own doing. SQLite in WAL mode
+ * with synchronous=FULL makes every committed write durable on return.
+ *
+ * How it works:
+ *   - One connection per store_t, opened with SQLITE_OPEN_NOMUTEX and guarded
+ *     by our own mutex (st->mu): every public call holds it from first to
+ *     last statement, so HTTP workers and the dispatcher are serialised and
+ *     sqlite3_errmsg() still describes our own failure when we read it.
+ *   - Every statement is prepared once at open (the stmt_defs table below)
+ *     and kept in st->stmt[]; calls bind, step, reset and clear bindings.
+ *     All the SQL of the service is in this file.
+ *   - Writes run in BEGIN IMMEDIATE ... COMMIT (the write lock is taken up
+ *     front, so a read->write upgrade can never fail with SQLITE_BUSY).
+ *     After any failure, if SQLite left the transaction open
+ *     (sqlite3_get_autocommit() == 0) we ROLLBACK, so the store stays usable:
+ *     once disk space returns, later writes succeed without reopening.
+ *   - SQLITE_FULL (and an I/O error caused by ENOSPC/EDQUOT) map to
+ *     RMQS_EFULL, out-of-memory to RMQS_ENOMEM, the rest to RMQS_EDB; each
+ *     failure is logged once here with the operation and SQLite's message.
+ *   - Schema: migrations/NNNN_name.sql, embedded at build time, applied at
+ *     open in ascending order, each in its own transaction together with its
+ *     schema_migrations row. A database newer than the binary is refused.
+ *
+ * Row <-> job_t: id is a 16-byte BLOB (job_id_parse/format), headers and
+ * properties are compact JSON text or NULL, sent_at is NULL while the job
+ * is unsent (-1 in job_t), body is a BLOB (never NULL in the table; empty
+ * bodies are a zero-length blob).
+ *
+ * Settling: SENT keeps last_error as it was (the last failure before the
+ * successful attempt stays visible); RETRY stores the new error; store_recover
+ * leaves updated_at alone (it has no clock; it only undoes a claim).
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+#define MODULE "store"
+
+#define BUSY_TIMEOUT_MS 5000
+#define JOURNAL_SIZE_LIMIT (64 * 1024 * 1024) /* bytes the WAL is cut back to */
+#define CURSOR_MAX 48                          /* "<int64>.<int64>" + NUL */
+
+/* The columns every job-returning statement yields, in row_to_job order. */
+#define JOB_COLS                                                              \
+    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
+    "headers, properties, body_kind, body"
+
+enum {
+    COL_SEQ, COL_ID, COL_STATUS, COL_EXCHANGE, COL_ROUTING_KEY, COL_DELIVER_AT,
+    COL_DUE_AT, COL_DELAY_MS, COL_CREATED_AT, COL_UPDATED_AT, COL_SENT_AT,
+    COL_ATTEMPTS, COL_MAX_ATTEMPTS, COL_LAST_ERROR, COL_HEADERS,
+    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_COUNT
+};
+
+/* Every statement of the store, prepared once at open. */
+typedef enum stmt_id {
+    S_BEGIN, S_COMMIT, S_ROLLBACK, S_PING, S_VERSION,
+    S_INSERT, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
+    S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
+    S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
+    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER,
+    S_COUNT
+} stmt_id;
+
+typedef struct stmt_def {
+    const char *name; /* for logs and the test hook store__sql() */
+    const char *sql;
+} stmt_def;
+
+/*
+ * The dispatcher's two queries say INDEXED BY jobs_due: without table
+ * statistics SQLite 3.40 prefers jobs_status_deliver (status=?) and then
+ * sorts every pending job in a temp B-tree (checked with EXPLAIN QUERY PLAN).
+ * INDEXED BY also makes prepare fail loudly if the index ever disappears.
+ */
+static const stmt_def stmt_defs[S_COUNT] = {
+    [S_BEGIN] = {"begin", "BEGIN IMMEDIATE"},
+    [S_COMMIT] = {"commit", "COMMIT"},
+    [S_ROLLBACK] = {"rollback", "ROLLBACK"},
+    [S_PING] = {"ping", "SELECT 1"},
+    [S_VERSION] = {"schema_version",
+                   "SELECT coalesce(max(version), 0) FROM schema_migrations"},
+    [S_INSERT] = {"insert",
+                  "INSERT INTO jobs (id, status, exchange, routing_key, "
+                  "deliver_at, due_at, delay_ms, created_at, updated_at, "
+                  "sent_at, attempts, max_attempts, last_error, headers, "
+                  "properties, body_kind, body) VALUES (?1, ?2, ?3, ?4, ?5, "
+                  "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"},
+    [S_IDEM_LOOKUP] = {"idem_lookup",
+                       "SELECT " JOB_COLS ", request FROM idempotency "
+                       "JOIN jobs ON jobs.seq = idempotency.job_seq "
+                       "WHERE key = ?1"},
+    [S_IDEM_INSERT] = {"idem_insert",
+                       "INSERT INTO idempotency (key, job_seq, request) "
+                       "VALUES (?1, ?2, ?3)"},
+    [S_GET] = {"get", "SELECT " JOB_COLS " FROM jobs WHERE id = ?1"},
+    [S_LIST_ALL] = {"list_all", "SELECT " JOB_COLS " FROM jobs "
+                                "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_ALL_AFTER] = {"list_all_after",
+                          "SELECT " JOB_COLS " FROM jobs "
+                          "WHERE (deliver_at, seq) > (?2, ?3) "
+                          "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_STATUS] = {"list_status", "SELECT " JOB_COLS " FROM jobs "
+                                      "WHERE status = ?4 "
+                                      "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_STATUS_AFTER] = {"list_status_after",
+                             "SELECT " JOB_COLS " FROM jobs "
+                             "WHERE status = ?4 AND (deliver_at, seq) > (?2, ?3) "
+                             "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_RESCHEDULE] = {"reschedule",
+                      "UPDATE jobs SET deliver_at = ?1, due_at = ?1, "
+                      "delay_ms = ?2, updated_at = ?3 "
+                      "WHERE id = ?4 AND status = 0 RETURNING " JOB_COLS},
+    [S_CANCEL] = {"cancel", "UPDATE jobs SET status = 4, updated_at = ?1 "
+                            "WHERE id = ?2 AND status = 0 RETURNING " JOB_COLS},
+    [S_NEXT_DUE] = {"next_due", "SELECT min(due_at) FROM jobs "
+                                "INDEXED BY jobs_due WHERE status = 0"},
+    [S_CLAIM_DUE] = {"claim_due",
+                     "UPDATE jobs SET status = 1, attempts = attempts + 1, "
+                     "updated_at = ?1 WHERE seq IN (SELECT seq FROM jobs "
+                     "INDEXED BY jobs_due WHERE status = 0 AND due_at <= ?2 "
+                     "ORDER BY due_at, seq LIMIT ?3) RETURNING " JOB_COLS},
+    [S_SETTLE_SENT] = {"settle_sent",
+                       "UPDATE jobs SET status = 2, sent_at = ?1, "
+                       "updated_at = ?1 WHERE id = ?2 AND status = 1"},
+    [S_SETTLE_RETRY] = {"settle_retry",
+                        "UPDATE jobs SET last_error = ?3, updated_at = ?1, "
+                        "status = CASE WHEN attempts >= max_attempts "
+                        "THEN 3 ELSE 0 END, "
+                        "due_at = CASE WHEN attempts >= max_attempts "
+                        "THEN due_at ELSE ?4 END "
+                        "WHERE id = ?2 AND status = 1"},
+    [S_SETTLE_RELEASE] = {"settle_release",
+                          "UPDATE jobs SET status = 0, "
+                          "attempts = max(attempts - 1, 0), updated_at = ?1 "
+                          "WHERE id = ?2 AND status = 1"},
+    [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
+                              "attempts = max(attempts - 1, 0) "
+                              "WHERE status = 1"},
+};
+
+struct store {
+    pthread_mutex_t mu; /* held by every public call */
+    sqlite3 *db;
+    sqlite3_stmt *stmt[S_COUNT];
+};
+
+/* ------------------------------------------------------------------------ */
+/* Errors and statement helpers                                             */
+
+/* Map a SQLite result code to the service's codes and log the failure. */
+static rmqs_rc db_fail(store_t *st, int rc, const char *op)
+{
+    int sys = sqlite3_system_errno(st->db);
+    rmqs_rc out;
+
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        out = RMQS_EFULL;
+        break;
+    case SQLITE_IOERR:
+        out = (sys == ENOSPC || sys == EDQUOT) ? RMQS_EFULL : RMQS_EDB;
+        break;
+    case SQLITE_NOMEM:
+        out = RMQS_ENOMEM;
+        break;
+    default:
+        out = RMQS_EDB;
+        break;
+    }
+    log_error(MODULE, "database call failed",
+              "op=%s code=%d reason=\"%s\" detail=\"%s\" errno=%d", op, rc,
+              sqlite3_errstr(rc), sqlite3_errmsg(st->db), sys);
+    return out;
+}
+
+static sqlite3_stmt *stmt_get(store_t *st, stmt_id id)
+{
+    return st->stmt[id];
+}
+
+static void stmt_done(sqlite3_stmt *s)
+{
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+}
+
+/* Step a statement that yields no row, then reset it. */
+static int stmt_exec(sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+
+    if (rc == SQLITE_ROW) /* e.g. a PRAGMA answering; not an error */
+        rc = SQLITE_DONE;
+    if (rc != SQLITE_DONE) {
+        /* keep the error in errmsg for db_fail: reset would replace it */
+        return rc;
+    }
+    stmt_done(s);
+    return SQLITE_OK;
+}
+
+static rmqs_rc tx_begin(store_t *st)
+{
+    sqlite3_stmt *s = stmt_get(st, S_BEGIN);
+    int rc = stmt_exec(s);
+
+    if (rc != SQLITE_OK) {
+        rmqs_rc out = db_fail(st, rc, "begin");
+        stmt_done(s);
+        return out;
+    }
+    return RMQS_OK;
+}
+
+/* Roll back if SQLite left a transaction open (it may already have rolled
+ * back by itself, e.g. after SQLITE_FULL). */
+static void tx_abort(store_t *st)
+{
+    sqlite3_stmt *s;
+    int rc;
+
+    if (sqlite3_get_autocommit(st->db))
+        return;
+    s = stmt_get(st, S_ROLLBACK);
+    rc = stmt_exec(s);
+    if (rc != SQLITE_OK) {
+        (void)db_fail(st, rc, "rollback");
+        stmt_done(s);
+    }
+}
+
+static rmqs_rc tx_commit(store_t *st)
+{
+    sqlite3_stmt *s = stmt_get(st, S_COMMIT);
+    int rc = stmt_exec(s);
+
+    if (rc != SQLITE_OK) {
+        rmqs_rc out = db_fail(st, rc, "commit");
+        stmt_done(s);
+        tx_abort(st);
+        return out;
+    }
+    return RMQS_OK;
+}
+
+/* Fail a statement: map the error (before reset replaces it), reset. */
+static rmqs_rc stmt_fail(store_t *st, sqlite3_stmt *s, int rc, stmt_id id)
+{
+    rmqs_rc out = db_fail(st, rc, stmt_defs[id].name);
+
+    stmt_done(s);
+    return out;
+}
+
+static int bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
+{
+    return v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC)
+             : sqlite3_bind_null(s, i);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rows <-> jobs                                                            */
+
+static char *col_strdup(sqlite3_stmt *s, int c)
+{
+    const unsigned char *t = sqlite3_column_text(s, c);
+    int n = sqlite3_column_bytes(s, c);
+    char *out;
+
+    if (!t)
+        return NULL;
+    out = malloc((size_t)n + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, t, (size_t)n);
+    out[n] = '\0';
+    return out;
+}
+
+/* Read the JOB_COLS of the current row into *out (zeroed first). */
+static rmqs_rc row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
+{
+    const void *id = sqlite3_column_blob(s, COL_ID);
+    const void *body;
+    json_error_t jerr;
+    int n;
+
+    memset(out, 0, sizeof(*out));
+    if (!id || sqlite3_column_bytes(s, COL_ID) != JOB_ID_BYTES) {
+        log_error(MODULE, "corrupt row", "seq=%lld column=id",
+                  (long long)sqlite3_column_int64(s, COL_SEQ));
+        return RMQS_EDB;
+    }
+    if (seq_out)
+        *seq_out = sqlite3_column_int64(s, COL_SEQ);
+    job_id_format(id, out->id);
+    out->status = (job_status)sqlite3_column_int(s, COL_STATUS);
+    out->deliver_at = sqlite3_column_int64(s, COL_DELIVER_AT);
+    out->due_at = sqlite3_column_int64(s, COL_DUE_AT);
+    out->delay_ms = sqlite3_column_int64(s, COL_DELAY_MS);
+    out->created_at = sqlite3_column_int64(s, COL_CREATED_AT);
+    out->updated_at = sqlite3_column_int64(s, COL_UPDATED_AT);
+    out->sent_at = sqlite3_column_type(s, COL_SENT_AT) == SQLITE_NULL
+                       ? -1
+                       : sqlite3_column_int64(s, COL_SENT_AT);
+    out->attempts = sqlite3_column_int(s, COL_ATTEMPTS);
+    out->max_attempts = sqlite3_column_int(s, COL_MAX_ATTEMPTS);
+    out->body_kind = (job_body_kind)sqlite3_column_int(s, COL_BODY_KIND);
+
+    out->exchange = col_strdup(s, COL_EXCHANGE);
+    out->routing_key = col_strdup(s, COL_ROUTING_KEY);
+    if (!out->exchange || !out->routing_key)
+        goto nomem;
+    if (sqlite3_column_type(s, COL_LAST_ERROR) != SQLITE_NULL) {
+        out->last_error = col_strdup(s, COL_LAST_ERROR);
+        if (!out->last_error)
+            goto nomem;
+    }
+    if (sqlite3_column_type(s, COL_HEADERS) != SQLITE_NULL) {
+        const char *t = (const char *)sqlite3_column_text(s, COL_HEADERS);
+        n = sqlite3_column_bytes(s, COL_HEADERS);
+        out->headers = json_loadb(t, (size_t)n, JSON_ALLOW_NUL, &jerr);
+        if (!out->headers)
+            goto badjson;
+    }
+    if (sqlite3_column_type(s, COL_PROPERTIES) != SQLITE_NULL) {
+        const char *t = (const char *)sqlite3_column_text(s, COL_PROPERTIES);
+        n = sqlite3_column_bytes(s, COL_PROPERTIES);
+        out->properties = json_loadb(t, (size_t)n, JSON_ALLOW_NUL, &jerr);
+        if (!out->properties)
+            goto badjson;
+    }
+    body = sqlite3_column_blob(s, COL_BODY);
+    n = sqlite3_column_bytes(s, COL_BODY);
+    /* never NULL, even for an empty body: callers may memcpy from it */
+    out->body = malloc(n > 0 ? (size_t)n : 1);
+    if (!out->body)
+        goto nomem;
+    if (n > 0)
+        memcpy(out->body, body, (size_t)n);
+    out->body_len = (size_t)n;
+    return RMQS_OK;
+
+badjson:
+    log_error(MODULE, "corrupt row", "id=%s reason=\"%s\"", out->id,
+              jerr.text);
+    job_clear(out);
+    return RMQS_EDB;
+nomem:
+    job_clear(out);
+    return RMQS_ENOMEM;
+}
+
+/* Step s once and load the row into *out; RMQS_ENOTFOUND if none. s is left
+ * for the caller to reset (stmt_done). */
+static rmqs_rc step_one_job(store_t *st, sqlite3_stmt *s, stmt_id sid,
+                            job_t *out)
+{
+    int rc = sqlite3_step(s);
+
+    if (rc == SQLITE_DONE)
+        return RMQS_ENOTFOUND;
+    if (rc != SQLITE_ROW)
+        return db_fail(st, rc, stmt_defs[sid].name);
+    return row_to_job(s, out, NULL);
+}
+
+/* Load a job by binary id (within the caller's transaction or not). */
+static rmqs_rc get_by_id(store_t *st, const unsigned char id[JOB_ID_BYTES],
+                         job_t *out)
+{
+    sqlite3_stmt *s = stmt_get(st, S_GET);
+    rmqs_rc rc;
+
+    sqlite3_bind_blob(s, 1, id, JOB_ID_BYTES, SQLITE_STATIC);
+    rc = step_one_job(st, s, S_GET, out);
+    stmt_done(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open, migrate, close                                                     */
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Run a one-off statement (open time only) and copy the first column of
+ * its first row into buf (may be NULL). */
+static int run_once(sqlite3 *db, const char *sql, char *buf, size_t len)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+
+    if (rc != SQLITE_OK)
+        return rc;
+    if (buf && len)
+        buf[0] = '\0';
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(s, 0);
+        if (buf && len && t && !buf[0])
+            snprintf(buf, len, "%s", (const char *)t);
+    }
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    else
+        rc = sqlite3_extended_errcode(db);
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static int64_t query_int(sqlite3 *db, const char *sql, int *rc_out)
+{
+    char buf[32];
+
+    *rc_out = run_once(db, sql, buf, sizeof(buf));
+    return strtoll(buf, NULL, 10);
+}
+
+/* One clear open-time message: the path, what failed, sqlite3_errstr and,
+ * when it says more, the connection's own message. */
+static rmqs_rc open_fail(rmqs_error *err, sqlite3 *db, const char *path,
+                         const char *what, int rc)
+{
+    const char *es = sqlite3_errstr(rc);
+    const char *em = db ? sqlite3_errmsg(db) : es;
+
+    if (strcmp(es, em) == 0)
+        return rmqs_fail(err, RMQS_EDB, NULL, "cannot use database %s: %s%s",
+                         path, what, es);
+    return rmqs_fail(err, RMQS_EDB, NULL, "cannot use database %s: %s%s (%s)",
+                     path, what, es, em);
+}
+
+/* Configure the connection and prove the file is a readable database. */
+static rmqs_rc open_configure(sqlite3 *db, const char *path, bool sync_full,
+                              rmqs_error *err)
+{
+    char limit[64];
+    char mode[16];
+    int rc;
+
+    sqlite3_extended_result_codes(db, 1);
+    sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+
+    /* The first real read: a garbage or corrupt file fails here. */
+    rc = run_once(db, "SELECT count(*) FROM sqlite_schema", NULL, 0);
+    if (rc != SQLITE_OK)
+        return open_fail(err, db, path, "", rc);
+    if (sqlite3_db_readonly(db, "main") == 1)
+        return open_fail(err, NULL, path, "opened read-only: ",
+                         SQLITE_READONLY);
+
+    rc = run_once(db, "PRAGMA journal_mode = WAL", mode, sizeof(mode));
+    if (rc != SQLITE_OK)
+        return open_fail(err, db, path, "journal_mode=WAL: ", rc);
+    if (strcmp(mode, "wal") != 0)
+        return rmqs_fail(err, RMQS_EDB, NULL,
+                         "cannot use database %s: WAL mode refused (journal "
+                         "mode stays %s)", path, mode);
+
+    snprintf(limit, sizeof(limit), "PRAGMA journal_size_limit = %d",
+             JOURNAL_SIZE_LIMIT);
+    const char *pragmas[] = {
+        sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+        "PRAGMA foreign_keys = ON",
+        "PRAGMA secure_delete = OFF",
+        limit,
+    };
+    for (size_t i = 0; i < sizeof(pragmas) / sizeof(pragmas[0]); i++) {
+        rc = run_once(db, pragmas[i], NULL, 0);
+        if (rc != SQLITE_OK) {
+            char what[80];
+            snprintf(what, sizeof(what), "%s: ", pragmas[i]);
+            return open_fail(err, db, path, what, rc);
+        }
+    }
+    return RMQS_OK;
+}
+
+static rmqs_rc check_migration_list(const store_migration *m, size_t n,
+                                    rmqs_error *err)
+{
+    if (n && !m)
+        return rmqs_fail(err, RMQS_EINVAL, NULL, "migration list is NULL");
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].version < 1 || !m[i].name || !m[i].sql)
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "migration #%zu (%s) is malformed: needs version "
+                             ">= 1, a name and SQL", i,
+                             m[i].name ? m[i].name : "?");
+        if (i > 0 && m[i].version <= m[i - 1].version)
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "migration list is not strictly ascending: %s "
+                             "(version %d) follows %s (version %d)",
+                             m[i].name, m[i].version, m[i - 1].name,
+                             m[i - 1].version);
+    }
+    return RMQS_OK;
+}
+
+/* Apply one migration in its own transaction with its schema_migrations
+ * row. Skips it if another process applied it meanwhile. */
+static rmqs_rc apply_migration(sqlite3 *db, const char *path,
+                               const store_migration *m, int current,
+                               rmqs_error *err)
+{
+    char *msg = NULL;
+    sqlite3_stmt *s = NULL;
+    int rc;
+    int found;
+
+    rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg);
+    if (rc != SQLITE_OK)
+        goto fail;
+
+    rc = sqlite3_prepare_v2(db,
+                            "SELECT count(*) FROM schema_migrations "
+                            "WHERE version = ?1", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        goto fail_db;
+    sqlite3_bind_int(s, 1, m->version);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW)
+        goto fail_db;
+    found = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+    s = NULL;
+    if (found) {
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        return RMQS_OK;
+    }
+
+    rc = sqlite3_exec(db, m->sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK)
+        goto fail;
+
+    rc = sqlite3_prepare_v2(db,
+                            "INSERT INTO schema_migrations (version, name, "
+                            "applied_at) VALUES (?1, ?2, ?3)", -1, &s, NULL);
+    if (rc != SQLITE_OK)
+        goto fail_db;
+    sqlite3_bind_int(s, 1, m->version);
+    sqlite3_bind_text(s, 2, m->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, wall_ms());
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE)
+        goto fail_db;
+    sqlite3_finalize(s);
+    s = NULL;
+
+    rc = sqlite3_exec(db, "COMMIT", NULL, NULL, &msg);
+    if (rc != SQLITE_OK)
+        goto fail;
+    log_info(MODULE, "migration applied", "version=%d name=%s", m->version,
+             m->name);
+    return RMQS_OK;
+
+fail_db:
+    rc = sqlite3_extended_errcode(db);
+    msg = sqlite3_mprintf("%s", sqlite3_errmsg(db));
+fail:
+    sqlite3_finalize(s);
+    if (!sqlite3_get_autocommit(db))
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    rmqs_fail(err, RMQS_EDB, NULL,
+              "migration %s (version %d) failed: %s; rolled back, schema "
+              "stays at version %d (%s)", m->name, m->version,
+              msg ? msg : sqlite3_errstr(rc), current, path);
+    sqlite3_free(msg);
+    return RMQS_EDB;
+}
+
+static rmqs_rc migrate(sqlite3 *db, const char *path,
+                       const store_migration *m, size_t n, rmqs_error *err)
+{
+    int known = n ? m[n - 1].version : 0;
+    int64_t current;
+    rmqs_rc out;
+    int rc;
+
+    rc = run_once(db,
+                  "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                  "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                  "applied_at INTEGER NOT NULL)", NULL, 0);
+    if (rc != SQLITE_OK)
+        return open_fail(err, db, path, "creating schema_migrations: ", rc);
+    current = query_int(db, "SELECT coalesce(max(version), 0) "
+                            "FROM schema_migrations", &rc);
+    if (rc != SQLITE_OK)
+        return open_fail(err, db, path, "reading schema_migrations: ", rc);
+    if (current > known)
+        return rmqs_fail(err, RMQS_EDB, NULL,
+                         "database schema version %lld is newer than this "
+                         "binary (knows up to %d); refusing to start (%s)",
+                         (long long)current, known, path);
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].version <= current)
+            continue;
+        out = apply_migration(db, path, &m[i], (int)current, err);
+        if (out != RMQS_OK)
+            return out;
+        current = m[i].version;
+    }
+    return RMQS_OK;
+}
+
+static void store_free(store_t *st)
+{
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(st->stmt[i]);
+    sqlite3_close(st->db);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+rmqs_rc store_open_with(const char *path, const store_options *opt,
+                        const store_migration *migrations, size_t n,
+                        store_t **out, rmqs_error *err)
+{
+    bool sync_full = opt ? opt->synchronous_full : true;
+    store_t *st;
+    rmqs_rc rc;
+    int src;
+
+    if (!out)
+        return rmqs_fail(err, RMQS_EINVAL, NULL, "store_open: out is NULL");
+    *out = NULL;
+    if (!path || !*path)
+        return rmqs_fail(err, RMQS_EINVAL, NULL, "database path is empty");
+    rc = check_migration_list(migrations, n, err);
+    if (rc != RMQS_OK)
+        return rc;
+
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+    if (pthread_mutex_init(&st->mu, NULL) != 0) {
+        free(st);
+        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
+    }
+
+    src = sqlite3_open_v2(path, &st->db,
+                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                              SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
+                          NULL);
+    if (src != SQLITE_OK) {
+        rc = rmqs_fail(err, src == SQLITE_NOMEM ? RMQS_ENOMEM : RMQS_EDB,
+                       NULL, "cannot open database %s: %s", path,
+                       sqlite3_errstr(src));
+        goto fail;
+    }
+    rc = open_configure(st->db, path, sync_full, err);
+    if (rc != RMQS_OK)
+        goto fail;
+    rc = migrate(st->db, path, migrations, n, err);
+    if (rc != RMQS_OK)
+        goto fail;
+
+    for (int i = 0; i < S_COUNT; i++) {
+        src = sqlite3_prepare_v3(st->db, stmt_defs[i].sql, -1,
+                                 SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                                 NULL);
+        if (src != SQLITE_OK) {
+            rc = rmqs_fail(err, RMQS_EDB, NULL,
+                           "database %s: cannot prepare statement %s: %s "
+                           "(schema incomplete?)", path, stmt_defs[i].name,
+                           sqlite3_errmsg(st->db));
+            goto fail;
+        }
+    }
+    log_info(MODULE, "database open", "path=%s synchronous=%s", path,
+             sync_full ? "full" : "normal");
+    *out = st;
+    return RMQS_OK;
+
+fail:
+    store_free(st);
+    return rc;
+}
+
+rmqs_rc store_open(const char *path, const store_options *opt, store_t **out,
+                   rmqs_error *err)
+{
+    return store_open_with(path, opt, store_builtin_migrations,
+                           store_builtin_migrations_count, out, err);
+}
+
+void store_close(store_t *st)
+{
+    if (st)
+        store_free(st);
+}
+
+int store_schema_version(store_t *st)
+{
+    sqlite3_stmt *s;
+    int v = -1;
+    int rc;
+
+    pthread_mutex_lock(&st->mu);
+    s = stmt_get(st, S_VERSION);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        v = sqlite3_column_int(s, 0);
+    else
+        (void)db_fail(st, rc, stmt_defs[S_VERSION].name);
+    stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return v;
+}
+
+rmqs_rc store_ping(store_t *st)
+{
+    sqlite3_stmt *s;
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    pthread_mutex_lock(&st->mu);
+    s = stmt_get(st, S_PING);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW)
+        out = db_fail(st, rc, stmt_defs[S_PING].name);
+    stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Insert and read                                                          */
+
+static rmqs_rc dump_json(const json_t *v, char **out)
+{
+    *out = NULL;
+    if (!v)
+        return RMQS_OK;
+    *out = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    return *out ? RMQS_OK : RMQS_ENOMEM;
+}
+
+/* Inside the caller's transaction: insert the job, return its seq. */
+static rmqs_rc insert_job(store_t *st, const job_t *job,
+                          const unsigned char id[JOB_ID_BYTES],
+                          int64_t *seq_out)
+{
+    sqlite3_stmt *s = stmt_get(st, S_INSERT);
+    char *headers = NULL;
+    char *props = NULL;
+    rmqs_rc out;
+    int rc;
+
+    out = dump_json(job->headers, &headers);
+    if (out == RMQS_OK)
+        out = dump_json(job->properties, &props);
+    if (out != RMQS_OK)
+        goto done;
+
+    sqlite3_bind_blob(s, 1, id, JOB_ID_BYTES, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, (int)job->status);
+    sqlite3_bind_text(s, 3, job->exchange ? job->exchange : "", -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_text(s, 4, job->routing_key ? job->routing_key : "", -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_int64(s, 5, job->deliver_at);
+    sqlite3_bind_int64(s, 6, job->due_at);
+    sqlite3_bind_int64(s, 7, job->delay_ms);
+    sqlite3_bind_int64(s, 8, job->created_at);
+    sqlite3_bind_int64(s, 9, job->updated_at);
+    if (job->sent_at >= 0)
+        sqlite3_bind_int64(s, 10, job->sent_at);
+    else
+        sqlite3_bind_null(s, 10);
+    sqlite3_bind_int(s, 11, job->attempts);
+    sqlite3_bind_int(s, 12, job->max_attempts);
+    bind_text_or_null(s, 13, job->last_error);
+    bind_text_or_null(s, 14, headers);
+    bind_text_or_null(s, 15, props);
+    sqlite3_bind_int(s, 16, (int)job->body_kind);
+    if (job->body_len > 0)
+        rc = sqlite3_bind_blob64(s, 17, job->body, job->body_len,
+                                 SQLITE_STATIC);
+    else
+        rc = sqlite3_bind_zeroblob(s, 17, 0);
+    if (rc != SQLITE_OK) {
+        out = rc == SQLITE_TOOBIG ? RMQS_EINVAL : db_fail(st, rc, "bind_body");
+        stmt_done(s);
+        goto done;
+    }
+
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_DONE) {
+        /* a duplicate job id is the caller's conflict, not a broken db */
+        if (rc == SQLITE_CONSTRAINT_UNIQUE ||
+            rc == SQLITE_CONSTRAINT_PRIMARYKEY) {
+            log_warn(MODULE, "duplicate job id", "id=%s", job->id);
+            out = RMQS_ECONFLICT;
+            stmt_done(s);
+        } else if (rc == SQLITE_CONSTRAINT_CHECK ||
+                   rc == SQLITE_CONSTRAINT_NOTNULL) {
+            /* status, body_kind or max_attempts out of range */
+            log_warn(MODULE, "job rejected by the schema", "id=%s detail=\"%s\"",
+                     job->id, sqlite3_errmsg(st->db));
+            out = RMQS_EINVAL;
+            stmt_done(s);
+        } else {
+            out = stmt_fail(st, s, rc, S_INSERT);
+        }
+        goto done;
+    }
+    *seq_out = sqlite3_last_insert_rowid(st->db);
+    stmt_done(s);
+done:
+    free(headers);
+    free(props);
+    return out;
+}
+
+/* Inside the caller's transaction: look the key up. RMQS_ENOTFOUND if the
+ * key is new; RMQS_OK with *existed (and *existing loaded) if it holds the
+ * same request; RMQS_ECONFLICT if it holds another one. */
+static rmqs_rc idem_lookup(store_t *st, const char *key, const char *request,
+                           bool *existed, job_t *existing)
+{
+    sqlite3_stmt *s = stmt_get(st, S_IDEM_LOOKUP);
+    rmqs_rc out = RMQS_OK;
+    const char *stored;
+    int rc;
+
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        stmt_done(s);
+        return RMQS_ENOTFOUND;
+    }
+    if (rc != SQLITE_ROW)
+        return stmt_fail(st, s, rc, S_IDEM_LOOKUP);
+    stored = (const char *)sqlite3_column_text(s, COL_COUNT);
+    if (!stored || strcmp(stored, request) != 0) {
+        out = RMQS_ECONFLICT;
+    } else {
+        if (existing)
+            out = row_to_job(s, existing, NULL);
+        if (out == RMQS_OK && existed)
+            *existed = true;
+    }
+    stmt_done(s);
+    return out;
+}
+
+rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
+                     const char *idem_request, bool *existed, job_t *existing)
+{
+    unsigned char id[JOB_ID_BYTES];
+    sqlite3_stmt *s;
+    int64_t seq = 0;
+    rmqs_rc out;
+    int rc;
+
+    if (existed)
+        *existed = false;
+    if (existing)
+        memset(existing, 0, sizeof(*existing));
+    if (!job || job_id_parse(job->id, id) != RMQS_OK)
+        return RMQS_EINVAL;
+    if (idem_key && !idem_request)
+        return RMQS_EINVAL;
+
+    pthread_mutex_lock(&st->mu);
+    out = tx_begin(st);
+    if (out != RMQS_OK)
+        goto unlock;
+
+    if (idem_key) {
+        out = idem_lookup(st, idem_key, idem_request, existed, existing);
+        if (out != RMQS_ENOTFOUND) {
+            /* the key is known (same job or conflict) or the read failed:
+             * nothing to write either way */
+            tx_abort(st);
+            goto unlock;
+        }
+    }
+
+    out = insert_job(st, job, id, &seq);
+    if (out != RMQS_OK)
+        goto abort;
+
+    if (idem_key) {
+        s = stmt_get(st, S_IDEM_INSERT);
+        sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, seq);
+        sqlite3_bind_text(s, 3, idem_request, -1, SQLITE_STATIC);
+        rc = stmt_exec(s);
+        if (rc != SQLITE_OK) {
+            out = stmt_fail(st, s, rc, S_IDEM_INSERT);
+            goto abort;
+        }
+    }
+    out = tx_commit(st);
+    goto unlock;
+
+abort:
+    tx_abort(st);
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+rmqs_rc store_get(store_t *st, const char *id_text, job_t *out)
+{
+    unsigned char id[JOB_ID_BYTES];
+    rmqs_rc rc;
+
+    memset(out, 0, sizeof(*out));
+    if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
+        return RMQS_ENOTFOUND;
+    pthread_mutex_lock(&st->mu);
+    rc = get_by_id(st, id, out);
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing                                                                  */
+
+/* "<deliver_at>.<seq>" in base 10: URL-safe, opaque to clients. */
+static bool parse_i64(const char *s, size_t len, int64_t *out)
+{
+    bool neg = false;
+    uint64_t v = 0;
+    size_t i = 0;
+
+    if (len > 0 && s[0] == '-') {
+        neg = true;
+        i = 1;
+    }
+    if (i == len || len - i > 19)
+        return false;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX)
+        return false;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return true;
+}
+
+static bool cursor_parse(const char *c, int64_t *deliver_at, int64_t *seq)
+{
+    const char *dot = strchr(c, '.');
+
+    if (!dot || strlen(c) >= CURSOR_MAX)
+        return false;
+    return parse_i64(c, (size_t)(dot - c), deliver_at) &&
+           parse_i64(dot + 1, strlen(dot + 1), seq) && *seq >= 0;
+}
+
+static void jobs_free(job_t *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+}
+
+rmqs_rc store_list(store_t *st, int status_filter, size_t limit,
+                   const char *after, job_t **jobs_out, size_t *n_out,
+                   char **next_out)
+{
+    int64_t cur_deliver = 0, cur_seq = 0, last_seq = 0;
+    job_t *jobs = NULL;
+    size_t n = 0, cap = 0;
+    sqlite3_stmt *s;
+    stmt_id sid;
+    bool more = false;
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    *next_out = NULL;
+    if (limit == 0 || status_filter > JOB_CANCELLED)
+        return RMQS_EINVAL;
+    if (after && !cursor_parse(after, &cur_deliver, &cur_seq))
+        return RMQS_EINVAL;
+    if (limit > (size_t)INT64_MAX - 1)
+        limit = (size_t)INT64_MAX - 1;
+
+    if (status_filter < 0)
+        sid = after ? S_LIST_ALL_AFTER : S_LIST_ALL;
+    else
+        sid = after ? S_LIST_STATUS_AFTER : S_LIST_STATUS;
+
+    pthread_mutex_lock(&st->mu);
+    s = stmt_get(st, sid);
+    sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
+    if (after) {
+        sqlite3_bind_int64(s, 2, cur_deliver);
+        sqlite3_bind_int64(s, 3, cur_seq);
+    }
+    if (status_filter >= 0)
+        sqlite3_bind_int(s, 4, status_filter);
+
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == limit) {
+            more = true;
+            break;
+        }
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            job_t *nj = realloc(jobs, ncap * sizeof(*jobs));
+            if (!nj) {
+                out = RMQS_ENOMEM;
+                break;
+            }
+            jobs = nj;
+            cap = ncap;
+        }
+        out = row_to_job(s, &jobs[n], &last_seq);
+        if (out != RMQS_OK)
+            break;
+        n++;
+    }
+    if (out == RMQS_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
+        out = db_fail(st, rc, stmt_defs[sid].name);
+    stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+
+    if (out == RMQS_OK && more) {
+        *next_out = malloc(CURSOR_MAX);
+        if (!*next_out)
+            out = RMQS_ENOMEM;
+        else
+            snprintf(*next_out, CURSOR_MAX, "%" PRId64 ".%" PRId64,
+                     jobs[n - 1].deliver_at, last_seq);
+    }
+    if (out != RMQS_OK) {
+        jobs_free(jobs, n);
+        return out;
+    }
+    *jobs_out = jobs;
+    *n_out = n;
+    return RMQS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client changes: reschedule, cancel                                       */
+
+/* Run an "UPDATE ... WHERE id = ? AND status = 0 RETURNING" already bound
+ * (inside a transaction). RMQS_OK with *out if it changed the job;
+ * otherwise *out holds the job as it is (RMQS_ECONFLICT) or RMQS_ENOTFOUND. */
+static rmqs_rc update_pending(store_t *st, stmt_id sid,
+                              const unsigned char id[JOB_ID_BYTES], job_t *out)
+{
+    sqlite3_stmt *s = stmt_get(st, sid);
+    rmqs_rc rc = step_one_job(st, s, sid, out);
+
+    if (rc == RMQS_OK) {
+        /* RETURNING: step to SQLITE_DONE before the change is complete */
+        int src = sqlite3_step(s);
+        if (src != SQLITE_DONE) {
+            job_clear(out);
+            return stmt_fail(st, s, src, sid);
+        }
+    }
+    stmt_done(s);
+    if (rc != RMQS_ENOTFOUND)
+        return rc;
+    rc = get_by_id(st, id, out);
+    return rc == RMQS_OK ? RMQS_ECONFLICT : rc;
+}
+
+rmqs_rc store_reschedule(store_t *st, const char *id_text, int64_t deliver_at,
+                         int64_t delay_ms, int64_t now_ms, job_t *out)
+{
+    unsigned char id[JOB_ID_BYTES];
+    sqlite3_stmt *s;
+    rmqs_rc rc;
+
+    memset(out, 0, sizeof(*out));
+    if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
+        return RMQS_ENOTFOUND;
+
+    pthread_mutex_lock(&st->mu);
+    rc = tx_begin(st);
+    if (rc != RMQS_OK)
+        goto unlock;
+    s = stmt_get(st, S_RESCHEDULE);
+    sqlite3_bind_int64(s, 1, deliver_at);
+    sqlite3_bind_int64(s, 2, delay_ms);
+    sqlite3_bind_int64(s, 3, now_ms);
+    sqlite3_bind_blob(s, 4, id, JOB_ID_BYTES, SQLITE_STATIC);
+    rc = update_pending(st, S_RESCHEDULE, id, out);
+    if (rc == RMQS_OK)
+        rc = tx_commit(st);
+    else
+        tx_abort(st);
+    if (rc != RMQS_OK)
+        job_clear(out);
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+rmqs_rc store_cancel(store_t *st, const char *id_text, int64_t now_ms,
+                     job_t *out)
+{
+    unsigned char id[JOB_ID_BYTES];
+    sqlite3_stmt *s;
+    rmqs_rc rc;
+
+    memset(out, 0, sizeof(*out));
+    if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
+        return RMQS_ENOTFOUND;
+
+    pthread_mutex_lock(&st->mu);
+    rc = tx_begin(st);
+    if (rc != RMQS_OK)
+        goto unlock;
+    s = stmt_get(st, S_CANCEL);
+    sqlite3_bind_int64(s, 1, now_ms);
+    sqlite3_bind_blob(s, 2, id, JOB_ID_BYTES, SQLITE_STATIC);
+    rc = update_pending(st, S_CANCEL, id, out);
+    if (rc == RMQS_ECONFLICT && out->status == JOB_CANCELLED)
+        rc = RMQS_OK; /* cancelling a cancelled job changes nothing */
+    if (rc == RMQS_OK)
+        rc = tx_commit(st);
+    else
+        tx_abort(st);
+    if (rc != RMQS_OK)
+        job_clear(out);
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dispatcher: next due, claim, settle, recover                             */
+
+rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out)
+{
+    sqlite3_stmt *s;
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    *any = false;
+    pthread_mutex_lock(&st->mu);
+    s = stmt_get(st, S_NEXT_DUE);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        if (sqlite3_column_type(s, 0) != SQLITE_NULL) {
+            *any = true;
+            *due_at_out = sqlite3_column_int64(s, 0);
+        }
+    } else {
+        out = db_fail(st, rc, stmt_defs[S_NEXT_DUE].name);
+    }
+    stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+typedef struct claimed {
+    int64_t seq;
+    job_t job;
+} claimed;
+
+static int claimed_cmp(const void *a, const void *b)
+{
+    const claimed *x = a, *y = b;
+
+    if (x->job.due_at != y->job.due_at)
+        return x->job.due_at < y->job.due_at ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+rmqs_rc store_claim_due(store_t *st, int64_t now_ms, size_t limit,
+                        job_t **jobs_out, size_t *n_out)
+{
+    claimed *c = NULL;
+    job_t *jobs = NULL;
+    size_t n = 0, cap = 0;
+    sqlite3_stmt *s;
+    rmqs_rc out;
+    int rc;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    if (limit == 0)
+        return RMQS_OK;
+    if (limit > (size_t)INT64_MAX)
+        limit = (size_t)INT64_MAX;
+
+    pthread_mutex_lock(&st->mu);
+    out = tx_begin(st);
+    if (out != RMQS_OK)
+        goto unlock;
+    s = stmt_get(st, S_CLAIM_DUE);
+    sqlite3_bind_int64(s, 1, now_ms);
+    sqlite3_bind_int64(s, 2, now_ms);
+    sqlite3_bind_int64(s, 3, (int64_t)limit);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            claimed *nc = realloc(c, ncap * sizeof(*c));
+            if (!nc) {
+                out = RMQS_ENOMEM;
+                break;
+            }
+            c = nc;
+            cap = ncap;
+        }
+        out = row_to_job(s, &c[n].job, &c[n].seq);
+        if (out != RMQS_OK)
+            break;
+        n++;
+    }
+    if (out == RMQS_OK && rc != SQLITE_DONE)
+        out = db_fail(st, rc, stmt_defs[S_CLAIM_DUE].name);
+    stmt_done(s);
+    if (out == RMQS_OK && n > 0) {
+        jobs = malloc(n * sizeof(*jobs));
+        if (!jobs)
+            out = RMQS_ENOMEM;
+    }
+    if (out == RMQS_OK)
+        out = tx_commit(st);
+    else
+        tx_abort(st);
+unlock:
+    pthread_mutex_unlock(&st->mu);
+
+    if (out != RMQS_OK) {
+        for (size_t i = 0; i < n; i++)
+            job_clear(&c[i].job);
+        free(c);
+        free(jobs);
+        return out;
+    }
+    /* RETURNING order is unspecified: due order is (due_at, seq) */
+    if (n > 1)
+        qsort(c, n, sizeof(*c), claimed_cmp);
+    for (size_t i = 0; i < n; i++)
+        jobs[i] = c[i].job;
+    free(c);
+    *jobs_out = jobs;
+    *n_out = n;
+    return RMQS_OK;
+}
+
+rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
+                     int64_t now_ms)
+{
+    unsigned char(*ids)[JOB_ID_BYTES];
+    rmqs_rc out;
+
+    if (n == 0)
+        return RMQS_OK;
+    if (!o)
+        return RMQS_EINVAL;
+    ids = malloc(n * sizeof(*ids));
+    if (!ids)
+        return RMQS_ENOMEM;
+    /* validate everything before touching anything */
+    for (size_t i = 0; i < n; i++) {
+        if (!o[i].id || job_id_parse(o[i].id, ids[i]) != RMQS_OK ||
+            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_RELEASE) {
+            free(ids);
+            return RMQS_EINVAL;
+        }
+    }
+
+    pthread_mutex_lock(&st->mu);
+    out = tx_begin(st);
+    if (out != RMQS_OK)
+        goto unlock;
+    for (size_t i = 0; i < n; i++) {
+        stmt_id sid = o[i].kind == STORE_OUT_SENT    ? S_SETTLE_SENT
+                      : o[i].kind == STORE_OUT_RETRY ? S_SETTLE_RETRY
+                                                     : S_SETTLE_RELEASE;
+        sqlite3_stmt *s = stmt_get(st, sid);
+        int rc;
+
+        sqlite3_bind_int64(s, 1, now_ms);
+        sqlite3_bind_blob(s, 2, ids[i], JOB_ID_BYTES, SQLITE_STATIC);
+        if (sid == S_SETTLE_RETRY) {
+            bind_text_or_null(s, 3, o[i].error);
+            sqlite3_bind_int64(s, 4, o[i].retry_at);
+        }
+        /* a job no longer publishing (e.g. recovered meanwhile) is left
+         * alone: the UPDATE simply matches no row */
+        rc = stmt_exec(s);
+        if (rc != SQLITE_OK) {
+            out = stmt_fail(st, s, rc, sid);
+            tx_abort(st);
+            goto unlock;
+        }
+    }
+    out = tx_commit(st);
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    free(ids);
+    return out;
+}
+
+rmqs_rc store_recover(store_t *st, size_t *n_out)
+{
+    sqlite3_stmt *s;
+    rmqs_rc out;
+    int rc;
+
+    *n_out = 0;
+    pthread_mutex_lock(&st->mu);
+    out = tx_begin(st);
+    if (out != RMQS_OK)
+        goto unlock;
+    s = stmt_get(st, S_RECOVER);
+    rc = stmt_exec(s);
+    if (rc != SQLITE_OK) {
+        out = stmt_fail(st, s, rc, S_RECOVER);
+        tx_abort(st);
+        goto unlock;
+    }
+    *n_out = (size_t)sqlite3_changes64(st->db);
+    out = tx_commit(st);
+    if (out != RMQS_OK)
+        *n_out = 0;
+unlock:
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
+ * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too. */
+
+/* The SQL text of the statement called name ("claim_due", "next_due",
+ * "list_all", ...), or NULL: lets the test EXPLAIN QUERY PLAN the exact
+ * text the store runs. */
+const char *store__sql(const char *name);
+const char *store__sql(const char *name)
+{
+    for (int i = 0; i < S_COUNT; i++)
+        if (strcmp(stmt_defs[i].name, name) == 0)
+            return stmt_defs[i].sql;
+    return NULL;
+}
+
+/* PRAGMA max_page_count on this store's connection (the limit is per
+ * connection): simulates a full disk. SQLite never sets it below the
+ * current size; *applied gets the value in force. */
+rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied);
+rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied)
+{
+    char sql[64];
+    int rc;
+
+    snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %" PRId64, pages);
+    pthread_mutex_lock(&st->mu);
+    *applied = query_int(st->db, sql, &rc);
+    pthread_mutex_unlock(&st->mu);
+    return rc == SQLITE_OK ? RMQS_OK : RMQS_EDB;
+}

@@ -1,0 +1,993 @@
+/*
+ * test_job.c - request validation, ids, base64 and the API representation.
+ *
+ * Request bodies in the tables are written with ' in place of " so they stay
+ * readable; req() swaps them back before parsing (no test body needs a
+ * literal apostrophe). "now" is fixed at 2026-01-01T00:00:00Z.
+ */
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "job.h"
+#include "timeutil.h"
+
+#define NOW 1767225600000LL /* 2026-01-01T00:00:00Z */
+#define HOUR 3600000LL
+#define DAY 86400000LL
+
+static const job_limits LIM = {
+    .default_max_attempts = 5,
+    .max_max_attempts = 10,
+    .max_delay_ms = 30 * DAY,
+};
+
+/* 255- and 256-byte strings for the short-string limits. */
+#define S16 "aaaaaaaaaaaaaaaa"
+#define S64 S16 S16 S16 S16
+#define S255 S64 S64 S64 S16 S16 S16 "aaaaaaaaaaaaaaa"
+#define S256 S255 "a"
+
+/* A body with ' for ", as malloc'd JSON text. */
+static char *req_text(const char *s)
+{
+    char *t = strdup(s);
+    cr_assert_not_null(t);
+    for (char *p = t; *p != '\0'; p++)
+        if (*p == '\'')
+            *p = '"';
+    return t;
+}
+
+static rmqs_rc req(const char *s, job_t *job, char **canonical, rmqs_error *err)
+{
+    char *t = req_text(s);
+    rmqs_rc rc = job_from_request(t, strlen(t), &LIM, NOW, job, canonical, err);
+    free(t);
+    return rc;
+}
+
+static rmqs_rc resched(const char *s, int64_t *at, int64_t *delay, rmqs_error *err)
+{
+    char *t = req_text(s);
+    rmqs_rc rc = job_parse_reschedule(t, strlen(t), &LIM, NOW, at, delay, err);
+    free(t);
+    return rc;
+}
+
+static bool is_zero(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* status, clear                                                             */
+
+Test(job, status_names_round_trip)
+{
+    static const char *const names[] = {"pending", "publishing", "sent",
+                                        "failed", "cancelled"};
+    for (int s = JOB_PENDING; s <= JOB_CANCELLED; s++) {
+        cr_expect_str_eq(job_status_name((job_status)s), names[s]);
+        job_status back = (job_status)99;
+        cr_expect_eq(job_status_parse(names[s], &back), RMQS_OK, "%s", names[s]);
+        cr_expect_eq(back, s, "%s", names[s]);
+    }
+    job_status out;
+    cr_expect_eq(job_status_parse("PENDING", &out), RMQS_EINVAL);
+    cr_expect_eq(job_status_parse("", &out), RMQS_EINVAL);
+    cr_expect_eq(job_status_parse("pending ", &out), RMQS_EINVAL);
+    cr_expect_eq(job_status_parse(NULL, &out), RMQS_EINVAL);
+    cr_expect_str_eq(job_status_name((job_status)99), "unknown");
+}
+
+Test(job, clear_releases_and_zeroes)
+{
+    job_t j = {0};
+    job_clear(&j); /* zeroed: no-op */
+    cr_expect(is_zero(&j, sizeof j));
+
+    j.exchange = strdup("e");
+    j.routing_key = strdup("r");
+    j.last_error = strdup("boom");
+    j.headers = json_pack("{s:i}", "a", 1);
+    j.properties = json_object();
+    j.body = malloc(3);
+    j.body_len = 3;
+    j.sent_at = 5;
+    job_clear(&j); /* ASan reports anything left behind */
+    cr_expect(is_zero(&j, sizeof j));
+    job_clear(NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* UUIDv7                                                                    */
+
+Test(job, id_generate_shape)
+{
+    const int64_t ms = 1645557742000; /* RFC 9562 appendix A.6: 017f22e2-79b0 */
+    for (int i = 0; i < 200; i++) {
+        char id[JOB_ID_LEN + 1];
+        cr_assert_eq(job_id_generate(ms, id), RMQS_OK);
+        cr_assert_eq(strlen(id), JOB_ID_LEN);
+        cr_expect_eq(strncmp(id, "017f22e2-79b0-7", 15), 0, "%s", id);
+        cr_expect(strchr("89ab", id[19]) != NULL, "variant nibble in %s", id);
+        for (int k = 0; k < JOB_ID_LEN; k++) {
+            if (k == 8 || k == 13 || k == 18 || k == 23)
+                cr_expect_eq(id[k], '-', "%s", id);
+            else
+                cr_expect(strchr("0123456789abcdef", id[k]) != NULL, "%s", id);
+        }
+        unsigned char b[JOB_ID_BYTES];
+        cr_assert_eq(job_id_parse(id, b), RMQS_OK, "%s", id);
+        cr_expect_eq(b[6] >> 4, 7, "version");
+        cr_expect_eq(b[8] >> 6, 2, "variant");
+        uint64_t ts = 0;
+        for (int k = 0; k < 6; k++)
+            ts = ts << 8 | b[k];
+        cr_expect_eq(ts, (uint64_t)ms);
+    }
+}
+
+Test(job, id_generate_time_ordered_and_unique)
+{
+    char prev[JOB_ID_LEN + 1] = "";
+    for (int64_t ms = NOW; ms < NOW + 2000; ms++) {
+        char id[JOB_ID_LEN + 1];
+        cr_assert_eq(job_id_generate(ms, id), RMQS_OK);
+        cr_assert_gt(strcmp(id, prev), 0, "%s after %s", id, prev);
+        memcpy(prev, id, sizeof id);
+    }
+    /* same millisecond: 74 random bits keep them apart */
+    enum { N = 500 };
+    static char ids[N][JOB_ID_LEN + 1];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(job_id_generate(NOW, ids[i]), RMQS_OK);
+    for (int i = 0; i < N; i++)
+        for (int k = i + 1; k < N; k++)
+            cr_assert_str_neq(ids[i], ids[k]);
+}
+
+Test(job, id_format_parse_round_trip)
+{
+    unsigned char in[JOB_ID_BYTES], out[JOB_ID_BYTES];
+    for (int i = 0; i < JOB_ID_BYTES; i++)
+        in[i] = (unsigned char)(i + 1 + (i == 15 ? 0xE0 : 0));
+    char text[JOB_ID_LEN + 1];
+    job_id_format(in, text);
+    cr_expect_str_eq(text, "01020304-0506-0708-090a-0b0c0d0e0ff0");
+    cr_assert_eq(job_id_parse(text, out), RMQS_OK);
+    cr_expect_eq(memcmp(in, out, sizeof in), 0);
+}
+
+Test(job, id_parse_rejects)
+{
+    static const char *const bad[] = {
+        "",
+        "017f22e2-79b0-7cc3-98c4-dc0c0c07398",   /* 35 */
+        "017f22e2-79b0-7cc3-98c4-dc0c0c07398fa", /* 37 */
+        "017F22E2-79B0-7CC3-98C4-DC0C0C07398F",  /* upper case */
+        "017f22e2-79b0-7cc3-98c4-dc0c0c07398F",
+        "017f22e279b0-7cc3-98c4-dc0c0c07398f0",  /* dash missing */
+        "017f22e2-79b07-cc3-98c4-dc0c0c07398f",  /* dash misplaced */
+        "017f22e2-79b0-7cc3-98c4-dc0c0c07398g",  /* not hex */
+        "017f22e2_79b0_7cc3_98c4_dc0c0c07398f",
+        "{017f22e2-79b0-7cc3-98c4-dc0c0c0739}",
+        " 017f22e2-79b0-7cc3-98c4-dc0c0c07398",
+        "017f22e279b07cc398c4dc0c0c07398f",      /* no dashes */
+    };
+    unsigned char b[JOB_ID_BYTES];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(job_id_parse(bad[i], b), RMQS_EINVAL, "\"%s\" accepted", bad[i]);
+    cr_expect_eq(job_id_parse(NULL, b), RMQS_EINVAL);
+    cr_expect_eq(job_id_parse("017f22e2-79b0-7cc3-98c4-dc0c0c07398f", b), RMQS_OK);
+}
+
+/* ------------------------------------------------------------------------ */
+/* base64                                                                    */
+
+struct b64_case {
+    const char *raw;
+    size_t raw_len;
+    const char *enc;
+};
+#define RAW(s) s, sizeof(s) - 1
+
+Test(job, base64_vectors)
+{
+    static const struct b64_case cases[] = {
+        /* RFC 4648 section 10 */
+        {RAW(""), ""},
+        {RAW("f"), "Zg=="},
+        {RAW("fo"), "Zm8="},
+        {RAW("foo"), "Zm9v"},
+        {RAW("foob"), "Zm9vYg=="},
+        {RAW("fooba"), "Zm9vYmE="},
+        {RAW("foobar"), "Zm9vYmFy"},
+        /* both non-letter characters and binary bytes */
+        {RAW("\x00\x01\x02\xff"), "AAEC/w=="},
+        {RAW("\xfb\xff\xbf"), "+/+/"},
+        {RAW("\x00"), "AA=="},
+        {RAW("\x00\x00\x00"), "AAAA"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *enc = job_base64_encode((const unsigned char *)cases[i].raw,
+                                      cases[i].raw_len);
+        cr_assert_not_null(enc);
+        cr_expect_str_eq(enc, cases[i].enc, "case %zu", i);
+        free(enc);
+
+        unsigned char *dec = NULL;
+        size_t dec_len = 99;
+        cr_assert_eq(job_base64_decode(cases[i].enc, strlen(cases[i].enc), &dec,
+                                       &dec_len),
+                     RMQS_OK, "%s", cases[i].enc);
+        cr_assert_not_null(dec, "%s: non-NULL even when empty", cases[i].enc);
+        cr_expect_eq(dec_len, cases[i].raw_len, "%s", cases[i].enc);
+        cr_expect_eq(memcmp(dec, cases[i].raw, dec_len), 0, "%s", cases[i].enc);
+        free(dec);
+    }
+}
+
+Test(job, base64_round_trip_all_lengths)
+{
+    unsigned char raw[300];
+    for (size_t i = 0; i < sizeof raw; i++)
+        raw[i] = (unsigned char)(i * 151 + 7);
+    for (size_t n = 0; n <= sizeof raw; n++) {
+        char *enc = job_base64_encode(raw, n);
+        cr_assert_not_null(enc);
+        cr_assert_eq(strlen(enc), (n + 2) / 3 * 4);
+        unsigned char *dec;
+        size_t dec_len;
+        cr_assert_eq(job_base64_decode(enc, strlen(enc), &dec, &dec_len), RMQS_OK);
+        cr_assert_eq(dec_len, n);
+        cr_assert_eq(memcmp(dec, raw, n), 0);
+        free(dec);
+        free(enc);
+    }
+}
+
+Test(job, base64_invalid)
+{
+    static const char *const bad[] = {
+        "Zg",        /* unpadded */
+        "Zg=",       /* length 3 */
+        "Zm9vY",     /* length 5 */
+        "Z===",      /* too much padding */
+        "====",
+        "=Zg=",
+        "Zg=a",      /* data after padding */
+        "Zg==Zg==",  /* padding in the middle */
+        "Zm=v",
+        "Zm9 Yg==",  /* whitespace */
+        "Zm9vYg==\n",
+        "Zm9vYg=\n",
+        "Zm9-",      /* base64url alphabet */
+        "Zm9_",
+        "Zm9v\x80YmE",
+        "Zh==",      /* non-zero bits under the padding (non-canonical) */
+        "Zm9=",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsigned char *dec = (unsigned char *)"sentinel";
+        size_t dec_len = 99;
+        cr_expect_eq(job_base64_decode(bad[i], strlen(bad[i]), &dec, &dec_len),
+                     RMQS_EINVAL, "\"%s\" accepted", bad[i]);
+        cr_expect_null(dec, "\"%s\": *out must be NULL on failure", bad[i]);
+    }
+    /* a NUL inside the given length is just another invalid character */
+    unsigned char *dec;
+    size_t dec_len;
+    cr_expect_eq(job_base64_decode("Zm9v\0\0\0\0", 8, &dec, &dec_len), RMQS_EINVAL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* job_from_request: valid bodies                                            */
+
+struct valid_req {
+    const char *json;
+    const char *exchange;
+    const char *routing_key;
+    job_body_kind kind;
+    const char *body;
+    size_t body_len;
+    int64_t deliver_at;
+    int64_t delay_ms;
+    int max_attempts;
+    size_t n_headers;          /* 0: headers must be NULL */
+    size_t n_properties;       /* 0: properties must be NULL */
+    const char *content_type;  /* expected properties.content_type, or NULL */
+};
+
+Test(job, from_request_valid_table)
+{
+    static const struct valid_req cases[] = {
+        {"{'exchange':'ex','routing_key':'rk','body':'hello','delay_ms':1000}",
+         "ex", "rk", JOB_BODY_TEXT, RAW("hello"), NOW + 1000, 1000, 5, 0, 0, NULL},
+        {"{'exchange':'','routing_key':'','body':'','delay_ms':0}",
+         "", "", JOB_BODY_TEXT, RAW(""), NOW, 0, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':'h\\u00e9llo \\u2603','delay_ms':1}",
+         "e", "r", JOB_BODY_TEXT, RAW("h\xc3\xa9llo \xe2\x98\x83"), NOW + 1, 1, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':{'b':1,'a':[true,null,1.5]},'delay_ms':1}",
+         "e", "r", JOB_BODY_JSON, RAW("{\"b\":1,\"a\":[true,null,1.5]}"), NOW + 1, 1, 5,
+         0, 1, "application/json"},
+        {"{'exchange':'e','routing_key':'r','body':[],'delay_ms':1,"
+         "'properties':{'content_type':'text/x'}}",
+         "e", "r", JOB_BODY_JSON, RAW("[]"), NOW + 1, 1, 5, 0, 1, "text/x"},
+        {"{'exchange':'e','routing_key':'r','body':{},'delay_ms':1,"
+         "'properties':{'priority':3}}",
+         "e", "r", JOB_BODY_JSON, RAW("{}"), NOW + 1, 1, 5, 0, 2, "application/json"},
+        {"{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':1}",
+         "e", "r", JOB_BODY_BINARY, RAW("\x00\x01\x02\xff"), NOW + 1, 1, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body_base64':'','delay_ms':1}",
+         "e", "r", JOB_BODY_BINARY, RAW(""), NOW + 1, 1, 5, 0, 0, NULL},
+        /* deliver_at: future, with offset, past (accepted, delay 0) */
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-01T01:00:00Z'}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + HOUR, HOUR, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-01T09:00:00.250+08:00'}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + HOUR + 250, HOUR + 250, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2025-12-31T23:00:00Z'}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW - HOUR, 0, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'0001-01-01T00:00:00Z'}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), -62135596800000, 0, 5, 0, 0, NULL},
+        /* exactly at the horizon */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':2592000000}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 30 * DAY, 30 * DAY, 5, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-31T00:00:00Z'}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 30 * DAY, 30 * DAY, 5, 0, 0, NULL},
+        /* max_attempts bounds */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,'max_attempts':1}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 1, 0, 0, NULL},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,'max_attempts':10}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 10, 0, 0, NULL},
+        /* 255-byte names; control characters are fine in a routing key */
+        {"{'exchange':'" S255 "','routing_key':'" S255 "','body':'x','delay_ms':0}",
+         S255, S255, JOB_BODY_TEXT, RAW("x"), NOW, 0, 5, 0, 0, NULL},
+        {"{'exchange':'amq.topic','routing_key':'a\\tb','body':'x','delay_ms':0}",
+         "amq.topic", "a\tb", JOB_BODY_TEXT, RAW("x"), NOW, 0, 5, 0, 0, NULL},
+        /* headers of every allowed type; reserved names only matter exactly */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,"
+         "'headers':{'s':'v','i':-3,'f':2.5,'t':true,'n':false,'x-delayed':'ok','" S255 "':1}}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 5, 7, 0, NULL},
+        /* empty objects are kept as NULL */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,'headers':{},'properties':{}}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 5, 0, 0, NULL},
+        /* every property, at its bounds */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,'properties':{"
+         "'content_type':'text/plain','content_encoding':'gzip','correlation_id':'c',"
+         "'reply_to':'q','message_id':'" S255 "','type':'t','app_id':'a','user_id':'guest',"
+         "'priority':255,'expiration':'4294967295','persistent':false}}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 5, 0, 11, "text/plain"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,'properties':{"
+         "'priority':0,'expiration':'0','persistent':true}}",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 5, 0, 3, NULL},
+        /* whitespace and key order do not matter */
+        {" \n{ 'delay_ms' : 5 ,\t'body':'x', 'routing_key':'r','exchange':'e' }\n",
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 5, 5, 5, 0, 0, NULL},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct valid_req *c = &cases[i];
+        job_t j;
+        rmqs_error err;
+        memset(&err, 0, sizeof err);
+        char *canon = NULL;
+        rmqs_rc rc = req(c->json, &j, &canon, &err);
+        cr_expect_eq(rc, RMQS_OK, "case %zu: rc %d, field '%s': %s", i, rc,
+                     err.field, err.message);
+        if (rc != RMQS_OK)
+            continue;
+        cr_expect_str_eq(j.id, "", "case %zu", i);
+        cr_expect_eq(j.status, JOB_PENDING, "case %zu", i);
+        cr_expect_str_eq(j.exchange, c->exchange, "case %zu", i);
+        cr_expect_str_eq(j.routing_key, c->routing_key, "case %zu", i);
+        cr_expect_eq(j.body_kind, c->kind, "case %zu", i);
+        cr_expect_eq(j.body_len, c->body_len, "case %zu", i);
+        if (c->body_len > 0)
+            cr_expect(j.body != NULL && memcmp(j.body, c->body, c->body_len) == 0,
+                      "case %zu: body bytes", i);
+        cr_expect_eq(j.deliver_at, c->deliver_at, "case %zu: deliver_at %lld", i,
+                     (long long)j.deliver_at);
+        cr_expect_eq(j.due_at, c->deliver_at, "case %zu", i);
+        cr_expect_eq(j.delay_ms, c->delay_ms, "case %zu: delay %lld", i,
+                     (long long)j.delay_ms);
+        cr_expect_eq(j.created_at, NOW, "case %zu", i);
+        cr_expect_eq(j.updated_at, NOW, "case %zu", i);
+        cr_expect_eq(j.sent_at, -1, "case %zu", i);
+        cr_expect_eq(j.attempts, 0, "case %zu", i);
+        cr_expect_eq(j.max_attempts, c->max_attempts, "case %zu", i);
+        cr_expect_null(j.last_error, "case %zu", i);
+        if (c->n_headers == 0) {
+            cr_expect_null(j.headers, "case %zu", i);
+        } else {
+            cr_expect(json_is_object(j.headers), "case %zu", i);
+            cr_expect_eq(json_object_size(j.headers), c->n_headers, "case %zu", i);
+        }
+        if (c->n_properties == 0) {
+            cr_expect_null(j.properties, "case %zu", i);
+        } else {
+            cr_expect(json_is_object(j.properties), "case %zu", i);
+            cr_expect_eq(json_object_size(j.properties), c->n_properties, "case %zu", i);
+        }
+        const char *ct = json_string_value(json_object_get(j.properties, "content_type"));
+        if (c->content_type == NULL)
+            cr_expect_null(ct, "case %zu", i);
+        else
+            cr_expect(ct != NULL && strcmp(ct, c->content_type) == 0,
+                      "case %zu: content_type %s", i, ct ? ct : "(none)");
+        cr_expect_not_null(canon, "case %zu", i);
+        free(canon);
+        job_clear(&j);
+    }
+}
+
+Test(job, from_request_header_values_kept)
+{
+    job_t j;
+    rmqs_error err;
+    cr_assert_eq(req("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,"
+                     "'headers':{'s':'v','i':-3,'f':2.5,'t':true}}",
+                     &j, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    json_t *want = json_pack("{s:s,s:i,s:f,s:b}", "s", "v", "i", -3, "f", 2.5, "t", 1);
+    cr_expect(json_equal(j.headers, want));
+    json_decref(want);
+    job_clear(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* job_from_request: invalid bodies                                          */
+
+struct invalid_req {
+    const char *json;
+    const char *field;
+    const char *message; /* a substring of err.message */
+};
+
+#define OK_BASE "'exchange':'e','routing_key':'r','body':'x','delay_ms':0"
+
+static void check_invalid(const struct invalid_req *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct invalid_req *c = &cases[i];
+        job_t j;
+        memset(&j, 0xAB, sizeof j); /* must come back zeroed */
+        char *canon = (char *)"sentinel";
+        rmqs_error err;
+        memset(&err, 0, sizeof err);
+        rmqs_rc rc = req(c->json, &j, &canon, &err);
+        cr_expect_eq(rc, RMQS_EINVAL, "%s: rc %d", c->json, rc);
+        cr_expect_str_eq(err.field, c->field, "%s: message '%s'", c->json, err.message);
+        cr_expect(strstr(err.message, c->message) != NULL,
+                  "%s: message '%s' lacks '%s'", c->json, err.message, c->message);
+        cr_expect(is_zero(&j, sizeof j), "%s: *out not zeroed", c->json);
+        cr_expect_null(canon, "%s: canonical not NULL", c->json);
+        if (rc == RMQS_OK) {
+            job_clear(&j);
+            free(canon);
+        }
+    }
+}
+
+Test(job, from_request_invalid_json)
+{
+    static const struct invalid_req cases[] = {
+        {"", "", "invalid JSON: "},
+        {"   ", "", "invalid JSON: "},
+        {"{", "", "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0", "", "invalid JSON: "},
+        {"{" OK_BASE ",}", "", "invalid JSON: "},
+        {"{" OK_BASE "} {}", "", "invalid JSON: "},
+        {"{'exchange':'e\\u0000'}", "", "invalid JSON: "},
+        {"{'exchange':'a','exchange':'b','routing_key':'r','body':'x','delay_ms':0}",
+         "", "duplicate"},
+        {"{" OK_BASE ",'headers':{'a':1,'a':2}}", "", "duplicate"},
+        {"42", "", "invalid JSON: "},
+        {"'x'", "", "invalid JSON: "},
+        {"null", "", "invalid JSON: "},
+        {"[" "{" OK_BASE "}" "]", "", "request body must be a JSON object"},
+        {"[]", "", "request body must be a JSON object"},
+    };
+    check_invalid(cases, sizeof cases / sizeof cases[0]);
+
+    /* the position is part of the message */
+    rmqs_error err;
+    job_t j;
+    cr_expect_eq(req("{\n'exchange':}", &j, NULL, &err), RMQS_EINVAL);
+    cr_expect(strstr(err.message, "(line 2, column") != NULL, "%s", err.message);
+}
+
+Test(job, from_request_invalid_fields)
+{
+    static const struct invalid_req cases[] = {
+        /* unknown fields: the smallest name is reported */
+        {"{" OK_BASE ",'foo':1}", "foo", "unknown field"},
+        {"{" OK_BASE ",'zeta':1,'alpha':1,'mu':1}", "alpha", "unknown field"},
+        {"{'mu':1," OK_BASE ",'alpha':1,'zeta':1}", "alpha", "unknown field"},
+        {"{" OK_BASE ",'Exchange':'e'}", "Exchange", "unknown field"},
+        {"{'foo':1}", "foo", "unknown field"},
+        /* exchange */
+        {"{'routing_key':'r','body':'x','delay_ms':0}", "exchange", "exchange: required"},
+        {"{'exchange':1,'routing_key':'r','body':'x','delay_ms':0}",
+         "exchange", "exchange: must be a string"},
+        {"{'exchange':null,'routing_key':'r','body':'x','delay_ms':0}",
+         "exchange", "exchange: must be a string"},
+        {"{'exchange':'" S256 "','routing_key':'r','body':'x','delay_ms':0}",
+         "exchange", "exchange: longer than 255 bytes"},
+        {"{'exchange':'a\\u0001b','routing_key':'r','body':'x','delay_ms':0}",
+         "exchange", "exchange: must not contain control characters"},
+        {"{'exchange':'a\\nb','routing_key':'r','body':'x','delay_ms':0}",
+         "exchange", "control characters"},
+        {"{'exchange':'a\\u007fb','routing_key':'r','body':'x','delay_ms':0}",
+         "exchange", "control characters"},
+        /* routing_key */
+        {"{'exchange':'e','body':'x','delay_ms':0}", "routing_key", "routing_key: required"},
+        {"{'exchange':'e','routing_key':['r'],'body':'x','delay_ms':0}",
+         "routing_key", "routing_key: must be a string"},
+        {"{'exchange':'e','routing_key':'" S256 "','body':'x','delay_ms':0}",
+         "routing_key", "routing_key: longer than 255 bytes"},
+        /* body */
+        {"{'exchange':'e','routing_key':'r','delay_ms':0}",
+         "body", "one of body or body_base64 is required"},
+        {"{'exchange':'e','routing_key':'r','body':'x','body_base64':'eA==','delay_ms':0}",
+         "body_base64", "only one of body or body_base64 may be given"},
+        {"{'exchange':'e','routing_key':'r','body':42,'delay_ms':0}",
+         "body", "body: must be a string, an object or an array"},
+        {"{'exchange':'e','routing_key':'r','body':null,'delay_ms':0}",
+         "body", "body: must be a string, an object or an array"},
+        {"{'exchange':'e','routing_key':'r','body':true,'delay_ms':0}",
+         "body", "body: must be a string, an object or an array"},
+        {"{'exchange':'e','routing_key':'r','body_base64':'abc','delay_ms':0}",
+         "body_base64", "body_base64: not valid base64"},
+        {"{'exchange':'e','routing_key':'r','body_base64':'Zm9v Yg==','delay_ms':0}",
+         "body_base64", "body_base64: not valid base64"},
+        {"{'exchange':'e','routing_key':'r','body_base64':'Zm9vYg','delay_ms':0}",
+         "body_base64", "body_base64: not valid base64"},
+        {"{'exchange':'e','routing_key':'r','body_base64':7,'delay_ms':0}",
+         "body_base64", "body_base64: must be a string"},
+        /* timing */
+        {"{'exchange':'e','routing_key':'r','body':'x'}",
+         "delay_ms", "one of delay_ms or deliver_at is required"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,"
+         "'deliver_at':'2026-01-01T00:00:00Z'}",
+         "deliver_at", "only one of delay_ms or deliver_at may be given"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':-1}",
+         "delay_ms", "delay_ms: must not be negative"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':1.5}",
+         "delay_ms", "delay_ms: must be an integer"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':1.0}",
+         "delay_ms", "delay_ms: must be an integer"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':'100'}",
+         "delay_ms", "delay_ms: must be an integer"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':null}",
+         "delay_ms", "delay_ms: must be an integer"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':2592000001}",
+         "delay_ms", "delay_ms: beyond the scheduling horizon of 30 days"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':9223372036854775807}",
+         "delay_ms", "beyond the scheduling horizon"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':99999999999999999999}",
+         "", "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-31T00:00:00.001Z'}",
+         "deliver_at", "deliver_at: beyond the scheduling horizon of 30 days"},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'9999-12-31T23:59:59Z'}",
+         "deliver_at", "beyond the scheduling horizon"},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'tomorrow'}",
+         "deliver_at", "deliver_at: not an RFC 3339 timestamp"},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-01T00:00:00'}",
+         "deliver_at", "deliver_at: not an RFC 3339 timestamp"},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-02-29T00:00:00Z'}",
+         "deliver_at", "deliver_at: not an RFC 3339 timestamp"},
+        {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':1767225600000}",
+         "deliver_at", "deliver_at: must be a string"},
+        /* headers */
+        {"{" OK_BASE ",'headers':[]}", "headers", "headers: must be an object"},
+        {"{" OK_BASE ",'headers':null}", "headers", "headers: must be an object"},
+        {"{" OK_BASE ",'headers':{'x-delay':1}}", "headers.x-delay", "reserved header"},
+        {"{" OK_BASE ",'headers':{'X-Delay':1}}", "headers.X-Delay", "reserved header"},
+        {"{" OK_BASE ",'headers':{'X-Scheduler-Job-Id':'a'}}",
+         "headers.X-Scheduler-Job-Id", "reserved header"},
+        {"{" OK_BASE ",'headers':{'x-scheduled-at':'a'}}",
+         "headers.x-scheduled-at", "reserved header"},
+        {"{" OK_BASE ",'headers':{'a':{'b':1}}}", "headers.a",
+         "headers.a: must be a string, number or boolean"},
+        {"{" OK_BASE ",'headers':{'a':[1]}}", "headers.a",
+         "must be a string, number or boolean"},
+        {"{" OK_BASE ",'headers':{'ok':1,'n':null}}", "headers.n",
+         "must be a string, number or boolean"},
+        {"{" OK_BASE ",'headers':{'b':null,'a':null}}", "headers.a",
+         "must be a string, number or boolean"},
+        {"{" OK_BASE ",'headers':{'':1}}", "headers", "must not be empty"},
+        {"{" OK_BASE ",'headers':{'" S256 "':1}}", "headers", "longer than 255 bytes"},
+        /* properties */
+        {"{" OK_BASE ",'properties':'x'}", "properties", "properties: must be an object"},
+        {"{" OK_BASE ",'properties':{'foo':1}}", "properties.foo", "unknown property"},
+        {"{" OK_BASE ",'properties':{'headers':{}}}", "properties.headers", "unknown property"},
+        {"{" OK_BASE ",'properties':{'delivery_mode':2}}",
+         "properties.delivery_mode", "unknown property"},
+        {"{" OK_BASE ",'properties':{'content_type':1}}",
+         "properties.content_type", "properties.content_type: must be a string"},
+        {"{" OK_BASE ",'properties':{'user_id':null}}",
+         "properties.user_id", "must be a string"},
+        {"{" OK_BASE ",'properties':{'message_id':'" S256 "'}}",
+         "properties.message_id", "longer than 255 bytes"},
+        {"{" OK_BASE ",'properties':{'reply_to':'a\\rb'}}",
+         "properties.reply_to", "control characters"},
+        {"{" OK_BASE ",'properties':{'priority':256}}", "properties.priority", "0 to 255"},
+        {"{" OK_BASE ",'properties':{'priority':-1}}", "properties.priority", "0 to 255"},
+        {"{" OK_BASE ",'properties':{'priority':1.5}}", "properties.priority", "integer"},
+        {"{" OK_BASE ",'properties':{'priority':'5'}}", "properties.priority", "integer"},
+        {"{" OK_BASE ",'properties':{'expiration':'abc'}}",
+         "properties.expiration", "decimal digits"},
+        {"{" OK_BASE ",'properties':{'expiration':''}}", "properties.expiration", "digits"},
+        {"{" OK_BASE ",'properties':{'expiration':'-1'}}", "properties.expiration", "digits"},
+        {"{" OK_BASE ",'properties':{'expiration':' 1'}}", "properties.expiration", "digits"},
+        {"{" OK_BASE ",'properties':{'expiration':60000}}", "properties.expiration", "string"},
+        {"{" OK_BASE ",'properties':{'expiration':'4294967296'}}",
+         "properties.expiration", "4294967295"},
+        {"{" OK_BASE ",'properties':{'expiration':'12345678901'}}",
+         "properties.expiration", "digits"},
+        {"{" OK_BASE ",'properties':{'persistent':'yes'}}",
+         "properties.persistent", "properties.persistent: must be a boolean"},
+        {"{" OK_BASE ",'properties':{'persistent':1}}", "properties.persistent", "boolean"},
+        /* max_attempts */
+        {"{" OK_BASE ",'max_attempts':0}", "max_attempts", "max_attempts: must be an integer from 1 to 10"},
+        {"{" OK_BASE ",'max_attempts':11}", "max_attempts", "from 1 to 10"},
+        {"{" OK_BASE ",'max_attempts':-5}", "max_attempts", "from 1 to 10"},
+        {"{" OK_BASE ",'max_attempts':2.0}", "max_attempts", "integer"},
+        {"{" OK_BASE ",'max_attempts':'3'}", "max_attempts", "integer"},
+        {"{" OK_BASE ",'max_attempts':4294967297}", "max_attempts", "from 1 to 10"},
+    };
+    check_invalid(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Builds a request with n headers h0..h{n-1}. */
+static char *request_with_headers(int n)
+{
+    size_t cap = 128 + (size_t)n * 16;
+    char *s = malloc(cap);
+    cr_assert_not_null(s);
+    size_t o = (size_t)snprintf(s, cap, "{\"exchange\":\"e\",\"routing_key\":\"r\","
+                                        "\"body\":\"x\",\"delay_ms\":0,\"headers\":{");
+    for (int i = 0; i < n; i++)
+        o += (size_t)snprintf(s + o, cap - o, "%s\"h%d\":%d", i ? "," : "", i, i);
+    snprintf(s + o, cap - o, "}}");
+    return s;
+}
+
+Test(job, from_request_header_count_limit)
+{
+    job_t j;
+    rmqs_error err;
+    char *s = request_with_headers(128);
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_OK,
+                 "%s", err.message);
+    cr_expect_eq(json_object_size(j.headers), 128);
+    job_clear(&j);
+    free(s);
+
+    s = request_with_headers(129);
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "headers");
+    cr_expect_str_eq(err.message, "headers: more than 128 entries");
+    free(s);
+}
+
+Test(job, from_request_horizon_message_not_in_days)
+{
+    job_limits lim = LIM;
+    lim.max_delay_ms = 90000;
+    job_t j;
+    rmqs_error err;
+    const char *s = "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":90001}";
+    cr_expect_eq(job_from_request(s, strlen(s), &lim, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.message, "delay_ms: beyond the scheduling horizon of 90000 ms");
+    lim.max_delay_ms = DAY;
+    cr_expect_eq(job_from_request(s, strlen(s), &lim, NOW, &j, NULL, &err), RMQS_OK);
+    job_clear(&j);
+}
+
+Test(job, from_request_not_nul_terminated)
+{
+    const char *full = "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":7}";
+    size_t n = strlen(full);
+    char *copy = malloc(n); /* exact size: ASan catches any read past len */
+    cr_assert_not_null(copy);
+    memcpy(copy, full, n);
+    job_t j;
+    rmqs_error err;
+    cr_expect_eq(job_from_request(copy, n, &LIM, NOW, &j, NULL, &err), RMQS_OK, "%s",
+                 err.message);
+    cr_expect_eq(j.delay_ms, 7);
+    job_clear(&j);
+    cr_expect_eq(job_from_request(copy, n - 1, &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    free(copy);
+}
+
+Test(job, from_request_null_err_is_fine)
+{
+    job_t j;
+    cr_expect_eq(req("{'foo':1}", &j, NULL, NULL), RMQS_EINVAL);
+    cr_expect(is_zero(&j, sizeof j));
+}
+
+/* ------------------------------------------------------------------------ */
+/* canonical form                                                            */
+
+static char *canonical_of(const char *s)
+{
+    job_t j;
+    rmqs_error err;
+    char *canon = NULL;
+    cr_assert_eq(req(s, &j, &canon, &err), RMQS_OK, "%s: %s", s, err.message);
+    job_clear(&j);
+    cr_assert_not_null(canon);
+    return canon;
+}
+
+Test(job, canonical_sorted_compact)
+{
+    char *c = canonical_of("{ 'routing_key' : 'r', 'exchange':'e',\n 'delay_ms':5, 'body':'x' }");
+    cr_expect_str_eq(c, "{\"body\":\"x\",\"delay_ms\":5,\"exchange\":\"e\",\"routing_key\":\"r\"}");
+    free(c);
+}
+
+Test(job, canonical_equal_for_key_order)
+{
+    char *a = canonical_of(
+        "{'exchange':'e','routing_key':'r','body':{'x':1,'y':[1,2]},'delay_ms':5,"
+        "'headers':{'a':1,'b':'2'},'properties':{'priority':1,'app_id':'z'}}");
+    char *b = canonical_of(
+        "{'properties':{'app_id':'z','priority':1},'headers':{'b':'2','a':1},"
+        "'delay_ms':5,'body':{'y':[1,2],'x':1},'routing_key':'r','exchange':'e'}");
+    cr_expect_str_eq(a, b);
+
+    /* any difference in content changes it (array order included) */
+    static const char *const others[] = {
+        "{'exchange':'e','routing_key':'r','body':{'x':1,'y':[2,1]},'delay_ms':5,"
+        "'headers':{'a':1,'b':'2'},'properties':{'priority':1,'app_id':'z'}}",
+        "{'exchange':'e','routing_key':'r','body':{'x':1,'y':[1,2]},'delay_ms':6,"
+        "'headers':{'a':1,'b':'2'},'properties':{'priority':1,'app_id':'z'}}",
+        "{'exchange':'e','routing_key':'r','body':{'x':1,'y':[1,2]},'delay_ms':5,"
+        "'headers':{'a':1,'b':2},'properties':{'priority':1,'app_id':'z'}}",
+        "{'exchange':'e','routing_key':'r','body':{'x':1,'y':[1,2]},'delay_ms':5,"
+        "'headers':{'a':1,'b':'2'},'properties':{'priority':1,'app_id':'z'},'max_attempts':5}",
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        char *o = canonical_of(others[i]);
+        cr_expect_str_neq(a, o, "case %zu", i);
+        free(o);
+    }
+    free(a);
+    free(b);
+}
+
+Test(job, canonical_does_not_include_defaults)
+{
+    /* the content_type default is added to the job, not to the fingerprint */
+    char *c = canonical_of("{'exchange':'e','routing_key':'r','body':[1],'delay_ms':5}");
+    cr_expect_str_eq(c, "{\"body\":[1],\"delay_ms\":5,\"exchange\":\"e\",\"routing_key\":\"r\"}");
+    free(c);
+}
+
+/* ------------------------------------------------------------------------ */
+/* job_to_json                                                               */
+
+static const char *const api_keys[] = {
+    "id", "status", "exchange", "routing_key", "deliver_at", "next_attempt_at",
+    "created_at", "updated_at", "sent_at", "attempts", "max_attempts",
+    "last_error", "headers", "properties",
+};
+
+static void expect_common_keys(json_t *o, const char *body_key)
+{
+    size_t n = sizeof api_keys / sizeof api_keys[0];
+    for (size_t i = 0; i < n; i++)
+        cr_expect_not_null(json_object_get(o, api_keys[i]), "missing %s", api_keys[i]);
+    cr_expect_not_null(json_object_get(o, body_key), "missing %s", body_key);
+    cr_expect_eq(json_object_size(o), n + 1, "unexpected extra keys");
+}
+
+static job_t job_of(const char *s)
+{
+    job_t j;
+    rmqs_error err;
+    cr_assert_eq(req(s, &j, NULL, &err), RMQS_OK, "%s: %s", s, err.message);
+    memcpy(j.id, "017f22e2-79b0-7cc3-98c4-dc0c0c07398f", JOB_ID_LEN + 1);
+    return j;
+}
+
+static const char *str_of(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s != NULL ? s : "(not a string)";
+}
+
+Test(job, to_json_text_pending)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}");
+    json_t *o = job_to_json(&j);
+    cr_assert_not_null(o);
+    expect_common_keys(o, "body");
+    cr_expect_str_eq(str_of(o, "id"), "017f22e2-79b0-7cc3-98c4-dc0c0c07398f");
+    cr_expect_str_eq(str_of(o, "status"), "pending");
+    cr_expect_str_eq(str_of(o, "exchange"), "e");
+    cr_expect_str_eq(str_of(o, "routing_key"), "r");
+    cr_expect_str_eq(str_of(o, "deliver_at"), "2026-01-01T00:00:01.500Z");
+    cr_expect_str_eq(str_of(o, "next_attempt_at"), "2026-01-01T00:00:01.500Z");
+    cr_expect_str_eq(str_of(o, "created_at"), "2026-01-01T00:00:00.000Z");
+    cr_expect_str_eq(str_of(o, "updated_at"), "2026-01-01T00:00:00.000Z");
+    cr_expect(json_is_null(json_object_get(o, "sent_at")));
+    cr_expect(json_is_null(json_object_get(o, "last_error")));
+    cr_expect_eq(json_integer_value(json_object_get(o, "attempts")), 0);
+    cr_expect_eq(json_integer_value(json_object_get(o, "max_attempts")), 5);
+    cr_expect(json_is_object(json_object_get(o, "headers")));
+    cr_expect_eq(json_object_size(json_object_get(o, "headers")), 0);
+    cr_expect_eq(json_object_size(json_object_get(o, "properties")), 0);
+    cr_expect_str_eq(str_of(o, "body"), "hello");
+    cr_expect_null(json_object_get(o, "body_base64"));
+    json_decref(o);
+    job_clear(&j);
+}
+
+Test(job, to_json_json_body)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}]},"
+                     "'delay_ms':0,'headers':{'h':1}}");
+    json_t *o = job_to_json(&j);
+    cr_assert_not_null(o);
+    expect_common_keys(o, "body");
+    json_t *want = json_pack("{s:[i,{s:n}]}", "a", 1, "b");
+    cr_expect(json_equal(json_object_get(o, "body"), want), "body is the JSON value");
+    json_decref(want);
+    cr_expect_str_eq(str_of(json_object_get(o, "properties"), "content_type"),
+                     "application/json");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "headers"), "h")), 1);
+
+    /* the answer is independent of the job */
+    json_object_set_new(json_object_get(o, "headers"), "added", json_true());
+    cr_expect_eq(json_object_size(j.headers), 1);
+    json_decref(o);
+    job_clear(&j);
+}
+
+Test(job, to_json_binary_body)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':0}");
+    json_t *o = job_to_json(&j);
+    cr_assert_not_null(o);
+    expect_common_keys(o, "body_base64");
+    cr_expect_str_eq(str_of(o, "body_base64"), "AAEC/w==");
+    cr_expect_null(json_object_get(o, "body"));
+    json_decref(o);
+    job_clear(&j);
+}
+
+Test(job, to_json_sent_and_failed)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
+    j.status = JOB_SENT;
+    j.sent_at = NOW + 2;
+    j.attempts = 1;
+    j.updated_at = NOW + 2;
+    json_t *o = job_to_json(&j);
+    cr_assert_not_null(o);
+    cr_expect_str_eq(str_of(o, "status"), "sent");
+    cr_expect(json_is_null(json_object_get(o, "next_attempt_at")), "not pending");
+    cr_expect_str_eq(str_of(o, "sent_at"), "2026-01-01T00:00:00.002Z");
+    cr_expect_str_eq(str_of(o, "updated_at"), "2026-01-01T00:00:00.002Z");
+    cr_expect_eq(json_integer_value(json_object_get(o, "attempts")), 1);
+    json_decref(o);
+
+    j.status = JOB_FAILED;
+    j.sent_at = -1;
+    j.last_error = strdup("NOT_FOUND - no exchange 'e' \xff");
+    o = job_to_json(&j);
+    cr_assert_not_null(o);
+    cr_expect_str_eq(str_of(o, "status"), "failed");
+    cr_expect(json_is_null(json_object_get(o, "sent_at")));
+    cr_expect_str_eq(str_of(o, "last_error"), "NOT_FOUND - no exchange 'e' ?",
+                     "invalid UTF-8 replaced, not an error");
+    json_decref(o);
+    job_clear(&j);
+}
+
+Test(job, to_json_zeroed_job)
+{
+    job_t j = {0};
+    j.sent_at = -1;
+    json_t *o = job_to_json(&j);
+    cr_assert_not_null(o);
+    expect_common_keys(o, "body");
+    cr_expect_str_eq(str_of(o, "id"), "");
+    cr_expect_str_eq(str_of(o, "exchange"), "");
+    cr_expect_str_eq(str_of(o, "body"), "");
+    cr_expect_str_eq(str_of(o, "deliver_at"), "1970-01-01T00:00:00.000Z");
+    json_decref(o);
+}
+
+Test(job, to_json_damaged_body_shown_as_base64)
+{
+    job_t j = {0};
+    j.sent_at = -1;
+    j.body_kind = JOB_BODY_JSON;
+    j.body = (unsigned char *)strdup("{not json");
+    j.body_len = 9;
+    json_t *o = job_to_json(&j);
+    cr_assert_not_null(o);
+    cr_expect_null(json_object_get(o, "body"));
+    cr_expect_str_eq(str_of(o, "body_base64"), "e25vdCBqc29u");
+    json_decref(o);
+    job_clear(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* job_parse_reschedule                                                      */
+
+struct resched_ok {
+    const char *json;
+    int64_t deliver_at;
+    int64_t delay_ms;
+};
+
+Test(job, reschedule_valid)
+{
+    static const struct resched_ok cases[] = {
+        {"{'delay_ms':5000}", NOW + 5000, 5000},
+        {"{'delay_ms':0}", NOW, 0},
+        {"{'delay_ms':2592000000}", NOW + 30 * DAY, 30 * DAY},
+        {"{'deliver_at':'2026-01-01T00:00:10Z'}", NOW + 10000, 10000},
+        {"{'deliver_at':'2026-01-01T05:30:10-05:30'}", NOW + 11 * HOUR + 10000,
+         11 * HOUR + 10000},
+        {"{'deliver_at':'2025-12-31T00:00:00Z'}", NOW - DAY, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t at = 0, delay = -7;
+        rmqs_error err;
+        memset(&err, 0, sizeof err);
+        cr_expect_eq(resched(cases[i].json, &at, &delay, &err), RMQS_OK, "%s: %s",
+                     cases[i].json, err.message);
+        cr_expect_eq(at, cases[i].deliver_at, "%s", cases[i].json);
+        cr_expect_eq(delay, cases[i].delay_ms, "%s", cases[i].json);
+    }
+}
+
+Test(job, reschedule_invalid)
+{
+    static const struct invalid_req cases[] = {
+        {"", "", "invalid JSON: "},
+        {"{'delay_ms':1", "", "invalid JSON: "},
+        {"{'delay_ms':1,'delay_ms':2}", "", "duplicate"},
+        {"[{'delay_ms':1}]", "", "request body must be a JSON object"},
+        {"{}", "delay_ms", "one of delay_ms or deliver_at is required"},
+        {"{'delay_ms':1,'deliver_at':'2026-01-01T00:00:10Z'}",
+         "deliver_at", "only one of delay_ms or deliver_at may be given"},
+        {"{'delay_ms':1,'exchange':'x'}", "exchange", "unknown field"},
+        {"{'delay_ms':-1}", "delay_ms", "delay_ms: must not be negative"},
+        {"{'delay_ms':1.5}", "delay_ms", "delay_ms: must be an integer"},
+        {"{'delay_ms':2592000001}", "delay_ms", "beyond the scheduling horizon of 30 days"},
+        {"{'deliver_at':'2026-01-31T00:00:01Z'}", "deliver_at",
+         "beyond the scheduling horizon"},
+        {"{'deliver_at':'soon'}", "deliver_at", "deliver_at: not an RFC 3339 timestamp"},
+        {"{'deliver_at':null}", "deliver_at", "deliver_at: must be a string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t at = 123, delay = 456;
+        rmqs_error err;
+        memset(&err, 0, sizeof err);
+        cr_expect_eq(resched(cases[i].json, &at, &delay, &err), RMQS_EINVAL, "%s",
+                     cases[i].json);
+        cr_expect_str_eq(err.field, cases[i].field, "%s: %s", cases[i].json, err.message);
+        cr_expect(strstr(err.message, cases[i].message) != NULL,
+                  "%s: message '%s' lacks '%s'", cases[i].json, err.message,
+                  cases[i].message);
+        cr_expect(at == 123 && delay == 456, "%s: outputs touched on failure",
+                  cases[i].json);
+    }
+}

@@ -1,0 +1,1269 @@
+/*
+ * test_store.c - service/store.c against real SQLite files.
+ *
+ * Every test gets a fresh directory (mkdtemp under /tmp, removed in .fini)
+ * and a real database file in it; no mocks. Raw sqlite3 connections on the
+ * same file check what the store wrote and plant states the API cannot make
+ * (a newer schema version). Two test hooks from store.c (declared below, not
+ * in store.h) expose the SQL text, for EXPLAIN QUERY PLAN, and
+ * PRAGMA max_page_count on the store's own connection, to simulate a full
+ * disk.
+ *
+ * Suite "store" (CTest filters on the suite name); migration runner cases are
+ * named migrate_*.
+ */
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "job.h"
+#include "store.h"
+
+/* Test hooks defined in service/store.c. */
+const char *store__sql(const char *name);
+rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied);
+
+static char g_dir[64];
+static char g_path[128];
+static store_t *g_st;
+
+static int rm_entry(const char *p, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+static void setup(void)
+{
+    strcpy(g_dir, "/tmp/rmqs-store-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    snprintf(g_path, sizeof(g_path), "%s/jobs.db", g_dir);
+    g_st = NULL;
+}
+
+static void teardown(void)
+{
+    store_close(g_st);
+    g_st = NULL;
+    if (g_dir[0])
+        nftw(g_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(store, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+
+static const store_options k_opts = {.synchronous_full = true};
+
+static store_t *open_store(void)
+{
+    rmqs_error err = {0};
+    store_t *st = NULL;
+    rmqs_rc rc = store_open(g_path, &k_opts, &st, &err);
+
+    cr_assert_eq(rc, RMQS_OK, "store_open: %s", err.message);
+    cr_assert_not_null(st);
+    return st;
+}
+
+static void make_id(int n, char out[JOB_ID_LEN + 1])
+{
+    snprintf(out, JOB_ID_LEN + 1, "01890a5d-ac96-7b3c-8f00-%012x", n);
+}
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    cr_assert_not_null(d);
+    return d;
+}
+
+/* A pending job number n, due at deliver_at, with a small text body. */
+static void make_job(job_t *j, int n, int64_t deliver_at)
+{
+    memset(j, 0, sizeof(*j));
+    make_id(n, j->id);
+    j->status = JOB_PENDING;
+    j->exchange = xstrdup("ex");
+    j->routing_key = xstrdup("rk");
+    j->deliver_at = deliver_at;
+    j->due_at = deliver_at;
+    j->delay_ms = 1000;
+    j->created_at = 10;
+    j->updated_at = 10;
+    j->sent_at = -1;
+    j->attempts = 0;
+    j->max_attempts = 3;
+    j->body_kind = JOB_BODY_TEXT;
+    j->body = (unsigned char *)xstrdup("hello");
+    j->body_len = 5;
+}
+
+static void insert_job(store_t *st, int n, int64_t deliver_at)
+{
+    job_t j;
+
+    make_job(&j, n, deliver_at);
+    cr_assert_eq(store_insert(st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
+    job_clear(&j);
+}
+
+static void free_jobs(job_t *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+}
+
+static sqlite3 *raw_open(void)
+{
+    sqlite3 *db = NULL;
+
+    cr_assert_eq(sqlite3_open_v2(g_path, &db, SQLITE_OPEN_READWRITE, NULL),
+                 SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+static void raw_exec(const char *sql)
+{
+    sqlite3 *db = raw_open();
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+    sqlite3_free(msg);
+    sqlite3_close(db);
+}
+
+static int64_t raw_int(const char *sql)
+{
+    sqlite3 *db = raw_open();
+    sqlite3_stmt *s = NULL;
+    int64_t v;
+
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s: %s",
+                 sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "%s", sql);
+    v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return v;
+}
+
+static void assert_job_eq(const job_t *a, const job_t *b)
+{
+    cr_assert_str_eq(a->id, b->id);
+    cr_assert_eq(a->status, b->status);
+    cr_assert_str_eq(a->exchange, b->exchange);
+    cr_assert_str_eq(a->routing_key, b->routing_key);
+    cr_assert_eq(a->deliver_at, b->deliver_at);
+    cr_assert_eq(a->due_at, b->due_at);
+    cr_assert_eq(a->delay_ms, b->delay_ms);
+    cr_assert_eq(a->created_at, b->created_at);
+    cr_assert_eq(a->updated_at, b->updated_at);
+    cr_assert_eq(a->sent_at, b->sent_at);
+    cr_assert_eq(a->attempts, b->attempts);
+    cr_assert_eq(a->max_attempts, b->max_attempts);
+    if (a->last_error || b->last_error) {
+        cr_assert(a->last_error && b->last_error);
+        cr_assert_str_eq(a->last_error, b->last_error);
+    }
+    if (a->headers || b->headers)
+        cr_assert(json_equal(a->headers, b->headers), "headers differ");
+    if (a->properties || b->properties)
+        cr_assert(json_equal(a->properties, b->properties),
+                  "properties differ");
+    cr_assert_eq(a->body_kind, b->body_kind);
+    cr_assert_eq(a->body_len, b->body_len);
+    if (a->body_len)
+        cr_assert_arr_eq(a->body, b->body, a->body_len);
+}
+
+static job_t get_job(store_t *st, int n)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t j;
+
+    make_id(n, id);
+    cr_assert_eq(store_get(st, id, &j), RMQS_OK, "get %s", id);
+    return j;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open and migrations                                                      */
+
+Test(store, open_creates_schema_and_records_migrations)
+{
+    char q[128];
+
+    g_st = open_store();
+    cr_assert_geq(store_builtin_migrations_count, 1);
+    int top = store_builtin_migrations[store_builtin_migrations_count - 1].version;
+    cr_assert_eq(store_schema_version(g_st), top);
+    cr_assert_eq(store_ping(g_st), RMQS_OK);
+
+    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations"),
+                 (int64_t)store_builtin_migrations_count);
+    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations WHERE "
+                         "version = 1 AND name = '0001_init.sql' AND "
+                         "applied_at > 1600000000000"), 1);
+    snprintf(q, sizeof(q), "SELECT count(*) FROM sqlite_schema WHERE name IN "
+                           "('jobs','idempotency','jobs_due',"
+                           "'jobs_status_deliver','jobs_deliver')");
+    cr_assert_eq(raw_int(q), 5);
+    /* WAL is a property of the file */
+    sqlite3 *db = raw_open();
+    sqlite3_stmt *s;
+    cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(s, 0), "wal");
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+}
+
+Test(store, migrate_reopen_applies_nothing)
+{
+    g_st = open_store();
+    store_close(g_st);
+    g_st = NULL;
+    int64_t stamp = raw_int("SELECT sum(applied_at) FROM schema_migrations");
+    int64_t rows = raw_int("SELECT count(*) FROM schema_migrations");
+
+    usleep(5000);
+    g_st = open_store();
+    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations"), rows);
+    cr_assert_eq(raw_int("SELECT sum(applied_at) FROM schema_migrations"),
+                 stamp);
+}
+
+Test(store, migrate_applies_new_versions_in_order)
+{
+    size_t nb = store_builtin_migrations_count;
+    store_migration *m = calloc(nb + 2, sizeof(*m));
+    rmqs_error err = {0};
+    int top = store_builtin_migrations[nb - 1].version;
+
+    cr_assert_not_null(m);
+    memcpy(m, store_builtin_migrations, nb * sizeof(*m));
+    m[nb] = (store_migration){top + 1, "9001_extra.sql",
+                              "CREATE TABLE extra (x INTEGER);"};
+    m[nb + 1] = (store_migration){top + 2, "9002_more.sql",
+                                  "ALTER TABLE extra ADD COLUMN y TEXT;"};
+
+    /* first the built-ins only, then the longer list on the same file */
+    g_st = open_store();
+    store_close(g_st);
+    g_st = NULL;
+    cr_assert_eq(store_open_with(g_path, &k_opts, m, nb + 2, &g_st, &err),
+                 RMQS_OK, "%s", err.message);
+    cr_assert_eq(store_schema_version(g_st), top + 2);
+    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations"),
+                 (int64_t)nb + 2);
+    cr_assert_eq(raw_int("SELECT count(*) FROM pragma_table_info('extra')"), 2);
+    store_close(g_st);
+    g_st = NULL;
+
+    /* now the plain binary sees a newer schema and must refuse it */
+    cr_assert_eq(store_open(g_path, &k_opts, &g_st, &err), RMQS_EDB);
+    cr_assert_null(g_st);
+    cr_assert(strstr(err.message, "is newer than this binary"), "%s",
+              err.message);
+    free(m);
+}
+
+Test(store, migrate_newer_db_refused)
+{
+    rmqs_error err = {0};
+    char want[128];
+
+    g_st = open_store();
+    store_close(g_st);
+    g_st = NULL;
+    raw_exec("INSERT INTO schema_migrations (version, name, applied_at) "
+             "VALUES (9999, '9999_future.sql', 1)");
+
+    cr_assert_eq(store_open(g_path, &k_opts, &g_st, &err), RMQS_EDB);
+    cr_assert_null(g_st);
+    snprintf(want, sizeof(want),
+             "database schema version 9999 is newer than this binary "
+             "(knows up to %d); refusing to start",
+             store_builtin_migrations[store_builtin_migrations_count - 1]
+                 .version);
+    cr_assert(strstr(err.message, want), "message: %s", err.message);
+    /* refusing changed nothing */
+    cr_assert_eq(raw_int("SELECT max(version) FROM schema_migrations"), 9999);
+}
+
+Test(store, migrate_broken_rolls_back_and_names_file)
+{
+    size_t nb = store_builtin_migrations_count;
+    store_migration *m = calloc(nb + 1, sizeof(*m));
+    rmqs_error err = {0};
+    int top = store_builtin_migrations[nb - 1].version;
+
+    cr_assert_not_null(m);
+    memcpy(m, store_builtin_migrations, nb * sizeof(*m));
+    m[nb] = (store_migration){top + 1, "9001_broken.sql",
+                              "CREATE TABLE half (x INTEGER);\n"
+                              "INSERT INTO nowhere VALUES (1);\n"};
+
+    cr_assert_eq(store_open_with(g_path, &k_opts, m, nb + 1, &g_st, &err),
+                 RMQS_EDB);
+    cr_assert_null(g_st);
+    cr_assert(strstr(err.message, "9001_broken.sql"), "%s", err.message);
+    cr_assert(strstr(err.message, "no such table: nowhere"), "%s",
+              err.message);
+    /* the earlier migrations stay, the broken one left nothing behind */
+    cr_assert_eq(raw_int("SELECT max(version) FROM schema_migrations"), top);
+    cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_schema "
+                         "WHERE name = 'half'"), 0);
+    /* and the database still opens with the good list */
+    g_st = open_store();
+    cr_assert_eq(store_schema_version(g_st), top);
+    free(m);
+}
+
+Test(store, migrate_list_not_ascending_rejected)
+{
+    static const store_migration down[] = {
+        {2, "0002_b.sql", "CREATE TABLE b (x);"},
+        {1, "0001_a.sql", "CREATE TABLE a (x);"},
+    };
+    static const store_migration dup[] = {
+        {1, "0001_a.sql", "CREATE TABLE a (x);"},
+        {1, "0001_b.sql", "CREATE TABLE b (x);"},
+    };
+    static const store_migration zero[] = {
+        {0, "0000_a.sql", "CREATE TABLE a (x);"},
+    };
+    rmqs_error err = {0};
+
+    cr_assert_eq(store_open_with(g_path, &k_opts, down, 2, &g_st, &err),
+                 RMQS_EINVAL);
+    cr_assert_null(g_st);
+    cr_assert(strstr(err.message, "not strictly ascending"), "%s",
+              err.message);
+    cr_assert(strstr(err.message, "0001_a.sql"), "%s", err.message);
+    cr_assert_eq(store_open_with(g_path, &k_opts, dup, 2, &g_st, &err),
+                 RMQS_EINVAL);
+    cr_assert_eq(store_open_with(g_path, &k_opts, zero, 1, &g_st, &err),
+                 RMQS_EINVAL);
+    /* rejected before the file was touched */
+    cr_assert_neq(access(g_path, F_OK), 0);
+}
+
+Test(store, open_garbage_file_is_edb_with_message)
+{
+    rmqs_error err = {0};
+    FILE *f = fopen(g_path, "w");
+
+    cr_assert_not_null(f);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not a database, just some text\n", f);
+    fclose(f);
+
+    cr_assert_eq(store_open(g_path, &k_opts, &g_st, &err), RMQS_EDB);
+    cr_assert_null(g_st);
+    cr_assert(strstr(err.message, g_path), "%s", err.message);
+    cr_assert(strstr(err.message, sqlite3_errstr(SQLITE_NOTADB)), "%s",
+              err.message);
+}
+
+Test(store, open_missing_directory_is_edb)
+{
+    rmqs_error err = {0};
+    char path[160];
+
+    snprintf(path, sizeof(path), "%s/missing/jobs.db", g_dir);
+    cr_assert_eq(store_open(path, &k_opts, &g_st, &err), RMQS_EDB);
+    cr_assert_null(g_st);
+    cr_assert(strstr(err.message, path), "%s", err.message);
+    cr_assert(strstr(err.message, sqlite3_errstr(SQLITE_CANTOPEN)), "%s",
+              err.message);
+}
+
+Test(store, open_normal_sync_and_null_options)
+{
+    store_options normal = {.synchronous_full = false};
+    rmqs_error err = {0};
+
+    cr_assert_eq(store_open(g_path, &normal, &g_st, &err), RMQS_OK, "%s",
+                 err.message);
+    insert_job(g_st, 1, 100);
+    store_close(g_st);
+    g_st = NULL;
+    cr_assert_eq(store_open(g_path, NULL, &g_st, &err), RMQS_OK, "%s",
+                 err.message);
+    job_t j = get_job(g_st, 1);
+    job_clear(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Insert and get                                                           */
+
+Test(store, insert_get_roundtrip_every_field)
+{
+    static const unsigned char bin[] = {0x00, 0xff, 0x10, 0x00, 0x80, 0x7f};
+    json_error_t jerr;
+    job_t in[4];
+
+    g_st = open_store();
+
+    make_job(&in[0], 1, 1700000000123);
+    in[0].status = JOB_PENDING;
+    free(in[0].exchange);
+    in[0].exchange = xstrdup(""); /* default exchange */
+    in[0].due_at = 1700000005000;
+    in[0].delay_ms = 0;
+    in[0].created_at = 1699999999000;
+    in[0].updated_at = 1699999999500;
+    in[0].sent_at = 1700000000999;
+    in[0].attempts = 2;
+    in[0].max_attempts = 7;
+    in[0].last_error = xstrdup("NO_ROUTE: \"quoted\" \xc3\xa9");
+    in[0].headers = json_loads("{\"a\":1,\"b\":[true,null,\"x\"],"
+                               "\"c\":{\"d\":-2.5}}", 0, &jerr);
+    in[0].properties = json_loads("{\"content_type\":\"text/plain\","
+                                  "\"priority\":5}", 0, &jerr);
+    cr_assert(in[0].headers && in[0].properties);
+
+    make_job(&in[1], 2, 42);
+    in[1].body_kind = JOB_BODY_JSON;
+    free(in[1].body);
+    in[1].body = (unsigned char *)xstrdup("{\"k\":[1,2,3]}");
+    in[1].body_len = strlen("{\"k\":[1,2,3]}");
+    /* headers, properties, last_error NULL; sent_at -1 */
+
+    make_job(&in[2], 3, 43);
+    in[2].body_kind = JOB_BODY_BINARY;
+    free(in[2].body);
+    in[2].body = malloc(sizeof(bin));
+    memcpy(in[2].body, bin, sizeof(bin));
+    in[2].body_len = sizeof(bin);
+    in[2].status = JOB_SENT;
+
+    make_job(&in[3], 4, 44); /* empty body */
+    free(in[3].body);
+    in[3].body = NULL;
+    in[3].body_len = 0;
+
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(store_insert(g_st, &in[i], NULL, NULL, NULL, NULL),
+                     RMQS_OK);
+
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 4; i++) {
+            job_t out = get_job(g_st, i + 1);
+            assert_job_eq(&in[i], &out);
+            cr_assert_not_null(out.body); /* even when empty */
+            if (!in[i].headers)
+                cr_assert_null(out.headers);
+            if (!in[i].last_error)
+                cr_assert_null(out.last_error);
+            job_clear(&out);
+        }
+        /* and the same after a reopen: it is on disk */
+        store_close(g_st);
+        g_st = open_store();
+    }
+    /* stored as documented: 16-byte id, compact JSON, NULL sent_at */
+    cr_assert_eq(raw_int("SELECT length(id) FROM jobs WHERE seq = 1"), 16);
+    cr_assert_eq(raw_int("SELECT headers = '{\"a\":1,\"b\":[true,null,\"x\"],"
+                         "\"c\":{\"d\":-2.5}}' FROM jobs WHERE seq = 1"), 1);
+    cr_assert_eq(raw_int("SELECT sent_at IS NULL FROM jobs WHERE seq = 2"), 1);
+    cr_assert_eq(raw_int("SELECT typeof(body) = 'blob' AND length(body) = 0 "
+                         "FROM jobs WHERE seq = 4"), 1);
+    for (int i = 0; i < 4; i++)
+        job_clear(&in[i]);
+}
+
+Test(store, get_unknown_is_notfound)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t j;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    make_id(999, id);
+    cr_assert_eq(store_get(g_st, id, &j), RMQS_ENOTFOUND);
+    cr_assert_eq(store_get(g_st, "not-a-uuid", &j), RMQS_ENOTFOUND);
+    cr_assert_eq(store_get(g_st, "", &j), RMQS_ENOTFOUND);
+    cr_assert_null(j.exchange);
+}
+
+Test(store, insert_duplicate_id_is_conflict)
+{
+    job_t j;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    make_job(&j, 1, 200);
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL),
+                 RMQS_ECONFLICT);
+    job_clear(&j);
+    /* values the schema refuses are the caller's error */
+    make_job(&j, 3, 200);
+    j.max_attempts = 0;
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_EINVAL);
+    j.max_attempts = 1;
+    j.status = (job_status)9;
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_EINVAL);
+    j.status = JOB_PENDING;
+    memcpy(j.id, "bad", 4);
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_EINVAL);
+    job_clear(&j);
+    /* the store is still fine */
+    insert_job(g_st, 2, 200);
+    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Idempotency                                                              */
+
+Test(store, idempotency_same_request_existed_different_conflict)
+{
+    job_t a, b, c, existing;
+    bool existed = true;
+
+    g_st = open_store();
+    make_job(&a, 1, 100);
+    cr_assert_eq(store_insert(g_st, &a, "key-1", "{\"req\":1}", &existed,
+                              &existing), RMQS_OK);
+    cr_assert_not(existed);
+    cr_assert_null(existing.exchange);
+
+    make_job(&b, 2, 100); /* a retry of the same request gets a fresh id */
+    cr_assert_eq(store_insert(g_st, &b, "key-1", "{\"req\":1}", &existed,
+                              &existing), RMQS_OK);
+    cr_assert(existed);
+    assert_job_eq(&a, &existing);
+    job_clear(&existing);
+
+    make_job(&c, 3, 100);
+    cr_assert_eq(store_insert(g_st, &c, "key-1", "{\"req\":2}", &existed,
+                              &existing), RMQS_ECONFLICT);
+    cr_assert_not(existed);
+
+    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 1);
+    cr_assert_eq(raw_int("SELECT count(*) FROM idempotency"), 1);
+    /* another key is independent */
+    cr_assert_eq(store_insert(g_st, &c, "key-2", "{\"req\":2}", &existed,
+                              &existing), RMQS_OK);
+    cr_assert_not(existed);
+    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 2);
+    job_clear(&a);
+    job_clear(&b);
+    job_clear(&c);
+}
+
+enum { RACE_THREADS = 8 };
+
+typedef struct race_arg {
+    store_t *st;
+    int n;
+    bool existed;
+    rmqs_rc rc;
+    char got_id[JOB_ID_LEN + 1];
+} race_arg;
+
+static void *race_insert(void *p)
+{
+    race_arg *a = p;
+    job_t j, existing;
+
+    make_job(&j, a->n, 100);
+    a->rc = store_insert(a->st, &j, "same-key", "same-request", &a->existed,
+                         &existing);
+    strcpy(a->got_id, a->existed ? existing.id : j.id);
+    job_clear(&existing);
+    job_clear(&j);
+    return NULL;
+}
+
+Test(store, idempotency_concurrent_inserts_create_one_job)
+{
+    store_t *other = NULL;
+    pthread_t th[RACE_THREADS];
+    race_arg args[RACE_THREADS];
+    int created = 0;
+
+    g_st = open_store();
+    other = open_store(); /* a second connection on the same file */
+    for (int i = 0; i < RACE_THREADS; i++) {
+        args[i] = (race_arg){.st = i % 2 ? other : g_st, .n = i + 1};
+        cr_assert_eq(pthread_create(&th[i], NULL, race_insert, &args[i]), 0);
+    }
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < RACE_THREADS; i++) {
+        cr_assert_eq(args[i].rc, RMQS_OK, "thread %d: %d", i, args[i].rc);
+        created += !args[i].existed;
+        cr_assert_str_eq(args[i].got_id, args[0].got_id);
+    }
+    cr_assert_eq(created, 1);
+    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 1);
+    store_close(other);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing                                                                  */
+
+Test(store, list_orders_by_deliver_at_then_insertion_and_filters)
+{
+    /* n -> deliver_at; ties keep insertion order */
+    static const int64_t at[] = {500, 100, 300, 100, 500, 200};
+    static const int want[] = {2, 4, 6, 3, 1, 5};
+    char id[JOB_ID_LEN + 1];
+    job_t *jobs, out;
+    size_t n;
+    char *next;
+
+    g_st = open_store();
+    for (int i = 0; i < 6; i++)
+        insert_job(g_st, i + 1, at[i]);
+
+    cr_assert_eq(store_list(g_st, -1, 100, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(n, 6);
+    cr_assert_null(next);
+    for (size_t i = 0; i < n; i++) {
+        make_id(want[i], id);
+        cr_assert_str_eq(jobs[i].id, id, "position %zu", i);
+    }
+    free_jobs(jobs, n);
+
+    /* cancel 4 and 1: the filter sees only them, in order */
+    make_id(1, id);
+    cr_assert_eq(store_cancel(g_st, id, 20, &out), RMQS_OK);
+    job_clear(&out);
+    make_id(4, id);
+    cr_assert_eq(store_cancel(g_st, id, 20, &out), RMQS_OK);
+    job_clear(&out);
+    cr_assert_eq(store_list(g_st, JOB_CANCELLED, 100, NULL, &jobs, &n, &next),
+                 RMQS_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_null(next);
+    make_id(4, id);
+    cr_assert_str_eq(jobs[0].id, id);
+    make_id(1, id);
+    cr_assert_str_eq(jobs[1].id, id);
+    cr_assert_eq(jobs[0].status, JOB_CANCELLED);
+    free_jobs(jobs, n);
+
+    cr_assert_eq(store_list(g_st, JOB_PENDING, 100, NULL, &jobs, &n, &next),
+                 RMQS_OK);
+    cr_assert_eq(n, 4);
+    free_jobs(jobs, n);
+    cr_assert_eq(store_list(g_st, JOB_SENT, 100, NULL, &jobs, &n, &next),
+                 RMQS_OK);
+    cr_assert_eq(n, 0);
+    cr_assert_null(next);
+    free(jobs);
+}
+
+static bool cursor_is_url_safe(const char *c)
+{
+    for (; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'z') ||
+              *c == '.' || *c == '_' || *c == '-'))
+            return false;
+    return true;
+}
+
+/* Walk every page; every job comes exactly once, in global order. */
+static void walk_pages(int status, size_t limit, int total,
+                       const int *expect_order)
+{
+    char *after = NULL;
+    int seen = 0;
+    char id[JOB_ID_LEN + 1];
+
+    for (int pages = 0;; pages++) {
+        job_t *jobs;
+        size_t n;
+        char *next;
+
+        cr_assert_lt(pages, total + 2, "pagination does not end");
+        cr_assert_eq(store_list(g_st, status, limit, after, &jobs, &n, &next),
+                     RMQS_OK);
+        cr_assert_leq(n, limit);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_lt(seen, total);
+            make_id(expect_order[seen], id);
+            cr_assert_str_eq(jobs[i].id, id, "limit %zu, item %d", limit,
+                             seen);
+            seen++;
+        }
+        free_jobs(jobs, n);
+        free(after);
+        after = next;
+        if (!next) {
+            break;
+        }
+        cr_assert_eq(n, limit, "a page before the last one is full");
+        cr_assert(cursor_is_url_safe(next), "cursor %s", next);
+    }
+    cr_assert_eq(seen, total);
+}
+
+Test(store, list_pagination_with_cursors_visits_each_job_once)
+{
+    enum { N = 25 };
+    int order[N], pending[N];
+    int k = 0, kp = 0;
+    char id[JOB_ID_LEN + 1];
+    job_t out;
+
+    g_st = open_store();
+    /* deliver_at 1000 + (n % 4): lots of ties across page boundaries */
+    for (int n = 1; n <= N; n++)
+        insert_job(g_st, n, 1000 + n % 4);
+    for (int r = 0; r < 4; r++)
+        for (int n = 1; n <= N; n++)
+            if (n % 4 == r) {
+                order[k++] = n;
+                if (n % 3 != 0)
+                    pending[kp++] = n;
+            }
+    for (int n = 3; n <= N; n += 3) {
+        make_id(n, id);
+        cr_assert_eq(store_cancel(g_st, id, 5, &out), RMQS_OK);
+        job_clear(&out);
+    }
+
+    static const size_t limits[] = {1, 2, 3, 4, 5, 7, 24, 25, 26, 1000};
+    for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+        walk_pages(-1, limits[i], N, order);
+        walk_pages(JOB_PENDING, limits[i], kp, pending);
+    }
+}
+
+Test(store, list_rejects_malformed_cursor_and_bad_args)
+{
+    static const char *bad[] = {
+        "", "abc", "1.", ".1", "1.2.3", "1.-2", " 1.2", "1.2 ", "+1.2",
+        "1,2", "0x10.1", "1.2x", "99999999999999999999.1",
+        "1.99999999999999999999", "--1.2", "-.2",
+    };
+    job_t *jobs = (job_t *)1;
+    size_t n = 7;
+    char *next = (char *)1;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(store_list(g_st, -1, 10, bad[i], &jobs, &n, &next),
+                     RMQS_EINVAL, "cursor \"%s\"", bad[i]);
+        cr_assert_null(jobs);
+        cr_assert_eq(n, 0);
+        cr_assert_null(next);
+    }
+    cr_assert_eq(store_list(g_st, -1, 0, NULL, &jobs, &n, &next), RMQS_EINVAL);
+    cr_assert_eq(store_list(g_st, 9, 10, NULL, &jobs, &n, &next), RMQS_EINVAL);
+    /* well-formed cursors, even for rows that do not exist, are fine */
+    cr_assert_eq(store_list(g_st, -1, 10, "-5.0", &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(n, 1);
+    free_jobs(jobs, n);
+    cr_assert_eq(store_list(g_st, -1, 10, "100.1", &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(n, 0);
+    free(jobs);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dispatcher: next due, claim, settle, recover                             */
+
+Test(store, next_due_tracks_earliest_pending)
+{
+    char id[JOB_ID_LEN + 1];
+    bool any = true;
+    int64_t due = 0;
+    job_t out, *jobs;
+    size_t n;
+
+    g_st = open_store();
+    cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
+    cr_assert_not(any);
+
+    insert_job(g_st, 1, 500);
+    insert_job(g_st, 2, 300);
+    insert_job(g_st, 3, 900);
+    cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
+    cr_assert(any);
+    cr_assert_eq(due, 300);
+
+    make_id(2, id);
+    cr_assert_eq(store_cancel(g_st, id, 1, &out), RMQS_OK);
+    job_clear(&out);
+    cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
+    cr_assert_eq(due, 500);
+
+    cr_assert_eq(store_claim_due(g_st, 600, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 1);
+    free_jobs(jobs, n);
+    cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
+    cr_assert_eq(due, 900);
+}
+
+static void assert_ids(job_t *jobs, size_t n, const int *want, size_t nwant)
+{
+    char id[JOB_ID_LEN + 1];
+
+    cr_assert_eq(n, nwant, "got %zu jobs, want %zu", n, nwant);
+    for (size_t i = 0; i < n; i++) {
+        make_id(want[i], id);
+        cr_assert_str_eq(jobs[i].id, id, "position %zu", i);
+    }
+}
+
+Test(store, claim_due_order_limit_and_state)
+{
+    job_t *jobs;
+    size_t n;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 50);
+    insert_job(g_st, 3, 100);
+    insert_job(g_st, 4, 200);
+    insert_job(g_st, 5, 1000);
+    insert_job(g_st, 6, 10); /* inserted last, due first */
+
+    cr_assert_eq(store_claim_due(g_st, 150, 3, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){6, 2, 1}, 3);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(jobs[i].status, JOB_PUBLISHING);
+        cr_assert_eq(jobs[i].attempts, 1);
+        cr_assert_eq(jobs[i].updated_at, 150);
+        cr_assert_str_eq(jobs[i].exchange, "ex");
+        cr_assert_eq(jobs[i].body_len, 5);
+    }
+    free_jobs(jobs, n);
+
+    job_t j = get_job(g_st, 6);
+    cr_assert_eq(j.status, JOB_PUBLISHING);
+    cr_assert_eq(j.attempts, 1);
+    job_clear(&j);
+
+    /* claimed ones are not claimed again; only due ones come */
+    cr_assert_eq(store_claim_due(g_st, 150, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){3}, 1);
+    free_jobs(jobs, n);
+
+    cr_assert_eq(store_claim_due(g_st, 150, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 0);
+    cr_assert_null(jobs);
+
+    cr_assert_eq(store_claim_due(g_st, 1000, 0, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 0);
+
+    cr_assert_eq(store_claim_due(g_st, 1000, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){4, 5}, 2);
+    free_jobs(jobs, n);
+}
+
+Test(store, claim_due_sorts_many)
+{
+    enum { N = 200 };
+    job_t *jobs;
+    size_t n;
+
+    g_st = open_store();
+    for (int i = 0; i < N; i++)
+        insert_job(g_st, i + 1, (i * 7919) % 97); /* scrambled, with ties */
+    cr_assert_eq(store_claim_due(g_st, 1000, N, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, N);
+    for (size_t i = 1; i < n; i++) {
+        cr_assert_leq(jobs[i - 1].due_at, jobs[i].due_at);
+        if (jobs[i - 1].due_at == jobs[i].due_at) /* then insertion order */
+            cr_assert_lt(strcmp(jobs[i - 1].id, jobs[i].id), 0);
+    }
+    free_jobs(jobs, n);
+}
+
+static void claim_all(int64_t now, size_t expect)
+{
+    job_t *jobs;
+    size_t n;
+
+    cr_assert_eq(store_claim_due(g_st, now, 100, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, expect);
+    free_jobs(jobs, n);
+}
+
+Test(store, settle_sent_retry_release)
+{
+    char id1[JOB_ID_LEN + 1], id2[JOB_ID_LEN + 1], id3[JOB_ID_LEN + 1];
+    job_t j;
+
+    g_st = open_store();
+    make_job(&j, 1, 100);
+    j.last_error = xstrdup("earlier failure");
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
+    job_clear(&j);
+    make_job(&j, 2, 100);
+    j.max_attempts = 2;
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
+    job_clear(&j);
+    insert_job(g_st, 3, 100);
+    make_id(1, id1);
+    make_id(2, id2);
+    make_id(3, id3);
+
+    claim_all(100, 3);
+    store_outcome o[] = {
+        {.id = id1, .kind = STORE_OUT_SENT},
+        {.id = id2, .kind = STORE_OUT_RETRY, .error = "NO_ROUTE",
+         .retry_at = 5000},
+        {.id = id3, .kind = STORE_OUT_RELEASE},
+    };
+    cr_assert_eq(store_settle(g_st, o, 3, 200), RMQS_OK);
+
+    j = get_job(g_st, 1);
+    cr_assert_eq(j.status, JOB_SENT);
+    cr_assert_eq(j.sent_at, 200);
+    cr_assert_eq(j.updated_at, 200);
+    cr_assert_eq(j.attempts, 1);
+    cr_assert_str_eq(j.last_error, "earlier failure"); /* kept */
+    job_clear(&j);
+
+    j = get_job(g_st, 2);
+    cr_assert_eq(j.status, JOB_PENDING);
+    cr_assert_eq(j.due_at, 5000);
+    cr_assert_eq(j.deliver_at, 100); /* the requested time stays */
+    cr_assert_eq(j.attempts, 1);
+    cr_assert_str_eq(j.last_error, "NO_ROUTE");
+    cr_assert_eq(j.sent_at, -1);
+    job_clear(&j);
+
+    j = get_job(g_st, 3);
+    cr_assert_eq(j.status, JOB_PENDING);
+    cr_assert_eq(j.due_at, 100);
+    cr_assert_eq(j.attempts, 0);
+    cr_assert_null(j.last_error);
+    job_clear(&j);
+
+    /* job 2 is not due before 5000; job 3 is */
+    claim_all(4999, 1);
+    o[2].kind = STORE_OUT_RELEASE;
+    cr_assert_eq(store_settle(g_st, &o[2], 1, 300), RMQS_OK);
+
+    /* second attempt of job 2 fails too: max_attempts 2 reached -> failed */
+    claim_all(5000, 2);
+    o[1].error = "channel closed";
+    o[1].retry_at = 9000;
+    cr_assert_eq(store_settle(g_st, &o[1], 1, 6000), RMQS_OK);
+    j = get_job(g_st, 2);
+    cr_assert_eq(j.status, JOB_FAILED);
+    cr_assert_eq(j.attempts, 2);
+    cr_assert_str_eq(j.last_error, "channel closed");
+    cr_assert_eq(j.updated_at, 6000);
+    job_clear(&j);
+
+    /* only publishing rows are touched: a SENT for a pending or failed job
+     * is ignored */
+    store_outcome late[] = {
+        {.id = id2, .kind = STORE_OUT_SENT},
+        {.id = id1, .kind = STORE_OUT_RETRY, .error = "x", .retry_at = 1},
+    };
+    cr_assert_eq(store_settle(g_st, late, 2, 7000), RMQS_OK);
+    j = get_job(g_st, 2);
+    cr_assert_eq(j.status, JOB_FAILED);
+    job_clear(&j);
+    j = get_job(g_st, 1);
+    cr_assert_eq(j.status, JOB_SENT);
+    cr_assert_str_eq(j.last_error, "earlier failure");
+    job_clear(&j);
+
+    cr_assert_eq(store_settle(g_st, NULL, 0, 1), RMQS_OK);
+}
+
+Test(store, settle_malformed_id_applies_nothing)
+{
+    char id1[JOB_ID_LEN + 1];
+    job_t j;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    make_id(1, id1);
+    claim_all(100, 1);
+    store_outcome o[] = {
+        {.id = id1, .kind = STORE_OUT_SENT},
+        {.id = "garbage", .kind = STORE_OUT_SENT},
+    };
+    cr_assert_eq(store_settle(g_st, o, 2, 200), RMQS_EINVAL);
+    j = get_job(g_st, 1);
+    cr_assert_eq(j.status, JOB_PUBLISHING);
+    job_clear(&j);
+}
+
+Test(store, recover_returns_publishing_to_pending)
+{
+    size_t n = 99;
+    job_t j;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 100);
+    insert_job(g_st, 3, 100);
+    insert_job(g_st, 4, 9999);
+    cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
+    cr_assert_eq(n, 0);
+
+    claim_all(100, 3);
+    cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
+    cr_assert_eq(n, 3);
+    for (int i = 1; i <= 3; i++) {
+        j = get_job(g_st, i);
+        cr_assert_eq(j.status, JOB_PENDING);
+        cr_assert_eq(j.attempts, 0);
+        job_clear(&j);
+    }
+    cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
+    cr_assert_eq(n, 0);
+    claim_all(100, 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client changes                                                           */
+
+Test(store, reschedule_only_pending)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t out, j;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 100);
+    make_id(1, id);
+
+    cr_assert_eq(store_reschedule(g_st, id, 7000, 6000, 1000, &out), RMQS_OK);
+    cr_assert_eq(out.deliver_at, 7000);
+    cr_assert_eq(out.due_at, 7000);
+    cr_assert_eq(out.delay_ms, 6000);
+    cr_assert_eq(out.updated_at, 1000);
+    cr_assert_eq(out.status, JOB_PENDING);
+    j = get_job(g_st, 1);
+    assert_job_eq(&out, &j);
+    job_clear(&j);
+    job_clear(&out);
+
+    /* job 2 goes publishing: conflict */
+    claim_all(100, 1);
+    make_id(2, id);
+    cr_assert_eq(store_reschedule(g_st, id, 7000, 6000, 1000, &out),
+                 RMQS_ECONFLICT);
+    cr_assert_null(out.exchange);
+    j = get_job(g_st, 2);
+    cr_assert_eq(j.deliver_at, 100);
+    job_clear(&j);
+
+    make_id(77, id);
+    cr_assert_eq(store_reschedule(g_st, id, 1, 1, 1, &out), RMQS_ENOTFOUND);
+    cr_assert_eq(store_reschedule(g_st, "nope", 1, 1, 1, &out),
+                 RMQS_ENOTFOUND);
+}
+
+Test(store, cancel_state_rules)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t out, *jobs;
+    size_t n;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100); /* pending -> cancelled */
+    insert_job(g_st, 2, 100); /* publishing */
+    insert_job(g_st, 3, 100); /* sent */
+    insert_job(g_st, 4, 100); /* failed */
+    insert_job(g_st, 5, 100); /* stays pending */
+
+    make_id(1, id);
+    cr_assert_eq(store_cancel(g_st, id, 50, &out), RMQS_OK);
+    cr_assert_eq(out.status, JOB_CANCELLED);
+    cr_assert_eq(out.updated_at, 50);
+    job_clear(&out);
+    /* again: OK, unchanged */
+    cr_assert_eq(store_cancel(g_st, id, 60, &out), RMQS_OK);
+    cr_assert_eq(out.status, JOB_CANCELLED);
+    cr_assert_eq(out.updated_at, 50);
+    job_clear(&out);
+
+    cr_assert_eq(store_claim_due(g_st, 100, 3, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){2, 3, 4}, 3);
+    free_jobs(jobs, n);
+    char id3[JOB_ID_LEN + 1], id4[JOB_ID_LEN + 1];
+    make_id(3, id3);
+    make_id(4, id4);
+    store_outcome o[] = {
+        {.id = id3, .kind = STORE_OUT_SENT},
+        {.id = id4, .kind = STORE_OUT_RETRY, .error = "e", .retry_at = 1},
+    };
+    /* job 4 has max_attempts 3: make it fail for good */
+    raw_exec("UPDATE jobs SET max_attempts = 1 WHERE seq = 4");
+    cr_assert_eq(store_settle(g_st, o, 2, 70), RMQS_OK);
+
+    static const struct {
+        int n;
+        job_status st;
+    } conflicts[] = {{2, JOB_PUBLISHING}, {3, JOB_SENT}, {4, JOB_FAILED}};
+    for (size_t i = 0; i < 3; i++) {
+        job_t j = get_job(g_st, conflicts[i].n);
+        cr_assert_eq(j.status, conflicts[i].st);
+        job_clear(&j);
+        make_id(conflicts[i].n, id);
+        cr_assert_eq(store_cancel(g_st, id, 80, &out), RMQS_ECONFLICT,
+                     "job %d", conflicts[i].n);
+        cr_assert_null(out.exchange);
+        j = get_job(g_st, conflicts[i].n);
+        cr_assert_eq(j.status, conflicts[i].st);
+        job_clear(&j);
+    }
+
+    make_id(99, id);
+    cr_assert_eq(store_cancel(g_st, id, 1, &out), RMQS_ENOTFOUND);
+    cr_assert_eq(store_cancel(g_st, "01890A5D-AC96-7B3C-8F00-000000000001", 1,
+                              &out), RMQS_ENOTFOUND);
+
+    /* a cancelled job is never claimed */
+    cr_assert_eq(store_claim_due(g_st, 10000, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){5}, 1);
+    free_jobs(jobs, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Query plans                                                              */
+
+static char *query_plan(const char *sql)
+{
+    sqlite3 *db = raw_open();
+    sqlite3_stmt *s = NULL;
+    char *eqp = sqlite3_mprintf("EXPLAIN QUERY PLAN %s", sql);
+    size_t cap = 4096, len = 0;
+    char *plan = calloc(1, cap);
+
+    cr_assert_eq(sqlite3_prepare_v2(db, eqp, -1, &s, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(db));
+    while (sqlite3_step(s) == SQLITE_ROW)
+        len += (size_t)snprintf(plan + len, cap - len, "%s\n",
+                                (const char *)sqlite3_column_text(s, 3));
+    cr_assert_lt(len, cap);
+    sqlite3_finalize(s);
+    sqlite3_free(eqp);
+    sqlite3_close(db);
+    return plan;
+}
+
+/* Assert that the plan of the store's statement `name` contains `want`
+ * and none of the `bad` fragments. */
+static void check_plan(const char *name, const char *want)
+{
+    static const char *bad[] = {"TEMP B-TREE", "SCAN jobs\n"};
+    const char *sql = store__sql(name);
+    char msg[4200];
+    bool ok;
+
+    cr_assert_not_null(sql, "%s", name);
+    char *plan = query_plan(sql);
+    ok = strstr(plan, want) != NULL;
+    for (size_t i = 0; i < 2; i++)
+        ok = ok && !strstr(plan, bad[i]);
+    snprintf(msg, sizeof(msg), "%s", plan);
+    free(plan);
+    cr_assert(ok, "plan of %s lacks \"%s\" or sorts/scans:\n%s", name, want,
+              msg);
+}
+
+static void check_all_plans(void)
+{
+    check_plan("claim_due", "SEARCH jobs USING INDEX jobs_due (due_at<?)");
+    check_plan("claim_due", "SEARCH jobs USING INTEGER PRIMARY KEY");
+    check_plan("next_due", "INDEX jobs_due");
+    check_plan("list_all", "INDEX jobs_deliver");
+    check_plan("list_all_after", "INDEX jobs_deliver");
+    check_plan("list_status", "INDEX jobs_status_deliver (status=?)");
+    check_plan("list_status_after", "INDEX jobs_status_deliver (status=?");
+    check_plan("get", "INDEX sqlite_autoindex_jobs_1 (id=?)");
+}
+
+Test(store, due_queries_use_partial_index)
+{
+    g_st = open_store();
+    for (int i = 1; i <= 50; i++)
+        insert_job(g_st, i, i * 10);
+    /* as deployed: no statistics */
+    check_all_plans();
+
+    /* and with statistics of a realistic table: 20000 jobs, 10% pending */
+    raw_exec("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+             "WHERE i < 20000) INSERT INTO jobs (id, status, exchange, "
+             "routing_key, deliver_at, due_at, delay_ms, created_at, "
+             "updated_at, attempts, max_attempts, body_kind, body) "
+             "SELECT randomblob(16), CASE WHEN i % 10 = 0 THEN 0 ELSE 2 END, "
+             "'', 'rk', i, i, 0, 0, 0, 0, 1, 0, x'' FROM c; ANALYZE;");
+    check_all_plans();
+    cr_assert_null(store__sql("no_such_statement"));
+}
+
+/* ------------------------------------------------------------------------ */
+/* A full database                                                          */
+
+Test(store, full_database_is_efull_and_recovers)
+{
+    enum { BIG = 256 * 1024 };
+    int64_t applied = 0;
+    bool existed = true;
+    job_t big, out;
+    size_t n;
+    job_t *jobs;
+    char *next;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+
+    make_job(&big, 2, 200);
+    free(big.body);
+    big.body = malloc(BIG);
+    cr_assert_not_null(big.body);
+    for (size_t i = 0; i < BIG; i++)
+        big.body[i] = (unsigned char)(i * 31);
+    big.body_len = BIG;
+    big.body_kind = JOB_BODY_BINARY;
+
+    /* the file may not grow any more */
+    cr_assert_eq(store__set_max_pages(g_st, 1, &applied), RMQS_OK);
+    cr_assert_gt(applied, 1);
+
+    cr_assert_eq(store_insert(g_st, &big, NULL, NULL, NULL, NULL), RMQS_EFULL);
+    cr_assert_eq(store_get(g_st, big.id, &out), RMQS_ENOTFOUND);
+    cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed,
+                              &out), RMQS_EFULL);
+    cr_assert_not(existed);
+    cr_assert_eq(store_list(g_st, -1, 10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(n, 1);
+    free_jobs(jobs, n);
+    cr_assert_eq(raw_int("SELECT count(*) FROM idempotency"), 0);
+
+    /* the same store_t still works: reads, and writes that fit */
+    cr_assert_eq(store_ping(g_st), RMQS_OK);
+    insert_job(g_st, 3, 300);
+    claim_all(1000, 2);
+
+    /* disk space returns: the same insert now succeeds, without reopening */
+    cr_assert_eq(store__set_max_pages(g_st, 1073741823, &applied), RMQS_OK);
+    cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed,
+                              &out), RMQS_OK);
+    cr_assert_not(existed);
+    out = get_job(g_st, 2);
+    assert_job_eq(&big, &out);
+    job_clear(&out);
+    job_clear(&big);
+}

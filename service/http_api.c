@@ -591,12 +591,12 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         flags |= MHD_USE_IPv6;
     api->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, api,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api, /* first, to catch all */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, opt->conn_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1U,
         MHD_OPTION_END);
     if (api->daemon == NULL) {

@@ -19,29 +19,65 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <strings.h>
+#include <time.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "timeutil.h"
+#include "writer.h"
 
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX 1000
 #define IDEM_KEY_MAX 200
+#define BATCH_MAX 1000      /* jobs per POST /schedule/batch */
+#define BATCH_ERRORS_MAX 50 /* per-item errors listed in a 400 */
 
 struct http_api {
     struct MHD_Daemon *daemon;
     store_t *st;       /* borrowed */
     disp_t *disp;      /* borrowed */
+    writer_t *writer;  /* borrowed */
     http_api_options opt;
+    atomic_long inflight; /* requests begun and not yet completed */
 };
+
+typedef enum rq_state {
+    RQ_READING, /* headers and body arriving */
+    RQ_WAITING, /* suspended: the writer holds wr */
+    RQ_WRITTEN  /* resumed: wr.ins holds the outcome */
+} rq_state;
 
 /* Per-request state, owned by libmicrohttpd's *con_cls slot. */
 typedef struct http_req {
+    struct MHD_Connection *conn;
     char *body;        /* accumulated body (NUL-terminated), owned */
     size_t len, cap;
     bool too_large;    /* the body passed max_body_bytes: answer 413 */
+    rq_state state;
+    bool batch;        /* POST /schedule/batch */
+    writer_req wr;     /* the insert handed to the writer */
+    job_t *jobs;       /* owned; what wr.ins.jobs points to */
+    size_t njobs;
+    char *canonical;   /* owned; the Idempotency-Key fingerprint */
+    char *idem_key;    /* owned copy of the header */
 } http_req;
+
+static void rq_free_jobs(http_req *rq)
+{
+    for (size_t i = 0; i < rq->njobs; i++)
+        job_clear(&rq->jobs[i]);
+    free(rq->jobs);
+    rq->jobs = NULL;
+    rq->njobs = 0;
+    job_clear(&rq->wr.ins.existing);
+    free(rq->canonical);
+    rq->canonical = NULL;
+    free(rq->idem_key);
+    rq->idem_key = NULL;
+}
 
 /* ---- responses --------------------------------------------------------- */
 
@@ -186,15 +222,77 @@ static const char *query_unknown(struct MHD_Connection *c,
 
 /* ---- handlers ----------------------------------------------------------- */
 
+/* Writer thread: the insert is committed (or failed); wake the request. */
+static void on_written(writer_req *wr, void *cls)
+{
+    http_req *rq = cls;
+    rq->state = RQ_WRITTEN;
+    MHD_resume_connection(rq->conn); /* thread-safe; handler runs again */
+}
+
+/* Suspend the connection and hand rq's jobs to the writer. */
+static enum MHD_Result submit(http_api_t *api, struct MHD_Connection *c,
+                              http_req *rq)
+{
+    rq->wr = (writer_req){.ins = {.jobs = rq->jobs, .n = rq->njobs,
+                                  .idem_key = rq->idem_key,
+                                  .idem_request = rq->canonical},
+                          .done = on_written,
+                          .cls = rq};
+    rq->state = RQ_WAITING;
+    /* Suspend first: resuming a connection not yet suspended is undefined. */
+    MHD_suspend_connection(c);
+    if (writer_submit(api->writer, &rq->wr) != RMQS_OK) {
+        rq->wr.ins.rc = RMQS_EDB;
+        rq->state = RQ_WRITTEN;
+        MHD_resume_connection(c);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result reply_written(http_api_t *api, struct MHD_Connection *c,
+                                     http_req *rq)
+{
+    const store_insert_req *ins = &rq->wr.ins;
+    json_t *arr;
+
+    if (ins->rc == RMQS_ECONFLICT && rq->idem_key != NULL)
+        return reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
+                           "Idempotency-Key was used before with a different "
+                           "request");
+    if (ins->rc != RMQS_OK) {
+        if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT)
+            log_error("http", "cannot store job", "jobs=%zu error=%s", rq->njobs,
+                      rmqs_rc_name(ins->rc));
+        return reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
+                        "cannot store the job");
+    }
+    if (ins->existed)
+        return reply_job(c, MHD_HTTP_OK, &ins->existing, true);
+    if (!rq->batch) {
+        log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
+                  rq->jobs[0].id, rq->jobs[0].exchange,
+                  (long long)rq->jobs[0].deliver_at);
+        return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true);
+    }
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < rq->njobs; i++) {
+        if (json_array_append_new(arr, job_to_json(&rq->jobs[i])) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    log_debug("http", "scheduled batch", "jobs=%zu", rq->njobs);
+    return arr ? reply_json(c, MHD_HTTP_CREATED, json_pack("{s:o}", "jobs", arr),
+                            NULL, NULL)
+               : reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+}
+
 static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
                                   http_req *rq)
 {
-    job_t job = {0}, existing = {0};
-    char *canonical = NULL;
     rmqs_error err = {0};
-    bool existed = false;
     const char *key;
-    enum MHD_Result ret;
     int64_t now = tu_now_ms();
     rmqs_rc rc;
 
@@ -204,49 +302,100 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
         bool ok = kl >= 1 && kl <= IDEM_KEY_MAX;
         for (size_t i = 0; ok && i < kl; i++)
             ok = key[i] > 0x20 && key[i] < 0x7f;
-        if (!ok) {
-            ret = reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
-                              "Idempotency-Key",
-                              "Idempotency-Key: 1 to 200 printable ASCII "
-                              "characters without spaces");
+        if (!ok)
+            return reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                               "Idempotency-Key",
+                               "Idempotency-Key: 1 to 200 printable ASCII "
+                               "characters without spaces");
+        rq->idem_key = strdup(key);
+        if (rq->idem_key == NULL)
+            return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    }
+    rq->jobs = calloc(1, sizeof(*rq->jobs));
+    if (rq->jobs == NULL)
+        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
+                          now, &rq->jobs[0], key != NULL ? &rq->canonical : NULL,
+                          &err);
+    if (rc != RMQS_OK)
+        return reply_rc(c, rc, &err, "invalid request");
+    rq->njobs = 1;
+    rc = job_id_generate(now, rq->jobs[0].id);
+    if (rc != RMQS_OK)
+        return reply_rc(c, rc, NULL, "cannot generate a job id");
+    return submit(api, c, rq);
+}
+
+/* POST /schedule/batch: a JSON array of up to BATCH_MAX jobs, stored all or
+ * nothing; a 400 lists every invalid item (up to BATCH_ERRORS_MAX). */
+static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *c,
+                                        http_req *rq)
+{
+    json_error_t jerr;
+    json_t *root = NULL, *errors = NULL;
+    rmqs_error err = {0};
+    enum MHD_Result ret;
+    int64_t now = tu_now_ms();
+    size_t n, bad = 0;
+
+    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")) {
+        return reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                           "Idempotency-Key",
+                           "Idempotency-Key is only supported on POST /schedule");
+    }
+    root = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES,
+                      &jerr);
+    if (root == NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, "", "invalid JSON: %s (line %d, column %d)",
+                  jerr.text, jerr.line, jerr.column);
+        return reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
+    n = json_is_array(root) ? json_array_size(root) : 0;
+    if (!json_is_array(root) || n == 0 || n > BATCH_MAX) {
+        rmqs_fail(&err, RMQS_EINVAL, "", "request body must be a JSON array of "
+                  "1 to %d jobs", BATCH_MAX);
+        ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
+        goto out;
+    }
+    rq->batch = true;
+    rq->jobs = calloc(n, sizeof(*rq->jobs));
+    errors = json_array();
+    if (rq->jobs == NULL || errors == NULL) {
+        ret = reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    rq->njobs = n;
+    for (size_t i = 0; i < n; i++) {
+        rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits, now,
+                                   &rq->jobs[i], NULL, &err);
+        if (rc == RMQS_OK)
+            rc = job_id_generate(now, rq->jobs[i].id);
+        if (rc == RMQS_EINVAL) {
+            if (++bad <= BATCH_ERRORS_MAX)
+                json_array_append_new(
+                    errors, json_pack("{s:I, s:s, s:s}", "index", (json_int_t)i,
+                                      "field", err.field, "message", err.message));
+        } else if (rc != RMQS_OK) {
+            ret = reply_rc(c, rc, NULL, "cannot read the batch");
             goto out;
         }
     }
-    rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
-                          now, &job, key != NULL ? &canonical : NULL, &err);
-    if (rc != RMQS_OK) {
-        ret = reply_rc(c, rc, &err, "invalid request");
+    if (bad > 0) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "%zu of %zu jobs are invalid; none was stored",
+                 bad, n);
+        ret = reply_json(c, MHD_HTTP_BAD_REQUEST,
+                         json_pack("{s:{s:s, s:s, s:s}, s:o}", "error", "code",
+                                   "invalid_argument", "message", msg, "field",
+                                   "jobs", "errors", errors),
+                         NULL, NULL);
+        errors = NULL;
         goto out;
     }
-    rc = job_id_generate(now, job.id);
-    if (rc != RMQS_OK) {
-        ret = reply_rc(c, rc, NULL, "cannot generate a job id");
-        goto out;
-    }
-    rc = store_insert(api->st, &job, key, canonical, &existed, &existing);
-    if (rc == RMQS_ECONFLICT) {
-        ret = reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
-                          "Idempotency-Key was used before with a different "
-                          "request");
-        goto out;
-    }
-    if (rc != RMQS_OK) {
-        log_error("http", "cannot store job", "error=%s", rmqs_rc_name(rc));
-        ret = reply_rc(c, rc, NULL, "cannot store the job");
-        goto out;
-    }
-    if (existed) {
-        ret = reply_job(c, MHD_HTTP_OK, &existing, true);
-        goto out;
-    }
-    disp_notify(api->disp, job.due_at);
-    log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
-              job.id, job.exchange, (long long)job.deliver_at);
-    ret = reply_job(c, MHD_HTTP_CREATED, &job, true);
+    ret = submit(api, c, rq);
 out:
-    job_clear(&job);
-    job_clear(&existing);
-    free(canonical);
+    json_decref(errors);
+    json_decref(root);
     return ret;
 }
 
@@ -423,14 +572,15 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     }
     if (strcmp(url, "/readyz") == 0)
         return get ? h_readyz(api, c) : method_not_allowed(c, "GET");
-    if (strcmp(url, "/schedule") == 0) {
+    if (strcmp(url, "/schedule") == 0 || strcmp(url, "/schedule/batch") == 0) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, "POST");
         if (!is_json_content(c))
             return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                "unsupported_media_type", NULL,
                                "Content-Type must be application/json");
-        return h_schedule(api, c, rq);
+        return url[9] == '\0' ? h_schedule(api, c, rq)
+                              : h_schedule_batch(api, c, rq);
     }
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
         return get ? h_list(api, c) : method_not_allowed(c, "GET");
@@ -453,7 +603,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         rq = calloc(1, sizeof(*rq));
         if (rq == NULL)
             return MHD_NO;
+        rq->conn = c;
         *con_cls = rq;
+        atomic_fetch_add(&api->inflight, 1);
         if (cl != NULL) {
             char *end = NULL;
             unsigned long long v = strtoull(cl, &end, 10);
@@ -487,14 +639,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         rq->body[rq->len] = '\0';
         return MHD_YES;
     }
+    if (rq->state == RQ_WRITTEN)
+        return reply_written(api, c, rq);
     return route(api, c, url, method, rq);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
+    http_api_t *api = cls;
     http_req *rq = *con_cls;
     if (rq != NULL) {
+        atomic_fetch_sub(&api->inflight, 1);
+        /* A suspended request is never completed before its resume. */
+        rq_free_jobs(rq);
         free(rq->body);
         free(rq);
         *con_cls = NULL;
@@ -566,7 +724,7 @@ bad:
 }
 
 rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
-                       http_api_t **out, rmqs_error *err)
+                       writer_t *w, http_api_t **out, rmqs_error *err)
 {
     struct sockaddr_storage ss;
     socklen_t sslen = 0;
@@ -586,6 +744,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     api->st = st;
     api->disp = d;
+    api->writer = w;
     api->opt = *opt;
     if (v6)
         flags |= MHD_USE_IPv6;
@@ -610,6 +769,31 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
              info ? (unsigned)info->port : 0U, opt->threads);
     *out = api;
     return RMQS_OK;
+}
+
+void http_api_quiesce(http_api_t *api)
+{
+    MHD_socket fd;
+
+    if (api == NULL || api->daemon == NULL)
+        return;
+    fd = MHD_quiesce_daemon(api->daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+}
+
+bool http_api_drain(http_api_t *api, int64_t timeout_ms)
+{
+    struct timespec tick = {0, 10 * 1000000};
+
+    if (api == NULL)
+        return true;
+    for (int64_t waited = 0; atomic_load(&api->inflight) > 0; waited += 10) {
+        if (waited >= timeout_ms)
+            return false;
+        nanosleep(&tick, NULL);
+    }
+    return true;
 }
 
 void http_api_stop(http_api_t *api)

@@ -2,12 +2,15 @@
  * http_api.h - the HTTP contract of api/openapi.yaml: routing, request
  * limits and handlers, on libmicrohttpd's epoll thread pool.
  *
- * Handlers validate with job.c, store with store.c and wake the dispatcher;
+ * Handlers validate with job.c; new jobs go to the group-commit writer
+ * (the connection is suspended until the commit), reads and changes of
+ * existing jobs go to store.c directly;
  * errors are JSON {"error": {"code", "message", "field"}}.
  */
 #ifndef RMQS_HTTP_API_H
 #define RMQS_HTTP_API_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +18,7 @@
 #include "job.h"
 #include "rmqs.h"
 #include "store.h"
+#include "writer.h"
 
 typedef struct http_api http_api_t;
 
@@ -27,12 +31,21 @@ typedef struct http_api_options {
     job_limits limits;
 } http_api_options;
 
-/* Bind and start serving. st and d are borrowed and must outlive the API.
- * RMQS_EINVAL (bad address) or RMQS_ESYS (bind failed) with err. */
+/* Bind and start serving. st, d and w are borrowed and must outlive the
+ * API. RMQS_EINVAL (bad address) or RMQS_ESYS (bind failed) with err. */
 rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
-                       http_api_t **out, rmqs_error *err);
+                       writer_t *w, http_api_t **out, rmqs_error *err);
 
-/* Stop accepting, finish requests in progress, free. */
+/* Stop accepting new connections (the listening socket is closed); the
+ * open ones are still served. */
+void http_api_quiesce(http_api_t *api);
+
+/* Wait until no request is in progress (answers sent), at most timeout_ms.
+ * Returns false on timeout. */
+bool http_api_drain(http_api_t *api, int64_t timeout_ms);
+
+/* Close every connection and free. Every request handed to the writer must
+ * have completed first (writer_stop), or libmicrohttpd aborts. */
 void http_api_stop(http_api_t *api);
 
 #endif

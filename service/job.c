@@ -646,10 +646,27 @@ rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
                          int64_t now_ms, job_t *out, char **canonical_out,
                          rmqs_error *err)
 {
+    json_t *root = NULL;
+    rmqs_rc rc;
+
+    if (out != NULL)
+        memset(out, 0, sizeof *out);
+    if (canonical_out != NULL)
+        *canonical_out = NULL;
+    rc = parse_object(buf, len, &root, err);
+    if (rc != RMQS_OK)
+        return rc;
+    rc = job_from_json(root, lim, now_ms, out, canonical_out, err);
+    json_decref(root);
+    return rc;
+}
+
+rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
+                      job_t *out, char **canonical_out, rmqs_error *err)
+{
     static const char *const allowed[] = {
         "exchange", "routing_key", "body",       "body_base64", "delay_ms",
         "deliver_at", "headers",   "properties", "max_attempts"};
-    json_t *root = NULL;
     job_t job = {0};
     char *canonical = NULL;
     const char *exchange, *routing_key, *unknown;
@@ -662,9 +679,10 @@ rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
     if (out == NULL || lim == NULL)
         return rmqs_fail(err, RMQS_EINVAL, "", "internal: missing argument");
 
-    rc = parse_object(buf, len, &root, err);
-    if (rc != RMQS_OK)
+    if (!json_is_object(root)) {
+        rc = rmqs_fail(err, RMQS_EINVAL, "", "a job must be a JSON object");
         goto out;
+    }
 
     unknown = first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
     if (unknown != NULL) {
@@ -746,7 +764,6 @@ rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
 out:
     job_clear(&job);
     free(canonical);
-    json_decref(root);
     return rc;
 }
 

@@ -99,6 +99,13 @@ rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
                          rmqs_error *err);
 
 /*
+ * As job_from_request, for a request already parsed (root borrowed): one
+ * element of a POST /schedule/batch array. A non-object gives RMQS_EINVAL.
+ */
+rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
+                      job_t *out, char **canonical_out, rmqs_error *err);
+
+/*
  * Validate a PATCH /jobs/{id} body: exactly one of deliver_at / delay_ms.
  * Fills the new deliver_at and the delay it represents (>= 0).
  */

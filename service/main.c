@@ -1,12 +1,13 @@
 /*
  * main.c - wires the subsystems together and owns the process lifecycle.
  *
- *   HTTP (http_api) -> validate (job) -> store (pending)
+ *   HTTP (http_api) -> validate (job) -> writer (group commit) -> store
  *   dispatcher (due) -> amqp_publisher (confirm) -> store (sent)
  *
  * Signals are blocked in every thread and taken synchronously here with
  * sigwait(), so shutdown work runs in ordinary code, not in a handler:
- * stop accepting HTTP requests (those in progress finish), let the
+ * stop accepting connections, commit the jobs already handed to the writer
+ * and answer them, close the HTTP server, let the
  * dispatcher settle the batch in flight, close the database, exit 0. A
  * watchdog ends the process with status 1 if that takes longer than the
  * configured grace period.
@@ -27,8 +28,12 @@
 #include "http_api.h"
 #include "log.h"
 #include "store.h"
+#include "writer.h"
 
 extern char **environ;
+
+/* Rows in one group commit at most: bounds the transaction, not the rate. */
+#define WRITER_MAX_ROWS 4096
 
 /* Create the folder that will hold path (like mkdir -p of its dirname). */
 static rmqs_rc make_parent_dirs(const char *path, rmqs_error *err)
@@ -77,6 +82,7 @@ int main(int argc, char **argv)
     amqpp_t *pub = NULL;
     disp_t *disp = NULL;
     http_api_t *api = NULL;
+    writer_t *writer = NULL;
     sigset_t sigs;
     size_t recovered = 0;
     int sig = 0, status = 1;
@@ -149,6 +155,11 @@ int main(int argc, char **argv)
         log_error("main", "cannot start the dispatcher thread", NULL);
         goto out;
     }
+    writer = writer_new(st, disp, WRITER_MAX_ROWS);
+    if (writer == NULL || writer_start(writer) != RMQS_OK) {
+        log_error("main", "cannot start the writer thread", NULL);
+        goto out;
+    }
     rc = http_api_start(
         &(http_api_options){
             .listen = cfg.listen,
@@ -159,7 +170,7 @@ int main(int argc, char **argv)
             .limits = {.default_max_attempts = (int)cfg.max_attempts,
                        .max_max_attempts = 1000,
                        .max_delay_ms = cfg.max_delay_days * 86400000LL}},
-        st, disp, &api, &err);
+        st, disp, writer, &api, &err);
     if (rc != RMQS_OK) {
         log_error("main", "cannot start the HTTP server", "error=\"%s\"",
                   err.message);
@@ -178,9 +189,14 @@ int main(int argc, char **argv)
     }
     status = 0;
 out:
-    http_api_stop(api);   /* in-flight requests finish first */
+    http_api_quiesce(api); /* no new connections */
+    writer_stop(writer);   /* commits what was handed over; resumes them */
+    if (!http_api_drain(api, 2000)) /* lets them be answered */
+        log_warn("main", "requests still in progress at shutdown", NULL);
+    http_api_stop(api);    /* closes every connection */
     if (disp != NULL)
-        disp_free(disp);  /* settles the batch in flight; frees pub */
+        disp_free(disp);   /* settles the batch in flight; frees pub */
+    writer_free(writer);
     store_close(st);
     if (status == 0 && action == CONFIG_RUN)
         log_info("main", "stopped", NULL);

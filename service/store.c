@@ -69,7 +69,8 @@ enum {
 
 /* Every statement of the store, prepared once at open. */
 typedef enum stmt_id {
-    S_BEGIN, S_COMMIT, S_ROLLBACK, S_PING, S_VERSION,
+    S_BEGIN, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_RELEASE_SP, S_ROLLBACK_SP,
+    S_PING, S_VERSION,
     S_INSERT, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
     S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
     S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
@@ -92,6 +93,9 @@ static const stmt_def stmt_defs[S_COUNT] = {
     [S_BEGIN] = {"begin", "BEGIN IMMEDIATE"},
     [S_COMMIT] = {"commit", "COMMIT"},
     [S_ROLLBACK] = {"rollback", "ROLLBACK"},
+    [S_SAVEPOINT] = {"savepoint", "SAVEPOINT req"},
+    [S_RELEASE_SP] = {"release_savepoint", "RELEASE req"},
+    [S_ROLLBACK_SP] = {"rollback_savepoint", "ROLLBACK TO req"},
     [S_PING] = {"ping", "SELECT 1"},
     [S_VERSION] = {"schema_version",
                    "SELECT coalesce(max(version), 0) FROM schema_migrations"},
@@ -867,61 +871,145 @@ static rmqs_rc idem_lookup(store_t *st, const char *key, const char *request,
     return out;
 }
 
+/* Run one of the savepoint statements; RMQS_OK or the mapped failure. */
+static rmqs_rc sp_exec(store_t *st, stmt_id id)
+{
+    sqlite3_stmt *s = stmt_get(st, id);
+    int rc = stmt_exec(s);
+
+    return rc == SQLITE_OK ? RMQS_OK : stmt_fail(st, s, rc, id);
+}
+
+/* Inside the caller's transaction: one all-or-nothing request. */
+static rmqs_rc insert_req(store_t *st, store_insert_req *r)
+{
+    unsigned char id[JOB_ID_BYTES];
+    int64_t seq = 0;
+    sqlite3_stmt *s;
+    rmqs_rc out;
+    int rc;
+
+    if (r->n == 0 || (r->idem_key && (!r->idem_request || r->n != 1)))
+        return RMQS_EINVAL;
+    for (size_t i = 0; i < r->n; i++) {
+        if (job_id_parse(r->jobs[i].id, id) != RMQS_OK) {
+            r->failed_index = i;
+            return RMQS_EINVAL;
+        }
+    }
+    if (r->idem_key) {
+        out = idem_lookup(st, r->idem_key, r->idem_request, &r->existed,
+                          &r->existing);
+        if (out != RMQS_ENOTFOUND)
+            return out; /* the same job again, a conflict, or a failure */
+    }
+    out = sp_exec(st, S_SAVEPOINT);
+    if (out != RMQS_OK)
+        return out;
+    for (size_t i = 0; i < r->n; i++) {
+        job_id_parse(r->jobs[i].id, id);
+        out = insert_job(st, &r->jobs[i], id, &seq);
+        if (out != RMQS_OK) {
+            r->failed_index = i;
+            goto undo;
+        }
+    }
+    if (r->idem_key) {
+        s = stmt_get(st, S_IDEM_INSERT);
+        sqlite3_bind_text(s, 1, r->idem_key, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, seq);
+        sqlite3_bind_text(s, 3, r->idem_request, -1, SQLITE_STATIC);
+        rc = stmt_exec(s);
+        if (rc != SQLITE_OK) {
+            out = stmt_fail(st, s, rc, S_IDEM_INSERT);
+            goto undo;
+        }
+    }
+    return sp_exec(st, S_RELEASE_SP);
+undo:
+    /* After FULL/IOERR SQLite may have rolled the whole transaction back;
+     * then there is no savepoint left to return to. */
+    if (!sqlite3_get_autocommit(st->db)) {
+        sp_exec(st, S_ROLLBACK_SP);
+        sp_exec(st, S_RELEASE_SP);
+    }
+    return out;
+}
+
+/* A failure that is about the request itself, not the database: the other
+ * requests of the transaction go on. */
+static bool req_local_failure(rmqs_rc rc)
+{
+    return rc == RMQS_EINVAL || rc == RMQS_ECONFLICT;
+}
+
+rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n)
+{
+    rmqs_rc out;
+
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].rc = RMQS_OK;
+        reqs[i].existed = false;
+        reqs[i].failed_index = 0;
+        memset(&reqs[i].existing, 0, sizeof(reqs[i].existing));
+    }
+    if (n == 0)
+        return RMQS_OK;
+
+    pthread_mutex_lock(&st->mu);
+    out = tx_begin(st);
+    if (out != RMQS_OK)
+        goto fail_all;
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].rc = insert_req(st, &reqs[i]);
+        if (reqs[i].rc != RMQS_OK && !req_local_failure(reqs[i].rc)) {
+            out = reqs[i].rc; /* the database failed: nothing is kept */
+            tx_abort(st);
+            goto fail_all;
+        }
+    }
+    out = tx_commit(st);
+    if (out != RMQS_OK)
+        goto fail_all;
+    pthread_mutex_unlock(&st->mu);
+    return RMQS_OK;
+
+fail_all:
+    for (size_t i = 0; i < n; i++) {
+        job_clear(&reqs[i].existing);
+        reqs[i].existed = false;
+        reqs[i].rc = out;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
 rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
                      const char *idem_request, bool *existed, job_t *existing)
 {
-    unsigned char id[JOB_ID_BYTES];
-    sqlite3_stmt *s;
-    int64_t seq = 0;
+    store_insert_req r = {.jobs = job, .n = 1, .idem_key = idem_key,
+                          .idem_request = idem_request};
     rmqs_rc out;
-    int rc;
 
     if (existed)
         *existed = false;
     if (existing)
         memset(existing, 0, sizeof(*existing));
-    if (!job || job_id_parse(job->id, id) != RMQS_OK)
+    if (!job)
         return RMQS_EINVAL;
-    if (idem_key && !idem_request)
-        return RMQS_EINVAL;
-
-    pthread_mutex_lock(&st->mu);
-    out = tx_begin(st);
-    if (out != RMQS_OK)
-        goto unlock;
-
-    if (idem_key) {
-        out = idem_lookup(st, idem_key, idem_request, existed, existing);
-        if (out != RMQS_ENOTFOUND) {
-            /* the key is known (same job or conflict) or the read failed:
-             * nothing to write either way */
-            tx_abort(st);
-            goto unlock;
-        }
+    out = store_insert_batch(st, &r, 1);
+    if (out == RMQS_OK)
+        out = r.rc;
+    if (out == RMQS_OK && r.existed) {
+        if (existed)
+            *existed = true;
+        if (existing)
+            *existing = r.existing;
+        else
+            job_clear(&r.existing);
+    } else {
+        job_clear(&r.existing);
     }
-
-    out = insert_job(st, job, id, &seq);
-    if (out != RMQS_OK)
-        goto abort;
-
-    if (idem_key) {
-        s = stmt_get(st, S_IDEM_INSERT);
-        sqlite3_bind_text(s, 1, idem_key, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, seq);
-        sqlite3_bind_text(s, 3, idem_request, -1, SQLITE_STATIC);
-        rc = stmt_exec(s);
-        if (rc != SQLITE_OK) {
-            out = stmt_fail(st, s, rc, S_IDEM_INSERT);
-            goto abort;
-        }
-    }
-    out = tx_commit(st);
-    goto unlock;
-
-abort:
-    tx_abort(st);
-unlock:
-    pthread_mutex_unlock(&st->mu);
     return out;
 }
 

@@ -70,6 +70,28 @@ rmqs_rc store_ping(store_t *st);
 rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
                      const char *idem_request, bool *existed, job_t *existing);
 
+/* One all-or-nothing request of a group commit (store_insert_batch). */
+typedef struct store_insert_req {
+    const job_t *jobs;        /* in: n jobs with ids assigned (borrowed) */
+    size_t n;                 /* in: >= 1 */
+    const char *idem_key;     /* in: NULL, or a key (only when n == 1) */
+    const char *idem_request; /* in: the canonical request for the key */
+    rmqs_rc rc;               /* out: this request's outcome */
+    size_t failed_index;      /* out: on RMQS_EINVAL/ECONFLICT, which job */
+    bool existed;             /* out: the key was known with this request */
+    job_t existing;           /* out: that earlier job (caller clears) */
+} store_insert_req;
+
+/*
+ * Group commit: insert every request in one transaction (one fsync). Each
+ * request is all-or-nothing on its own (a savepoint); a request that fails
+ * by itself (RMQS_EINVAL, RMQS_ECONFLICT as in store_insert) leaves the
+ * others alone. If the database fails (RMQS_EFULL, RMQS_EDB...) nothing is
+ * stored, every reqs[i].rc is that code and it is returned; otherwise
+ * RMQS_OK and each request carries its own rc.
+ */
+rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n);
+
 /* Load one job by id text into *out (caller clears). RMQS_ENOTFOUND. */
 rmqs_rc store_get(store_t *st, const char *id, job_t *out);
 

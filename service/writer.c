@@ -1,0 +1,166 @@
+/*
+ * writer.c - group commit for new jobs (see writer.h for why).
+ *
+ * The queue is a singly linked list of caller-owned writer_req, guarded by
+ * one mutex. The thread detaches the whole list at once (bounded by
+ * max_rows), commits it, and completes every request. Requests keep their
+ * arrival order inside a transaction, so two requests with the same
+ * Idempotency-Key resolve to the first one.
+ */
+#include "writer.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "log.h"
+
+struct writer {
+    store_t *st;   /* borrowed */
+    disp_t *disp;  /* borrowed */
+    size_t max_rows;
+
+    pthread_t thread;
+    bool started;
+
+    pthread_mutex_t mu;  /* guards head, tail, stopping */
+    pthread_cond_t cv;
+    writer_req *head, *tail;
+    bool stopping;
+};
+
+writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows)
+{
+    writer_t *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return NULL;
+    w->st = st;
+    w->disp = d;
+    w->max_rows = max_rows > 0 ? max_rows : 1;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    return w;
+}
+
+rmqs_rc writer_submit(writer_t *w, writer_req *req)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->stopping) {
+        pthread_mutex_unlock(&w->mu);
+        return RMQS_ESYS;
+    }
+    req->next = NULL;
+    if (w->tail != NULL)
+        w->tail->next = req;
+    else
+        w->head = req;
+    w->tail = req;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return RMQS_OK;
+}
+
+/* Detach up to max_rows rows of requests (at least one request). Called
+ * with the mutex held. */
+static size_t take_batch(writer_t *w, writer_req **batch, size_t cap)
+{
+    size_t n = 0, rows = 0;
+
+    while (w->head != NULL && n < cap &&
+           (n == 0 || rows + w->head->ins.n <= w->max_rows)) {
+        writer_req *r = w->head;
+        w->head = r->next;
+        if (w->head == NULL)
+            w->tail = NULL;
+        rows += r->ins.n;
+        batch[n++] = r;
+    }
+    return n;
+}
+
+static void *writer_main(void *arg)
+{
+    writer_t *w = arg;
+    size_t cap = w->max_rows;
+    writer_req **batch = calloc(cap, sizeof(*batch));
+    store_insert_req *reqs = calloc(cap, sizeof(*reqs));
+
+    if (batch == NULL || reqs == NULL) {
+        log_error("writer", "out of memory; cannot start", NULL);
+        cap = 1; /* fall back to one request at a time on the stack */
+    }
+    for (;;) {
+        store_insert_req one;
+        writer_req *single = NULL;
+        writer_req **b = batch ? batch : &single;
+        store_insert_req *rq = reqs ? reqs : &one;
+        int64_t earliest = INT64_MAX;
+        size_t n;
+        rmqs_rc rc;
+
+        pthread_mutex_lock(&w->mu);
+        while (w->head == NULL && !w->stopping)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->head == NULL && w->stopping) {
+            pthread_mutex_unlock(&w->mu);
+            break;
+        }
+        n = take_batch(w, b, batch && reqs ? cap : 1);
+        pthread_mutex_unlock(&w->mu);
+
+        for (size_t i = 0; i < n; i++)
+            rq[i] = b[i]->ins;
+        rc = store_insert_batch(w->st, rq, n);
+        if (rc != RMQS_OK)
+            log_error("writer", "group commit failed; nothing stored",
+                      "requests=%zu error=%s", n, rmqs_rc_name(rc));
+        for (size_t i = 0; i < n; i++) {
+            b[i]->ins = rq[i];
+            if (rq[i].rc == RMQS_OK && !rq[i].existed) {
+                for (size_t j = 0; j < rq[i].n; j++)
+                    if (rq[i].jobs[j].due_at < earliest)
+                        earliest = rq[i].jobs[j].due_at;
+            }
+        }
+        if (earliest != INT64_MAX)
+            disp_notify(w->disp, earliest);
+        for (size_t i = 0; i < n; i++)
+            b[i]->done(b[i], b[i]->cls); /* may free b[i]: last use */
+    }
+    free(batch);
+    free(reqs);
+    return NULL;
+}
+
+rmqs_rc writer_start(writer_t *w)
+{
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
+        return RMQS_ESYS;
+    w->started = true;
+    return RMQS_OK;
+}
+
+void writer_stop(writer_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (w->started) {
+        pthread_join(w->thread, NULL);
+        w->started = false;
+    }
+}
+
+void writer_free(writer_t *w)
+{
+    if (w == NULL)
+        return;
+    writer_stop(w);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}

@@ -1,0 +1,50 @@
+/*
+ * writer.h - group commit: the one thread that inserts new jobs.
+ *
+ * An fsync costs the same for one row as for a thousand, so HTTP handlers
+ * do not insert themselves: they hand a validated request to the writer,
+ * suspend their connection and return. The writer takes everything that
+ * piled up while the previous commit was syncing, inserts it in one
+ * transaction (store_insert_batch), wakes the dispatcher once for the
+ * earliest new due time, and calls each request's done() callback, which
+ * resumes the connection. A 201 therefore still means "on disk".
+ */
+#ifndef RMQS_WRITER_H
+#define RMQS_WRITER_H
+
+#include <stddef.h>
+
+#include "dispatcher.h"
+#include "rmqs.h"
+#include "store.h"
+
+typedef struct writer writer_t;
+
+typedef struct writer_req writer_req;
+/* Called on the writer thread once req->ins holds the outcome. Must be
+ * quick and must not touch the writer. */
+typedef void (*writer_done_fn)(writer_req *req, void *cls);
+
+struct writer_req {
+    store_insert_req ins;  /* in: jobs and key; out: outcome (see store.h) */
+    writer_done_fn done;
+    void *cls;
+    writer_req *next;      /* the writer's queue link */
+};
+
+/* A writer over st and d (both borrowed); max_rows bounds one transaction.
+ * NULL on ENOMEM. */
+writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows);
+rmqs_rc writer_start(writer_t *w);
+
+/*
+ * Queue req (borrowed until its done() runs). RMQS_ESYS if the writer is
+ * stopping: then req is not queued and done() will not be called.
+ */
+rmqs_rc writer_submit(writer_t *w, writer_req *req);
+
+/* Commit everything queued so far, then end the thread. */
+void writer_stop(writer_t *w);
+void writer_free(writer_t *w);
+
+#endif

@@ -132,6 +132,7 @@ struct amqpp {
     int port;
     bool tls;
     char *safe_url;
+    char *ca_file, *cert_file, *key_file; /* amqps options, or NULL */
     int heartbeat_s;
     int timeout_ms; /* connect, handshake and RPC bound */
 
@@ -430,6 +431,17 @@ amqpp_t *amqpp_new(const amqpp_options *opt, rmqs_error *err)
     p->port = ci.port;
     p->tls = ci.ssl != 0;
     p->heartbeat_s = opt->heartbeat_s;
+    if ((opt->ca_file && !(p->ca_file = strdup(opt->ca_file))) ||
+        (opt->cert_file && !(p->cert_file = strdup(opt->cert_file))) ||
+        (opt->key_file && !(p->key_file = strdup(opt->key_file)))) {
+        rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
+        goto fail;
+    }
+    if ((p->cert_file == NULL) != (p->key_file == NULL)) {
+        rmqs_fail(err, RMQS_EINVAL, "amqp-cert-file",
+                  "a client certificate needs both a certificate and a key file");
+        goto fail;
+    }
     p->timeout_ms = opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms
                                                 : DEFAULT_TIMEOUT_MS;
     reset_state(p);
@@ -467,6 +479,9 @@ void amqpp_free(amqpp_t *p)
     free(p->password);
     free(p->host);
     free(p->vhost);
+    free(p->ca_file);
+    free(p->cert_file);
+    free(p->key_file);
     free(p->user);
     free(p->safe_url);
     free(p);
@@ -506,9 +521,23 @@ static amqp_socket_t *new_socket(amqpp_t *p, amqp_connection_state_t conn,
     amqp_ssl_socket_set_verify_peer(s, 1);
     amqp_ssl_socket_set_verify_hostname(s, 1);
     ctx = amqp_ssl_socket_get_context(s);
-    if (!ctx || SSL_CTX_set_default_verify_paths(ctx) != 1 ||
-        SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
-        snprintf(why, cap, "cannot configure TLS (system trust store)");
+    if (!ctx || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
+        snprintf(why, cap, "cannot configure TLS");
+        return NULL;
+    }
+    if (p->ca_file != NULL) {
+        if (amqp_ssl_socket_set_cacert(s, p->ca_file) != AMQP_STATUS_OK) {
+            snprintf(why, cap, "cannot load the CA file %s", p->ca_file);
+            return NULL;
+        }
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        snprintf(why, cap, "cannot load the system trust store");
+        return NULL;
+    }
+    if (p->cert_file != NULL &&
+        amqp_ssl_socket_set_key(s, p->cert_file, p->key_file) != AMQP_STATUS_OK) {
+        snprintf(why, cap, "cannot load the client certificate %s / key %s",
+                 p->cert_file, p->key_file);
         return NULL;
     }
     return s;

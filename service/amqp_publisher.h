@@ -26,6 +26,9 @@ typedef struct amqpp_options {
     const char *url;        /* amqp://user:pass@host:port/vhost (copied) */
     int heartbeat_s;        /* requested heartbeat interval, 0 = off */
     int connect_timeout_ms; /* TCP connect + handshake bound */
+    const char *ca_file;    /* amqps: trusted CAs (PEM); NULL = system store */
+    const char *cert_file;  /* amqps: client certificate (PEM) or NULL */
+    const char *key_file;   /* amqps: its private key (PEM) or NULL */
 } amqpp_options;
 
 typedef enum amqpp_result_kind {

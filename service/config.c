@@ -12,15 +12,17 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef enum { OPT_STR, OPT_INT, OPT_BOOL_SYNC } opt_type;
 
 typedef struct opt_def {
-    const char *flag;     /* without the leading "--" */
+    const char *flag;     /* without the leading "--"; NULL: environment only
+                             (secrets must not show in ps) */
     const char *env;
     opt_type type;
     size_t offset;        /* of the field in struct config */
-    const char *def;      /* default, as text */
+    const char *def;      /* default, as text; NULL: unset */
     int64_t min, max;     /* bounds for OPT_INT */
     const char *help;
 } opt_def;
@@ -64,6 +66,23 @@ static const opt_def opt_table[] = {
      "full: fsync every commit; normal: survive process crashes only"},
     {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,
      "debug, info, warn or error"},
+    {NULL, "RMQS_API_TOKEN", OPT_STR, F(api_token), NULL, 0, 0,
+     "bearer token every endpoint but /healthz requires (environment only)"},
+    {"api-token-file", "RMQS_API_TOKEN_FILE", OPT_STR, F(api_token_file), NULL,
+     0, 0, "file holding the bearer token (instead of RMQS_API_TOKEN)"},
+    {"allow-exchanges", "RMQS_ALLOW_EXCHANGES", OPT_STR, F(allow_exchanges),
+     NULL, 0, 0, "comma-separated exchanges jobs may target; 'prefix*' "
+     "matches a prefix; unset: all"},
+    {"tls-cert-file", "RMQS_TLS_CERT_FILE", OPT_STR, F(tls_cert_file), NULL, 0,
+     0, "serve HTTPS with this certificate (PEM; needs --tls-key-file)"},
+    {"tls-key-file", "RMQS_TLS_KEY_FILE", OPT_STR, F(tls_key_file), NULL, 0, 0,
+     "private key of the HTTPS certificate (PEM)"},
+    {"amqp-ca-file", "RMQS_AMQP_CA_FILE", OPT_STR, F(amqp_ca_file), NULL, 0, 0,
+     "amqps://: CA certificates to trust (PEM); unset: the system store"},
+    {"amqp-cert-file", "RMQS_AMQP_CERT_FILE", OPT_STR, F(amqp_cert_file), NULL,
+     0, 0, "amqps://: client certificate (PEM)"},
+    {"amqp-key-file", "RMQS_AMQP_KEY_FILE", OPT_STR, F(amqp_key_file), NULL, 0,
+     0, "amqps://: client private key (PEM)"},
 };
 
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
@@ -72,13 +91,14 @@ static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
                        const char *source, rmqs_error *err)
 {
     char *base = (char *)cfg + o->offset;
+    const char *name = o->flag ? o->flag : o->env;
 
     switch (o->type) {
     case OPT_STR: {
         char **slot = (char **)(void *)base;
         char *copy = strdup(value);
         if (copy == NULL)
-            return rmqs_fail(err, RMQS_ENOMEM, o->flag, "out of memory");
+            return rmqs_fail(err, RMQS_ENOMEM, name, "out of memory");
         free(*slot);
         *slot = copy;
         return RMQS_OK;
@@ -89,12 +109,12 @@ static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
         errno = 0;
         v = strtoll(value, &end, 10);
         if (errno != 0 || end == value || *end != '\0')
-            return rmqs_fail(err, RMQS_EINVAL, o->flag,
-                             "%s %s: not an integer", source, o->flag);
+            return rmqs_fail(err, RMQS_EINVAL, name,
+                             "%s %s: not an integer", source, name);
         if (v < o->min || v > o->max)
-            return rmqs_fail(err, RMQS_EINVAL, o->flag,
+            return rmqs_fail(err, RMQS_EINVAL, name,
                              "%s %s: %lld is outside %lld..%lld", source,
-                             o->flag, v, (long long)o->min, (long long)o->max);
+                             name, v, (long long)o->min, (long long)o->max);
         *(int64_t *)(void *)base = v;
         return RMQS_OK;
     }
@@ -104,8 +124,8 @@ static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
         else if (strcmp(value, "normal") == 0)
             *(bool *)(void *)base = false;
         else
-            return rmqs_fail(err, RMQS_EINVAL, o->flag,
-                             "%s %s: must be full or normal", source, o->flag);
+            return rmqs_fail(err, RMQS_EINVAL, name,
+                             "%s %s: must be full or normal", source, name);
         return RMQS_OK;
     }
     return RMQS_EINVAL;
@@ -124,11 +144,37 @@ static const char *env_lookup(char **envp, const char *name)
 static const opt_def *opt_find(const char *flag, size_t len)
 {
     for (size_t i = 0; i < OPT_COUNT; i++) {
-        if (strlen(opt_table[i].flag) == len &&
+        if (opt_table[i].flag != NULL && strlen(opt_table[i].flag) == len &&
             strncmp(opt_table[i].flag, flag, len) == 0)
             return &opt_table[i];
     }
     return NULL;
+}
+
+/* Replace api_token with the first line of api_token_file. */
+static rmqs_rc read_token_file(config *cfg, rmqs_error *err)
+{
+    char buf[1024];
+    FILE *f;
+    size_t n;
+
+    if (cfg->api_token != NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
+                         "give RMQS_API_TOKEN or RMQS_API_TOKEN_FILE, not both");
+    f = fopen(cfg->api_token_file, "r");
+    if (f == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
+                         "cannot read the token file %s: %s", cfg->api_token_file,
+                         strerror(errno));
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    cfg->api_token = strdup(buf);
+    explicit_bzero(buf, sizeof(buf));
+    if (cfg->api_token == NULL)
+        return rmqs_fail(err, RMQS_ENOMEM, "api-token-file", "out of memory");
+    return RMQS_OK;
 }
 
 void config_usage(FILE *out)
@@ -140,11 +186,15 @@ void config_usage(FILE *out)
             "flags win):\n");
     for (size_t i = 0; i < OPT_COUNT; i++) {
         const opt_def *o = &opt_table[i];
-        fprintf(out, "  --%-20s %-24s %s (default: %s)\n", o->flag, o->env,
-                o->help, o->def);
+        char flag[40];
+        snprintf(flag, sizeof(flag), o->flag ? "--%s" : "(environment)",
+                 o->flag ? o->flag : "");
+        fprintf(out, "  %-22s %-24s %s%s%s%s\n", flag, o->env, o->help,
+                o->def ? " (default: " : "", o->def ? o->def : "",
+                o->def ? ")" : "");
     }
-    fprintf(out, "  --%-20s %-24s %s\n", "help", "", "print this and exit");
-    fprintf(out, "  --%-20s %-24s %s\n", "version", "", "print the version");
+    fprintf(out, "  %-22s %-24s %s\n", "--help", "", "print this and exit");
+    fprintf(out, "  %-22s %-24s %s\n", "--version", "", "print the version");
 }
 
 void config_clear(config *cfg)
@@ -152,6 +202,8 @@ void config_clear(config *cfg)
     for (size_t i = 0; i < OPT_COUNT; i++) {
         if (opt_table[i].type == OPT_STR) {
             char **slot = (char **)(void *)((char *)cfg + opt_table[i].offset);
+            if (*slot != NULL)
+                explicit_bzero(*slot, strlen(*slot)); /* may be a secret */
             free(*slot);
             *slot = NULL;
         }
@@ -166,6 +218,8 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
     memset(cfg, 0, sizeof(*cfg));
     *action = CONFIG_RUN;
     for (size_t i = 0; i < OPT_COUNT; i++) {
+        if (opt_table[i].def == NULL)
+            continue;
         rc = opt_set(cfg, &opt_table[i], opt_table[i].def, "default", err);
         if (rc != RMQS_OK)
             return rc;
@@ -222,6 +276,17 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                          "backoff-cap-ms (%lld) is below backoff-base-ms (%lld)",
                          (long long)cfg->backoff_cap_ms,
                          (long long)cfg->backoff_base_ms);
+    if (cfg->api_token_file != NULL) {
+        rc = read_token_file(cfg, err);
+        if (rc != RMQS_OK)
+            return rc;
+    }
+    if (cfg->api_token != NULL && strlen(cfg->api_token) < 16)
+        return rmqs_fail(err, RMQS_EINVAL, "RMQS_API_TOKEN",
+                         "the API token must be at least 16 characters");
+    if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
+        return rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
+                         "HTTPS needs both --tls-cert-file and --tls-key-file");
     if (strcmp(cfg->log_level, "debug") != 0 &&
         strcmp(cfg->log_level, "info") != 0 &&
         strcmp(cfg->log_level, "warn") != 0 &&

@@ -32,6 +32,14 @@ typedef struct config {
     int64_t shutdown_grace_s;
     bool sync_full;          /* synchronous=FULL (true) or NORMAL */
     char *log_level;         /* owned: debug|info|warn|error */
+    char *api_token;         /* owned or NULL; a credential: never log it */
+    char *api_token_file;    /* owned or NULL; read into api_token at load */
+    char *allow_exchanges;   /* owned or NULL: comma list, "prefix*" allowed */
+    char *tls_cert_file;     /* owned or NULL: HTTPS certificate (PEM) */
+    char *tls_key_file;      /* owned or NULL: its key (PEM) */
+    char *amqp_ca_file;      /* owned or NULL */
+    char *amqp_cert_file;    /* owned or NULL */
+    char *amqp_key_file;     /* owned or NULL */
 } config;
 
 typedef enum config_action {

@@ -42,6 +42,9 @@ struct http_api {
     writer_t *writer;  /* borrowed */
     http_api_options opt;
     atomic_long inflight; /* requests begun and not yet completed */
+    char *token;          /* owned copy of opt.api_token, or NULL */
+    char **allow;         /* owned NULL-terminated list, or NULL: any */
+    char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
 };
 
 typedef enum rq_state {
@@ -220,6 +223,72 @@ static const char *query_unknown(struct MHD_Connection *c,
     return q.unknown;
 }
 
+/* Compare in time that depends only on the expected token's length. */
+static bool token_matches(const char *given, const char *expected)
+{
+    size_t gl = strlen(given), el = strlen(expected);
+    unsigned char diff = gl != el;
+
+    for (size_t i = 0; i < el; i++)
+        diff |= (unsigned char)(expected[i] ^ given[i < gl ? i : 0]);
+    return diff == 0;
+}
+
+static bool authorized(http_api_t *api, struct MHD_Connection *c)
+{
+    const char *h;
+
+    if (api->token == NULL)
+        return true;
+    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return token_matches(h, api->token);
+}
+
+static enum MHD_Result reply_unauthorized(struct MHD_Connection *c)
+{
+    return reply_error_h(c, MHD_HTTP_UNAUTHORIZED, "unauthorized", NULL,
+                         "missing or wrong bearer token (Authorization: "
+                         "Bearer <token>)",
+                         MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                         "Bearer realm=\"rmq-scheduler\"");
+}
+
+static bool exchange_allowed(const http_api_t *api, const char *name)
+{
+    if (api->allow == NULL)
+        return true;
+    for (char **a = api->allow; *a != NULL; a++) {
+        size_t n = strlen(*a);
+        if (n > 0 && (*a)[n - 1] == '*') {
+            if (strncmp(name, *a, n - 1) == 0)
+                return true;
+        } else if (strcmp(name, *a) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
+                                                const char *name, long index)
+{
+    char msg[320], field[64];
+
+    if (index >= 0)
+        snprintf(field, sizeof(field), "jobs[%ld].exchange", index);
+    else
+        snprintf(field, sizeof(field), "exchange");
+    snprintf(msg, sizeof(msg), "exchange '%.255s' is not in the allowed list",
+             name);
+    return reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", field, msg);
+}
+
 /* ---- handlers ----------------------------------------------------------- */
 
 /* Writer thread: the insert is committed (or failed); wake the request. */
@@ -320,6 +389,8 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
     if (rc != RMQS_OK)
         return reply_rc(c, rc, &err, "invalid request");
     rq->njobs = 1;
+    if (!exchange_allowed(api, rq->jobs[0].exchange))
+        return reply_forbidden_exchange(c, rq->jobs[0].exchange, -1);
     rc = job_id_generate(now, rq->jobs[0].id);
     if (rc != RMQS_OK)
         return reply_rc(c, rc, NULL, "cannot generate a job id");
@@ -377,6 +448,12 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
                                       "field", err.field, "message", err.message));
         } else if (rc != RMQS_OK) {
             ret = reply_rc(c, rc, NULL, "cannot read the batch");
+            goto out;
+        }
+    }
+    for (size_t i = 0; bad == 0 && i < n; i++) {
+        if (!exchange_allowed(api, rq->jobs[i].exchange)) {
+            ret = reply_forbidden_exchange(c, rq->jobs[i].exchange, (long)i);
             goto out;
         }
     }
@@ -606,6 +683,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         rq->conn = c;
         *con_cls = rq;
         atomic_fetch_add(&api->inflight, 1);
+        if (strcmp(url, "/healthz") != 0 && !authorized(api, c)) {
+            rq->too_large = true; /* drop any body that follows */
+            return reply_unauthorized(c);
+        }
         if (cl != NULL) {
             char *end = NULL;
             unsigned long long v = strtoull(cl, &end, 10);
@@ -723,6 +804,75 @@ bad:
                      "listen '%s': expected host:port or [ipv6]:port", listen);
 }
 
+/* Read a whole (small) file into a malloc'd NUL-terminated string. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long len;
+
+    if (f == NULL)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (1L << 20) &&
+        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL) {
+        if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf[len] = '\0';
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Split "a,b, c*" into a NULL-terminated list of trimmed names. */
+static char **split_list(const char *text)
+{
+    size_t n = 1, k = 0;
+    char **list;
+    const char *p = text;
+
+    for (const char *q = text; *q; q++)
+        n += *q == ',';
+    list = calloc(n + 1, sizeof(*list));
+    if (list == NULL)
+        return NULL;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len > 0 && *p == ' ') {
+            p++;
+            len--;
+        }
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        if (len > 0 && (list[k] = strndup(p, len)) != NULL)
+            k++;
+        p += end ? (size_t)(end - p) + 1 : strlen(p);
+    }
+    return list;
+}
+
+static void api_free(http_api_t *api)
+{
+    if (api == NULL)
+        return;
+    if (api->token != NULL) {
+        explicit_bzero(api->token, strlen(api->token));
+        free(api->token);
+    }
+    for (char **a = api->allow; a != NULL && *a != NULL; a++)
+        free(*a);
+    free(api->allow);
+    free(api->tls_cert);
+    if (api->tls_key != NULL) {
+        explicit_bzero(api->tls_key, strlen(api->tls_key));
+        free(api->tls_key);
+    }
+    free(api);
+}
+
 rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
                        writer_t *w, http_api_t **out, rmqs_error *err)
 {
@@ -731,6 +881,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     bool v6 = false;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
     http_api_t *api;
     const union MHD_DaemonInfo *info;
     rmqs_rc rc;
@@ -746,6 +897,30 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     api->disp = d;
     api->writer = w;
     api->opt = *opt;
+    if ((opt->api_token && !(api->token = strdup(opt->api_token))) ||
+        (opt->allow_exchanges && !(api->allow = split_list(opt->allow_exchanges)))) {
+        rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    api->opt.api_token = NULL; /* only the owned copy is used */
+    if (opt->tls_cert_file != NULL) {
+        if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+            rc = rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
+                           "this libmicrohttpd has no TLS support");
+            goto fail;
+        }
+        api->tls_cert = read_file(opt->tls_cert_file);
+        api->tls_key = read_file(opt->tls_key_file);
+        if (api->tls_cert == NULL || api->tls_key == NULL) {
+            rc = rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
+                           "cannot read the HTTPS certificate %s or key %s",
+                           opt->tls_cert_file, opt->tls_key_file);
+            goto fail;
+        }
+        flags |= MHD_USE_TLS;
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, api->tls_cert};
+        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, api->tls_key};
+    }
     if (v6)
         flags |= MHD_USE_IPv6;
     api->daemon = MHD_start_daemon(
@@ -757,18 +932,25 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1U,
+        MHD_OPTION_ARRAY, tls,
         MHD_OPTION_END);
     if (api->daemon == NULL) {
-        free(api);
-        return rmqs_fail(err, RMQS_ESYS, "listen",
-                         "cannot listen on %s (address in use or not "
-                         "available?)", opt->listen);
+        rc = rmqs_fail(err, RMQS_ESYS, "listen",
+                       "cannot listen on %s (address in use or not available, "
+                       "or a bad TLS certificate/key?)", opt->listen);
+        goto fail;
     }
     info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    log_info("http", "listening", "listen=%s port=%u threads=%u", opt->listen,
-             info ? (unsigned)info->port : 0U, opt->threads);
+    log_info("http", "listening",
+             "listen=%s port=%u threads=%u tls=%s auth=%s allow_exchanges=%s",
+             opt->listen, info ? (unsigned)info->port : 0U, opt->threads,
+             api->tls_cert ? "on" : "off", api->token ? "bearer" : "off",
+             api->allow ? "list" : "any");
     *out = api;
     return RMQS_OK;
+fail:
+    api_free(api);
+    return rc;
 }
 
 void http_api_quiesce(http_api_t *api)
@@ -801,5 +983,5 @@ void http_api_stop(http_api_t *api)
     if (api == NULL)
         return;
     MHD_stop_daemon(api->daemon);
-    free(api);
+    api_free(api);
 }

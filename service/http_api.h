@@ -29,6 +29,10 @@ typedef struct http_api_options {
     unsigned conn_timeout_s;
     unsigned max_conns;
     job_limits limits;
+    const char *api_token;       /* NULL: no authentication (borrowed) */
+    const char *allow_exchanges; /* NULL: any; "a,b,prefix*" (copied) */
+    const char *tls_cert_file;   /* both set: serve HTTPS */
+    const char *tls_key_file;
 } http_api_options;
 
 /* Bind and start serving. st, d and w are borrowed and must outlive the

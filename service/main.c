@@ -133,7 +133,10 @@ int main(int argc, char **argv)
 
     pub = amqpp_new(&(amqpp_options){.url = cfg.amqp_url,
                                      .heartbeat_s = (int)cfg.heartbeat_s,
-                                     .connect_timeout_ms = 5000},
+                                     .connect_timeout_ms = 5000,
+                                     .ca_file = cfg.amqp_ca_file,
+                                     .cert_file = cfg.amqp_cert_file,
+                                     .key_file = cfg.amqp_key_file},
                     &err);
     if (pub == NULL) {
         log_error("main", "bad AMQP URL", "error=\"%s\"", err.message);
@@ -169,7 +172,11 @@ int main(int argc, char **argv)
             .max_conns = (unsigned)cfg.http_max_conns,
             .limits = {.default_max_attempts = (int)cfg.max_attempts,
                        .max_max_attempts = 1000,
-                       .max_delay_ms = cfg.max_delay_days * 86400000LL}},
+                       .max_delay_ms = cfg.max_delay_days * 86400000LL},
+            .api_token = cfg.api_token,
+            .allow_exchanges = cfg.allow_exchanges,
+            .tls_cert_file = cfg.tls_cert_file,
+            .tls_key_file = cfg.tls_key_file},
         st, disp, writer, &api, &err);
     if (rc != RMQS_OK) {
         log_error("main", "cannot start the HTTP server", "error=\"%s\"",

@@ -1,0 +1,138 @@
+"""Fixtures of the integration tests.
+
+They run the real rmq-scheduler binary ($RMQS_BIN) against the test run's
+own RabbitMQ node ($RMQS_TEST_AMQP_URL, $RMQS_TEST_RABBIT_NODE) with a fresh
+SQLite file per service. tests/run.sh sets all of that up; run the tests
+through it (`sudo tests/run.sh -L integration`).
+
+  service(*args, wait="ready"|"health", log_level=...)  start a service
+  amqp                     a consumer on a unique exchange/queue/routing key
+  amqp_factory(durable=)   more consumers (durable ones survive an outage)
+  broker                   stop_app/start_app of the node, exchanges with no queue
+  report(line)             print a measurement past pytest's capture and
+                           append it to $RMQS_TEST_REPORT if set
+
+After each test every service is stopped (SIGTERM, then SIGKILL) and the
+test fails if a service log shows an ASan/LSan/UBSan report or if the
+service did not exit with status 0 on SIGTERM. A failing test prints the
+service logs.
+"""
+
+import os
+import sys
+
+import pytest
+
+from helpers import Broker, Consumer, Service, env
+
+LOG_TAIL_LINES = 300
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def _test_failed(request):
+    rep = getattr(request.node, "rep_call", None)
+    return rep is None or rep.failed
+
+
+def _print_log(svc, full=False):
+    text = svc.log()
+    lines = text.splitlines()
+    if not full and len(lines) > LOG_TAIL_LINES:
+        lines = [f"... ({len(lines) - LOG_TAIL_LINES} lines before)"] + \
+            lines[-LOG_TAIL_LINES:]
+    print(f"----- service log {svc.log_path} -----", file=sys.stderr)
+    print("\n".join(lines), file=sys.stderr)
+    print("----- end of service log -----", file=sys.stderr)
+
+
+class _Services:
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.started = []
+
+    def __call__(self, *args, wait="ready", log_level="info", timeout=20,
+                 amqp_url=None, **options):
+        """Start a service; options go to helpers.Service (host,
+        settings_in_env, extra_env). wait=None: do not wait at all."""
+        svc = Service(os.path.join(self.workdir, f"svc{len(self.started)}"),
+                      amqp_url or env("RMQS_TEST_AMQP_URL"), args, log_level,
+                      **options)
+        self.started.append(svc)
+        svc.start(wait, timeout)
+        return svc
+
+    def close(self, failed):
+        problems = []
+        for svc in self.started:
+            p = svc.stop()
+            if p:
+                problems.append(p)
+            report = svc.sanitizer_report()
+            if report:
+                problems.append(f"sanitizer report in {svc.log_path}")
+            if failed or p or report:
+                _print_log(svc, full=bool(report))
+        if problems:
+            pytest.fail("; ".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def service(request, tmp_path):
+    """Factory: service("--backoff-base-ms", "50") starts a service and waits
+    until it is healthy and ready (wait="health": healthy only)."""
+    services = _Services(str(tmp_path))
+    yield services
+    services.close(_test_failed(request))
+
+
+@pytest.fixture(scope="module")
+def module_service(request, tmp_path_factory):
+    """Factory for services shared by the tests of a module (cheaper for
+    data-driven tests); checked like `service` at the end of the module."""
+    services = _Services(str(tmp_path_factory.mktemp("module")))
+    yield services
+    failed = request.session.testsfailed > 0
+    services.close(failed)
+
+
+@pytest.fixture
+def amqp_factory():
+    consumers = []
+
+    def make(durable=False):
+        c = Consumer(env("RMQS_TEST_AMQP_URL"), durable=durable).start()
+        consumers.append(c)
+        return c
+    yield make
+    for c in consumers:
+        c.stop()
+
+
+@pytest.fixture
+def amqp(amqp_factory):
+    return amqp_factory()
+
+
+@pytest.fixture
+def broker():
+    b = Broker()
+    yield b
+    b.cleanup()
+
+
+@pytest.fixture
+def report(capsys):
+    def write(line):
+        with capsys.disabled():
+            print(line, file=sys.stderr)
+        path = os.environ.get("RMQS_TEST_REPORT")
+        if path:
+            with open(path, "a") as f:
+                f.write(line + "\n")
+    return write

@@ -1,0 +1,48 @@
+"""Health and readiness, and a clean exit on SIGTERM."""
+
+from helpers import free_port, wait_until
+
+
+def test_healthz_and_readyz_answer_ok_when_ready(service):
+    svc = service()
+    status, headers, body = svc.get("/healthz")
+    assert status == 200
+    assert headers.get_content_type() == "application/json"
+    assert body == {"status": "ok"}
+    status, _, body = svc.get("/readyz")
+    assert status == 200
+    assert body == {"status": "ready", "database": "up", "broker": "up"}
+
+
+def test_readyz_is_503_naming_the_broker_when_it_cannot_be_reached(service):
+    # A port where nothing listens: the service must come up (healthy) and
+    # say it is not ready because of the broker.
+    svc = service(amqp_url=f"amqp://guest:guest@127.0.0.1:{free_port()}/%2F",
+                  wait="health")
+    status, _, body = svc.get("/healthz")
+    assert (status, body) == (200, {"status": "ok"})
+
+    def not_ready():
+        st, _, b = svc.get("/readyz")
+        return (st, b) if st == 503 else None
+    status, body = wait_until(not_ready, 20, "/readyz to answer 503")
+    assert body["status"] == "unavailable"
+    assert body["database"] == "up"
+    assert body["broker"] == "down"
+    assert body["error"]["code"] == "unavailable"
+    assert body["error"]["message"]
+    # Scheduling still works without a broker: the job waits, pending.
+    job = svc.schedule({"exchange": "", "routing_key": "q", "body": "x",
+                        "delay_ms": 0})
+    assert svc.job(job["id"])["status"] == "pending"
+
+
+def test_sigterm_exits_0_and_pending_jobs_survive(service):
+    svc = service()
+    job = svc.schedule({"exchange": "", "routing_key": "nowhere", "body": "x",
+                        "delay_ms": 3_600_000})
+    svc.terminate()
+    svc.restart()
+    again = svc.job(job["id"])
+    assert again["status"] == "pending"
+    assert again["deliver_at"] == job["deliver_at"]

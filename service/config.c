@@ -66,6 +66,8 @@ static const opt_def opt_table[] = {
      "full: fsync every commit; normal: survive process crashes only"},
     {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,
      "debug, info, warn or error"},
+    {"log-format", "RMQS_LOG_FORMAT", OPT_STR, F(log_format), "text", 0, 0,
+     "text (key=value) or json (one object per line)"},
     {NULL, "RMQS_API_TOKEN", OPT_STR, F(api_token), NULL, 0, 0,
      "bearer token every endpoint but /healthz requires (environment only)"},
     {"api-token-file", "RMQS_API_TOKEN_FILE", OPT_STR, F(api_token_file), NULL,
@@ -276,6 +278,10 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                          "backoff-cap-ms (%lld) is below backoff-base-ms (%lld)",
                          (long long)cfg->backoff_cap_ms,
                          (long long)cfg->backoff_base_ms);
+    if (strcmp(cfg->log_format, "text") != 0 &&
+        strcmp(cfg->log_format, "json") != 0)
+        return rmqs_fail(err, RMQS_EINVAL, "log-format",
+                         "log-format must be text or json");
     if (cfg->api_token_file != NULL) {
         rc = read_token_file(cfg, err);
         if (rc != RMQS_OK)

@@ -32,6 +32,7 @@ typedef struct config {
     int64_t shutdown_grace_s;
     bool sync_full;          /* synchronous=FULL (true) or NORMAL */
     char *log_level;         /* owned: debug|info|warn|error */
+    char *log_format;        /* owned: text|json */
     char *api_token;         /* owned or NULL; a credential: never log it */
     char *api_token_file;    /* owned or NULL; read into api_token at load */
     char *allow_exchanges;   /* owned or NULL: comma list, "prefix*" allowed */

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "timeutil.h"
 
 #define IDLE_CAP_MS 1000            /* longest sleep without looking again */
@@ -185,6 +186,8 @@ static size_t disp_settle(disp_t *d, job_t *jobs, const amqpp_result *res,
         case AMQPP_ACKED:
             out[i].kind = STORE_OUT_SENT;
             progressed++;
+            metrics_publish_attempts(1);
+            metrics_job_sent(now - j->deliver_at);
             log_debug("dispatcher", "sent",
                       "job_id=%s exchange=\"%s\" routing_key=\"%s\" late_ms=%lld",
                       j->id, j->exchange, j->routing_key,
@@ -194,6 +197,14 @@ static size_t disp_settle(disp_t *d, job_t *jobs, const amqpp_result *res,
             out[i].kind = STORE_OUT_RELEASE;
             break;
         default:
+            metrics_publish_attempts(1);
+            metrics_publish_failure(
+                res[i].kind == AMQPP_RETURNED ? MF_RETURNED
+                : res[i].kind == AMQPP_NACKED ? MF_NACKED
+                : res[i].kind == AMQPP_CLOSED ? MF_CHANNEL_CLOSED
+                                              : MF_CONNECTION_LOST);
+            if (j->attempts >= j->max_attempts)
+                metrics_job_failed();
             out[i].kind = STORE_OUT_RETRY;
             out[i].error = res[i].reason;
             out[i].retry_at = now + disp_backoff_ms(j->attempts,
@@ -290,6 +301,7 @@ static void *disp_main(void *arg)
     int64_t reconnect_ms = RECONNECT_MIN_MS;
     int64_t idle_cap = IDLE_CAP_MS;
     bool was_down_logged = false;
+    bool ever_connected = false;
 
     if (d->opt.heartbeat_s > 0 && d->opt.heartbeat_s * 500 < idle_cap)
         idle_cap = d->opt.heartbeat_s * 500;
@@ -319,6 +331,9 @@ static void *disp_main(void *arg)
                 log_info("dispatcher", "broker connection restored", "url=%s",
                          amqpp_safe_url(d->pub));
             was_down_logged = false;
+            if (ever_connected)
+                metrics_broker_reconnect();
+            ever_connected = true;
             reconnect_ms = RECONNECT_MIN_MS;
             atomic_store(&d->connected, true);
         }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "timeutil.h"
 #include "writer.h"
 
@@ -47,6 +48,16 @@ struct http_api {
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
 };
 
+/* The status of the response this thread queued last (for metrics). */
+static __thread unsigned tl_status;
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 typedef enum rq_state {
     RQ_READING, /* headers and body arriving */
     RQ_WAITING, /* suspended: the writer holds wr */
@@ -66,6 +77,9 @@ typedef struct http_req {
     size_t njobs;
     char *canonical;   /* owned; the Idempotency-Key fingerprint */
     char *idem_key;    /* owned copy of the header */
+    metrics_route route;
+    unsigned status;   /* of the response queued, 0 until then */
+    int64_t start_us;  /* monotonic, when the headers arrived */
 } http_req;
 
 static void rq_free_jobs(http_req *rq)
@@ -115,6 +129,8 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
         MHD_add_response_header(r, h1, v1);
     ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        tl_status = status;
     return ret;
 }
 
@@ -624,6 +640,33 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
     return reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
 }
 
+static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
+{
+    metrics_sources src = {0};
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    char *text;
+
+    src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
+    src.db_bytes = store_size_bytes(api->st);
+    src.broker_connected = disp_broker_connected(api->disp);
+    text = metrics_render(&src);
+    if (text == NULL)
+        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        tl_status = MHD_HTTP_OK;
+    return ret;
+}
+
 /* ---- routing ------------------------------------------------------------ */
 
 static enum MHD_Result method_not_allowed(struct MHD_Connection *c,
@@ -649,6 +692,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     }
     if (strcmp(url, "/readyz") == 0)
         return get ? h_readyz(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/metrics") == 0)
+        return get ? h_metrics(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/schedule") == 0 || strcmp(url, "/schedule/batch") == 0) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, "POST");
@@ -666,7 +711,7 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -681,6 +726,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         if (rq == NULL)
             return MHD_NO;
         rq->conn = c;
+        rq->route = metrics_route_of(url);
+        rq->start_us = mono_us();
         *con_cls = rq;
         atomic_fetch_add(&api->inflight, 1);
         if (strcmp(url, "/healthz") != 0 && !authorized(api, c)) {
@@ -725,6 +772,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     return route(api, c, url, method, rq);
 }
 
+/* Wraps the handler to note which status it answered with. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    enum MHD_Result ret;
+    http_req *rq;
+
+    tl_status = 0;
+    ret = on_request_inner(cls, c, url, method, version, upload_data,
+                           upload_data_size, con_cls);
+    rq = *con_cls;
+    if (rq != NULL && tl_status != 0)
+        rq->status = tl_status;
+    return ret;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -732,6 +797,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     http_req *rq = *con_cls;
     if (rq != NULL) {
         atomic_fetch_sub(&api->inflight, 1);
+        if (rq->status != 0)
+            metrics_http(rq->route, rq->status, mono_us() - rq->start_us);
         /* A suspended request is never completed before its resume. */
         rq_free_jobs(rq);
         free(rq->body);

@@ -1,7 +1,10 @@
 /*
  * log.h - one line per event on stderr:
  *   2026-11-30T14:00:00.123Z level=info module=dispatcher msg="published" n=12
- * Callers write the key=value fields in fmt. Thread-safe (one write(2) per
+ * or, with log_set_format("json"), one JSON object per line:
+ *   {"time":"...","level":"info","module":"dispatcher","message":"published","n":12}
+ * Callers write the key=value fields in fmt (quote values that may hold
+ * spaces). Thread-safe (one write(2) per
  * line). Never pass a credential: log the safe URL from amqpp_safe_url().
  */
 #ifndef RMQS_LOG_H
@@ -13,6 +16,10 @@ typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_leve
 
 /* Set the minimum level from "debug|info|warn|error". RMQS_EINVAL otherwise. */
 rmqs_rc log_set_level(const char *name);
+
+/* "text" (default) or "json": one object per line with time, level,
+ * module, message and the fields. RMQS_EINVAL otherwise. */
+rmqs_rc log_set_format(const char *name);
 
 /* msg is a short constant description; fmt (may be NULL) adds key=value
  * fields. */

@@ -107,6 +107,7 @@ int main(int argc, char **argv)
         goto out;
     }
     log_set_level(cfg.log_level);
+    log_set_format(cfg.log_format);
     log_info("main", "starting", "version=%s db=\"%s\" listen=%s sync=%s",
              RMQS_VERSION, cfg.db_path, cfg.listen, cfg.sync_full ? "full" : "normal");
 

@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "log.h"
@@ -732,6 +733,55 @@ int store_schema_version(store_t *st)
     stmt_done(s);
     pthread_mutex_unlock(&st->mu);
     return v;
+}
+
+rmqs_rc store_counts(store_t *st, int64_t counts[5])
+{
+    sqlite3_stmt *s = NULL;
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    for (int i = 0; i < 5; i++)
+        counts[i] = 0;
+    pthread_mutex_lock(&st->mu);
+    /* Prepared per call: scrapes are rare, and the table comes from a
+     * migration that store_open_with's test lists may not include. */
+    rc = sqlite3_prepare_v2(st->db, "SELECT status, n FROM job_counts", -1, &s,
+                            NULL);
+    if (rc != SQLITE_OK) {
+        out = db_fail(st, rc, "counts");
+        goto done;
+    }
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int status = sqlite3_column_int(s, 0);
+        if (status >= 0 && status < 5)
+            counts[status] = sqlite3_column_int64(s, 1);
+    }
+    if (rc != SQLITE_DONE)
+        out = db_fail(st, rc, "counts");
+done:
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+int64_t store_size_bytes(store_t *st)
+{
+    char wal[4096];
+    struct stat sb;
+    const char *path;
+    int64_t total = -1;
+
+    pthread_mutex_lock(&st->mu);
+    path = sqlite3_db_filename(st->db, "main");
+    if (path != NULL && *path && stat(path, &sb) == 0) {
+        total = (int64_t)sb.st_size;
+        if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", path) < sizeof(wal) &&
+            stat(wal, &sb) == 0)
+            total += (int64_t)sb.st_size;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return total;
 }
 
 rmqs_rc store_ping(store_t *st)

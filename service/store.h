@@ -56,6 +56,12 @@ void store_close(store_t *st);
 /* Highest applied schema version, or -1 on error. */
 int store_schema_version(store_t *st);
 
+/* Jobs by status (indexed by job_status), kept by triggers: cheap. */
+rmqs_rc store_counts(store_t *st, int64_t counts[5]);
+
+/* Bytes of the database file plus its WAL; -1 if unknown. */
+int64_t store_size_bytes(store_t *st);
+
 /* Cheap probe that the database answers (for /readyz). */
 rmqs_rc store_ping(store_t *st);
 

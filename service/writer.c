@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "metrics.h"
 
 struct writer {
     store_t *st;   /* borrowed */
@@ -118,6 +119,7 @@ static void *writer_main(void *arg)
         for (size_t i = 0; i < n; i++) {
             b[i]->ins = rq[i];
             if (rq[i].rc == RMQS_OK && !rq[i].existed) {
+                metrics_jobs_scheduled(rq[i].n);
                 for (size_t j = 0; j < rq[i].n; j++)
                     if (rq[i].jobs[j].due_at < earliest)
                         earliest = rq[i].jobs[j].due_at;

@@ -1,0 +1,267 @@
+/*
+ * metrics.c - the numbers behind GET /metrics (see metrics.h).
+ *
+ * Histograms keep cumulative-ready per-bucket counts plus a sum and a count,
+ * all atomics; rendering reads them without stopping writers, so one scrape
+ * may see a count one update ahead of its sum, which Prometheus tolerates.
+ */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Dispatch lateness buckets, seconds: 1 ms to 60 s. */
+static const double late_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                     0.1,   0.25,   0.5,   1,    2.5,   5,
+                                     10,    30,     60};
+#define LATE_N (sizeof(late_bounds) / sizeof(late_bounds[0]))
+
+/* HTTP duration buckets, seconds. */
+static const double http_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05,   0.1,   0.25,   0.5,   1,    2.5};
+#define HTTP_N (sizeof(http_bounds) / sizeof(http_bounds[0]))
+
+/* Status codes the API answers with; anything else counts as "other". */
+static const unsigned http_codes[] = {200, 201, 400, 401, 403, 404, 405,
+                                      409, 413, 415, 500, 503};
+#define CODES_N (sizeof(http_codes) / sizeof(http_codes[0]))
+
+static const char *const route_names[MR_COUNT] = {
+    "/schedule", "/schedule/batch", "/jobs", "/jobs/{id}",
+    "/healthz",  "/readyz",         "/metrics", "other"};
+static const char *const failure_names[MF_COUNT] = {
+    "returned", "nacked", "channel_closed", "connection_lost"};
+static const char *const status_names[5] = {"pending", "publishing", "sent",
+                                            "failed", "cancelled"};
+
+typedef struct histogram {
+    atomic_uint_fast64_t buckets[16]; /* per bucket, not cumulative; last: +Inf */
+    atomic_uint_fast64_t count;
+    atomic_uint_fast64_t sum_us;      /* microseconds, to stay integral */
+} histogram;
+
+static struct {
+    atomic_uint_fast64_t scheduled;
+    atomic_uint_fast64_t attempts;
+    atomic_uint_fast64_t failures[MF_COUNT];
+    atomic_uint_fast64_t sent;
+    atomic_uint_fast64_t failed;
+    atomic_uint_fast64_t reconnects;
+    histogram lateness;
+    atomic_uint_fast64_t http_count[MR_COUNT][CODES_N + 1];
+    histogram http_duration[MR_COUNT];
+} m;
+
+static void hist_observe(histogram *h, const double *bounds, size_t n,
+                         int64_t us)
+{
+    double s = (double)us / 1e6;
+    size_t i = 0;
+
+    if (us < 0)
+        us = 0;
+    while (i < n && s > bounds[i])
+        i++;
+    atomic_fetch_add(&h->buckets[i], 1);
+    atomic_fetch_add(&h->count, 1);
+    atomic_fetch_add(&h->sum_us, (uint_fast64_t)us);
+}
+
+void metrics_jobs_scheduled(uint64_t n) { atomic_fetch_add(&m.scheduled, n); }
+void metrics_publish_attempts(uint64_t n) { atomic_fetch_add(&m.attempts, n); }
+void metrics_job_failed(void) { atomic_fetch_add(&m.failed, 1); }
+void metrics_broker_reconnect(void) { atomic_fetch_add(&m.reconnects, 1); }
+
+void metrics_publish_failure(metrics_failure reason)
+{
+    if (reason < MF_COUNT)
+        atomic_fetch_add(&m.failures[reason], 1);
+}
+
+void metrics_job_sent(int64_t lateness_ms)
+{
+    atomic_fetch_add(&m.sent, 1);
+    hist_observe(&m.lateness, late_bounds, LATE_N,
+                 lateness_ms > 0 ? lateness_ms * 1000 : 0);
+}
+
+void metrics_http(metrics_route route, unsigned status, int64_t duration_us)
+{
+    size_t c = CODES_N;
+
+    if (route >= MR_COUNT)
+        route = MR_OTHER;
+    for (size_t i = 0; i < CODES_N; i++) {
+        if (http_codes[i] == status) {
+            c = i;
+            break;
+        }
+    }
+    atomic_fetch_add(&m.http_count[route][c], 1);
+    hist_observe(&m.http_duration[route], http_bounds, HTTP_N, duration_us);
+}
+
+metrics_route metrics_route_of(const char *url)
+{
+    if (strcmp(url, "/schedule") == 0)
+        return MR_SCHEDULE;
+    if (strcmp(url, "/schedule/batch") == 0)
+        return MR_SCHEDULE_BATCH;
+    if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
+        return MR_JOBS;
+    if (strncmp(url, "/jobs/", 6) == 0)
+        return MR_JOB;
+    if (strcmp(url, "/healthz") == 0)
+        return MR_HEALTHZ;
+    if (strcmp(url, "/readyz") == 0)
+        return MR_READYZ;
+    if (strcmp(url, "/metrics") == 0)
+        return MR_METRICS;
+    return MR_OTHER;
+}
+
+/* A growing string; on allocation failure it stays failed (buf NULL). */
+typedef struct sbuf {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (b->failed)
+        return;
+    for (;;) {
+        va_start(ap, fmt);
+        n = vsnprintf(b->buf ? b->buf + b->len : NULL,
+                      b->buf ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->buf != NULL && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 8192;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *nb = realloc(b->buf, cap);
+        if (nb == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+}
+
+static void sb_hist(sbuf *b, const char *name, const char *labels,
+                    histogram *h, const double *bounds, size_t n)
+{
+    uint64_t cum = 0;
+    const char *sep = labels[0] ? "," : "";
+
+    for (size_t i = 0; i < n; i++) {
+        cum += atomic_load(&h->buckets[i]);
+        sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep,
+                  bounds[i], (unsigned long long)cum);
+    }
+    cum += atomic_load(&h->buckets[n]);
+    sb_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep,
+              (unsigned long long)cum);
+    sb_printf(b, "%s_sum%s%s%s %.6f\n", name, labels[0] ? "{" : "", labels,
+              labels[0] ? "}" : "", (double)atomic_load(&h->sum_us) / 1e6);
+    sb_printf(b, "%s_count%s%s%s %llu\n", name, labels[0] ? "{" : "", labels,
+              labels[0] ? "}" : "", (unsigned long long)cum);
+}
+
+#define U(x) ((unsigned long long)atomic_load(&(x)))
+
+char *metrics_render(const metrics_sources *src)
+{
+    sbuf b = {0};
+
+    sb_printf(&b, "# HELP rmqs_jobs_scheduled_total Jobs accepted and stored.\n"
+                  "# TYPE rmqs_jobs_scheduled_total counter\n"
+                  "rmqs_jobs_scheduled_total %llu\n", U(m.scheduled));
+    sb_printf(&b, "# HELP rmqs_jobs_published_total Jobs that reached a final "
+                  "publish result.\n"
+                  "# TYPE rmqs_jobs_published_total counter\n"
+                  "rmqs_jobs_published_total{result=\"sent\"} %llu\n"
+                  "rmqs_jobs_published_total{result=\"failed\"} %llu\n",
+              U(m.sent), U(m.failed));
+    sb_printf(&b, "# HELP rmqs_publish_attempts_total Messages published to "
+                  "the broker (each try of each job).\n"
+                  "# TYPE rmqs_publish_attempts_total counter\n"
+                  "rmqs_publish_attempts_total %llu\n", U(m.attempts));
+    sb_printf(&b, "# HELP rmqs_publish_failures_total Publish attempts that "
+                  "failed, by reason.\n"
+                  "# TYPE rmqs_publish_failures_total counter\n");
+    for (int i = 0; i < MF_COUNT; i++)
+        sb_printf(&b, "rmqs_publish_failures_total{reason=\"%s\"} %llu\n",
+                  failure_names[i], U(m.failures[i]));
+    if (src != NULL && src->have_counts) {
+        sb_printf(&b, "# HELP rmqs_jobs Jobs in the database by status.\n"
+                      "# TYPE rmqs_jobs gauge\n");
+        for (int i = 0; i < 5; i++)
+            sb_printf(&b, "rmqs_jobs{status=\"%s\"} %lld\n", status_names[i],
+                      (long long)src->jobs_by_status[i]);
+    }
+    sb_printf(&b, "# HELP rmqs_dispatch_lateness_seconds Broker confirm time "
+                  "minus deliver_at of sent jobs.\n"
+                  "# TYPE rmqs_dispatch_lateness_seconds histogram\n");
+    sb_hist(&b, "rmqs_dispatch_lateness_seconds", "", &m.lateness, late_bounds,
+            LATE_N);
+    sb_printf(&b, "# HELP rmqs_http_requests_total HTTP requests by route and "
+                  "status.\n# TYPE rmqs_http_requests_total counter\n");
+    for (int r = 0; r < MR_COUNT; r++) {
+        for (size_t c = 0; c <= CODES_N; c++) {
+            uint64_t v = atomic_load(&m.http_count[r][c]);
+            if (v == 0)
+                continue;
+            if (c < CODES_N)
+                sb_printf(&b, "rmqs_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
+                          route_names[r], http_codes[c], (unsigned long long)v);
+            else
+                sb_printf(&b, "rmqs_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
+                          route_names[r], (unsigned long long)v);
+        }
+    }
+    sb_printf(&b, "# HELP rmqs_http_request_duration_seconds Time from request "
+                  "headers to response, by route.\n"
+                  "# TYPE rmqs_http_request_duration_seconds histogram\n");
+    for (int r = 0; r < MR_COUNT; r++) {
+        char labels[64];
+        if (atomic_load(&m.http_duration[r].count) == 0)
+            continue;
+        snprintf(labels, sizeof(labels), "route=\"%s\"", route_names[r]);
+        sb_hist(&b, "rmqs_http_request_duration_seconds", labels,
+                &m.http_duration[r], http_bounds, HTTP_N);
+    }
+    sb_printf(&b, "# HELP rmqs_broker_connected Whether the AMQP connection is "
+                  "up.\n# TYPE rmqs_broker_connected gauge\n"
+                  "rmqs_broker_connected %d\n",
+              src != NULL && src->broker_connected ? 1 : 0);
+    sb_printf(&b, "# HELP rmqs_broker_reconnects_total AMQP connections made "
+                  "after the first.\n# TYPE rmqs_broker_reconnects_total counter\n"
+                  "rmqs_broker_reconnects_total %llu\n", U(m.reconnects));
+    if (src != NULL && src->db_bytes >= 0)
+        sb_printf(&b, "# HELP rmqs_database_size_bytes Database file plus "
+                      "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"
+                      "rmqs_database_size_bytes %lld\n", (long long)src->db_bytes);
+    if (b.failed) {
+        free(b.buf);
+        return NULL;
+    }
+    return b.buf;
+}

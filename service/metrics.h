@@ -1,0 +1,52 @@
+/*
+ * metrics.h - counters, gauges and histograms for GET /metrics, rendered in
+ * the Prometheus text format (version 0.0.4).
+ *
+ * Process-wide and lock-free: every update is an atomic add, so any thread
+ * records without coordination. Values that live elsewhere (jobs by status,
+ * database size, broker connection) are read at render time through the
+ * metrics_sources the HTTP layer passes in.
+ */
+#ifndef RMQS_METRICS_H
+#define RMQS_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum metrics_route {
+    MR_SCHEDULE, MR_SCHEDULE_BATCH, MR_JOBS, MR_JOB, MR_HEALTHZ, MR_READYZ,
+    MR_METRICS, MR_OTHER, MR_COUNT
+} metrics_route;
+
+typedef enum metrics_failure {
+    MF_RETURNED,        /* basic.return, e.g. NO_ROUTE */
+    MF_NACKED,          /* basic.nack or not publishable */
+    MF_CHANNEL_CLOSED,  /* e.g. 404 exchange not found */
+    MF_CONNECTION_LOST, /* connection died or confirm timed out */
+    MF_COUNT
+} metrics_failure;
+
+void metrics_jobs_scheduled(uint64_t n);
+void metrics_publish_attempts(uint64_t n);
+void metrics_publish_failure(metrics_failure reason);
+void metrics_job_sent(int64_t lateness_ms); /* ack time - deliver_at */
+void metrics_job_failed(void);              /* max_attempts exhausted */
+void metrics_broker_reconnect(void);
+void metrics_http(metrics_route route, unsigned status, int64_t duration_us);
+
+/* Which route a URL belongs to (for labels). */
+metrics_route metrics_route_of(const char *url);
+
+/* Values read at render time. */
+typedef struct metrics_sources {
+    bool have_counts;
+    int64_t jobs_by_status[5]; /* indexed by job_status */
+    int64_t db_bytes;          /* database file + WAL, -1 if unknown */
+    bool broker_connected;
+} metrics_sources;
+
+/* The whole exposition, malloc'd (caller frees); NULL on ENOMEM. */
+char *metrics_render(const metrics_sources *src);
+
+#endif

@@ -1,0 +1,64 @@
+/* Unit tests for service/metrics.c: route labels and the text exposition. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metrics.h"
+
+Test(metrics, routes_are_classified_without_ids_in_labels)
+{
+    cr_expect_eq(metrics_route_of("/schedule"), MR_SCHEDULE);
+    cr_expect_eq(metrics_route_of("/schedule/batch"), MR_SCHEDULE_BATCH);
+    cr_expect_eq(metrics_route_of("/jobs"), MR_JOBS);
+    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000"), MR_JOB);
+    cr_expect_eq(metrics_route_of("/healthz"), MR_HEALTHZ);
+    cr_expect_eq(metrics_route_of("/metrics"), MR_METRICS);
+    cr_expect_eq(metrics_route_of("/nope"), MR_OTHER);
+}
+
+Test(metrics, counters_and_histograms_move_and_render)
+{
+    metrics_sources src = {.have_counts = true,
+                           .jobs_by_status = {7, 1, 2, 3, 4},
+                           .db_bytes = 4096,
+                           .broker_connected = true};
+    char *text;
+
+    metrics_jobs_scheduled(5);
+    metrics_publish_attempts(2);
+    metrics_publish_failure(MF_RETURNED);
+    metrics_job_sent(3);      /* 3 ms late: in the 0.005 bucket */
+    metrics_job_sent(70000);  /* 70 s: only in +Inf */
+    metrics_http(MR_SCHEDULE, 201, 1500);
+    metrics_http(MR_SCHEDULE, 599, 10);
+
+    text = metrics_render(&src);
+    cr_assert_not_null(text);
+    cr_expect_not_null(strstr(text, "rmqs_jobs_scheduled_total 5\n"));
+    cr_expect_not_null(strstr(text, "rmqs_publish_attempts_total 2\n"));
+    cr_expect_not_null(strstr(text, "rmqs_publish_failures_total{reason=\"returned\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_jobs_published_total{result=\"sent\"} 2\n"));
+    cr_expect_not_null(strstr(text, "rmqs_jobs{status=\"pending\"} 7\n"));
+    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"0.0025\"} 0\n"));
+    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"0.005\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"60\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"+Inf\"} 2\n"));
+    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_count 2\n"));
+    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedule\",status=\"201\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedule\",status=\"other\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_broker_connected 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_database_size_bytes 4096\n"));
+    free(text);
+}
+
+Test(metrics, gauges_left_out_when_sources_unknown)
+{
+    metrics_sources src = {.have_counts = false, .db_bytes = -1};
+    char *text = metrics_render(&src);
+
+    cr_assert_not_null(text);
+    cr_expect_null(strstr(text, "rmqs_jobs{"));
+    cr_expect_null(strstr(text, "rmqs_database_size_bytes"));
+    cr_expect_not_null(strstr(text, "rmqs_broker_connected 0\n"));
+    free(text);
+}

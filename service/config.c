@@ -197,6 +197,9 @@ void config_usage(FILE *out)
     }
     fprintf(out, "  %-22s %-24s %s\n", "--help", "", "print this and exit");
     fprintf(out, "  %-22s %-24s %s\n", "--version", "", "print the version");
+    fprintf(out, "  %-22s %-24s %s\n", "--healthcheck", "",
+            "ask the service at --listen for /healthz; exit 0 if healthy "
+            "(for container health checks)");
 }
 
 void config_clear(config *cfg)
@@ -244,6 +247,10 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
             config_usage(out);
             *action = CONFIG_HELP;
             return RMQS_OK;
+        }
+        if (strcmp(arg, "--healthcheck") == 0) {
+            *action = CONFIG_HEALTHCHECK; /* the other settings still apply */
+            continue;
         }
         if (strcmp(arg, "--version") == 0) {
             fprintf(out, "rmq-scheduler %s\n", RMQS_VERSION);

@@ -46,7 +46,8 @@ typedef struct config {
 typedef enum config_action {
     CONFIG_RUN,     /* parsed: run the service */
     CONFIG_HELP,    /* --help was asked: usage printed */
-    CONFIG_VERSION  /* --version was asked: version printed */
+    CONFIG_VERSION, /* --version was asked: version printed */
+    CONFIG_HEALTHCHECK /* --healthcheck: probe the running service's /healthz */
 } config_action;
 
 /*

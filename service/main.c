@@ -19,7 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "amqp_publisher.h"
@@ -63,6 +66,65 @@ static rmqs_rc make_parent_dirs(const char *path, rmqs_error *err)
     return RMQS_OK;
 }
 
+/*
+ * --healthcheck: GET /healthz from the service listening at cfg->listen
+ * (a wildcard address is reached through loopback). With HTTPS configured
+ * only the TCP connection is checked. Returns the process exit status.
+ */
+static int healthcheck(const config *cfg)
+{
+    char host[256], port[16], req[512], resp[64];
+    const char *colon = strrchr(cfg->listen, ':');
+    struct addrinfo hints = {0}, *res = NULL;
+    struct timeval tv = {3, 0};
+    size_t hl;
+    ssize_t n;
+    int fd = -1, status = 1;
+
+    if (colon == NULL || (hl = (size_t)(colon - cfg->listen)) >= sizeof(host))
+        return 1;
+    memcpy(host, cfg->listen, hl);
+    host[hl] = '\0';
+    if (host[0] == '[') { /* [v6] */
+        memmove(host, host + 1, hl);
+        host[strcspn(host, "]")] = '\0';
+    }
+    if (host[0] == '\0' || strcmp(host, "0.0.0.0") == 0)
+        strcpy(host, "127.0.0.1");
+    else if (strcmp(host, "::") == 0)
+        strcpy(host, "::1");
+    snprintf(port, sizeof(port), "%s", colon + 1);
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, port, &hints, &res) != 0)
+        return 1;
+    fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (fd < 0)
+        goto out;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, res->ai_addr, res->ai_addrlen) != 0)
+        goto out;
+    if (cfg->tls_cert_file != NULL) {
+        status = 0;
+        goto out;
+    }
+    snprintf(req, sizeof(req),
+             "GET /healthz HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n",
+             host);
+    if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+        goto out;
+    n = recv(fd, resp, sizeof(resp) - 1, 0);
+    if (n > 0) {
+        resp[n] = '\0';
+        status = strncmp(resp, "HTTP/1.1 200", 12) == 0 ? 0 : 1;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return status;
+}
+
 static void *grace_watchdog(void *arg)
 {
     int64_t secs = *(int64_t *)arg;
@@ -100,6 +162,10 @@ int main(int argc, char **argv)
     if (rc != RMQS_OK) {
         fprintf(stderr, "rmq-scheduler: %s\n", err.message);
         status = 2;
+        goto out;
+    }
+    if (action == CONFIG_HEALTHCHECK) {
+        status = healthcheck(&cfg);
         goto out;
     }
     if (action != CONFIG_RUN) {

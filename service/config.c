@@ -62,6 +62,11 @@ static const opt_def opt_table[] = {
      "1000", 1, 100000, "concurrent HTTP connections"},
     {"shutdown-grace-s", "RMQS_SHUTDOWN_GRACE_S", OPT_INT, F(shutdown_grace_s),
      "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight"},
+    {"retention-s", "RMQS_RETENTION_S", OPT_INT, F(retention_s), "604800", 0,
+     3650LL * 86400, "finished jobs (sent, failed, cancelled) are deleted after "
+     "this many seconds (604800 = 7 days); 0 keeps them"},
+    {"purge-interval-s", "RMQS_PURGE_INTERVAL_S", OPT_INT, F(purge_interval_s),
+     "60", 1, 86400, "how often to look for finished jobs to delete"},
     {"sync", "RMQS_SYNC", OPT_BOOL_SYNC, F(sync_full), "full", 0, 0,
      "full: fsync every commit; normal: survive process crashes only"},
     {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,

@@ -29,6 +29,7 @@
 #include "config.h"
 #include "dispatcher.h"
 #include "http_api.h"
+#include "janitor.h"
 #include "log.h"
 #include "store.h"
 #include "writer.h"
@@ -145,6 +146,7 @@ int main(int argc, char **argv)
     disp_t *disp = NULL;
     http_api_t *api = NULL;
     writer_t *writer = NULL;
+    janitor_t *janitor = NULL;
     sigset_t sigs;
     size_t recovered = 0;
     int sig = 0, status = 1;
@@ -182,7 +184,8 @@ int main(int argc, char **argv)
                   err.message);
         goto out;
     }
-    rc = store_open(cfg.db_path, &(store_options){.synchronous_full = cfg.sync_full},
+    rc = store_open(cfg.db_path, &(store_options){.synchronous_full = cfg.sync_full,
+                                     .manual_checkpoint = true},
                     &st, &err);
     if (rc != RMQS_OK) {
         log_error("main", "cannot open the database", "db=\"%s\" error=\"%s\"",
@@ -198,6 +201,15 @@ int main(int argc, char **argv)
         log_warn("main", "jobs left publishing by a previous run will be "
                  "published again", "n=%zu", recovered);
 
+    janitor = janitor_new(st, &(janitor_options){
+                                  .retention_ms = cfg.retention_s * 1000,
+                                  .purge_interval_ms = cfg.purge_interval_s * 1000,
+                                  .checkpoint_interval_ms = 1000,
+                                  .purge_batch = 500});
+    if (janitor == NULL || janitor_start(janitor) != RMQS_OK) {
+        log_error("main", "cannot start the janitor thread", NULL);
+        goto out;
+    }
     pub = amqpp_new(&(amqpp_options){.url = cfg.amqp_url,
                                      .heartbeat_s = (int)cfg.heartbeat_s,
                                      .connect_timeout_ms = 5000,
@@ -271,6 +283,7 @@ out:
     if (disp != NULL)
         disp_free(disp);   /* settles the batch in flight; frees pub */
     writer_free(writer);
+    janitor_free(janitor);
     store_close(st);
     if (status == 0 && action == CONFIG_RUN)
         log_info("main", "stopped", NULL);

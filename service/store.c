@@ -163,6 +163,11 @@ struct store {
     pthread_mutex_t mu; /* held by every public call */
     sqlite3 *db;
     sqlite3_stmt *stmt[S_COUNT];
+    sqlite3_stmt *purge;  /* prepared on first use (needs migration 0003) */
+    /* A second connection for WAL checkpoints, so they run beside the
+     * writers instead of inside their commits. Opened on first use. */
+    pthread_mutex_t ckpt_mu;
+    sqlite3 *ckpt_db;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -634,7 +639,10 @@ static void store_free(store_t *st)
 {
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
+    sqlite3_finalize(st->purge);
     sqlite3_close(st->db);
+    sqlite3_close(st->ckpt_db);
+    pthread_mutex_destroy(&st->ckpt_mu);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -660,7 +668,8 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
     st = calloc(1, sizeof(*st));
     if (!st)
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
-    if (pthread_mutex_init(&st->mu, NULL) != 0) {
+    if (pthread_mutex_init(&st->mu, NULL) != 0 ||
+        pthread_mutex_init(&st->ckpt_mu, NULL) != 0) {
         free(st);
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
     }
@@ -678,6 +687,15 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
     rc = open_configure(st->db, path, sync_full, err);
     if (rc != RMQS_OK)
         goto fail;
+    if (opt != NULL && opt->manual_checkpoint) {
+        /* store_checkpoint() from a background thread does it instead of
+         * the commit that crosses 1000 pages. */
+        src = sqlite3_wal_autocheckpoint(st->db, 0);
+        if (src != SQLITE_OK) {
+            rc = open_fail(err, st->db, path, "wal_autocheckpoint: ", src);
+            goto fail;
+        }
+    }
     rc = migrate(st->db, path, migrations, n, err);
     if (rc != RMQS_OK)
         goto fail;
@@ -733,6 +751,92 @@ int store_schema_version(store_t *st)
     stmt_done(s);
     pthread_mutex_unlock(&st->mu);
     return v;
+}
+
+rmqs_rc store_purge(store_t *st, int64_t before_ms, size_t limit,
+                    size_t *deleted)
+{
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    *deleted = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->purge == NULL) {
+        rc = sqlite3_prepare_v3(
+            st->db,
+            "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs "
+            "INDEXED BY jobs_finished WHERE status >= 2 AND updated_at < ?1 "
+            "ORDER BY updated_at LIMIT ?2)",
+            -1, SQLITE_PREPARE_PERSISTENT, &st->purge, NULL);
+        if (rc != SQLITE_OK) {
+            out = db_fail(st, rc, "purge_prepare");
+            goto done;
+        }
+    }
+    out = tx_begin(st);
+    if (out != RMQS_OK)
+        goto done;
+    sqlite3_bind_int64(st->purge, 1, before_ms);
+    sqlite3_bind_int64(st->purge, 2, (sqlite3_int64)limit);
+    rc = sqlite3_step(st->purge);
+    if (rc != SQLITE_DONE) {
+        out = db_fail(st, rc, "purge");
+        stmt_done(st->purge);
+        tx_abort(st);
+        goto done;
+    }
+    *deleted = (size_t)sqlite3_changes(st->db);
+    stmt_done(st->purge);
+    out = tx_commit(st);
+    if (out != RMQS_OK)
+        *deleted = 0;
+done:
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+rmqs_rc store_checkpoint(store_t *st, int64_t *wal_frames, int64_t *copied)
+{
+    const char *path;
+    rmqs_rc out = RMQS_OK;
+    int rc, log = 0, ckpt = 0;
+
+    pthread_mutex_lock(&st->ckpt_mu);
+    if (st->ckpt_db == NULL) {
+        pthread_mutex_lock(&st->mu);
+        path = sqlite3_db_filename(st->db, "main");
+        rc = sqlite3_open_v2(path, &st->ckpt_db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+        pthread_mutex_unlock(&st->mu);
+        if (rc != SQLITE_OK) {
+            log_error(MODULE, "cannot open the checkpoint connection",
+                      "reason=\"%s\"", sqlite3_errstr(rc));
+            sqlite3_close(st->ckpt_db);
+            st->ckpt_db = NULL;
+            out = RMQS_EDB;
+            goto done;
+        }
+        sqlite3_busy_timeout(st->ckpt_db, 100);
+        /* Read once so the connection attaches to the WAL; a checkpoint
+         * from a connection that never read reports an empty log. */
+        sqlite3_exec(st->ckpt_db, "SELECT count(*) FROM sqlite_schema", NULL,
+                     NULL, NULL);
+    }
+    /* PASSIVE: copies what it can without waiting for readers or writers. */
+    rc = sqlite3_wal_checkpoint_v2(st->ckpt_db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                   &log, &ckpt);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+        log_warn(MODULE, "checkpoint failed", "reason=\"%s\"",
+                 sqlite3_errmsg(st->ckpt_db));
+        out = RMQS_EDB;
+    }
+done:
+    if (wal_frames)
+        *wal_frames = log;
+    if (copied)
+        *copied = ckpt;
+    pthread_mutex_unlock(&st->ckpt_mu);
+    return out;
 }
 
 rmqs_rc store_counts(store_t *st, int64_t counts[5])

@@ -35,6 +35,8 @@ typedef struct store_migration {
 
 typedef struct store_options {
     bool synchronous_full; /* true: fsync every commit (default) */
+    bool manual_checkpoint; /* true: no automatic WAL checkpoints in commits;
+                               the owner calls store_checkpoint() */
 } store_options;
 
 /*
@@ -55,6 +57,17 @@ void store_close(store_t *st);
 
 /* Highest applied schema version, or -1 on error. */
 int store_schema_version(store_t *st);
+
+/* Delete up to limit finished jobs (sent, failed, cancelled) that finished
+ * before before_ms, oldest first, in one short transaction; their
+ * idempotency keys go with them. *deleted gets how many. */
+rmqs_rc store_purge(store_t *st, int64_t before_ms, size_t limit,
+                    size_t *deleted);
+
+/* Copy the WAL into the database without blocking writers (PASSIVE), on a
+ * connection of its own. Outputs may be NULL: frames in the WAL, frames
+ * copied. */
+rmqs_rc store_checkpoint(store_t *st, int64_t *wal_frames, int64_t *copied);
 
 /* Jobs by status (indexed by job_status), kept by triggers: cheap. */
 rmqs_rc store_counts(store_t *st, int64_t counts[5]);

@@ -1267,3 +1267,117 @@ Test(store, full_database_is_efull_and_recovers)
     job_clear(&out);
     job_clear(&big);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Group commit, counts, purge, checkpoint                                  */
+
+Test(store, insert_batch_isolates_each_request)
+{
+    job_t a[2], b, c;
+    store_insert_req reqs[3];
+    job_t got = {0};
+
+    g_st = open_store();
+    make_job(&a[0], 1, 100);
+    make_job(&a[1], 2, 200);
+    make_job(&b, 3, 300);
+    make_job(&c, 1, 400); /* same id as a[0]: this request must fail alone */
+    reqs[0] = (store_insert_req){.jobs = a, .n = 2};
+    reqs[1] = (store_insert_req){.jobs = &b, .n = 1, .idem_key = "k",
+                                 .idem_request = "{}"};
+    reqs[2] = (store_insert_req){.jobs = &c, .n = 1};
+    cr_assert_eq(store_insert_batch(g_st, reqs, 3), RMQS_OK);
+    cr_expect_eq(reqs[0].rc, RMQS_OK);
+    cr_expect_eq(reqs[1].rc, RMQS_OK);
+    cr_expect_eq(reqs[2].rc, RMQS_ECONFLICT);
+    cr_expect_eq(store_get(g_st, a[1].id, &got), RMQS_OK);
+    cr_expect_eq(got.deliver_at, 200);
+    job_clear(&got);
+    cr_expect_eq(store_get(g_st, b.id, &got), RMQS_OK);
+    job_clear(&got);
+    cr_expect_eq(store_get(g_st, a[0].id, &got), RMQS_OK);
+    cr_expect_eq(got.deliver_at, 100, "the failed request overwrote a job");
+    job_clear(&got);
+    job_clear(&a[0]);
+    job_clear(&a[1]);
+    job_clear(&b);
+    job_clear(&c);
+}
+
+Test(store, counts_follow_every_status_change)
+{
+    int64_t counts[5];
+    job_t *jobs = NULL;
+    size_t n = 0;
+    job_t got = {0};
+    char id[JOB_ID_LEN + 1];
+
+    g_st = open_store();
+    for (int i = 1; i <= 4; i++)
+        insert_job(g_st, i, 100 * i);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PENDING], 4);
+    cr_assert_eq(store_claim_due(g_st, 250, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 2);
+    store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
+                          {.id = jobs[1].id, .kind = STORE_OUT_RELEASE}};
+    cr_assert_eq(store_settle(g_st, o, 2, 300), RMQS_OK);
+    free_jobs(jobs, n);
+    make_id(4, id);
+    cr_assert_eq(store_cancel(g_st, id, 300, &got), RMQS_OK);
+    job_clear(&got);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PENDING], 2);
+    cr_expect_eq(counts[JOB_PUBLISHING], 0);
+    cr_expect_eq(counts[JOB_SENT], 1);
+    cr_expect_eq(counts[JOB_CANCELLED], 1);
+}
+
+Test(store, purge_deletes_only_finished_jobs_past_retention)
+{
+    job_t *jobs = NULL, got = {0};
+    size_t n = 0, deleted = 0;
+    char id[JOB_ID_LEN + 1];
+    int64_t counts[5];
+
+    g_st = open_store();
+    for (int i = 1; i <= 5; i++)
+        insert_job(g_st, i, 100);
+    cr_assert_eq(store_claim_due(g_st, 100, 2, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 2);
+    store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
+                          {.id = jobs[1].id, .kind = STORE_OUT_SENT}};
+    cr_assert_eq(store_settle(g_st, o, 2, 1000), RMQS_OK); /* finished at 1000 */
+    free_jobs(jobs, n);
+    make_id(5, id);
+    cr_assert_eq(store_cancel(g_st, id, 5000, &got), RMQS_OK); /* at 5000 */
+    job_clear(&got);
+
+    cr_assert_eq(store_purge(g_st, 1000, 100, &deleted), RMQS_OK);
+    cr_expect_eq(deleted, 0, "a job finished exactly at the limit is kept");
+    cr_assert_eq(store_purge(g_st, 1001, 1, &deleted), RMQS_OK);
+    cr_expect_eq(deleted, 1, "the limit bounds one transaction");
+    cr_assert_eq(store_purge(g_st, 1001, 100, &deleted), RMQS_OK);
+    cr_expect_eq(deleted, 1);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_SENT], 0);
+    cr_expect_eq(counts[JOB_CANCELLED], 1);
+    cr_expect_eq(counts[JOB_PENDING], 2, "pending jobs are never purged");
+    cr_assert_eq(store_purge(g_st, INT64_MAX, 100, &deleted), RMQS_OK);
+    cr_expect_eq(deleted, 1);
+    cr_expect_eq(store_get(g_st, id, &got), RMQS_ENOTFOUND);
+}
+
+Test(store, manual_checkpoint_empties_the_wal)
+{
+    store_options opts = {.synchronous_full = true, .manual_checkpoint = true};
+    rmqs_error err = {0};
+    int64_t frames = -1, copied = -1;
+
+    cr_assert_eq(store_open(g_path, &opts, &g_st, &err), RMQS_OK, "%s", err.message);
+    for (int i = 1; i <= 300; i++)
+        insert_job(g_st, i, 100);
+    cr_assert_eq(store_checkpoint(g_st, &frames, &copied), RMQS_OK);
+    cr_expect_gt(frames, 0, "inserts with autocheckpoint off leave frames");
+    cr_expect_eq(copied, frames, "nothing blocks a passive checkpoint here");
+}

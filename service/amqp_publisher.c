@@ -86,6 +86,8 @@
 
 #include <amqp.h>
 #include <amqp_ssl_socket.h>
+#include <arpa/inet.h>
+#include <openssl/x509v3.h>
 #include <amqp_tcp_socket.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -497,6 +499,12 @@ const char *amqpp_safe_url(const amqpp_t *p)
     return p ? p->safe_url : "";
 }
 
+static bool is_ip_literal(const char *host)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
 /* The socket for the URL's scheme. For amqps: peer and host name are
  * verified against the system trust store (SSL_CERT_FILE/SSL_CERT_DIR are
  * honoured), TLS 1.2 at least. */
@@ -519,11 +527,22 @@ static amqp_socket_t *new_socket(amqpp_t *p, amqp_connection_state_t conn,
         return NULL;
     }
     amqp_ssl_socket_set_verify_peer(s, 1);
-    amqp_ssl_socket_set_verify_hostname(s, 1);
     ctx = amqp_ssl_socket_get_context(s);
     if (!ctx || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
         snprintf(why, cap, "cannot configure TLS");
         return NULL;
+    }
+    if (is_ip_literal(p->host)) {
+        /* rabbitmq-c 0.11 checks names against DNS entries only, so a
+         * certificate for IP:127.0.0.1 never matches: let OpenSSL check the
+         * IP address during verification instead. */
+        amqp_ssl_socket_set_verify_hostname(s, 0);
+        if (X509_VERIFY_PARAM_set1_ip_asc(SSL_CTX_get0_param(ctx), p->host) != 1) {
+            snprintf(why, cap, "cannot set up verification of %s", p->host);
+            return NULL;
+        }
+    } else {
+        amqp_ssl_socket_set_verify_hostname(s, 1);
     }
     if (p->ca_file != NULL) {
         if (amqp_ssl_socket_set_cacert(s, p->ca_file) != AMQP_STATUS_OK) {

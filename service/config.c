@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 typedef enum { OPT_STR, OPT_INT, OPT_BOOL_SYNC } opt_type;
 
@@ -158,12 +159,13 @@ static const opt_def *opt_find(const char *flag, size_t len)
     return NULL;
 }
 
-/* Replace api_token with the first line of api_token_file. */
+/* Replace api_token with the first line of api_token_file (any length). */
 static rmqs_rc read_token_file(config *cfg, rmqs_error *err)
 {
-    char buf[1024];
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
     FILE *f;
-    size_t n;
 
     if (cfg->api_token != NULL)
         return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
@@ -173,14 +175,15 @@ static rmqs_rc read_token_file(config *cfg, rmqs_error *err)
         return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
                          "cannot read the token file %s: %s", cfg->api_token_file,
                          strerror(errno));
-    n = fread(buf, 1, sizeof(buf) - 1, f);
+    n = getline(&line, &cap, f);
     fclose(f);
-    buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    cfg->api_token = strdup(buf);
-    explicit_bzero(buf, sizeof(buf));
-    if (cfg->api_token == NULL)
-        return rmqs_fail(err, RMQS_ENOMEM, "api-token-file", "out of memory");
+    if (n < 0) {
+        free(line);
+        return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
+                         "the token file %s is empty", cfg->api_token_file);
+    }
+    line[strcspn(line, "\r\n")] = '\0';
+    cfg->api_token = line; /* owned now; wiped by config_clear */
     return RMQS_OK;
 }
 
@@ -302,6 +305,16 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
     if (cfg->api_token != NULL && strlen(cfg->api_token) < 16)
         return rmqs_fail(err, RMQS_EINVAL, "RMQS_API_TOKEN",
                          "the API token must be at least 16 characters");
+    {
+        const char *files[][2] = {{"amqp-ca-file", cfg->amqp_ca_file},
+                                  {"amqp-cert-file", cfg->amqp_cert_file},
+                                  {"amqp-key-file", cfg->amqp_key_file}};
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+            if (files[i][1] != NULL && access(files[i][1], R_OK) != 0)
+                return rmqs_fail(err, RMQS_EINVAL, files[i][0],
+                                 "--%s %s: %s", files[i][0], files[i][1],
+                                 strerror(errno));
+    }
     if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
         return rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
                          "HTTPS needs both --tls-cert-file and --tls-key-file");

@@ -15,6 +15,7 @@
 #include "http_api.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdlib.h>
@@ -494,7 +495,12 @@ out:
 
 static enum MHD_Result h_list(http_api_t *api, struct MHD_Connection *c)
 {
-    static const char *const allowed[] = {"status", "limit", "after", NULL};
+    static const char *const allowed[] = {"status", "limit", "after", "source",
+                                          "message_id", NULL};
+    const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source");
+    const char *message_id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                         "message_id");
+    store_filter filter = {.status = -1, .source = -1, .message_id = message_id};
     const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
     const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
     const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
@@ -502,7 +508,6 @@ static enum MHD_Result h_list(http_api_t *api, struct MHD_Connection *c)
     job_t *jobs = NULL;
     size_t n = 0, limit = LIST_LIMIT_DEFAULT;
     char *next = NULL;
-    int filter = -1;
     json_t *arr = NULL, *resp;
     enum MHD_Result ret;
     rmqs_error err = {0};
@@ -521,7 +526,18 @@ static enum MHD_Result h_list(http_api_t *api, struct MHD_Connection *c)
             ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
             goto out;
         }
-        filter = (int)s;
+        filter.status = (int)s;
+    }
+    if (source != NULL) {
+        if (strcmp(source, "http") == 0) {
+            filter.source = JOB_SOURCE_HTTP;
+        } else if (strcmp(source, "amqp") == 0) {
+            filter.source = JOB_SOURCE_AMQP;
+        } else {
+            rmqs_fail(&err, RMQS_EINVAL, "source", "source: http or amqp");
+            ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
+            goto out;
+        }
     }
     if (limit_s != NULL) {
         size_t v = 0, i = 0;
@@ -535,7 +551,7 @@ static enum MHD_Result h_list(http_api_t *api, struct MHD_Connection *c)
         }
         limit = v;
     }
-    rc = store_list(api->st, filter, limit, after, &jobs, &n, &next);
+    rc = store_list(api->st, &filter, limit, after, &jobs, &n, &next);
     if (rc == RMQS_EINVAL) {
         rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
         ret = reply_rc(c, rc, &err, NULL);
@@ -948,7 +964,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     bool v6 = false;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    struct MHD_OptionItem tls[3] = {{MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls[4] = {{MHD_OPTION_END, 0, NULL}};
     http_api_t *api;
     const union MHD_DaemonInfo *info;
     rmqs_rc rc;
@@ -977,16 +993,26 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
             goto fail;
         }
         api->tls_cert = read_file(opt->tls_cert_file);
-        api->tls_key = read_file(opt->tls_key_file);
-        if (api->tls_cert == NULL || api->tls_key == NULL) {
+        if (api->tls_cert == NULL) {
             rc = rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
-                           "cannot read the HTTPS certificate %s or key %s",
-                           opt->tls_cert_file, opt->tls_key_file);
+                           "cannot read the HTTPS certificate %s: %s",
+                           opt->tls_cert_file, strerror(errno));
+            goto fail;
+        }
+        api->tls_key = read_file(opt->tls_key_file);
+        if (api->tls_key == NULL) {
+            rc = rmqs_fail(err, RMQS_EINVAL, "tls-key-file",
+                           "cannot read the HTTPS key %s: %s",
+                           opt->tls_key_file, strerror(errno));
             goto fail;
         }
         flags |= MHD_USE_TLS;
         tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, api->tls_cert};
         tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, api->tls_key};
+        /* TLS 1.2 at least, as on the AMQP side. */
+        tls[2] = (struct MHD_OptionItem){
+            MHD_OPTION_HTTPS_PRIORITIES, 0,
+            (void *)"NORMAL:-VERS-SSL3.0:-VERS-TLS1.0:-VERS-TLS1.1"};
     }
     if (v6)
         flags |= MHD_USE_IPv6;

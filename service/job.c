@@ -8,9 +8,11 @@
  *
  * How it works: job_from_request() parses the body once with jansson
  * (duplicate keys rejected), then checks the fields in a fixed order:
- * unknown keys, exchange, routing_key, body, timing, headers, properties,
- * max_attempts. The first failure wins and is reported as a field name plus
- * a message that starts with that field ("delay_ms: must be an integer").
+ * unknown keys, exchange, routing_key, body (a JSON body at most 32 levels
+ * deep), timing, headers, properties, the size headers and properties take
+ * in the AMQP message (at most 64 KiB), max_attempts. The first failure
+ * wins and is reported as a field name plus a message that starts with
+ * that field ("delay_ms: must be an integer").
  * Where a rule looks at several keys of one object (unknown keys, headers)
  * it reports the smallest key in byte order, so the answer does not depend
  * on jansson's hash order. The job is built in a local job_t and moved to
@@ -33,6 +35,19 @@
 
 #define JOB_MAX_HEADERS 128
 #define MS_PER_DAY 86400000LL
+
+/*
+ * What AMQP and consumers can carry. The message's properties (headers
+ * included) travel in one content-header frame, which must fit in the
+ * connection's frame_max (rabbitmq-c asks 131072): a job whose headers take
+ * more would be accepted and then never be publishable, so the total is
+ * capped at half a frame, computed as the AMQP encoder counts it
+ * (amqp_encoded_size()). A JSON body is published as compact JSON; nesting
+ * deeper than JOB_MAX_BODY_DEPTH levels of arrays/objects is refused, since
+ * consumers' parsers commonly stop far below jansson's 2048.
+ */
+#define JOB_MAX_PROPS_BYTES 65536
+#define JOB_MAX_BODY_DEPTH 32
 
 /* ------------------------------------------------------------------------ */
 /* job_t basics                                                              */
@@ -314,6 +329,29 @@ static const char *first_unknown_key(json_t *obj, const char *const *allowed,
     return found;
 }
 
+/*
+ * The field name for a client-chosen key: prefix + key, cut so that it fits
+ * rmqs_error.field (63 bytes) and at a UTF-8 character boundary. The field
+ * and the messages built from it go into JSON answers; a name cut inside a
+ * multi-byte character would make them invalid UTF-8, which jansson refuses
+ * to encode (the answer became a 500, or lost its "field" or, in a batch,
+ * the item's error). key is valid UTF-8 (jansson checked it). Returns out.
+ */
+#define FIELD_MAX (sizeof ((rmqs_error *)0)->field - 1)
+static const char *key_field(char out[FIELD_MAX + 1], const char *prefix,
+                             const char *key)
+{
+    size_t plen = strlen(prefix), klen = strlen(key);
+    size_t room = plen < FIELD_MAX ? FIELD_MAX - plen : 0;
+    if (klen > room) {
+        klen = room;
+        while (klen > 0 && ((unsigned char)key[klen] & 0xC0) == 0x80)
+            klen--; /* key[klen] continues a character: cut before it */
+    }
+    snprintf(out, FIELD_MAX + 1, "%s%.*s", prefix, (int)klen, key);
+    return out;
+}
+
 /* "30 days", "1 day" or "90000 ms", for horizon messages. */
 static void horizon_text(int64_t ms, char *buf, size_t n)
 {
@@ -399,9 +437,12 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
                              &deliver_at) != RMQS_OK)
             return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
                              "deliver_at: not an RFC 3339 timestamp");
+        /* Only a time ahead of now can pass the horizon; the past (however
+         * far, even when deliver_at - now would not fit in int64) is due. */
         int64_t ahead;
-        if (__builtin_sub_overflow(deliver_at, now_ms, &ahead) ||
-            ahead > lim->max_delay_ms)
+        if (deliver_at > now_ms &&
+            (__builtin_sub_overflow(deliver_at, now_ms, &ahead) ||
+             ahead > lim->max_delay_ms))
             return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
                              "deliver_at: beyond the scheduling horizon of %s",
                              horizon);
@@ -415,6 +456,52 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
     return RMQS_OK;
 }
 
+/* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if none. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    size_t len;
+    uint32_t cp;
+
+    if (s[0] < 0x80)
+        return 1;
+    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+        len = 2;
+        cp = s[0] & 0x1Fu;
+    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+        len = 3;
+        cp = s[0] & 0x0Fu;
+    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+        len = 4;
+        cp = s[0] & 0x07u;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3Fu);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return len;
+}
+
+/* Replace each byte of s that is not part of valid UTF-8 with '?'. */
+static void utf8_sanitize(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (k == 0)
+            s[i++] = '?';
+        else
+            i += k;
+    }
+}
+
 /* Parse buf into an object; on failure err says why. *root_out is new. */
 static rmqs_rc parse_object(const char *buf, size_t len, json_t **root_out,
                             rmqs_error *err)
@@ -423,11 +510,22 @@ static rmqs_rc parse_object(const char *buf, size_t len, json_t **root_out,
     *root_out = NULL;
     if (buf == NULL && len > 0)
         return rmqs_fail(err, RMQS_EINVAL, "", "request body missing");
+    /* A raw NUL is never valid JSON text, but jansson 2.14 skips one that
+     * directly follows a number or a literal ({"delay_ms":1\0} parses as
+     * {"delay_ms":1}): refuse it before parsing. */
+    const char *nul = len > 0 ? memchr(buf, '\0', len) : NULL;
+    if (nul != NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "",
+                         "invalid JSON: NUL byte at offset %zu", (size_t)(nul - buf));
     json_t *root = json_loadb(buf != NULL ? buf : "", len,
                               JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory)
             return fail_nomem(err);
+        /* jansson quotes the input "near" the error, and may cut it inside a
+         * character: '"\u00e' then the first byte of a 2-byte character
+         * (found by fuzzing; the answer became a 500). */
+        utf8_sanitize(jerr.text);
         return rmqs_fail(err, RMQS_EINVAL, "",
                          "invalid JSON: %s (line %d, column %d)", jerr.text,
                          jerr.line, jerr.column);
@@ -458,7 +556,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
     const char *key;
     json_t *val;
     size_t n = 0;
-    char field[8 + JOB_MAX_SHORTSTR + 2];
+    char field[FIELD_MAX + 1];
 
     *out = NULL;
     if (v == NULL)
@@ -485,7 +583,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
             return rmqs_fail(err, RMQS_EINVAL, "headers",
                              "headers: a header name is longer than %d bytes",
                              JOB_MAX_SHORTSTR);
-        snprintf(field, sizeof field, "headers.%s", keys[i]);
+        key_field(field, "headers.", keys[i]);
         for (size_t r = 0; r < sizeof reserved / sizeof reserved[0]; r++)
             if (strcasecmp(keys[i], reserved[r]) == 0)
                 return rmqs_fail(err, RMQS_EINVAL, field, "%s: reserved header",
@@ -518,7 +616,7 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         "content_type", "content_encoding", "correlation_id", "reply_to",
         "message_id",   "type",             "app_id",         "user_id",
         "priority",     "expiration",       "persistent"};
-    char field[16 + JOB_MAX_SHORTSTR];
+    char field[FIELD_MAX + 1];
     json_t *props = NULL;
     const char *s;
     rmqs_rc rc;
@@ -531,12 +629,12 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         const char *unknown =
             first_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
         if (unknown != NULL) {
-            snprintf(field, sizeof field, "properties.%s", unknown);
+            key_field(field, "properties.", unknown);
             return rmqs_fail(err, RMQS_EINVAL, field, "%s: unknown property",
                              field);
         }
         for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-            snprintf(field, sizeof field, "properties.%s", strings[i]);
+            key_field(field, "properties.", strings[i]);
             rc = check_short_string(json_object_get(v, strings[i]), field,
                                     false, true, &s, err);
             if (rc != RMQS_OK)
@@ -587,6 +685,81 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
     return RMQS_OK;
 }
 
+/*
+ * True if v has more than max levels of arrays/objects ("[]" is one level,
+ * a scalar none). Recurses at most max + 1 deep, whatever the input.
+ */
+static bool nested_deeper_than(json_t *v, int max)
+{
+    const char *key;
+    json_t *x;
+    size_t i;
+
+    if (!json_is_array(v) && !json_is_object(v))
+        return false;
+    if (max <= 0)
+        return true;
+    if (json_is_array(v)) {
+        json_array_foreach(v, i, x) {
+            if (nested_deeper_than(x, max - 1))
+                return true;
+        }
+    } else {
+        json_object_foreach(v, key, x) {
+            if (nested_deeper_than(x, max - 1))
+                return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * Bytes the message properties take in the AMQP content header, counted as
+ * the encoder does (AMQP 0-9-1 section 4.2.5, as amqp_publisher.c sends
+ * them): property flags, delivery mode, each short string (1 + length),
+ * priority, and the header table (4 + per entry 1 + name + 1 + value: a
+ * long string 4 + length, an integer or a double 8, a boolean 1), plus the
+ * x-scheduler-job-id, x-scheduled-at and x-delay headers and the default
+ * message_id the publisher adds. Inputs are validated headers/properties.
+ */
+static size_t amqp_encoded_size(json_t *headers, json_t *props)
+{
+    static const char *const strings[] = {
+        "content_type", "content_encoding", "correlation_id", "reply_to",
+        "message_id",   "type",             "app_id",         "user_id",
+        "expiration"};
+    const char *key;
+    json_t *v;
+    size_t size = 2 + 1; /* flags, delivery_mode */
+
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        v = props != NULL ? json_object_get(props, strings[i]) : NULL;
+        if (json_is_string(v))
+            size += 1 + json_string_length(v);
+    }
+    if (props == NULL || json_object_get(props, "message_id") == NULL)
+        size += 1 + JOB_ID_LEN;
+    if (props != NULL && json_object_get(props, "priority") != NULL)
+        size += 1;
+
+    size += 4; /* table length */
+    size += 1 + strlen("x-scheduler-job-id") + 1 + 4 + JOB_ID_LEN;
+    size += 1 + strlen("x-scheduled-at") + 1 + 4 + TU_RFC3339_LEN;
+    size += 1 + strlen("x-delay") + 1 + 8;
+    if (headers != NULL) {
+        json_object_foreach(headers, key, v) {
+            size += 1 + strlen(key) + 1;
+            if (json_is_string(v))
+                size += 4 + json_string_length(v);
+            else if (json_is_boolean(v))
+                size += 1;
+            else
+                size += 8; /* integer or real */
+        }
+    }
+    return size;
+}
+
 /* Fill job's body from "body" / "body_base64". */
 static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
 {
@@ -627,6 +800,10 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
         return RMQS_OK;
     }
     if (json_is_object(body) || json_is_array(body)) {
+        if (nested_deeper_than(body, JOB_MAX_BODY_DEPTH))
+            return rmqs_fail(err, RMQS_EINVAL, "body",
+                             "body: too deeply nested (more than %d levels of "
+                             "arrays and objects)", JOB_MAX_BODY_DEPTH);
         char *text = json_dumps(body, JSON_COMPACT);
         if (text == NULL)
             return fail_nomem(err);
@@ -686,7 +863,9 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
 
     unknown = first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
     if (unknown != NULL) {
-        rc = rmqs_fail(err, RMQS_EINVAL, unknown, "unknown field");
+        char field[FIELD_MAX + 1];
+        rc = rmqs_fail(err, RMQS_EINVAL, key_field(field, "", unknown),
+                       "unknown field");
         goto out;
     }
 
@@ -715,6 +894,15 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
                           job.body_kind == JOB_BODY_JSON, &job.properties, err);
     if (rc != RMQS_OK)
         goto out;
+
+    size_t props_bytes = amqp_encoded_size(job.headers, job.properties);
+    if (props_bytes > JOB_MAX_PROPS_BYTES) {
+        rc = rmqs_fail(err, RMQS_EINVAL, "headers",
+                       "headers: headers and properties take %zu bytes in the "
+                       "AMQP message, more than %d", props_bytes,
+                       JOB_MAX_PROPS_BYTES);
+        goto out;
+    }
 
     job.max_attempts = lim->default_max_attempts;
     json_t *ma = json_object_get(root, "max_attempts");
@@ -785,7 +973,9 @@ rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
     const char *unknown =
         first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
     if (unknown != NULL) {
-        rc = rmqs_fail(err, RMQS_EINVAL, unknown, "unknown field");
+        char field[FIELD_MAX + 1];
+        rc = rmqs_fail(err, RMQS_EINVAL, key_field(field, "", unknown),
+                       "unknown field");
         goto out;
     }
     rc = parse_timing(root, lim, now_ms, &deliver_at, &delay, err);
@@ -874,6 +1064,8 @@ json_t *job_to_json(const job_t *job)
     bool ok =
         put(o, "id", json_string(job->id)) &&
         put(o, "status", json_string(job_status_name(job->status))) &&
+        put(o, "source",
+            json_string(job->source == JOB_SOURCE_AMQP ? "amqp" : "http")) &&
         put(o, "exchange", string_or_ascii(job->exchange,
                                            job->exchange ? strlen(job->exchange) : 0)) &&
         put(o, "routing_key",

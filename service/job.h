@@ -38,9 +38,15 @@ typedef enum job_body_kind {
     JOB_BODY_BINARY = 2  /* "body_base64": the decoded bytes are sent */
 } job_body_kind;
 
+typedef enum job_source {
+    JOB_SOURCE_HTTP = 0, /* POST /schedule or /schedule/batch */
+    JOB_SOURCE_AMQP = 1  /* a message to an ingest exchange (amqp_ingest) */
+} job_source;
+
 typedef struct job {
     char id[JOB_ID_LEN + 1];  /* UUIDv7 text; "" until assigned */
     job_status status;
+    job_source source;
     char *exchange;           /* owned; "" is the default exchange */
     char *routing_key;        /* owned; <= 255 bytes */
     int64_t deliver_at;       /* ms since the Unix epoch (UTC): requested time */

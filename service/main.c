@@ -218,7 +218,7 @@ int main(int argc, char **argv)
                                      .key_file = cfg.amqp_key_file},
                     &err);
     if (pub == NULL) {
-        log_error("main", "bad AMQP URL", "error=\"%s\"", err.message);
+        log_error("main", "bad AMQP settings", "error=\"%s\"", err.message);
         status = 2;
         goto out;
     }

@@ -59,13 +59,13 @@
 #define JOB_COLS                                                              \
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
-    "headers, properties, body_kind, body"
+    "headers, properties, body_kind, body, source"
 
 enum {
     COL_SEQ, COL_ID, COL_STATUS, COL_EXCHANGE, COL_ROUTING_KEY, COL_DELIVER_AT,
     COL_DUE_AT, COL_DELAY_MS, COL_CREATED_AT, COL_UPDATED_AT, COL_SENT_AT,
     COL_ATTEMPTS, COL_MAX_ATTEMPTS, COL_LAST_ERROR, COL_HEADERS,
-    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_COUNT
+    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_SOURCE, COL_COUNT
 };
 
 /* Every statement of the store, prepared once at open. */
@@ -74,6 +74,7 @@ typedef enum stmt_id {
     S_PING, S_VERSION,
     S_INSERT, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
     S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
+    S_LIST_FILTERED, S_LIST_MESSAGE_ID,
     S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
     S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER,
     S_COUNT
@@ -104,8 +105,9 @@ static const stmt_def stmt_defs[S_COUNT] = {
                   "INSERT INTO jobs (id, status, exchange, routing_key, "
                   "deliver_at, due_at, delay_ms, created_at, updated_at, "
                   "sent_at, attempts, max_attempts, last_error, headers, "
-                  "properties, body_kind, body) VALUES (?1, ?2, ?3, ?4, ?5, "
-                  "?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"},
+                  "properties, body_kind, body, source, message_id) VALUES "
+                  "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                  "?14, ?15, ?16, ?17, ?18, ?19)"},
     [S_IDEM_LOOKUP] = {"idem_lookup",
                        "SELECT " JOB_COLS ", request FROM idempotency "
                        "JOIN jobs ON jobs.seq = idempotency.job_seq "
@@ -127,6 +129,22 @@ static const stmt_def stmt_defs[S_COUNT] = {
                              "SELECT " JOB_COLS " FROM jobs "
                              "WHERE status = ?4 AND (deliver_at, seq) > (?2, ?3) "
                              "ORDER BY deliver_at, seq LIMIT ?1"},
+    /* Source and message_id filters (?5, ?6; NULL = any) are rarer: the
+     * first walks deliver_at order and filters, the second starts from the
+     * message_id index and sorts the few rows it finds. */
+    [S_LIST_FILTERED] = {"list_filtered",
+                         "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_deliver "
+                         "WHERE (deliver_at, seq) > (?2, ?3) "
+                         "AND (?4 IS NULL OR status = ?4) "
+                         "AND (?5 IS NULL OR source = ?5) "
+                         "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_MESSAGE_ID] = {"list_message_id",
+                           "SELECT " JOB_COLS " FROM jobs "
+                           "INDEXED BY jobs_message_id "
+                           "WHERE message_id = ?6 AND (deliver_at, seq) > (?2, ?3) "
+                           "AND (?4 IS NULL OR status = ?4) "
+                           "AND (?5 IS NULL OR source = ?5) "
+                           "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_RESCHEDULE] = {"reschedule",
                       "UPDATE jobs SET deliver_at = ?1, due_at = ?1, "
                       "delay_ms = ?2, updated_at = ?3 "
@@ -321,6 +339,7 @@ static rmqs_rc row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
         *seq_out = sqlite3_column_int64(s, COL_SEQ);
     job_id_format(id, out->id);
     out->status = (job_status)sqlite3_column_int(s, COL_STATUS);
+    out->source = (job_source)sqlite3_column_int(s, COL_SOURCE);
     out->deliver_at = sqlite3_column_int64(s, COL_DELIVER_AT);
     out->due_at = sqlite3_column_int64(s, COL_DUE_AT);
     out->delay_ms = sqlite3_column_int64(s, COL_DELAY_MS);
@@ -964,6 +983,16 @@ static rmqs_rc insert_job(store_t *st, const job_t *job,
         stmt_done(s);
         goto done;
     }
+    sqlite3_bind_int(s, 18, (int)job->source);
+    {
+        json_t *mid = job->properties
+                          ? json_object_get(job->properties, "message_id")
+                          : NULL;
+        if (json_is_string(mid))
+            sqlite3_bind_text(s, 19, json_string_value(mid), -1, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(s, 19);
+    }
 
     rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) {
@@ -1225,10 +1254,13 @@ static void jobs_free(job_t *jobs, size_t n)
     free(jobs);
 }
 
-rmqs_rc store_list(store_t *st, int status_filter, size_t limit,
+rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
                    const char *after, job_t **jobs_out, size_t *n_out,
                    char **next_out)
 {
+    int status_filter = f ? f->status : -1;
+    int source_filter = f ? f->source : -1;
+    const char *message_id = f ? f->message_id : NULL;
     int64_t cur_deliver = 0, cur_seq = 0, last_seq = 0;
     job_t *jobs = NULL;
     size_t n = 0, cap = 0;
@@ -1241,27 +1273,42 @@ rmqs_rc store_list(store_t *st, int status_filter, size_t limit,
     *jobs_out = NULL;
     *n_out = 0;
     *next_out = NULL;
-    if (limit == 0 || status_filter > JOB_CANCELLED)
+    if (limit == 0 || status_filter > JOB_CANCELLED ||
+        source_filter > JOB_SOURCE_AMQP)
         return RMQS_EINVAL;
     if (after && !cursor_parse(after, &cur_deliver, &cur_seq))
         return RMQS_EINVAL;
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
 
-    if (status_filter < 0)
+    if (message_id != NULL)
+        sid = S_LIST_MESSAGE_ID;
+    else if (source_filter >= 0)
+        sid = S_LIST_FILTERED;
+    else if (status_filter < 0)
         sid = after ? S_LIST_ALL_AFTER : S_LIST_ALL;
     else
         sid = after ? S_LIST_STATUS_AFTER : S_LIST_STATUS;
+    if (!after && (sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED)) {
+        cur_deliver = INT64_MIN; /* before everything */
+        cur_seq = INT64_MIN;
+    }
 
     pthread_mutex_lock(&st->mu);
     s = stmt_get(st, sid);
     sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
-    if (after) {
+    if (after || sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED) {
         sqlite3_bind_int64(s, 2, cur_deliver);
         sqlite3_bind_int64(s, 3, cur_seq);
     }
     if (status_filter >= 0)
         sqlite3_bind_int(s, 4, status_filter);
+    if (sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED) {
+        if (source_filter >= 0)
+            sqlite3_bind_int(s, 5, source_filter);
+        if (message_id != NULL)
+            sqlite3_bind_text(s, 6, message_id, -1, SQLITE_STATIC);
+    }
 
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == limit) {

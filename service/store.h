@@ -114,14 +114,20 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n);
 /* Load one job by id text into *out (caller clears). RMQS_ENOTFOUND. */
 rmqs_rc store_get(store_t *st, const char *id, job_t *out);
 
+/* What GET /jobs may filter on; -1 / NULL: any. */
+typedef struct store_filter {
+    int status;             /* a job_status, or -1 */
+    int source;             /* a job_source, or -1 */
+    const char *message_id; /* the message_id property, or NULL */
+} store_filter;
+
 /*
- * A page of jobs in (deliver_at, insertion) order, optionally of one status
- * (status_filter < 0: all). after: NULL or a cursor from a previous page
+ * A page of jobs in (deliver_at, insertion) order matching f (NULL: all). after: NULL or a cursor from a previous page
  * (RMQS_EINVAL if malformed). *jobs_out is a malloc'd array of *n_out jobs
  * (caller clears each and frees the array); *next_out is a malloc'd cursor
  * or NULL when this is the last page.
  */
-rmqs_rc store_list(store_t *st, int status_filter, size_t limit,
+rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
                    const char *after, job_t **jobs_out, size_t *n_out,
                    char **next_out);
 

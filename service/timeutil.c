@@ -25,6 +25,10 @@
 #define DAYS_0000_01_01 (-719528LL) /* days_from_civil(0, 1, 1) */
 #define DAYS_9999_12_31 2932896LL   /* days_from_civil(9999, 12, 31) */
 
+/* The instants the parser accepts: years 0001-9999 in UTC. */
+#define MS_0001_01_01 (-62135596800000LL) /* 0001-01-01T00:00:00.000Z */
+#define MS_9999_12_31 253402300799999LL   /* 9999-12-31T23:59:59.999Z */
+
 static int64_t clock_ms(clockid_t id)
 {
     struct timespec ts;
@@ -166,7 +170,15 @@ rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out)
                        ((int64_t)hour * 3600 + (int64_t)min * 60 + sec) * MS_PER_SEC +
                        frac_ms;
     /* local time = UTC + offset */
-    *ms_out = local_ms - offset_min * 60 * MS_PER_SEC;
+    int64_t utc_ms = local_ms - offset_min * 60 * MS_PER_SEC;
+    /* The year range applies to the instant, not only to the local text: an
+     * offset moves "0001-01-01T00:00:00+01:00" into year 0000 UTC and
+     * "9999-12-31T23:30:00-01:00" into 10000, which the formatter cannot
+     * show (it would print year 0000, or clamp to 9999-12-31T23:59:59.999Z),
+     * so such a time would not read back as itself (found by fuzzing). */
+    if (utc_ms < MS_0001_01_01 || utc_ms > MS_9999_12_31)
+        return RMQS_EINVAL;
+    *ms_out = utc_ms;
     return RMQS_OK;
 }
 

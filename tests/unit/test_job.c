@@ -780,7 +780,7 @@ Test(job, canonical_does_not_include_defaults)
 /* job_to_json                                                               */
 
 static const char *const api_keys[] = {
-    "id", "status", "exchange", "routing_key", "deliver_at", "next_attempt_at",
+    "id", "status", "source", "exchange", "routing_key", "deliver_at", "next_attempt_at",
     "created_at", "updated_at", "sent_at", "attempts", "max_attempts",
     "last_error", "headers", "properties",
 };
@@ -990,4 +990,479 @@ Test(job, reschedule_invalid)
         cr_expect(at == 123 && delay == 456, "%s: outputs touched on failure",
                   cases[i].json);
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* hostile input: what jansson rejects, and the limits AMQP and consumers    */
+/* need (tests/integration/test_hostile_input.py sends the same over HTTP)   */
+
+/* job_from_request on exactly len bytes (which may hold NULs). */
+static rmqs_rc req_bytes(const char *bytes, size_t len, job_t *job, rmqs_error *err)
+{
+    char *copy = malloc(len > 0 ? len : 1); /* exact size for ASan */
+    cr_assert_not_null(copy);
+    memcpy(copy, bytes, len);
+    memset(err, 0, sizeof *err);
+    rmqs_rc rc = job_from_request(copy, len, &LIM, NOW, job, NULL, err);
+    free(copy);
+    return rc;
+}
+
+Test(job, hostile_nul_bytes_and_escapes)
+{
+    /* \u0000 anywhere: jansson refuses it without JSON_ALLOW_NUL */
+    static const struct invalid_req escapes[] = {
+        {"{'exchange':'e','routing_key':'r\\u0000k','body':'x','delay_ms':0}", "",
+         "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'a\\u0000b','delay_ms':0}", "",
+         "invalid JSON: "},
+        {"{" OK_BASE ",'headers':{'a\\u0000b':1}}", "", "invalid JSON: "},
+        {"{" OK_BASE ",'headers':{'h':'a\\u0000b'}}", "", "invalid JSON: "},
+        {"{" OK_BASE ",'properties':{'message_id':'\\u0000'}}", "", "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':{'k\\u0000':1},'delay_ms':0}", "",
+         "invalid JSON: "},
+        {"{'deliver_at\\u0000':1}", "", "invalid JSON: "},
+    };
+    check_invalid(escapes, sizeof escapes / sizeof escapes[0]);
+
+    /* raw 0x00 bytes: inside a string, between tokens, after the object */
+    static const char in_string[] =
+        "{\"exchange\":\"e\",\"routing_key\":\"r\0k\",\"body\":\"x\",\"delay_ms\":0}";
+    static const char between[] =
+        "{\"exchange\":\"e\",\0\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":0}";
+    static const char after[] =
+        "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":0}\0";
+    static const char only[] = "\0\0\0\0";
+    /* jansson 2.14 on its own skips a NUL right after a number or literal */
+    static const char after_number[] =
+        "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":0\0}";
+    static const char after_literal[] =
+        "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":0,"
+        "\"properties\":{\"persistent\":true\0}}";
+    const struct {
+        const char *bytes;
+        size_t len;
+    } raw[] = {
+        {in_string, sizeof in_string - 1},
+        {between, sizeof between - 1},
+        {after, sizeof after - 1},
+        {only, sizeof only - 1},
+        {after_number, sizeof after_number - 1},
+        {after_literal, sizeof after_literal - 1},
+    };
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+        job_t j;
+        rmqs_error err;
+        cr_expect_eq(req_bytes(raw[i].bytes, raw[i].len, &j, &err), RMQS_EINVAL,
+                     "raw NUL case %zu accepted", i);
+        cr_expect(strncmp(err.message, "invalid JSON: ", 14) == 0, "case %zu: %s", i,
+                  err.message);
+        cr_expect(is_zero(&j, sizeof j));
+    }
+
+    /* the same for PATCH */
+    int64_t at = 1, delay = 2;
+    rmqs_error err;
+    cr_expect_eq(job_parse_reschedule("{\"delay_ms\":5\0}", 15, &LIM, NOW, &at, &delay,
+                                      &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.message, "invalid JSON: NUL byte at offset 13");
+    cr_expect(at == 1 && delay == 2);
+}
+
+Test(job, hostile_invalid_utf8)
+{
+    static const struct invalid_req cases[] = {
+        {"{'exchange':'e','routing_key':'\xff','body':'x','delay_ms':0}", "",
+         "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'\xc0\xaf','delay_ms':0}", "",
+         "invalid JSON: "}, /* overlong '/' */
+        {"{'exchange':'e','routing_key':'r','body':'\xed\xa0\x80','delay_ms':0}", "",
+         "invalid JSON: "}, /* UTF-16 surrogate encoded in UTF-8 */
+        {"{'exchange':'e','routing_key':'r','body':'\xf4\x90\x80\x80','delay_ms':0}", "",
+         "invalid JSON: "}, /* above U+10FFFF */
+        {"{'exchange':'e','routing_key':'r','body':'\xe2\x82','delay_ms':0}", "",
+         "invalid JSON: "}, /* truncated sequence */
+        {"{'exchange':'e','routing_key':'r','body':'\x80','delay_ms':0}", "",
+         "invalid JSON: "}, /* lone continuation byte */
+        {"{" OK_BASE ",'headers':{'\xfe':1}}", "", "invalid JSON: "},
+        {"{" OK_BASE ",'\xff':1}", "", "invalid JSON: "},
+        /* escapes that are not Unicode scalar values */
+        {"{'exchange':'e','routing_key':'\\ud800','body':'x','delay_ms':0}", "",
+         "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'\\udc00','body':'x','delay_ms':0}", "",
+         "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'\\ud800\\u0041','body':'x','delay_ms':0}", "",
+         "invalid JSON: "},
+    };
+    check_invalid(cases, sizeof cases / sizeof cases[0]);
+
+    /* valid multi-byte text and a surrogate pair are fine */
+    job_t j;
+    rmqs_error err;
+    cr_assert_eq(req("{'exchange':'e','routing_key':'r\xc3\xa9\\ud83d\\ude00',"
+                     "'body':'\xe2\x82\xac','delay_ms':0}", &j, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    cr_expect_str_eq(j.routing_key, "r\xc3\xa9\xf0\x9f\x98\x80");
+    cr_expect_eq(j.body_len, 3);
+    job_clear(&j);
+}
+
+Test(job, hostile_huge_numbers)
+{
+    static const struct invalid_req cases[] = {
+        /* beyond int64 or double: jansson's numeric overflow, invalid JSON */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':9223372036854775808}",
+         "", "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':-9223372036854775809}",
+         "", "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':1e400}", "",
+         "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':-1e400}", "",
+         "invalid JSON: "},
+        {"{" OK_BASE ",'headers':{'n':123456789012345678901234567890}}", "",
+         "invalid JSON: "},
+        {"{'exchange':'e','routing_key':'r','body':[1e999],'delay_ms':0}", "",
+         "invalid JSON: "},
+        /* within int64: each field's own range check */
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':-9223372036854775808}",
+         "delay_ms", "delay_ms: must not be negative"},
+        {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':1e3}", "delay_ms",
+         "delay_ms: must be an integer"},
+        {"{" OK_BASE ",'max_attempts':9223372036854775807}", "max_attempts",
+         "from 1 to 10"},
+        {"{" OK_BASE ",'max_attempts':-9223372036854775808}", "max_attempts",
+         "from 1 to 10"},
+        {"{" OK_BASE ",'properties':{'priority':9223372036854775807}}",
+         "properties.priority", "0 to 255"},
+        {"{" OK_BASE ",'properties':{'priority':-9223372036854775808}}",
+         "properties.priority", "0 to 255"},
+    };
+    check_invalid(cases, sizeof cases / sizeof cases[0]);
+
+    /* int64 extremes are fine as header values (AMQP has 64-bit integers) */
+    job_t j;
+    rmqs_error err;
+    cr_assert_eq(req("{" OK_BASE ",'headers':{'max':9223372036854775807,"
+                     "'min':-9223372036854775808,'big':1e308}}", &j, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    cr_expect_eq(json_integer_value(json_object_get(j.headers, "min")), INT64_MIN);
+    job_clear(&j);
+}
+
+/* now + delay and deliver_at - now never overflow (UBSan checks), even at
+ * limits the configuration does not allow: the answer is the horizon 400. */
+Test(job, hostile_time_arithmetic_does_not_overflow)
+{
+    job_limits lim = LIM;
+    lim.max_delay_ms = INT64_MAX;
+    const char *delay_max =
+        "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\","
+        "\"delay_ms\":9223372036854775807}";
+    const char *far = "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\","
+                      "\"deliver_at\":\"9999-12-31T23:59:59.999Z\"}";
+    const char *past = "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\","
+                       "\"deliver_at\":\"0001-01-01T00:00:00Z\"}";
+    job_t j;
+    rmqs_error err;
+    int64_t at, delay;
+
+    /* delay within a horizon of INT64_MAX, but now + delay overflows */
+    cr_expect_eq(job_from_request(delay_max, strlen(delay_max), &lim, NOW, &j, NULL,
+                                  &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "delay_ms");
+    cr_expect(strstr(err.message, "beyond the scheduling horizon") != NULL, "%s",
+              err.message);
+    cr_expect_eq(job_parse_reschedule("{\"delay_ms\":9223372036854775807}", 32, &lim,
+                                      NOW, &at, &delay, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "delay_ms");
+
+    /* deliver_at - now overflows when now is very negative */
+    cr_expect_eq(job_from_request(far, strlen(far), &lim, INT64_MIN + 1, &j, NULL,
+                                  &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "deliver_at");
+    cr_expect(strstr(err.message, "beyond the scheduling horizon") != NULL, "%s",
+              err.message);
+
+    /* the earliest time with now at the top of int64: accepted, delay 0 */
+    cr_expect_eq(job_from_request(past, strlen(past), &LIM, INT64_MAX, &j, NULL,
+                                  &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(j.deliver_at, -62135596800000);
+    cr_expect_eq(j.delay_ms, 0);
+    json_t *api = job_to_json(&j);
+    cr_expect_not_null(api);
+    json_decref(api);
+    job_clear(&j);
+
+    /* a delay exactly at the configured horizon is still fine */
+    cr_expect_eq(req("{'exchange':'e','routing_key':'r','body':'x','delay_ms':2592000000}",
+                     &j, NULL, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(j.deliver_at, NOW + 30 * DAY);
+    job_clear(&j);
+}
+
+/* "[[...]]" with depth levels around a scalar, as a request body. */
+static char *request_with_depth(int depth, char open, char close)
+{
+    size_t cap = 128 + 2 * (size_t)depth * 8;
+    char *s = malloc(cap);
+    cr_assert_not_null(s);
+    size_t o = (size_t)snprintf(s, cap, "{\"exchange\":\"e\",\"routing_key\":\"r\","
+                                        "\"delay_ms\":0,\"body\":");
+    for (int i = 0; i < depth; i++)
+        o += (size_t)snprintf(s + o, cap - o, open == '{' ? "{\"k\":" : "[");
+    o += (size_t)snprintf(s + o, cap - o, "1");
+    for (int i = 0; i < depth; i++)
+        s[o++] = close;
+    snprintf(s + o, cap - o, "}");
+    return s;
+}
+
+Test(job, hostile_body_nesting_limit)
+{
+    static const struct {
+        int depth;
+        char open, close;
+        bool ok;
+    } cases[] = {
+        {1, '[', ']', true},    {32, '[', ']', true},   {33, '[', ']', false},
+        {32, '{', '}', true},   {33, '{', '}', false},  {100, '[', ']', false},
+        {2000, '[', ']', false}, /* jansson parses it; the limit refuses it */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *s = request_with_depth(cases[i].depth, cases[i].open, cases[i].close);
+        job_t j;
+        rmqs_error err;
+        memset(&err, 0, sizeof err);
+        rmqs_rc rc = job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err);
+        if (cases[i].ok) {
+            cr_expect_eq(rc, RMQS_OK, "depth %d %c: %s", cases[i].depth, cases[i].open,
+                         err.message);
+            cr_expect_eq(j.body_kind, JOB_BODY_JSON);
+        } else {
+            cr_expect_eq(rc, RMQS_EINVAL, "depth %d %c accepted", cases[i].depth,
+                         cases[i].open);
+            cr_expect_str_eq(err.field, "body");
+            cr_expect_str_eq(err.message, "body: too deeply nested (more than 32 "
+                                          "levels of arrays and objects)");
+            cr_expect(is_zero(&j, sizeof j));
+        }
+        job_clear(&j);
+        free(s);
+    }
+
+    /* past jansson's own limit (2048) the JSON itself is refused */
+    char *s = request_with_depth(2100, '[', ']');
+    job_t j;
+    rmqs_error err;
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect(strstr(err.message, "invalid JSON: ") != NULL, "%s", err.message);
+    free(s);
+
+    /* mixed nesting counts arrays and objects alike; width does not count */
+    cr_expect_eq(req("{'exchange':'e','routing_key':'r','delay_ms':0,'body':"
+                     "[{'a':[{'b':[]}]},[],{},[[1,2,3],{'c':{'d':'e'}}]]}", &j, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    job_clear(&j);
+
+    /* the same rule holds for a batch element (job_from_json) */
+    s = request_with_depth(33, '[', ']');
+    json_t *root = json_loads(s, 0, NULL);
+    cr_assert_not_null(root);
+    cr_expect_eq(job_from_json(root, &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "body");
+    json_decref(root);
+    free(s);
+
+    /* a deep string body or body_base64 is just bytes */
+    cr_expect_eq(req("{'exchange':'e','routing_key':'r','delay_ms':0,"
+                     "'body':'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[['}",
+                     &j, NULL, &err), RMQS_OK, "%s", err.message);
+    job_clear(&j);
+}
+
+/*
+ * A request with one string header "h" of vlen bytes and, if props, all
+ * eight short-string properties at 255 bytes. Encoded size without props:
+ * flags 2 + delivery mode 1 + default message_id 1+36 + table 4 +
+ * x-scheduler-job-id 60 + x-scheduled-at 44 + x-delay 17 = 165, plus the
+ * entry 1+1+1+4+vlen: 172 + vlen.
+ */
+static char *request_with_big_header(size_t vlen, bool props)
+{
+    size_t cap = 4096 + vlen;
+    char *s = malloc(cap);
+    cr_assert_not_null(s);
+    size_t o = (size_t)snprintf(s, cap, "{\"exchange\":\"e\",\"routing_key\":\"r\","
+                                        "\"body\":\"x\",\"delay_ms\":0,%s"
+                                        "\"headers\":{\"h\":\"",
+                                props ? "\"properties\":{"
+                                        "\"content_type\":\"" S255 "\","
+                                        "\"content_encoding\":\"" S255 "\","
+                                        "\"correlation_id\":\"" S255 "\","
+                                        "\"reply_to\":\"" S255 "\","
+                                        "\"message_id\":\"" S255 "\","
+                                        "\"type\":\"" S255 "\","
+                                        "\"app_id\":\"" S255 "\","
+                                        "\"user_id\":\"" S255 "\"},"
+                                      : "");
+    memset(s + o, 'v', vlen);
+    o += vlen;
+    snprintf(s + o, cap - o, "\"}}");
+    return s;
+}
+
+Test(job, hostile_headers_too_big_for_amqp)
+{
+    job_t j;
+    rmqs_error err;
+    char *s;
+
+    /* exactly 65536 bytes encoded: accepted; one more: refused */
+    s = request_with_big_header(65536 - 172, false);
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_OK,
+                 "%s", err.message);
+    job_clear(&j);
+    free(s);
+    s = request_with_big_header(65536 - 172 + 1, false);
+    memset(&j, 0xAB, sizeof j);
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "headers");
+    cr_expect_str_eq(err.message, "headers: headers and properties take 65537 bytes "
+                                  "in the AMQP message, more than 65536");
+    cr_expect(is_zero(&j, sizeof j));
+    free(s);
+
+    /* properties count too: 8 x 255-byte strings replace the default message_id
+     * (8 x 256 - 37 = 2011 bytes more) */
+    s = request_with_big_header(65536 - 172 - 2011, true);
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_OK,
+                 "%s", err.message);
+    job_clear(&j);
+    free(s);
+    s = request_with_big_header(65536 - 172 - 2011 + 1, true);
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "headers");
+    free(s);
+
+    /* many medium headers: 128 x 600-byte values */
+    size_t cap = 128 * 700 + 256, o;
+    s = malloc(cap);
+    cr_assert_not_null(s);
+    o = (size_t)snprintf(s, cap, "{\"exchange\":\"e\",\"routing_key\":\"r\","
+                                 "\"body\":\"x\",\"delay_ms\":0,\"headers\":{");
+    for (int i = 0; i < 128; i++) {
+        o += (size_t)snprintf(s + o, cap - o, "%s\"h%03d\":\"", i ? "," : "", i);
+        memset(s + o, 'v', 600);
+        o += 600;
+        s[o++] = '"';
+    }
+    snprintf(s + o, cap - o, "}}");
+    cr_expect_eq(job_from_request(s, strlen(s), &LIM, NOW, &j, NULL, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "headers");
+    cr_expect(strstr(err.message, "more than 65536") != NULL, "%s", err.message);
+    free(s);
+
+    /* the largest header table of small values stays well within the cap */
+    cr_expect_eq(req("{" OK_BASE ",'headers':{'" S255 "':'" S255 "'}}", &j, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    job_clear(&j);
+}
+
+/* true if s is valid UTF-8 (jansson's own check, as the HTTP layer uses). */
+static bool utf8_ok(const char *s)
+{
+    json_t *j = json_string(s);
+    json_decref(j);
+    return j != NULL;
+}
+
+/*
+ * Field names and messages built from client-chosen keys end up in JSON
+ * answers: cut to fit rmqs_error, they must still be valid UTF-8. Cut inside
+ * a character, the answer was a 500 "out of memory" (jansson refuses to
+ * encode the message), lost its "field", or lost the item's entry in a
+ * batch's error list.
+ */
+Test(job, hostile_error_text_is_valid_utf8)
+{
+    /* "é" x 127 + "a": 255 bytes; "😀" x 63 + "abc": 255 bytes */
+    char e2[256], e4[256];
+    size_t o = 0;
+    for (int i = 0; i < 127; i++)
+        o += (size_t)snprintf(e2 + o, sizeof e2 - o, "\xc3\xa9");
+    snprintf(e2 + o, sizeof e2 - o, "a");
+    o = 0;
+    for (int i = 0; i < 63; i++)
+        o += (size_t)snprintf(e4 + o, sizeof e4 - o, "\xf0\x9f\x98\x80");
+    snprintf(e4 + o, sizeof e4 - o, "abc");
+    cr_assert_eq(strlen(e2), 255);
+    cr_assert_eq(strlen(e4), 255);
+
+    struct {
+        const char *before, *after; /* the key goes between */
+        const char *field_prefix;
+    } cases[] = {
+        {"{" OK_BASE ",'headers':{'", "':null}}", "headers."},
+        {"{" OK_BASE ",'headers':{'", "':[1]}}", "headers."},
+        {"{" OK_BASE ",'properties':{'", "':1}}", "properties."},
+        {"{" OK_BASE ",'", "':1}", ""},
+    };
+    const char *keys[] = {e2, e4};
+    rmqs_error err;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (size_t k = 0; k < 2; k++) {
+            char body[1024];
+            snprintf(body, sizeof body, "%s%s%s", cases[c].before, keys[k],
+                     cases[c].after);
+            job_t j;
+            memset(&err, 0, sizeof err);
+            cr_expect_eq(req(body, &j, NULL, &err), RMQS_EINVAL, "case %zu/%zu", c, k);
+            cr_expect(utf8_ok(err.field), "case %zu/%zu: field not UTF-8: %s", c, k,
+                      err.field);
+            cr_expect(utf8_ok(err.message), "case %zu/%zu: message not UTF-8: %s", c,
+                      k, err.message);
+            cr_expect(strncmp(err.field, cases[c].field_prefix,
+                              strlen(cases[c].field_prefix)) == 0,
+                      "case %zu/%zu: field %s", c, k, err.field);
+            cr_expect_gt(strlen(err.field), strlen(cases[c].field_prefix) + 40,
+                         "case %zu/%zu: field cut too short: %s", c, k, err.field);
+            cr_expect_leq(strlen(err.field), 63);
+        }
+    }
+
+    /* jansson's "near ..." context, cut inside a character (found by
+     * tests/fuzz/fuzz_job_request.c): the invalid byte becomes '?' */
+    static const char *const bad_escapes[] = {
+        "{'body':'\\u00e\xcf\x87'}",      /* \u00e then U+03C7 */
+        "{'body':'\\u00\xf0\x9f\x98\x80'}", /* \u00 then U+1F600 */
+        "{'exchange':'e\\u000\xcf\x87\xdd\xd4','routing_key':'r'}",
+    };
+    for (size_t i = 0; i < sizeof bad_escapes / sizeof bad_escapes[0]; i++) {
+        job_t j;
+        memset(&err, 0, sizeof err);
+        cr_expect_eq(req(bad_escapes[i], &j, NULL, &err), RMQS_EINVAL, "%s", bad_escapes[i]);
+        cr_expect(strncmp(err.message, "invalid JSON: ", 14) == 0, "%s", err.message);
+        cr_expect(utf8_ok(err.message), "message not UTF-8: %s", err.message);
+        int64_t at, delay;
+        char *t = req_text(bad_escapes[i]);
+        cr_expect_eq(job_parse_reschedule(t, strlen(t), &LIM, NOW, &at, &delay, &err),
+                     RMQS_EINVAL);
+        cr_expect(utf8_ok(err.message), "PATCH message not UTF-8: %s", err.message);
+        free(t);
+    }
+
+    /* the same for PATCH */
+    char body[512];
+    int64_t at, delay;
+    snprintf(body, sizeof body, "{\"delay_ms\":1,\"%s\":1}", e4);
+    cr_expect_eq(job_parse_reschedule(body, strlen(body), &LIM, NOW, &at, &delay, &err),
+                 RMQS_EINVAL);
+    cr_expect(utf8_ok(err.field), "field not UTF-8: %s", err.field);
+    cr_expect_eq(strlen(err.field), 60, "4-byte characters: 15 fit in 63 bytes");
+
+    /* short keys are not cut */
+    job_t j;
+    cr_expect_eq(req("{" OK_BASE ",'headers':{'\xc3\xa9t\xc3\xa9':null}}", &j, NULL, &err),
+                 RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "headers.\xc3\xa9t\xc3\xa9");
 }

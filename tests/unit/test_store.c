@@ -64,6 +64,9 @@ TestSuite(store, .init = setup, .fini = teardown, .timeout = 60);
 
 static const store_options k_opts = {.synchronous_full = true};
 
+/* A list filter on status only (-1: any). */
+#define FILTER(st) (&(store_filter){.status = (st), .source = -1})
+
 static store_t *open_store(void)
 {
     rmqs_error err = {0};
@@ -633,7 +636,7 @@ Test(store, list_orders_by_deliver_at_then_insertion_and_filters)
     for (int i = 0; i < 6; i++)
         insert_job(g_st, i + 1, at[i]);
 
-    cr_assert_eq(store_list(g_st, -1, 100, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 100, NULL, &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 6);
     cr_assert_null(next);
     for (size_t i = 0; i < n; i++) {
@@ -649,7 +652,7 @@ Test(store, list_orders_by_deliver_at_then_insertion_and_filters)
     make_id(4, id);
     cr_assert_eq(store_cancel(g_st, id, 20, &out), RMQS_OK);
     job_clear(&out);
-    cr_assert_eq(store_list(g_st, JOB_CANCELLED, 100, NULL, &jobs, &n, &next),
+    cr_assert_eq(store_list(g_st, FILTER(JOB_CANCELLED), 100, NULL, &jobs, &n, &next),
                  RMQS_OK);
     cr_assert_eq(n, 2);
     cr_assert_null(next);
@@ -660,11 +663,11 @@ Test(store, list_orders_by_deliver_at_then_insertion_and_filters)
     cr_assert_eq(jobs[0].status, JOB_CANCELLED);
     free_jobs(jobs, n);
 
-    cr_assert_eq(store_list(g_st, JOB_PENDING, 100, NULL, &jobs, &n, &next),
+    cr_assert_eq(store_list(g_st, FILTER(JOB_PENDING), 100, NULL, &jobs, &n, &next),
                  RMQS_OK);
     cr_assert_eq(n, 4);
     free_jobs(jobs, n);
-    cr_assert_eq(store_list(g_st, JOB_SENT, 100, NULL, &jobs, &n, &next),
+    cr_assert_eq(store_list(g_st, FILTER(JOB_SENT), 100, NULL, &jobs, &n, &next),
                  RMQS_OK);
     cr_assert_eq(n, 0);
     cr_assert_null(next);
@@ -694,7 +697,7 @@ static void walk_pages(int status, size_t limit, int total,
         char *next;
 
         cr_assert_lt(pages, total + 2, "pagination does not end");
-        cr_assert_eq(store_list(g_st, status, limit, after, &jobs, &n, &next),
+        cr_assert_eq(store_list(g_st, FILTER(status), limit, after, &jobs, &n, &next),
                      RMQS_OK);
         cr_assert_leq(n, limit);
         for (size_t i = 0; i < n; i++) {
@@ -762,19 +765,19 @@ Test(store, list_rejects_malformed_cursor_and_bad_args)
     g_st = open_store();
     insert_job(g_st, 1, 100);
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        cr_assert_eq(store_list(g_st, -1, 10, bad[i], &jobs, &n, &next),
+        cr_assert_eq(store_list(g_st, FILTER(-1), 10, bad[i], &jobs, &n, &next),
                      RMQS_EINVAL, "cursor \"%s\"", bad[i]);
         cr_assert_null(jobs);
         cr_assert_eq(n, 0);
         cr_assert_null(next);
     }
-    cr_assert_eq(store_list(g_st, -1, 0, NULL, &jobs, &n, &next), RMQS_EINVAL);
-    cr_assert_eq(store_list(g_st, 9, 10, NULL, &jobs, &n, &next), RMQS_EINVAL);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 0, NULL, &jobs, &n, &next), RMQS_EINVAL);
+    cr_assert_eq(store_list(g_st, FILTER(9), 10, NULL, &jobs, &n, &next), RMQS_EINVAL);
     /* well-formed cursors, even for rows that do not exist, are fine */
-    cr_assert_eq(store_list(g_st, -1, 10, "-5.0", &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 10, "-5.0", &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 1);
     free_jobs(jobs, n);
-    cr_assert_eq(store_list(g_st, -1, 10, "100.1", &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 10, "100.1", &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 0);
     free(jobs);
 }
@@ -1247,7 +1250,7 @@ Test(store, full_database_is_efull_and_recovers)
     cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed,
                               &out), RMQS_EFULL);
     cr_assert_not(existed);
-    cr_assert_eq(store_list(g_st, -1, 10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 10, NULL, &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 1);
     free_jobs(jobs, n);
     cr_assert_eq(raw_int("SELECT count(*) FROM idempotency"), 0);
@@ -1380,4 +1383,57 @@ Test(store, manual_checkpoint_empties_the_wal)
     cr_assert_eq(store_checkpoint(g_st, &frames, &copied), RMQS_OK);
     cr_expect_gt(frames, 0, "inserts with autocheckpoint off leave frames");
     cr_expect_eq(copied, frames, "nothing blocks a passive checkpoint here");
+}
+
+Test(store, list_filters_on_source_and_message_id)
+{
+    job_t j;
+    job_t *jobs = NULL;
+    size_t n = 0;
+    char *next = NULL;
+
+    g_st = open_store();
+    for (int i = 1; i <= 6; i++) {
+        make_job(&j, i, 100 * i);
+        j.source = i % 2 ? JOB_SOURCE_AMQP : JOB_SOURCE_HTTP;
+        if (i <= 4)
+            j.properties = json_pack("{s:s}", "message_id", i <= 2 ? "m-1" : "m-2");
+        cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
+        job_clear(&j);
+    }
+    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP},
+                            2, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_expect_eq(n, 2);
+    cr_expect_eq(jobs[0].deliver_at, 100);
+    cr_expect_eq(jobs[1].deliver_at, 300);
+    cr_expect_eq(jobs[0].source, JOB_SOURCE_AMQP);
+    cr_assert_not_null(next);
+    free_jobs(jobs, n);
+    char *cursor = next;
+    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP},
+                            2, cursor, &jobs, &n, &next), RMQS_OK);
+    free(cursor);
+    cr_expect_eq(n, 1);
+    cr_expect_eq(jobs[0].deliver_at, 500);
+    cr_expect_null(next);
+    free_jobs(jobs, n);
+
+    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = -1,
+                                                  .message_id = "m-2"},
+                            10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_expect_eq(n, 2);
+    cr_expect_eq(jobs[0].deliver_at, 300);
+    cr_expect_eq(jobs[1].deliver_at, 400);
+    free_jobs(jobs, n);
+    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_HTTP,
+                                                  .message_id = "m-1"},
+                            10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_expect_eq(n, 1);
+    cr_expect_eq(jobs[0].deliver_at, 200);
+    free_jobs(jobs, n);
+    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = -1,
+                                                  .message_id = "none"},
+                            10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_expect_eq(n, 0);
+    free_jobs(jobs, n);
 }

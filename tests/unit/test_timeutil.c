@@ -285,3 +285,73 @@ Test(timeutil, mono_advances)
     cr_expect_geq(b - a, 29, "slept 30 ms, monotonic moved %lld", (long long)(b - a));
     cr_expect_lt(b - a, 10000);
 }
+
+/*
+ * The year range 0001-9999 applies to the instant (UTC), not only to the
+ * local text: an offset can push a time at either end out of it, where the
+ * formatter cannot show it (year 0000, or clamped to 9999). Found by
+ * tests/fuzz/fuzz_rfc3339.c: "0001-01-01T00:00:00.5+08:00" was accepted and
+ * formatted as "0000-12-31T16:00:00.500Z", which does not parse.
+ */
+Test(timeutil, offset_cannot_leave_the_year_range)
+{
+    static const char *const rejected[] = {
+        "0001-01-01T00:00:00.5+08:00", /* the fuzzer's input */
+        "0001-01-01T00:00:00+00:01",
+        "0001-01-01T23:58:59.999+23:59",
+        "9999-12-31T23:59:59-00:01",
+        "9999-12-31T23:59:60-23:59",
+        "9999-12-31T00:01:00-23:59",
+    };
+    for (size_t i = 0; i < sizeof rejected / sizeof rejected[0]; i++) {
+        int64_t ms = 42;
+        cr_expect_eq(parse(rejected[i], &ms), RMQS_EINVAL, "\"%s\" accepted (%lld)",
+                     rejected[i], (long long)ms);
+        cr_expect_eq(ms, 42, "%s: output written on failure", rejected[i]);
+    }
+
+    /* the first and last instants stay reachable through an offset */
+    static const struct valid_case edges[] = {
+        {"0001-01-01T23:59:00+23:59", -62135596800000},
+        {"0001-01-01T00:00:00-00:01", -62135596740000},
+        {"9999-12-31T00:00:59.999-23:59", 253402300799999},
+        {"9999-12-31T23:59:59.999+00:01", 253402300739999},
+        {"9999-12-31T23:59:60+00:00", 253402300799999},
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        int64_t ms = 42, back = 0;
+        char out[TU_RFC3339_LEN + 1];
+        cr_expect_eq(parse(edges[i].text, &ms), RMQS_OK, "%s", edges[i].text);
+        cr_expect_eq(ms, edges[i].ms, "%s: got %lld", edges[i].text, (long long)ms);
+        tu_format_rfc3339(ms, out);
+        cr_expect_eq(parse(out, &back), RMQS_OK, "%s -> %s", edges[i].text, out);
+        cr_expect_eq(back, ms, "%s -> %s", edges[i].text, out);
+    }
+}
+
+/* Every accepted text round-trips, over a sweep of offsets at both ends of
+ * the range (what the fuzz target checks, made exhaustive where cheap). */
+Test(timeutil, accepted_times_round_trip_at_the_range_ends)
+{
+    static const char *const locals[] = {
+        "0001-01-01T00:00:00.000", "0001-01-01T12:00:00.000",
+        "0001-01-01T23:59:59.999", "0001-01-02T00:00:00.000",
+        "9999-12-30T23:59:59.999", "9999-12-31T00:00:00.000",
+        "9999-12-31T12:00:00.000", "9999-12-31T23:59:59.999",
+    };
+    for (size_t i = 0; i < sizeof locals / sizeof locals[0]; i++) {
+        for (int off = -(23 * 60 + 59); off <= 23 * 60 + 59; off += 7) {
+            char text[64], out[TU_RFC3339_LEN + 1];
+            int a = off < 0 ? -off : off;
+            snprintf(text, sizeof text, "%s%c%02d:%02d", locals[i],
+                     off < 0 ? '-' : '+', a / 60, a % 60);
+            int64_t ms, back;
+            if (parse(text, &ms) != RMQS_OK)
+                continue;
+            cr_assert(ms >= -62135596800000 && ms <= 253402300799999, "%s", text);
+            tu_format_rfc3339(ms, out);
+            cr_assert_eq(parse(out, &back), RMQS_OK, "%s -> %s", text, out);
+            cr_assert_eq(back, ms, "%s -> %s", text, out);
+        }
+    }
+}

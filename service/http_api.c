@@ -641,18 +641,25 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
 {
     bool db = store_ping(api->st) == RMQS_OK;
     bool broker = disp_broker_connected(api->disp);
+    bool has_ingest = api->opt.ingest_up != NULL;
+    bool ingest = has_ingest && api->opt.ingest_up(api->opt.ingest_cls);
+    char msg[128] = "";
     json_t *j;
 
-    if (db && broker)
-        return reply_json(c, MHD_HTTP_OK,
-                          json_pack("{s:s, s:s, s:s}", "status", "ready",
-                                    "database", "up", "broker", "up"),
-                          NULL, NULL);
-    j = json_pack("{s:s, s:s, s:s, s:{s:s, s:s}}", "status", "unavailable",
-                  "database", db ? "up" : "down", "broker", broker ? "up" : "down",
-                  "error", "code", "unavailable", "message",
-                  !db ? (broker ? "database is down" : "database and broker are down")
-                      : "broker connection is down");
+    j = json_pack("{s:s, s:s, s:s}", "status", "ready", "database",
+                  db ? "up" : "down", "broker", broker ? "up" : "down");
+    if (j == NULL)
+        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    if (has_ingest)
+        json_object_set_new(j, "ingest", json_string(ingest ? "up" : "down"));
+    if (db && broker && (!has_ingest || ingest))
+        return reply_json(c, MHD_HTTP_OK, j, NULL, NULL);
+    snprintf(msg, sizeof(msg), "down:%s%s%s", db ? "" : " database",
+             broker ? "" : " broker",
+             !has_ingest || ingest ? "" : " ingest consumer");
+    json_object_set_new(j, "status", json_string("unavailable"));
+    json_object_set_new(j, "error", json_pack("{s:s, s:s}", "code", "unavailable",
+                                              "message", msg));
     return reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
 }
 

@@ -33,6 +33,10 @@ typedef struct http_api_options {
     const char *allow_exchanges; /* NULL: any; "a,b,prefix*" (copied) */
     const char *tls_cert_file;   /* both set: serve HTTPS */
     const char *tls_key_file;
+    /* Optional readiness of the AMQP ingest consumer for /readyz (NULL: no
+     * ingest configured). */
+    bool (*ingest_up)(void *cls);
+    void *ingest_cls;
 } http_api_options;
 
 /* Bind and start serving. st, d and w are borrowed and must outlive the

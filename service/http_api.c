@@ -135,14 +135,35 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
     return ret;
 }
 
+/* A JSON string of s, with bytes that are not valid UTF-8 (e.g. a
+ * truncated character quoted in a parser message) replaced by '?'. */
+static json_t *safe_string(const char *s)
+{
+    json_t *v = json_string(s);
+    char *copy;
+
+    if (v != NULL)
+        return v;
+    copy = strdup(s);
+    if (copy == NULL)
+        return NULL;
+    for (char *p = copy; *p; p++)
+        if ((unsigned char)*p >= 0x80)
+            *p = '?';
+    v = json_string(copy);
+    free(copy);
+    return v;
+}
+
 static enum MHD_Result reply_error_h(struct MHD_Connection *c, unsigned status,
                                      const char *code, const char *field,
                                      const char *message, const char *h1,
                                      const char *v1)
 {
-    json_t *e = json_pack("{s:s, s:s}", "code", code, "message", message);
+    json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
+                          safe_string(message));
     if (e != NULL && field != NULL && *field != '\0')
-        json_object_set_new(e, "field", json_string(field));
+        json_object_set_new(e, "field", safe_string(field));
     return reply_json(c, status, e ? json_pack("{s:o}", "error", e) : NULL, h1,
                       v1);
 }
@@ -431,6 +452,10 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
                            "Idempotency-Key",
                            "Idempotency-Key is only supported on POST /schedule");
     }
+    if (rq->len > 0 && memchr(rq->body, '\0', rq->len) != NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, "", "request body contains a NUL byte");
+        return reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
     root = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES,
                       &jerr);
     if (root == NULL) {
@@ -459,10 +484,13 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
         if (rc == RMQS_OK)
             rc = job_id_generate(now, rq->jobs[i].id);
         if (rc == RMQS_EINVAL) {
-            if (++bad <= BATCH_ERRORS_MAX)
-                json_array_append_new(
-                    errors, json_pack("{s:I, s:s, s:s}", "index", (json_int_t)i,
-                                      "field", err.field, "message", err.message));
+            if (++bad <= BATCH_ERRORS_MAX) {
+                json_t *item = json_pack("{s:I, s:o}", "index", (json_int_t)i,
+                                         "message", safe_string(err.message));
+                if (item != NULL && err.field[0] != '\0')
+                    json_object_set_new(item, "field", safe_string(err.field));
+                json_array_append_new(errors, item);
+            }
         } else if (rc != RMQS_OK) {
             ret = reply_rc(c, rc, NULL, "cannot read the batch");
             goto out;

@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
-          python3 python3-pytest python3-pika openssl)
+          python3 python3-pytest python3-pika python3-yaml openssl
+          curl prometheus)
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=/usr/bin/python3

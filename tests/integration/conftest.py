@@ -12,6 +12,12 @@ through it (`sudo tests/run.sh -L integration`).
   report(line)             print a measurement past pytest's capture and
                            append it to $RMQS_TEST_REPORT if set
 
+Every answer received through helpers.http_request (Service.request, get,
+post, ...) is checked against api/openapi.yaml (helpers.OpenApiContract):
+an undocumented status, media type or body shape fails the test at that
+request. Opt out with @pytest.mark.no_contract_check on a test, with
+check_contract=False on one request, or RMQS_TEST_CONTRACT=0 for a run.
+
 After each test every service is stopped (SIGTERM, then SIGKILL) and the
 test fails if a service log shows an ASan/LSan/UBSan report or if the
 service did not exit with status 0 on SIGTERM. A failing test prints the
@@ -23,6 +29,7 @@ import sys
 
 import pytest
 
+import helpers
 from helpers import Broker, Consumer, Service, env
 
 LOG_TAIL_LINES = 300
@@ -136,3 +143,39 @@ def report(capsys):
             with open(path, "a") as f:
                 f.write(line + "\n")
     return write
+
+
+# --- answers checked against api/openapi.yaml ---------------------------------
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "no_contract_check: do not check the answers of this test "
+                   "against api/openapi.yaml")
+
+
+def _contract_enabled():
+    return os.environ.get("RMQS_TEST_CONTRACT", "1") != "0"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _contract_check_session():
+    """On for the whole run, module-scoped fixtures included."""
+    if not _contract_enabled():
+        yield None
+        return
+    contract = helpers.openapi_contract()
+    helpers.RESPONSE_CHECK = contract.check
+    yield contract
+    helpers.RESPONSE_CHECK = None
+
+
+@pytest.fixture(autouse=True)
+def _contract_check_opt_out(request, _contract_check_session):
+    """@pytest.mark.no_contract_check turns the check off for one test."""
+    if _contract_check_session is None or \
+            request.node.get_closest_marker("no_contract_check") is None:
+        yield
+        return
+    helpers.RESPONSE_CHECK = None
+    yield
+    helpers.RESPONSE_CHECK = _contract_check_session.check

@@ -1,0 +1,260 @@
+"""GET /metrics: valid Prometheus text (promtool check metrics), documented
+in api/openapi.yaml, and its numbers move as jobs flow: scheduled, sent
+(with a lateness observation), failed on NO_ROUTE, jobs by status equal to
+what GET /jobs lists, HTTP answers by route and status, and whether the
+broker connection is up.
+
+promtool comes with Debian's prometheus package; without it the promtool
+check is skipped, saying so (the other checks run)."""
+
+import math
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import (JOB_STATUSES, env, free_port, http_request_text,
+                     wait_until)
+
+LATER = 3_600_000
+LINE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
+    "rmqs_jobs_scheduled_total": "counter",
+    "rmqs_jobs_published_total": "counter",
+    "rmqs_publish_attempts_total": "counter",
+    "rmqs_publish_failures_total": "counter",
+    "rmqs_jobs": "gauge",
+    "rmqs_dispatch_lateness_seconds": "histogram",
+    "rmqs_http_requests_total": "counter",
+    "rmqs_http_request_duration_seconds": "histogram",
+    "rmqs_broker_connected": "gauge",
+    "rmqs_broker_reconnects_total": "counter",
+    "rmqs_database_size_bytes": "gauge",
+}
+
+
+class Metrics:
+    """One scrape: {(name, frozenset(labels)): value} plus the TYPE lines."""
+
+    def __init__(self, text):
+        self.text = text
+        self.samples = {}
+        self.types = {}
+        for line in text.splitlines():
+            if line.startswith("# TYPE "):
+                _, _, name, kind = line.split(" ", 3)
+                self.types[name] = kind
+                continue
+            if not line or line.startswith("#"):
+                continue
+            m = LINE_RE.match(line)
+            assert m, f"unparsable metrics line {line!r}"
+            labels = frozenset(LABEL_RE.findall(m.group(2) or ""))
+            self.samples[(m.group(1), labels)] = float(m.group(3))
+
+    def get(self, name, **labels):
+        """The value of one series (0 if absent: counters only appear once
+        non-zero for HTTP requests)."""
+        return self.samples.get((name, frozenset(labels.items())), 0.0)
+
+    def has(self, name, **labels):
+        return (name, frozenset(labels.items())) in self.samples
+
+
+def scrape(svc, headers=None):
+    resp = http_request_text(svc.port, "/metrics", headers=headers)
+    assert resp.status == 200, resp
+    assert resp.headers.get_content_type() == "text/plain"
+    assert resp.headers.get_param("version") == "0.0.4", resp.headers["Content-Type"]
+    return Metrics(resp.text)
+
+
+def promtool_check(text):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (apt-get install prometheus): "
+                    "the exposition format was not checked")
+    r = subprocess.run([promtool, "check", "metrics"], input=text,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, \
+        f"promtool check metrics ({r.returncode}):\n{r.stdout}{r.stderr}\n---\n{text}"
+
+
+def later_job(**kw):
+    return dict({"exchange": "", "routing_key": "metrics", "body": "x",
+                 "delay_ms": LATER}, **kw)
+
+
+def assert_histogram(m, name, **labels):
+    """Cumulative buckets ending in +Inf == _count, and _sum >= 0."""
+    buckets = sorted(((float(le), v) for (n, ls), v in m.samples.items()
+                      if n == name + "_bucket"
+                      and {k: x for k, x in ls if k != "le"} == labels
+                      for le in [dict(ls)["le"]]), key=lambda t: t[0])
+    assert buckets and math.isinf(buckets[-1][0]), f"{name}{labels}: no +Inf bucket"
+    values = [v for _, v in buckets]
+    assert values == sorted(values), f"{name}{labels}: buckets not cumulative: {buckets}"
+    assert values[-1] == m.get(name + "_count", **labels)
+    assert m.get(name + "_sum", **labels) >= 0
+    return dict(buckets)
+
+
+def test_metrics_pass_promtool_and_have_every_documented_family(service):
+    svc = service()
+    svc.schedule(later_job())
+    svc.get("/jobs")
+    svc.get("/nope")
+    m = scrape(svc)
+    for name, kind in DOCUMENTED.items():
+        assert m.types.get(name) == kind, f"{name}: TYPE {m.types.get(name)}, expected {kind}"
+    assert set(m.types) == set(DOCUMENTED), \
+        f"undocumented metric families: {sorted(set(m.types) - set(DOCUMENTED))}"
+    for status in JOB_STATUSES:
+        assert m.has("rmqs_jobs", status=status), status
+    for result in ("sent", "failed"):
+        assert m.has("rmqs_jobs_published_total", result=result)
+    for reason in ("returned", "nacked", "channel_closed", "connection_lost"):
+        assert m.has("rmqs_publish_failures_total", reason=reason)
+    assert m.get("rmqs_database_size_bytes") > 0
+    assert_histogram(m, "rmqs_dispatch_lateness_seconds")
+    assert_histogram(m, "rmqs_http_request_duration_seconds", route="/jobs")
+    for (name, labels), value in m.samples.items():
+        assert value >= 0 and not math.isnan(value), (name, labels, value)
+        route = dict(labels).get("route")
+        if route is not None:
+            assert route in ("/schedule", "/schedule/batch", "/jobs", "/jobs/{id}",
+                             "/healthz", "/readyz", "/metrics", "other"), route
+    promtool_check(m.text)
+
+
+def test_metrics_move_when_jobs_flow(service, amqp, broker):
+    svc = service("--backoff-base-ms", "50")
+    before = scrape(svc)
+    schedule_201 = 0
+
+    # Three jobs delivered at once.
+    sent = [svc.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                          "body": f"m{i}", "delay_ms": 0}) for i in range(3)]
+    schedule_201 += 3
+    amqp.wait_for_jobs([j["id"] for j in sent])
+    for j in sent:
+        svc.wait_status(j["id"], "sent")
+
+    # One job no queue takes: NO_ROUTE, one attempt, failed.
+    noqueue = broker.declare_exchange()
+    failed = svc.schedule({"exchange": noqueue, "routing_key": "nobody", "body": "x",
+                           "delay_ms": 0, "max_attempts": 1})
+    schedule_201 += 1
+    job = svc.wait_status(failed["id"], "failed")
+    assert "NO_ROUTE" in (job["last_error"] or ""), job
+
+    # Pending ones, one cancelled, a batch, and some errors.
+    pending = [svc.schedule(later_job(body=f"p{i}")) for i in range(2)]
+    schedule_201 += 2
+    assert svc.delete(f"/jobs/{pending[0]['id']}").status == 200
+    st, _, batch = svc.post("/schedule/batch", [later_job(), later_job()])
+    assert st == 201, batch
+    assert svc.post("/schedule", {"exchange": ""}).status == 400
+    assert svc.get("/no-such-route").status == 404
+    assert svc.request("PUT", "/schedule").status == 405
+
+    # An answer is counted once it has been sent (libmicrohttpd's completed
+    # callback), which may trail the client's read by a moment.
+    want_http = {("/schedule", "201"): schedule_201, ("/schedule", "400"): 1,
+                 ("/schedule", "405"): 1, ("/schedule/batch", "201"): 1,
+                 ("other", "404"): 1}
+
+    def counted():
+        m = scrape(svc)
+        done = all(m.get("rmqs_http_requests_total", route=r, status=s)
+                   - before.get("rmqs_http_requests_total", route=r, status=s) >= n
+                   for (r, s), n in want_http.items())
+        return m if done else None
+    after = wait_until(counted, 10, "the HTTP answers to be counted")
+
+    def delta(name, **labels):
+        return after.get(name, **labels) - before.get(name, **labels)
+
+    assert delta("rmqs_jobs_scheduled_total") == 3 + 1 + 2 + 2
+    assert delta("rmqs_jobs_published_total", result="sent") == 3
+    assert delta("rmqs_jobs_published_total", result="failed") == 1
+    assert delta("rmqs_publish_attempts_total") == 4
+    assert delta("rmqs_publish_failures_total", reason="returned") == 1
+    for reason in ("nacked", "channel_closed", "connection_lost"):
+        assert delta("rmqs_publish_failures_total", reason=reason) == 0, reason
+    assert delta("rmqs_dispatch_lateness_seconds_count") == 3
+    buckets = assert_histogram(after, "rmqs_dispatch_lateness_seconds")
+    assert buckets[60.0] >= 3, "3 jobs due at once were not sent within 60 s"
+
+    # Jobs by status: what GET /jobs lists.
+    for status in JOB_STATUSES:
+        listed = len(svc.list_all(status=status)[0])
+        assert after.get("rmqs_jobs", status=status) == listed, status
+    assert after.get("rmqs_jobs", status="sent") == 3
+    assert after.get("rmqs_jobs", status="failed") == 1
+    assert after.get("rmqs_jobs", status="cancelled") == 1
+    assert after.get("rmqs_jobs", status="pending") == 1 + 2
+
+    # HTTP answers by route and status.
+    for (route, status), n in want_http.items():
+        assert delta("rmqs_http_requests_total", route=route, status=status) == n, \
+            (route, status)
+    assert delta("rmqs_http_requests_total", route="/jobs/{id}", status="200") >= 3 + 1 + 1
+    assert after.get("rmqs_http_requests_total", route="/metrics", status="200") >= 1
+    assert after.get("rmqs_http_request_duration_seconds_count", route="/schedule") == \
+        sum(v for (n, ls), v in after.samples.items()
+            if n == "rmqs_http_requests_total" and dict(ls)["route"] == "/schedule")
+    assert after.get("rmqs_broker_connected") == 1
+    promtool_check(after.text)
+
+
+def test_broker_connected_is_0_while_the_broker_cannot_be_reached(service):
+    svc = service()
+    m = scrape(svc)
+    assert m.get("rmqs_broker_connected") == 1
+    assert m.get("rmqs_broker_reconnects_total") == 0
+
+    # The same service and database, pointed at a port where nothing listens.
+    svc.terminate()
+    svc.amqp_url = f"amqp://guest:guest@127.0.0.1:{free_port()}/"
+    svc.restart(wait="health")
+    wait_until(lambda: svc.get("/readyz").status == 503, 20, "/readyz 503")
+    m = scrape(svc)
+    assert m.get("rmqs_broker_connected") == 0
+    assert m.has("rmqs_broker_connected")
+    # Scheduling goes on; the job waits, pending, and is counted so.
+    svc.schedule(later_job(delay_ms=0))
+    assert scrape(svc).get("rmqs_jobs", status="pending") == 1
+    promtool_check(m.text)
+
+    # Back to the real broker.
+    svc.terminate()
+    svc.amqp_url = env("RMQS_TEST_AMQP_URL")
+    svc.restart()
+    assert scrape(svc).get("rmqs_broker_connected") == 1
+
+
+def test_broker_outage_shows_in_connected_and_reconnects(service, broker):
+    svc = service("--heartbeat-s", "2")
+    assert scrape(svc).get("rmqs_broker_connected") == 1
+    broker.stop_app()
+    wait_until(lambda: scrape(svc).get("rmqs_broker_connected") == 0, 30,
+               "rmqs_broker_connected 0 during the outage")
+    broker.start_app()
+    m = wait_until(lambda: (lambda m: m if m.get("rmqs_broker_connected") == 1 else None)(
+        scrape(svc)), 60, "rmqs_broker_connected 1 after the outage")
+    assert m.get("rmqs_broker_reconnects_total") >= 1
+
+
+def test_metrics_need_the_token_when_one_is_set(service):
+    token = "metrics-token-0123456789abcdef"
+    svc = service(wait="health", extra_env={"RMQS_API_TOKEN": token})
+    resp = http_request_text(svc.port, "/metrics")
+    assert resp.status == 401 and resp.headers["WWW-Authenticate"], resp
+    good = {"Authorization": f"Bearer {token}"}
+    wait_until(lambda: scrape(svc, good).get(
+        "rmqs_http_requests_total", route="/metrics", status="401") == 1, 10,
+        "the 401 to be counted")

@@ -15,7 +15,12 @@
 #include <strings.h>
 #include <unistd.h>
 
-typedef enum { OPT_STR, OPT_INT, OPT_BOOL_SYNC } opt_type;
+typedef enum {
+    OPT_STR,      /* a string; the last one given wins */
+    OPT_LIST,     /* a comma-separated list; a repeated flag appends */
+    OPT_INT,
+    OPT_BOOL_SYNC
+} opt_type;
 
 typedef struct opt_def {
     const char *flag;     /* without the leading "--"; NULL: environment only
@@ -68,6 +73,10 @@ static const opt_def opt_table[] = {
      "this many seconds (604800 = 7 days); 0 keeps them"},
     {"purge-interval-s", "RMQS_PURGE_INTERVAL_S", OPT_INT, F(purge_interval_s),
      "60", 1, 86400, "how often to look for finished jobs to delete"},
+    {"min-free-bytes", "RMQS_MIN_FREE_BYTES", OPT_INT, F(min_free_bytes),
+     "16777216", 0, INT64_MAX, "new jobs get 503 storage_full while less than "
+     "this is free on the database's disk; the rest is kept for delivering "
+     "stored jobs (0: no reserve)"},
     {"sync", "RMQS_SYNC", OPT_BOOL_SYNC, F(sync_full), "full", 0, 0,
      "full: fsync every commit; normal: survive process crashes only"},
     {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,
@@ -95,13 +104,37 @@ static const opt_def opt_table[] = {
 
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
 
+static rmqs_rc opt_set_str(char **slot, const char *value, const char *name,
+                           rmqs_error *err)
+{
+    char *copy = strdup(value);
+    if (copy == NULL)
+        return rmqs_fail(err, RMQS_ENOMEM, name, "out of memory");
+    free(*slot);
+    *slot = copy;
+    return RMQS_OK;
+}
+
+/* Set o from value. append: an OPT_LIST flag given again adds to the list
+ * (the first flag replaces what the environment gave: flags win). */
 static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
-                       const char *source, rmqs_error *err)
+                       const char *source, bool append, rmqs_error *err)
 {
     char *base = (char *)cfg + o->offset;
     const char *name = o->flag ? o->flag : o->env;
 
     switch (o->type) {
+    case OPT_LIST: {
+        char **slot = (char **)(void *)base;
+        char *joined;
+        if (*slot == NULL || !append)
+            return opt_set_str(slot, value, name, err);
+        if (asprintf(&joined, "%s,%s", *slot, value) < 0)
+            return rmqs_fail(err, RMQS_ENOMEM, name, "out of memory");
+        free(*slot);
+        *slot = joined;
+        return RMQS_OK;
+    }
     case OPT_STR: {
         char **slot = (char **)(void *)base;
         char *copy = strdup(value);
@@ -187,6 +220,32 @@ static rmqs_rc read_token_file(config *cfg, rmqs_error *err)
     return RMQS_OK;
 }
 
+/* "host:port" or "[v6]:port" with a numeric port <= 65535; the host is
+ * resolved later, by the HTTP server. */
+static bool listen_syntax_ok(const char *l)
+{
+    const char *port;
+    long v;
+    char *end;
+
+    if (l[0] == '[') {
+        const char *close = strchr(l, ']');
+        if (close == NULL || close == l + 1 || close[1] != ':')
+            return false;
+        port = close + 2;
+    } else {
+        const char *colon = strrchr(l, ':');
+        if (colon == NULL || colon == l)
+            return false;
+        port = colon + 1;
+    }
+    if (*port < '0' || *port > '9')
+        return false;
+    errno = 0;
+    v = strtol(port, &end, 10);
+    return errno == 0 && *end == '\0' && v >= 0 && v <= 65535;
+}
+
 void config_usage(FILE *out)
 {
     fprintf(out,
@@ -213,7 +272,7 @@ void config_usage(FILE *out)
 void config_clear(config *cfg)
 {
     for (size_t i = 0; i < OPT_COUNT; i++) {
-        if (opt_table[i].type == OPT_STR) {
+        if (opt_table[i].type == OPT_STR || opt_table[i].type == OPT_LIST) {
             char **slot = (char **)(void *)((char *)cfg + opt_table[i].offset);
             if (*slot != NULL)
                 explicit_bzero(*slot, strlen(*slot)); /* may be a secret */
@@ -226,6 +285,7 @@ void config_clear(config *cfg)
 rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                     FILE *out, config_action *action, rmqs_error *err)
 {
+    bool flag_seen[OPT_COUNT] = {false};
     rmqs_rc rc;
 
     memset(cfg, 0, sizeof(*cfg));
@@ -233,14 +293,15 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
     for (size_t i = 0; i < OPT_COUNT; i++) {
         if (opt_table[i].def == NULL)
             continue;
-        rc = opt_set(cfg, &opt_table[i], opt_table[i].def, "default", err);
+        rc = opt_set(cfg, &opt_table[i], opt_table[i].def, "default", false,
+                     err);
         if (rc != RMQS_OK)
             return rc;
     }
     for (size_t i = 0; i < OPT_COUNT; i++) {
         const char *v = env_lookup(envp, opt_table[i].env);
         if (v != NULL) {
-            rc = opt_set(cfg, &opt_table[i], v, opt_table[i].env, err);
+            rc = opt_set(cfg, &opt_table[i], v, opt_table[i].env, false, err);
             if (rc != RMQS_OK)
                 return rc;
         }
@@ -284,7 +345,8 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                                  "option --%s needs a value", o->flag);
             value = argv[++i];
         }
-        rc = opt_set(cfg, o, value, "option", err);
+        rc = opt_set(cfg, o, value, "option", flag_seen[o - opt_table], err);
+        flag_seen[o - opt_table] = true;
         if (rc != RMQS_OK)
             return rc;
     }
@@ -315,6 +377,10 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                                  "--%s %s: %s", files[i][0], files[i][1],
                                  strerror(errno));
     }
+    if (!listen_syntax_ok(cfg->listen))
+        return rmqs_fail(err, RMQS_EINVAL, "listen",
+                         "listen '%s': expected host:port or [ipv6]:port with a "
+                         "port from 0 to 65535", cfg->listen);
     if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
         return rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
                          "HTTPS needs both --tls-cert-file and --tls-key-file");

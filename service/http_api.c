@@ -47,6 +47,8 @@ struct http_api {
     char *token;          /* owned copy of opt.api_token, or NULL */
     char **allow;         /* owned NULL-terminated list, or NULL: any */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
+    MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
+                                 MHD_stop_daemon, as the library requires */
 };
 
 /* The status of the response this thread queued last (for metrics). */
@@ -368,7 +370,8 @@ static enum MHD_Result reply_written(http_api_t *api, struct MHD_Connection *c,
                            "Idempotency-Key was used before with a different "
                            "request");
     if (ins->rc != RMQS_OK) {
-        if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT)
+        if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
+            ins->rc != RMQS_EFULL) /* the writer logs those */
             log_error("http", "cannot store job", "jobs=%zu error=%s", rq->njobs,
                       rmqs_rc_name(ins->rc));
         return reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
@@ -668,6 +671,7 @@ out:
 static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
 {
     bool db = store_ping(api->st) == RMQS_OK;
+    bool full = writer_disk_full(api->writer);
     bool broker = disp_broker_connected(api->disp);
     bool has_ingest = api->opt.ingest_up != NULL;
     bool ingest = has_ingest && api->opt.ingest_up(api->opt.ingest_cls);
@@ -675,14 +679,17 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
     json_t *j;
 
     j = json_pack("{s:s, s:s, s:s}", "status", "ready", "database",
-                  db ? "up" : "down", "broker", broker ? "up" : "down");
+                  !db ? "down" : full ? "full" : "up", "broker",
+                  broker ? "up" : "down");
     if (j == NULL)
         return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (has_ingest)
         json_object_set_new(j, "ingest", json_string(ingest ? "up" : "down"));
-    if (db && broker && (!has_ingest || ingest))
+    if (db && !full && broker && (!has_ingest || ingest))
         return reply_json(c, MHD_HTTP_OK, j, NULL, NULL);
-    snprintf(msg, sizeof(msg), "down:%s%s%s", db ? "" : " database",
+    snprintf(msg, sizeof(msg), "down:%s%s%s%s", db ? "" : " database",
+             full ? " disk full (new jobs refused; stored jobs still delivered)"
+                  : "",
              broker ? "" : " broker",
              !has_ingest || ingest ? "" : " ingest consumer");
     json_object_set_new(j, "status", json_string("unavailable"));
@@ -1015,6 +1022,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     api->disp = d;
     api->writer = w;
     api->opt = *opt;
+    api->quiesced_fd = MHD_INVALID_SOCKET;
     if ((opt->api_token && !(api->token = strdup(opt->api_token))) ||
         (opt->allow_exchanges && !(api->allow = split_list(opt->allow_exchanges)))) {
         rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
@@ -1083,13 +1091,10 @@ fail:
 
 void http_api_quiesce(http_api_t *api)
 {
-    MHD_socket fd;
-
-    if (api == NULL || api->daemon == NULL)
+    if (api == NULL || api->daemon == NULL ||
+        api->quiesced_fd != MHD_INVALID_SOCKET)
         return;
-    fd = MHD_quiesce_daemon(api->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    api->quiesced_fd = MHD_quiesce_daemon(api->daemon);
 }
 
 bool http_api_drain(http_api_t *api, int64_t timeout_ms)
@@ -1111,5 +1116,7 @@ void http_api_stop(http_api_t *api)
     if (api == NULL)
         return;
     MHD_stop_daemon(api->daemon);
+    if (api->quiesced_fd != MHD_INVALID_SOCKET)
+        close(api->quiesced_fd);
     api_free(api);
 }

@@ -147,6 +147,7 @@ int main(int argc, char **argv)
     http_api_t *api = NULL;
     writer_t *writer = NULL;
     janitor_t *janitor = NULL;
+
     sigset_t sigs;
     size_t recovered = 0;
     int sig = 0, status = 1;
@@ -237,7 +238,7 @@ int main(int argc, char **argv)
         log_error("main", "cannot start the dispatcher thread", NULL);
         goto out;
     }
-    writer = writer_new(st, disp, WRITER_MAX_ROWS);
+    writer = writer_new(st, disp, WRITER_MAX_ROWS, cfg.min_free_bytes);
     if (writer == NULL || writer_start(writer) != RMQS_OK) {
         log_error("main", "cannot start the writer thread", NULL);
         goto out;
@@ -276,9 +277,12 @@ int main(int argc, char **argv)
     status = 0;
 out:
     http_api_quiesce(api); /* no new connections */
-    writer_stop(writer);   /* commits what was handed over; resumes them */
-    if (!http_api_drain(api, 2000)) /* lets them be answered */
+    /* Requests in progress are still committed and answered while the
+     * writer runs; bounded, since keep-alive clients may keep sending. */
+    if (!http_api_drain(api, 2000))
         log_warn("main", "requests still in progress at shutdown", NULL);
+    writer_stop(writer);   /* commits what was handed over; resumes them */
+    http_api_drain(api, 500); /* lets those be answered */
     http_api_stop(api);    /* closes every connection */
     if (disp != NULL)
         disp_free(disp);   /* settles the batch in flight; frees pub */

@@ -45,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "log.h"
@@ -886,6 +887,28 @@ done:
     sqlite3_finalize(s);
     pthread_mutex_unlock(&st->mu);
     return out;
+}
+
+int64_t store_free_bytes(store_t *st)
+{
+    char dir[4096];
+    struct statvfs sv;
+    const char *path, *slash;
+    int64_t free_bytes = -1;
+
+    pthread_mutex_lock(&st->mu);
+    path = sqlite3_db_filename(st->db, "main");
+    if (path != NULL && *path) {
+        slash = strrchr(path, '/');
+        if (slash == NULL)
+            snprintf(dir, sizeof(dir), ".");
+        else
+            snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path) + 1, path);
+        if (statvfs(dir, &sv) == 0)
+            free_bytes = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return free_bytes;
 }
 
 int64_t store_size_bytes(store_t *st)

@@ -72,6 +72,10 @@ rmqs_rc store_checkpoint(store_t *st, int64_t *wal_frames, int64_t *copied);
 /* Jobs by status (indexed by job_status), kept by triggers: cheap. */
 rmqs_rc store_counts(store_t *st, int64_t counts[5]);
 
+/* Bytes free for unprivileged writes on the database's filesystem; -1 if
+ * unknown. */
+int64_t store_free_bytes(store_t *st);
+
 /* Bytes of the database file plus its WAL; -1 if unknown. */
 int64_t store_size_bytes(store_t *st);
 

@@ -10,6 +10,8 @@
 #include "writer.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -20,6 +22,8 @@ struct writer {
     store_t *st;   /* borrowed */
     disp_t *disp;  /* borrowed */
     size_t max_rows;
+    int64_t min_free_bytes;
+    atomic_bool disk_full; /* below the reserve at the last check */
 
     pthread_t thread;
     bool started;
@@ -30,7 +34,8 @@ struct writer {
     bool stopping;
 };
 
-writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows)
+writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
+                     int64_t min_free_bytes)
 {
     writer_t *w = calloc(1, sizeof(*w));
 
@@ -39,6 +44,8 @@ writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows)
     w->st = st;
     w->disp = d;
     w->max_rows = max_rows > 0 ? max_rows : 1;
+    w->min_free_bytes = min_free_bytes;
+    atomic_init(&w->disk_full, false);
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     return w;
@@ -80,6 +87,35 @@ static size_t take_batch(writer_t *w, writer_req **batch, size_t cap)
     return n;
 }
 
+/* Whether the filesystem has less free space than the reserve; logs each
+ * change of state once. */
+static bool below_reserve(writer_t *w)
+{
+    int64_t free_bytes;
+    bool full;
+
+    if (w->min_free_bytes <= 0)
+        return false;
+    free_bytes = store_free_bytes(w->st);
+    full = free_bytes >= 0 && free_bytes < w->min_free_bytes;
+    if (full != atomic_load(&w->disk_full)) {
+        atomic_store(&w->disk_full, full);
+        if (full)
+            log_error("writer", "disk nearly full: refusing new jobs; stored "
+                      "jobs are still delivered", "free_bytes=%lld reserve=%lld",
+                      (long long)free_bytes, (long long)w->min_free_bytes);
+        else
+            log_info("writer", "disk space back: accepting new jobs",
+                     "free_bytes=%lld", (long long)free_bytes);
+    }
+    return full;
+}
+
+bool writer_disk_full(writer_t *w)
+{
+    return atomic_load(&w->disk_full);
+}
+
 static void *writer_main(void *arg)
 {
     writer_t *w = arg;
@@ -112,8 +148,18 @@ static void *writer_main(void *arg)
 
         for (size_t i = 0; i < n; i++)
             rq[i] = b[i]->ins;
-        rc = store_insert_batch(w->st, rq, n);
-        if (rc != RMQS_OK)
+        if (below_reserve(w)) {
+            rc = RMQS_EFULL;
+            for (size_t i = 0; i < n; i++) {
+                rq[i].rc = RMQS_EFULL;
+                rq[i].existed = false;
+                memset(&rq[i].existing, 0, sizeof(rq[i].existing));
+            }
+        } else {
+            rc = store_insert_batch(w->st, rq, n);
+        }
+        /* A refusal for lack of space is logged once by below_reserve. */
+        if (rc != RMQS_OK && !atomic_load(&w->disk_full))
             log_error("writer", "group commit failed; nothing stored",
                       "requests=%zu error=%s", n, rmqs_rc_name(rc));
         for (size_t i = 0; i < n; i++) {

@@ -12,7 +12,9 @@
 #ifndef RMQS_WRITER_H
 #define RMQS_WRITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dispatcher.h"
 #include "rmqs.h"
@@ -33,8 +35,15 @@ struct writer_req {
 };
 
 /* A writer over st and d (both borrowed); max_rows bounds one transaction.
- * NULL on ENOMEM. */
-writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows);
+ * New jobs are refused with RMQS_EFULL while less than min_free_bytes are
+ * free on the database's filesystem: that reserve is left for the
+ * dispatcher, so jobs already stored keep being delivered (and marked
+ * sent) on a full disk. NULL on ENOMEM. */
+writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
+                     int64_t min_free_bytes);
+
+/* Whether the last check found less than the reserve free (for /readyz). */
+bool writer_disk_full(writer_t *w);
 rmqs_rc writer_start(writer_t *w);
 
 /*

@@ -63,6 +63,9 @@ Test(config, rejects_bad_values_with_the_setting_named)
         {"--no-such-option=1", "--no-such-option=1"},
         {"positional", "positional"},
         {"--db", "db"},
+        {"--listen=127.0.0.1:99999", "listen"},
+        {"--listen=not-an-address", "listen"},
+        {"--listen=[::1]8080", "listen"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         config c;

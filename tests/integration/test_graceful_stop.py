@@ -1,0 +1,281 @@
+"""SIGTERM: stop accepting, finish what is in progress, record the confirms
+of the batch in flight, exit 0 within --shutdown-grace-s (README, "Delivery
+semantics"); exit non-zero when that takes longer, losing nothing.
+
+(a) SIGTERM while client threads post continuously: every 201 is stored, a
+    request the service answered is committed and answered 201 ("commit and
+    answer the requests in progress"; a 503 must at least have stored
+    nothing), the process exits 0 within the grace period.
+(b) SIGTERM while a publish batch is in flight: what was confirmed before
+    the stop is recorded as sent and not published again; after a restart
+    every job arrives.
+(c) The grace period runs out (broker frozen, so confirms never come): the
+    listener closes at once, the process exits 1 soon after the grace period,
+    and a restart publishes the job again.
+"""
+
+import http.client
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from helpers import format_ts, http_request, parse_ts, port_open, ts_ms, wait_until
+
+EXIT_MARGIN_S = 1.5  # watchdog wake-up and process teardown under ASan
+
+
+def sigterm_and_wait(svc, timeout):
+    """SIGTERM the service; return (exit code, seconds from the signal to
+    the exit). Kills it (and fails) if it has not exited within timeout."""
+    t0 = time.monotonic()
+    os.kill(svc.pid, signal.SIGTERM)
+    try:
+        code = svc.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(svc.pid, signal.SIGKILL)
+        svc.exit_codes.append(svc.proc.wait(timeout=10))
+        raise AssertionError(f"service still running {timeout} s after SIGTERM")
+    svc.exit_codes.append(code)
+    return code, time.monotonic() - t0
+
+
+def _log_lines(svc, text):
+    return [line for line in svc.log().splitlines() if text in line]
+
+
+# --- (a) requests in flight ---------------------------------------------------
+
+class Poster:
+    """Client threads posting jobs back to back, each on a fresh connection,
+    until stopped. Every request is kept with its start/end time and outcome;
+    header t-req (the request number) traces a stored job to its request."""
+
+    def __init__(self, port, threads=8):
+        self.port = port
+        self.lock = threading.Lock()
+        self.records = []  # dicts: n, start, end, status, body, error
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, daemon=True)
+                        for _ in range(threads)]
+        self.deliver_at = format_ts(time.time() + 3600)
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def join(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+            assert not t.is_alive()
+
+    def acked(self):
+        with self.lock:
+            return [r for r in self.records if r["status"] == 201]
+
+    def _run(self):
+        while not self.stop.is_set():
+            with self.lock:
+                rec = {"n": len(self.records), "start": time.time(), "end": None,
+                       "status": None, "body": None, "error": None}
+                self.records.append(rec)
+            job = {"exchange": "", "routing_key": "graceful-stop-nowhere",
+                   "body": f"graceful {rec['n']}", "deliver_at": self.deliver_at,
+                   "headers": {"t-req": rec["n"]}}
+            try:
+                r = http_request(self.port, "POST", "/schedule", job, timeout=10)
+                rec["status"], rec["body"] = r.status, r.body
+            except (OSError, http.client.HTTPException) as e:
+                rec["error"] = type(e).__name__
+                self.stop.wait(0.01)  # refused: the process is going away
+            except AssertionError as e:  # not JSON, or not the documented shape
+                rec["status"], rec["body"] = "bad answer", str(e)[:500]
+            rec["end"] = time.time()
+
+
+def test_sigterm_with_requests_in_flight_keeps_every_201(service, report):
+    grace = 5
+    svc = service("--shutdown-grace-s", str(grace))
+    poster = Poster(svc.port).start()
+    try:
+        wait_until(lambda: len(poster.acked()) >= 300, 30, "300 jobs acknowledged")
+        t_sig = time.time()
+        code, exit_s = sigterm_and_wait(svc, grace + 10)
+    finally:
+        poster.join()
+    assert code == 0, f"exit status {code} after SIGTERM, expected 0"
+    assert exit_s <= grace, f"exited {exit_s:.1f} s after SIGTERM (grace {grace} s)"
+
+    records = poster.records
+    in_flight = [r for r in records if r["start"] < t_sig < r["end"]]
+    after_sig_201 = [r for r in records if r["status"] == 201 and r["end"] > t_sig]
+    refused = [r for r in records if r["status"] == 503]
+    no_answer = [r for r in records if r["error"] is not None]
+    in_flight_unanswered = [r for r in in_flight if r["error"] is not None]
+    odd = [r for r in records if r["status"] not in (None, 201, 503)]
+    assert not odd, f"answers other than 201/503: {odd[:3]}"
+    for r in refused:
+        assert r["body"]["error"]["code"] in ("unavailable", "storage_full"), r
+    assert in_flight, "no request was in progress at SIGTERM: the test proves nothing"
+
+    svc.restart()
+    stored, _ = svc.list_all()
+    stored_by_n = {}
+    for j in stored:
+        n = j["headers"]["t-req"]
+        assert n not in stored_by_n, f"request {n} stored twice"
+        stored_by_n[n] = j
+    acked = poster.acked()
+    for r in acked:
+        j = stored_by_n.get(r["n"])
+        assert j is not None, f"201 job {r['body']['id']} (request {r['n']}) was not stored"
+        assert j["id"] == r["body"]["id"] and j["status"] == "pending", (j, r["body"])
+        assert j["deliver_at"] == r["body"]["deliver_at"]
+        assert svc.job(r["body"]["id"])["id"] == r["body"]["id"]
+    answered_503 = {r["n"] for r in refused}
+    wrongly_stored = answered_503 & set(stored_by_n)
+    assert not wrongly_stored, \
+        f"requests answered 503 (nothing stored) were stored: {sorted(wrongly_stored)[:5]}"
+    unanswered_stored = [n for n in stored_by_n if n in {r["n"] for r in no_answer}]
+    assert len(stored_by_n) == len(acked) + len(unanswered_stored)
+    report(f"graceful stop under load: exit 0 {exit_s * 1000:.0f} ms after SIGTERM "
+           f"(grace {grace} s); {len(records)} requests, {len(acked)} 201 "
+           f"({len(after_sig_201)} answered after the signal), {len(in_flight)} in "
+           f"flight at the signal ({len(in_flight_unanswered)} got no answer: "
+           f"{sorted({r['error'] for r in in_flight_unanswered})}), {len(refused)} "
+           f"503 {sorted({r['body']['error']['message'] for r in refused})}, "
+           f"{len(unanswered_stored)} stored without an answer; every 201 stored "
+           f"after restart")
+    # README: on SIGTERM the service must "commit and answer the requests in
+    # progress"; a request it read and answered was in progress.
+    assert not refused, (
+        f"{len(refused)} requests in progress at SIGTERM were refused with 503 "
+        f"instead of committed: {[r['body'] for r in refused][:3]}")
+
+
+# --- (b) a publish batch in flight -------------------------------------------
+
+def test_sigterm_during_a_publish_batch_records_its_confirms(service, amqp, report):
+    # 3000 jobs due at the same moment T (scheduled with POST /schedule/batch,
+    # so it takes a moment even on a busy machine), published in rounds of
+    # 500 (the default batch size; a round takes a few hundred ms here):
+    # SIGTERM right after the first message arrives lands while the first
+    # round waits for its confirms. 200 more due at T + 5 s are still pending
+    # when the process stops.
+    n_jobs, n_later = 3000, 200
+    svc = service("--shutdown-grace-s", "10")
+    due = time.time() + 10.0  # 3000 jobs take 2-4 s to schedule here under load
+    at, later_at = format_ts(due), format_ts(due + 5.0)
+
+    def schedule_batch(deliver_at, n):
+        items = [{"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                  "body": "batch", "deliver_at": deliver_at} for _ in range(n)]
+        st, _, body = svc.post("/schedule/batch", items, timeout=60)
+        assert st == 201, f"POST /schedule/batch -> {st} {body!r}"
+        assert len(body["jobs"]) == n
+        return body["jobs"]
+    later = schedule_batch(later_at, n_later)
+    jobs = [j for _ in range(n_jobs // 1000) for j in schedule_batch(at, 1000)]
+    assert time.time() < due - 0.5, "scheduling took too long: jobs already due"
+    jobs += later
+    ids = {j["id"] for j in jobs}
+    assert len(ids) == n_jobs + n_later
+
+    wait_until(lambda: amqp.messages, 30, "the first message", interval=0.002)
+    t_sig = time.time()
+    code, exit_s = sigterm_and_wait(svc, 20)
+    t_exit = time.time()
+    assert code == 0, f"exit status {code} after SIGTERM, expected 0"
+    assert exit_s <= 10, f"exited {exit_s:.1f} s after SIGTERM (grace 10 s)"
+    before_exit = {m.job_id for m in amqp.snapshot() if m.received_at <= t_exit}
+    assert t_exit < due + 5.0, "the later jobs fell due before the process stopped"
+    assert len(before_exit) < n_jobs, "everything was published before the stop"
+
+    svc.restart()
+    got = amqp.wait_for_jobs(ids, timeout=60)
+    for msgs in got.values():
+        assert all(m.received_at >= parse_ts(msgs[0].headers["x-scheduled-at"]) - 0.001
+                   for m in msgs)
+
+    def settled():
+        return not svc.list_all(status="pending")[0] and \
+            not svc.list_all(status="publishing")[0]
+    wait_until(settled, 30, "no job left pending or publishing")
+    sent, _ = svc.list_all(status="sent")
+    assert {j["id"] for j in sent} == ids
+    sent_at = {j["id"]: ts_ms(j["sent_at"]) for j in sent}
+    by_first = {j["id"]: sent_at[j["id"]] <= t_exit * 1000 + 1 for j in sent}
+    first_run = {i for i, yes in by_first.items() if yes}
+    during_stop = {i for i in first_run if sent_at[i] >= t_sig * 1000 - 1}
+    assert during_stop, "nothing was settled after SIGTERM: no batch was in flight"
+    assert not first_run & {j["id"] for j in later}, "a later job was sent early"
+    # A message that reached the consumer before the first process exited was
+    # published by it: its confirm must have been awaited and recorded.
+    unrecorded = before_exit - first_run
+    assert not unrecorded, (
+        f"{len(unrecorded)} jobs published before the stop were not recorded "
+        f"as sent by it, e.g. {sorted(unrecorded)[:5]}")
+    dups = {i: len(m) for i, m in got.items() if len(m) > 1}
+    report(f"graceful stop during publishing: exit 0 "
+           f"{exit_s * 1000:.0f} ms after SIGTERM; first run confirmed "
+           f"{len(first_run)} of {n_jobs} due at once "
+           f"({len(during_stop)} settled after the signal), {len(before_exit)} had "
+           f"arrived before it exited; the rest and {n_later} due later after "
+           f"restart; "
+           f"{sum(dups.values()) - len(dups)} duplicates")
+    assert not dups, (
+        f"{len(dups)} jobs published twice although the stop was graceful, e.g. "
+        f"{list(dups.items())[:5]}; recorded sent by the first run: "
+        f"{sum(1 for i in dups if i in first_run)}")
+
+
+# --- (c) grace exceeded --------------------------------------------------------
+
+def test_grace_exceeded_exits_nonzero_and_restart_publishes_again(
+        service, amqp_factory, broker, report):
+    grace = 1
+    svc = service("--shutdown-grace-s", str(grace), "--confirm-timeout-ms", "60000")
+    amqp = amqp_factory(durable=True)
+    broker.freeze()
+    try:
+        job = svc.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                            "body": "confirm never comes", "delay_ms": 0})
+        # claimed and published; its confirm cannot come from a frozen broker
+        svc.wait_status(job["id"], "publishing", timeout=10)
+
+        t0 = time.monotonic()
+        os.kill(svc.pid, signal.SIGTERM)
+        # the listener closes at once, while the process still waits
+        closed = wait_until(lambda: not port_open(svc.port) and time.monotonic(),
+                            grace + 5, "the HTTP port to stop accepting", interval=0.01)
+        still_running = svc.alive()
+        try:
+            code = svc.proc.wait(timeout=grace + 10)
+        except subprocess.TimeoutExpired:
+            os.kill(svc.pid, signal.SIGKILL)
+            svc.exit_codes.append(svc.proc.wait(timeout=10))
+            raise AssertionError(f"still running {grace + 10} s after SIGTERM "
+                                 f"with --shutdown-grace-s {grace}")
+        exit_s = time.monotonic() - t0
+        svc.exit_codes.append(code)
+    finally:
+        broker.thaw()
+
+    assert code == 1, f"exit status {code} when the grace period ran out, expected 1"
+    assert grace - 0.1 <= exit_s <= grace + EXIT_MARGIN_S, (
+        f"exited {exit_s:.2f} s after SIGTERM, grace {grace} s")
+    assert still_running, "the process was gone before the listener was seen closed"
+    assert _log_lines(svc, "shutdown grace period exceeded"), "no log line says why"
+
+    svc.restart()
+    recovered = _log_lines(svc, "jobs left publishing by a previous run")
+    assert recovered and recovered[-1].split("n=")[1].split()[0] == "1", recovered
+    got = amqp.wait_for_jobs([job["id"]], timeout=30)
+    svc.wait_status(job["id"], "sent", timeout=20)
+    report(f"grace exceeded: listener closed {(closed - t0) * 1000:.0f} ms after "
+           f"SIGTERM, exit {code} after {exit_s:.2f} s (grace {grace} s); the "
+           f"job was published again after restart ({len(got[job['id']])} copies "
+           f"arrived)")

@@ -1,0 +1,184 @@
+"""Start-up refusals: a database the service cannot use, a bad AMQP URL or a
+bad setting stops the process at once with a clear message, an exit status
+(1 or 2, never a signal) and no sanitizer report.
+
+A database problem is exactly one log line with level=error naming the file
+and the problem; the database is left as it was.
+"""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from helpers import SANITIZER_MARKERS, env, free_port
+
+FAIL_WITHIN_S = 5  # "at once", with ASan start-up on a busy machine
+PASSWORD = "s3cret-pw"
+
+
+def run_binary(args, extra_env=None, timeout=FAIL_WITHIN_S + 10):
+    """Run the real binary (settings only from args and extra_env) on a free
+    loopback port against the test broker. Returns (exit status, stderr,
+    seconds). A process that is still running at the timeout is killed by
+    its PID and the test fails."""
+    e = {k: v for k, v in os.environ.items()
+         if not (k.startswith("RMQS_") and not k.startswith("RMQS_TEST"))}
+    e.update(extra_env or {})
+    cmd = [env("RMQS_BIN"), "--listen", f"127.0.0.1:{free_port()}",
+           "--amqp-url", env("RMQS_TEST_AMQP_URL"), *args]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=e, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=10)
+        raise AssertionError(f"{' '.join(args)}: still running after {timeout} s "
+                             f"instead of refusing to start; stderr:\n{err[-3000:]}")
+    return proc.returncode, out + err, time.monotonic() - t0
+
+
+def assert_refused(result, codes, *alternatives, must=()):
+    """The process refused to start: exit status in codes, quickly, no
+    sanitizer report, exactly one level=error line, which contains every
+    string of `must` and at least one of `alternatives` (case-insensitive).
+    Returns that line."""
+    code, text, secs = result
+    assert code in codes, f"exit status {code}, expected one of {codes}:\n{text[-3000:]}"
+    assert secs <= FAIL_WITHIN_S, f"took {secs:.1f} s to refuse"
+    for marker in SANITIZER_MARKERS:
+        assert marker not in text, f"sanitizer report:\n{text[-6000:]}"
+    errors = [line for line in text.splitlines() if "level=error" in line]
+    assert len(errors) == 1, f"expected exactly one level=error line:\n{text[-3000:]}"
+    line = errors[0]
+    for s in must:
+        assert s.lower() in line.lower(), f"{s!r} not in the error line: {line}"
+    if alternatives:
+        assert any(a.lower() in line.lower() for a in alternatives), \
+            f"none of {alternatives} in the error line: {line}"
+    return line
+
+
+# --- databases the service cannot use ------------------------------------------
+
+def _real_database(service):
+    """A database written by the real service, with one pending job; the
+    service is stopped (SIGTERM, exit 0) when this returns."""
+    svc = service(wait="health")
+    job = svc.schedule({"exchange": "", "routing_key": "startup-errors",
+                        "body": "keep me", "delay_ms": 3_600_000})
+    svc.terminate()
+    return svc, job
+
+
+def test_random_bytes_database_is_refused(tmp_path, report):
+    db = tmp_path / "random.db"
+    db.write_bytes(os.urandom(64 * 1024))
+    before = db.read_bytes()
+    line = assert_refused(run_binary(["--db", str(db)]), (1, 2),
+                          "not a database", "malformed", "corrupt",
+                          must=("database", str(db)))
+    assert db.read_bytes() == before, "the refused database file was modified"
+    report(f"startup errors: random bytes -> {line.split('msg=', 1)[1]}")
+
+
+def test_valid_header_then_garbage_is_refused(service, report):
+    svc, _ = _real_database(service)
+    data = bytearray(open(svc.db, "rb").read())
+    assert data[:16] == b"SQLite format 3\x00"
+    data[100:] = os.urandom(len(data) - 100)  # keep the header, garbage after
+    with open(svc.db, "wb") as f:
+        f.write(data)
+    line = assert_refused(run_binary(["--db", svc.db]), (1, 2),
+                          "malformed", "not a database", "corrupt",
+                          must=("database", svc.db))
+    report(f"startup errors: valid header then garbage -> {line.split('msg=', 1)[1]}")
+
+
+def test_directory_as_database_is_refused(tmp_path, report):
+    d = tmp_path / "a-directory.db"
+    d.mkdir()
+    line = assert_refused(run_binary(["--db", str(d)]), (1, 2),
+                          "unable to open", "directory",
+                          must=("database", str(d)))
+    assert os.listdir(d) == [], "files were created inside the directory"
+    report(f"startup errors: directory as --db -> {line.split('msg=', 1)[1]}")
+
+
+def test_database_in_unwritable_place_is_refused(report):
+    # root ignores file modes; /proc does not take new files from anyone
+    path = f"/proc/rmqs-test-{os.getpid()}.db"
+    line = assert_refused(run_binary(["--db", path]), (1, 2),
+                          "unable to open", "permission", "read-only", "no such file",
+                          must=("database", path))
+    assert not os.path.exists(path)
+    report(f"startup errors: {path} -> {line.split('msg=', 1)[1]}")
+
+
+def test_database_from_a_newer_binary_is_refused_and_left_alone(service, report):
+    svc, job = _real_database(service)
+    with sqlite3.connect(svc.db) as c:
+        known = c.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+        assert known < 9999
+        c.execute("INSERT INTO schema_migrations (version, name, applied_at) "
+                  "VALUES (9999, '9999_future.sql', 0)")
+    c.close()
+
+    line = assert_refused(run_binary(["--db", svc.db]), (1, 2), "newer",
+                          must=("9999", svc.db))
+
+    with sqlite3.connect(svc.db) as c:
+        versions = [v for (v,) in c.execute(
+            "SELECT version FROM schema_migrations ORDER BY version")]
+        n_jobs = c.execute("SELECT count(*) FROM jobs").fetchone()[0]
+        assert versions[-1] == 9999 and 9999 not in versions[:-1], versions
+        assert n_jobs == 1, f"{n_jobs} jobs after the refused start"
+        c.execute("DELETE FROM schema_migrations WHERE version = 9999")
+    c.close()
+
+    # the database was left intact: with the foreign row gone it serves again
+    svc.restart(wait="health")
+    again = svc.job(job["id"])
+    assert again["status"] == "pending" and again["deliver_at"] == job["deliver_at"]
+    report(f"startup errors: schema version 9999 -> {line.split('msg=', 1)[1]}")
+
+
+# --- bad AMQP URL and bad settings ---------------------------------------------
+
+@pytest.mark.parametrize("url", [
+    "http://x",
+    f"amqp://guest:{PASSWORD}@127.0.0.1:notaport/",
+    f"amqp://guest:{PASSWORD}@127.0.0.1:5672/a/b",
+])
+def test_bad_amqp_url_exits_2_with_a_clear_message(tmp_path, url):
+    result = run_binary(["--db", str(tmp_path / "db"), "--amqp-url", url])
+    line = assert_refused(result, (2,), "url", must=("amqp",))
+    assert PASSWORD not in result[1], "the password appears in the output"
+    assert line
+
+
+@pytest.mark.parametrize("args, extra_env, names", [
+    (("--heartbeat-s", "abc"), None, "heartbeat-s"),
+    (("--batch-size", "0"), None, "batch-size"),
+    (("--sync", "sometimes"), None, "sync"),
+    (("--shutdown-grace-s", "-1"), None, "shutdown-grace-s"),
+    (("--max-body-bytes", "1e6"), None, "max-body-bytes"),
+    (("--confirm-timeout-ms",), None, "confirm-timeout-ms"),  # value missing
+    ((), {"RMQS_CONFIRM_TIMEOUT_MS": "5"}, "RMQS_CONFIRM_TIMEOUT_MS"),
+    (("--listen", "127.0.0.1:99999"), None, "listen"),
+    (("--listen", "not-an-address"), None, "listen"),
+])
+def test_invalid_setting_value_exits_2_naming_it(tmp_path, args, extra_env, names):
+    # the bad value comes last: it wins over run_binary's own --listen
+    code, text, secs = run_binary(["--db", str(tmp_path / "db"), *args], extra_env)
+    assert code == 2, \
+        f"exit status {code} for {args or extra_env}, expected 2:\n{text[-3000:]}"
+    assert secs <= FAIL_WITHIN_S, f"took {secs:.1f} s to refuse"
+    for marker in SANITIZER_MARKERS:
+        assert marker not in text, f"sanitizer report:\n{text[-6000:]}"
+    assert names in text, f"the message does not name {names}:\n{text}"

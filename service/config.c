@@ -66,6 +66,10 @@ static const opt_def opt_table[] = {
      1, 3600, "idle HTTP connections are closed after this"},
     {"http-max-conns", "RMQS_HTTP_MAX_CONNS", OPT_INT, F(http_max_conns),
      "1000", 1, 100000, "concurrent HTTP connections"},
+    {"http-max-conns-per-ip", "RMQS_HTTP_MAX_CONNS_PER_IP", OPT_INT,
+     F(http_max_conns_per_ip), "0", 0, 100000, "concurrent HTTP connections "
+     "from one IP address; 0: a quarter of --http-max-conns (raise it behind "
+     "a proxy, where every client has the proxy's address)"},
     {"shutdown-grace-s", "RMQS_SHUTDOWN_GRACE_S", OPT_INT, F(shutdown_grace_s),
      "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight"},
     {"retention-s", "RMQS_RETENTION_S", OPT_INT, F(retention_s), "604800", 0,

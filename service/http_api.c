@@ -36,6 +36,9 @@
 #define IDEM_KEY_MAX 200
 #define BATCH_MAX 1000      /* jobs per POST /schedule/batch */
 #define BATCH_ERRORS_MAX 50 /* per-item errors listed in a 400 */
+/* Past the body limit, bytes are read and dropped so the client gets its
+ * 413; past this many more, the connection is closed instead. */
+#define DROP_MAX ((size_t)16 << 20)
 
 struct http_api {
     struct MHD_Daemon *daemon;
@@ -73,6 +76,7 @@ typedef struct http_req {
     char *body;        /* accumulated body (NUL-terminated), owned */
     size_t len, cap;
     bool too_large;    /* the body passed max_body_bytes: answer 413 */
+    size_t dropped;    /* body bytes dropped since then */
     rq_state state;
     bool batch;        /* POST /schedule/batch */
     writer_req wr;     /* the insert handed to the writer */
@@ -807,6 +811,9 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         *upload_data_size = 0;
         if (rq->too_large || rq->len + n > api->opt.max_body_bytes) {
             rq->too_large = true;
+            rq->dropped += n;
+            if (rq->dropped > DROP_MAX)
+                return MHD_NO; /* an endless body: close the connection */
             return MHD_YES; /* keep reading, drop the bytes, answer 413 */
         }
         if (rq->len + n + 1 > rq->cap) {
@@ -1066,6 +1073,10 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, opt->conn_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
+        /* One client (one IP) cannot take every connection (slowloris). */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        opt->max_conns_per_ip > 0 ? opt->max_conns_per_ip
+                                  : (opt->max_conns / 4 > 0 ? opt->max_conns / 4 : 1U),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
         MHD_OPTION_LISTENING_ADDRESS_REUSE, 1U,
         MHD_OPTION_ARRAY, tls,

@@ -28,6 +28,7 @@ typedef struct http_api_options {
     unsigned threads;
     unsigned conn_timeout_s;
     unsigned max_conns;
+    unsigned max_conns_per_ip;  /* 0: a quarter of max_conns */
     job_limits limits;
     const char *api_token;       /* NULL: no authentication (borrowed) */
     const char *allow_exchanges; /* NULL: any; "a,b,prefix*" (copied) */

@@ -250,6 +250,7 @@ int main(int argc, char **argv)
             .threads = (unsigned)cfg.http_threads,
             .conn_timeout_s = (unsigned)cfg.http_timeout_s,
             .max_conns = (unsigned)cfg.http_max_conns,
+            .max_conns_per_ip = (unsigned)cfg.http_max_conns_per_ip,
             .limits = {.default_max_attempts = (int)cfg.max_attempts,
                        .max_max_attempts = 1000,
                        .max_delay_ms = cfg.max_delay_days * 86400000LL},

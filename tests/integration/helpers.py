@@ -480,7 +480,15 @@ class Consumer:
         msg = Message(time.time(), body, properties, method.exchange,
                       method.routing_key)
         with self._lock:
-            self.messages.append(msg)
+            # Manual acks: a message the broker handed over just before the
+            # connection broke comes again (redelivered) instead of being
+            # lost in this client's buffers. A redelivery of one already
+            # recorded is the broker's, not a second publish: skip it.
+            seen = method.redelivered and any(
+                m.body == body and m.job_id == msg.job_id for m in self.messages)
+            if not seen:
+                self.messages.append(msg)
+        ch.basic_ack(method.delivery_tag)
 
     def _run(self):
         while not self._stop.is_set():
@@ -489,7 +497,7 @@ class Consumer:
                 conn = pika.BlockingConnection(amqp_params(self.url))
                 ch = conn.channel()
                 self._declare(ch)
-                ch.basic_consume(self.queue, self._on_message, auto_ack=True)
+                ch.basic_consume(self.queue, self._on_message, auto_ack=False)
                 self.connects += 1
                 self._connected.set()
                 while not self._stop.is_set():

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # cleanup runs from the EXIT trap
+# tests/deploy/run.sh - the deployment test: the container image, the compose
+# stack, the systemd unit and the Grafana dashboard (tests/deploy/test_*.py).
+#
+#   sudo tests/run.sh -L deploy            # the usual way: ctest runs this
+#   sudo RMQS_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ tests/deploy/run.sh [pytest args]
+#   sudo RMQS_TEST_DEPLOY=0 tests/run.sh   # skip it (exit 77: ctest "skipped")
+#
+# As root it:
+#   1. installs what is missing: docker.io, docker-compose, debootstrap,
+#      python3-pytest, python3-pika, python3-yaml, curl, prometheus (promtool);
+#   2. uses the Docker engine that answers, or starts one (no iptables, no
+#      bridge, vfs storage: containers use the host's network, loopback only)
+#      and stops it at the end, only if it started it;
+#   3. makes the base image debian:bookworm-slim with debootstrap if it is
+#      missing (kept cached: no registry can be reached here);
+#   4. runs pytest on tests/deploy/test_deploy.py (extra arguments go to
+#      pytest) and exits with its status.
+# The image under test, its containers, volumes and compose project are
+# removed by the tests themselves; the cached base images (debian:bookworm-
+# slim and the RabbitMQ stand-in rabbitmq:3-management) stay. With
+# RMQS_DEPLOY_KEEP_CACHE=1 the build layers of the image stay too (reruns
+# then build in seconds instead of minutes).
+# The container tests use the suite's RabbitMQ (RMQS_TEST_AMQP_URL, set by
+# tests/run.sh); the compose test runs its own broker on free loopback ports.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+
+PYTHON=/usr/bin/python3
+PACKAGES=(docker.io docker-compose debootstrap python3-pytest python3-pika
+          python3-yaml curl prometheus)
+STARTED_DOCKERD=""
+DOCKERD_DIR=""
+
+log() { printf 'deploy/run.sh: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    log "must run as root (it installs packages and may start dockerd): sudo $0"
+    exit 2
+fi
+if [ "${RMQS_TEST_DEPLOY:-1}" = 0 ]; then
+    log "skipped (RMQS_TEST_DEPLOY=0)"
+    exit 77  # ctest: SKIP_RETURN_CODE
+fi
+if [ -z "${RMQS_TEST_AMQP_URL:-}" ]; then
+    log "RMQS_TEST_AMQP_URL is not set: run it through 'tests/run.sh -L deploy'"
+    exit 2
+fi
+
+# --- 1. packages ------------------------------------------------------------
+missing=()
+for p in "${PACKAGES[@]}"; do
+    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+    [ "${status:0:2}" = "ii" ] || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    timeout 900 apt-get update
+    timeout 1200 apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# --- 2. a Docker engine -------------------------------------------------------
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    if [ -n "$STARTED_DOCKERD" ]; then
+        log "stopping the dockerd this run started (pid $STARTED_DOCKERD)"
+        kill -TERM "$STARTED_DOCKERD" 2>/dev/null
+        local deadline=$((SECONDS + 30))
+        while alive "$STARTED_DOCKERD" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+        if alive "$STARTED_DOCKERD"; then
+            log "dockerd still alive: killing pid $STARTED_DOCKERD"
+            kill -KILL "$STARTED_DOCKERD" 2>/dev/null
+        fi
+        if [ "$rc" -ne 0 ] && [ -f "$DOCKERD_DIR/dockerd.log" ]; then
+            log "last lines of dockerd's log:"
+            tail -n 20 "$DOCKERD_DIR/dockerd.log" >&2
+        fi
+    fi
+    [ -n "$DOCKERD_DIR" ] && rm -rf "$DOCKERD_DIR"
+    exit "$rc"
+}
+trap cleanup EXIT
+
+if timeout 20 docker info >/dev/null 2>&1; then
+    log "using the running Docker engine"
+else
+    DOCKERD_DIR=$(mktemp -d /tmp/rmqs-deploy-dockerd.XXXXXX)
+    log "starting dockerd (log: $DOCKERD_DIR/dockerd.log)"
+    dockerd --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs \
+        >"$DOCKERD_DIR/dockerd.log" 2>&1 &
+    STARTED_DOCKERD=$!
+    deadline=$((SECONDS + 60))
+    until timeout 10 docker info >/dev/null 2>&1; do
+        if ! alive "$STARTED_DOCKERD" || [ "$SECONDS" -ge "$deadline" ]; then
+            log "dockerd did not answer within 60 s"
+            tail -n 30 "$DOCKERD_DIR/dockerd.log" >&2
+            exit 1
+        fi
+        sleep 0.5
+    done
+fi
+
+# --- 3. the base image ----------------------------------------------------------
+bash tests/deploy/make-base-image.sh debian:bookworm-slim
+
+# --- 4. tests -------------------------------------------------------------------
+set +e
+timeout -s INT -k 60 3000 "$PYTHON" -m pytest -q -p no:cacheprovider -rA tests/deploy/test_deploy.py "$@"
+status=$?
+set -e
+exit "$status"

@@ -1078,7 +1078,6 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         opt->max_conns_per_ip > 0 ? opt->max_conns_per_ip
                                   : (opt->max_conns / 4 > 0 ? opt->max_conns / 4 : 1U),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1U,
         MHD_OPTION_ARRAY, tls,
         MHD_OPTION_END);
     if (api->daemon == NULL) {

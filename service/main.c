@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netdb.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -126,6 +128,37 @@ out:
     return status;
 }
 
+/*
+ * One process per database: take an exclusive lock on "<db>.lock" (held
+ * until exit, released by the kernel even on SIGKILL). Returns the fd, or
+ * -1 with err filled.
+ */
+static int lock_database(const char *db_path, rmqs_error *err)
+{
+    char path[PATH_MAX];
+    int fd;
+
+    if ((size_t)snprintf(path, sizeof(path), "%s.lock", db_path) >= sizeof(path)) {
+        rmqs_fail(err, RMQS_EINVAL, "db", "database path too long");
+        return -1;
+    }
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        rmqs_fail(err, RMQS_ESYS, "db", "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        rmqs_fail(err, RMQS_ESYS, "db",
+                  errno == EWOULDBLOCK
+                      ? "another rmq-scheduler process is using %s"
+                      : "cannot lock %s: %s",
+                  db_path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void *grace_watchdog(void *arg)
 {
     int64_t secs = *(int64_t *)arg;
@@ -149,6 +182,7 @@ int main(int argc, char **argv)
     janitor_t *janitor = NULL;
 
     sigset_t sigs;
+    int lock_fd = -1;
     size_t recovered = 0;
     int sig = 0, status = 1;
     rmqs_rc rc;
@@ -183,6 +217,11 @@ int main(int argc, char **argv)
     if (make_parent_dirs(cfg.db_path, &err) != RMQS_OK) {
         log_error("main", "cannot prepare the database folder", "error=\"%s\"",
                   err.message);
+        goto out;
+    }
+    lock_fd = lock_database(cfg.db_path, &err);
+    if (lock_fd < 0) {
+        log_error("main", "cannot lock the database", "error=\"%s\"", err.message);
         goto out;
     }
     rc = store_open(cfg.db_path, &(store_options){.synchronous_full = cfg.sync_full,
@@ -290,6 +329,8 @@ out:
     writer_free(writer);
     janitor_free(janitor);
     store_close(st);
+    if (lock_fd >= 0)
+        close(lock_fd);
     if (status == 0 && action == CONFIG_RUN)
         log_info("main", "stopped", NULL);
     config_clear(&cfg);

@@ -104,6 +104,16 @@ static const opt_def opt_table[] = {
      0, 0, "amqps://: client certificate (PEM)"},
     {"amqp-key-file", "RMQS_AMQP_KEY_FILE", OPT_STR, F(amqp_key_file), NULL, 0,
      0, "amqps://: client private key (PEM)"},
+    {"ingest", "RMQS_INGEST", OPT_LIST, F(ingest), NULL, 0, 0,
+     "INGEST=TARGET: take x-delay messages published to exchange INGEST and "
+     "deliver them to TARGET when due (repeatable; variable: comma list)"},
+    {"ingest-prefetch", "RMQS_INGEST_PREFETCH", OPT_INT, F(ingest_prefetch),
+     "500", 1, 65535, "unacknowledged messages per ingest exchange at most"},
+    {"ingest-invalid", "RMQS_INGEST_INVALID", OPT_STR, F(ingest_invalid),
+     "route", 0, 0, "messages without a valid x-delay: route (publish at once, "
+     "like the plugin) or dead-letter"},
+    {"ingest-dead-letter-exchange", "RMQS_INGEST_DEAD_LETTER_EXCHANGE", OPT_STR,
+     F(ingest_dlx), NULL, 0, 0, "where --ingest-invalid=dead-letter sends them"},
 };
 
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
@@ -381,10 +391,29 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                                  "--%s %s: %s", files[i][0], files[i][1],
                                  strerror(errno));
     }
+    for (const char *m = cfg->ingest; m != NULL && *m != '\0';) {
+        size_t len = strcspn(m, ",");
+        const char *eq = memchr(m, '=', len);
+        if (eq == NULL || eq == m || eq == m + len - 1)
+            return rmqs_fail(err, RMQS_EINVAL, "ingest",
+                             "ingest '%.*s': expected INGEST_EXCHANGE="
+                             "TARGET_EXCHANGE", (int)len, m);
+        m += len;
+        if (*m == ',')
+            m++;
+    }
     if (!listen_syntax_ok(cfg->listen))
         return rmqs_fail(err, RMQS_EINVAL, "listen",
                          "listen '%s': expected host:port or [ipv6]:port with a "
                          "port from 0 to 65535", cfg->listen);
+    if (strcmp(cfg->ingest_invalid, "route") != 0 &&
+        strcmp(cfg->ingest_invalid, "dead-letter") != 0)
+        return rmqs_fail(err, RMQS_EINVAL, "ingest-invalid",
+                         "ingest-invalid must be route or dead-letter");
+    if (strcmp(cfg->ingest_invalid, "dead-letter") == 0 && cfg->ingest_dlx == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, "ingest-dead-letter-exchange",
+                         "--ingest-invalid=dead-letter needs "
+                         "--ingest-dead-letter-exchange");
     if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
         return rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
                          "HTTPS needs both --tls-cert-file and --tls-key-file");

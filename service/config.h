@@ -45,6 +45,10 @@ typedef struct config {
     char *amqp_ca_file;      /* owned or NULL */
     char *amqp_cert_file;    /* owned or NULL */
     char *amqp_key_file;     /* owned or NULL */
+    char *ingest;            /* owned or NULL: "ingest=target,..." */
+    int64_t ingest_prefetch;
+    char *ingest_invalid;    /* owned: route|dead-letter */
+    char *ingest_dlx;        /* owned or NULL: dead-letter exchange */
 } config;
 
 typedef enum config_action {

@@ -27,6 +27,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "amqp_ingest.h"
 #include "amqp_publisher.h"
 #include "config.h"
 #include "dispatcher.h"
@@ -40,6 +41,47 @@ extern char **environ;
 
 /* Rows in one group commit at most: bounds the transaction, not the rate. */
 #define WRITER_MAX_ROWS 4096
+
+/*
+ * Split cfg->ingest ("a=b,c=d", checked by config_load) into mappings
+ * pointing into *buf_out (caller frees both). Returns the count, -1 on
+ * ENOMEM.
+ */
+static long ingest_mappings(const config *cfg, ingest_mapping **maps_out,
+                            char **buf_out)
+{
+    ingest_mapping *maps;
+    char *buf, *save = NULL, *item;
+    long n = 0;
+
+    *maps_out = NULL;
+    *buf_out = NULL;
+    if (cfg->ingest == NULL || *cfg->ingest == '\0')
+        return 0;
+    buf = strdup(cfg->ingest);
+    maps = calloc(strlen(cfg->ingest) / 2 + 1, sizeof(*maps));
+    if (buf == NULL || maps == NULL) {
+        free(buf);
+        free(maps);
+        return -1;
+    }
+    for (item = strtok_r(buf, ",", &save); item != NULL;
+         item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        *eq = '\0';
+        maps[n].ingest_exchange = item;
+        maps[n].target_exchange = eq + 1;
+        n++;
+    }
+    *maps_out = maps;
+    *buf_out = buf;
+    return n;
+}
+
+static bool ingest_up(void *cls)
+{
+    return ingest_connected(cls);
+}
 
 /* Create the folder that will hold path (like mkdir -p of its dirname). */
 static rmqs_rc make_parent_dirs(const char *path, rmqs_error *err)
@@ -180,7 +222,10 @@ int main(int argc, char **argv)
     http_api_t *api = NULL;
     writer_t *writer = NULL;
     janitor_t *janitor = NULL;
-
+    ingest_t *ingest = NULL;
+    ingest_mapping *maps = NULL;
+    char *maps_buf = NULL;
+    long n_maps = 0;
     sigset_t sigs;
     int lock_fd = -1;
     size_t recovered = 0;
@@ -282,6 +327,40 @@ int main(int argc, char **argv)
         log_error("main", "cannot start the writer thread", NULL);
         goto out;
     }
+    n_maps = ingest_mappings(&cfg, &maps, &maps_buf);
+    if (n_maps < 0) {
+        log_error("main", "out of memory", NULL);
+        goto out;
+    }
+    if (n_maps > 0) {
+        ingest = ingest_new(
+            &(ingest_options){
+                .url = cfg.amqp_url,
+                .heartbeat_s = (int)cfg.heartbeat_s,
+                .ca_file = cfg.amqp_ca_file,
+                .cert_file = cfg.amqp_cert_file,
+                .key_file = cfg.amqp_key_file,
+                .mappings = maps,
+                .n_mappings = (size_t)n_maps,
+                .prefetch = (unsigned)cfg.ingest_prefetch,
+                .invalid_rule = strcmp(cfg.ingest_invalid, "dead-letter") == 0
+                                    ? INGEST_INVALID_DEAD_LETTER
+                                    : INGEST_INVALID_ROUTE,
+                .dead_letter_exchange = cfg.ingest_dlx,
+                .limits = {.default_max_attempts = (int)cfg.max_attempts,
+                           .max_max_attempts = 1000,
+                           .max_delay_ms = cfg.max_delay_days * 86400000LL}},
+            writer, disp, &err);
+        if (ingest == NULL) {
+            log_error("main", "bad ingest settings", "error=\"%s\"", err.message);
+            status = 2;
+            goto out;
+        }
+        if (ingest_start(ingest) != RMQS_OK) {
+            log_error("main", "cannot start the ingest thread", NULL);
+            goto out;
+        }
+    }
     rc = http_api_start(
         &(http_api_options){
             .listen = cfg.listen,
@@ -296,7 +375,9 @@ int main(int argc, char **argv)
             .api_token = cfg.api_token,
             .allow_exchanges = cfg.allow_exchanges,
             .tls_cert_file = cfg.tls_cert_file,
-            .tls_key_file = cfg.tls_key_file},
+            .tls_key_file = cfg.tls_key_file,
+            .ingest_up = ingest != NULL ? ingest_up : NULL,
+            .ingest_cls = ingest},
         st, disp, writer, &api, &err);
     if (rc != RMQS_OK) {
         log_error("main", "cannot start the HTTP server", "error=\"%s\"",
@@ -317,6 +398,7 @@ int main(int argc, char **argv)
     status = 0;
 out:
     http_api_quiesce(api); /* no new connections */
+    ingest_free(ingest);   /* its last batch committed and acknowledged */
     /* Requests in progress are still committed and answered while the
      * writer runs; bounded, since keep-alive clients may keep sending. */
     if (!http_api_drain(api, 2000))
@@ -333,6 +415,8 @@ out:
         close(lock_fd);
     if (status == 0 && action == CONFIG_RUN)
         log_info("main", "stopped", NULL);
+    free(maps);
+    free(maps_buf);
     config_clear(&cfg);
     return status;
 }

@@ -118,3 +118,47 @@ Test(config, help_lists_every_variable)
     free(buf);
     config_clear(&c);
 }
+
+Test(config, ingest_flags_append_and_replace_the_environment)
+{
+    config c;
+    config_action a;
+    rmqs_error e = {0};
+    char *argv[] = {"rmq-scheduler", "--ingest", "a.delayed=a", "--ingest=b.delayed=b", NULL};
+    char *envp[] = {"RMQS_INGEST=x.delayed=x", NULL};
+    FILE *out = sink();
+
+    cr_assert_eq(config_load(&c, 4, argv, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_expect_str_eq(c.ingest, "a.delayed=a,b.delayed=b");
+    config_clear(&c);
+
+    char *argv2[] = {"rmq-scheduler", NULL};
+    cr_assert_eq(config_load(&c, 1, argv2, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_expect_str_eq(c.ingest, "x.delayed=x");
+    config_clear(&c);
+    fclose(out);
+}
+
+Test(config, ingest_mappings_and_rules_are_checked)
+{
+    static const char *bad[][2] = {
+        {"--ingest=nodelim", "ingest"},
+        {"--ingest==target", "ingest"},
+        {"--ingest=src=", "ingest"},
+        {"--ingest-invalid=drop", "ingest-invalid"},
+        {"--ingest-invalid=dead-letter", "ingest-dead-letter-exchange"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        config c;
+        config_action a;
+        rmqs_error e = {0};
+        char *argv[] = {"rmq-scheduler", (char *)bad[i][0], NULL};
+        char *envp[] = {NULL};
+        FILE *out = sink();
+        cr_expect_eq(config_load(&c, 2, argv, envp, out, &a, &e), RMQS_EINVAL,
+                     "case %s accepted", bad[i][0]);
+        cr_expect_str_eq(e.field, bad[i][1], "case %s", bad[i][0]);
+        config_clear(&c);
+        fclose(out);
+    }
+}

@@ -1,0 +1,744 @@
+/*
+ * test_amqp_ingest.c - ingest_job_from_message: a delivery from an ingest
+ * exchange (built by hand as an amqp_envelope_t, as amqp_consume_message
+ * would hand it over) becomes a job. Timing headers, every AMQP field type
+ * in headers, properties, and what cannot be carried.
+ *
+ * "received" is fixed at 2026-01-01T00:00:00Z; the horizon is 30 days.
+ */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amqp_ingest.h"
+#include "job.h"
+
+#define NOW 1767225600000LL /* 2026-01-01T00:00:00Z */
+#define DAY 86400000LL
+#define TARGET "orders"
+
+static const job_limits LIM = {
+    .default_max_attempts = 7,
+    .max_max_attempts = 10,
+    .max_delay_ms = 30 * DAY,
+};
+
+/* A hand-made delivery: up to 16 headers, properties set by the test. */
+typedef struct msg {
+    amqp_envelope_t env;
+    amqp_table_entry_t h[16];
+} msg;
+
+static void msg_init(msg *m, const char *routing_key, const char *body)
+{
+    memset(m, 0, sizeof *m);
+    m->env.channel = 1;
+    m->env.delivery_tag = 1;
+    m->env.exchange = amqp_cstring_bytes("delayed");
+    m->env.routing_key = amqp_cstring_bytes(routing_key);
+    m->env.consumer_tag = amqp_cstring_bytes("rmq-scheduler.ingest.0");
+    m->env.message.body = amqp_cstring_bytes(body);
+    m->env.message.properties.headers.entries = m->h;
+}
+
+static amqp_field_value_t *add(msg *m, const char *key, uint8_t kind)
+{
+    amqp_basic_properties_t *p = &m->env.message.properties;
+    amqp_table_entry_t *e = &m->h[p->headers.num_entries++];
+
+    cr_assert(p->headers.num_entries <= 16);
+    p->_flags |= AMQP_BASIC_HEADERS_FLAG;
+    e->key = amqp_cstring_bytes(key);
+    e->value.kind = kind;
+    return &e->value;
+}
+
+static void add_i64(msg *m, const char *key, int64_t v)
+{
+    add(m, key, AMQP_FIELD_KIND_I64)->value.i64 = v;
+}
+
+static void add_str(msg *m, const char *key, const char *s)
+{
+    add(m, key, AMQP_FIELD_KIND_UTF8)->value.bytes = amqp_cstring_bytes(s);
+}
+
+static rmqs_rc convert(const msg *m, job_t *job, rmqs_error *err)
+{
+    memset(err, 0, sizeof *err);
+    return ingest_job_from_message(&m->env, TARGET, NOW, &LIM, job, err);
+}
+
+static bool is_zero(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Timing                                                              */
+
+Test(amqp_ingest, x_delay_sets_deliver_at_and_the_rest_of_the_job)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "order.created", "hello");
+    add_i64(&m, "x-delay", 5000);
+    add_str(&m, "tenant", "acme");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+
+    cr_expect_str_eq(job.id, "");
+    cr_expect_eq(job.status, JOB_PENDING);
+    cr_expect_eq(job.source, JOB_SOURCE_AMQP);
+    cr_expect_str_eq(job.exchange, TARGET);
+    cr_expect_str_eq(job.routing_key, "order.created");
+    cr_expect_eq(job.deliver_at, NOW + 5000);
+    cr_expect_eq(job.due_at, NOW + 5000);
+    cr_expect_eq(job.delay_ms, 5000);
+    cr_expect_eq(job.created_at, NOW);
+    cr_expect_eq(job.updated_at, NOW);
+    cr_expect_eq(job.sent_at, -1);
+    cr_expect_eq(job.attempts, 0);
+    cr_expect_eq(job.max_attempts, 7);
+    cr_expect_null(job.last_error);
+    cr_expect_eq(job.body_kind, JOB_BODY_BINARY);
+    cr_assert_eq(job.body_len, 5);
+    cr_expect(memcmp(job.body, "hello", 5) == 0);
+    /* x-delay is consumed; the rest of the headers is kept */
+    cr_assert_not_null(job.headers);
+    cr_expect_eq(json_object_size(job.headers), 1);
+    cr_expect_str_eq(json_string_value(json_object_get(job.headers, "tenant")),
+                     "acme");
+    cr_expect_null(json_object_get(job.headers, "x-delay"));
+    /* no delivery_mode: transient, as RabbitMQ reads it */
+    cr_assert_not_null(job.properties);
+    cr_expect(json_is_false(json_object_get(job.properties, "persistent")));
+    job_clear(&job);
+}
+
+Test(amqp_ingest, x_delay_any_integer_type)
+{
+    static const struct {
+        uint8_t kind;
+        int64_t want;
+    } cases[] = {
+        {AMQP_FIELD_KIND_I8, 100},   {AMQP_FIELD_KIND_U8, 200},
+        {AMQP_FIELD_KIND_I16, 3000}, {AMQP_FIELD_KIND_U16, 60000},
+        {AMQP_FIELD_KIND_I32, 70000}, {AMQP_FIELD_KIND_U32, 4000000},
+        {AMQP_FIELD_KIND_I64, 5000000}, {AMQP_FIELD_KIND_U64, 6000000},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msg m;
+        job_t job;
+        rmqs_error err;
+        amqp_field_value_t *v;
+
+        msg_init(&m, "k", "");
+        v = add(&m, "x-delay", cases[i].kind);
+        switch (cases[i].kind) {
+        case AMQP_FIELD_KIND_I8: v->value.i8 = (int8_t)cases[i].want; break;
+        case AMQP_FIELD_KIND_U8: v->value.u8 = (uint8_t)cases[i].want; break;
+        case AMQP_FIELD_KIND_I16: v->value.i16 = (int16_t)cases[i].want; break;
+        case AMQP_FIELD_KIND_U16: v->value.u16 = (uint16_t)cases[i].want; break;
+        case AMQP_FIELD_KIND_I32: v->value.i32 = (int32_t)cases[i].want; break;
+        case AMQP_FIELD_KIND_U32: v->value.u32 = (uint32_t)cases[i].want; break;
+        case AMQP_FIELD_KIND_I64: v->value.i64 = cases[i].want; break;
+        default: v->value.u64 = (uint64_t)cases[i].want; break;
+        }
+        cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "kind %c: %s",
+                     cases[i].kind, err.message);
+        cr_expect_eq(job.deliver_at, NOW + cases[i].want, "kind %c",
+                     cases[i].kind);
+        cr_expect_eq(job.delay_ms, cases[i].want);
+        cr_expect_null(job.headers, "only x-delay was sent");
+        cr_expect_eq(job.body_len, 0);
+        job_clear(&job);
+    }
+}
+
+Test(amqp_ingest, x_delay_zero_is_due_at_once)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 0);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK);
+    cr_expect_eq(job.deliver_at, NOW);
+    cr_expect_eq(job.delay_ms, 0);
+    job_clear(&job);
+}
+
+/* Invalid timing: RMQS_EINVAL, and still a whole job due at once (the
+ * "route" rule stores it as it is). */
+static void expect_invalid_timing(msg *m, const char *field, const char *text)
+{
+    job_t job;
+    rmqs_error err;
+
+    cr_assert_eq(convert(m, &job, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, field);
+    cr_expect(strstr(err.message, text) != NULL, "message: %s", err.message);
+    cr_assert_not_null(job.exchange, "a routable job is returned");
+    cr_expect_str_eq(job.exchange, TARGET);
+    cr_expect_eq(job.deliver_at, NOW);
+    cr_expect_eq(job.due_at, NOW);
+    cr_expect_eq(job.delay_ms, 0);
+    cr_expect_eq(job.status, JOB_PENDING);
+    cr_expect_eq(job.source, JOB_SOURCE_AMQP);
+    cr_expect_null(job.headers ? json_object_get(job.headers, "x-delay") : NULL);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, no_timing_header_is_invalid)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    expect_invalid_timing(&m, "headers.x-delay", "no x-delay or x-deliver-at");
+    add_str(&m, "other", "v");
+    expect_invalid_timing(&m, "headers.x-delay", "no x-delay or x-deliver-at");
+}
+
+Test(amqp_ingest, negative_x_delay_is_invalid)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", -1);
+    expect_invalid_timing(&m, "headers.x-delay", "must not be negative");
+}
+
+Test(amqp_ingest, x_delay_of_the_wrong_type_is_invalid)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_str(&m, "x-delay", "5000");
+    expect_invalid_timing(&m, "headers.x-delay", "must be an integer");
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-delay", AMQP_FIELD_KIND_F64)->value.f64 = 5000.0;
+    expect_invalid_timing(&m, "headers.x-delay", "must be an integer");
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-delay", AMQP_FIELD_KIND_TABLE);
+    expect_invalid_timing(&m, "headers.x-delay", "must be an integer");
+}
+
+Test(amqp_ingest, x_delay_beyond_the_horizon_is_invalid)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 30 * DAY);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "the horizon itself is fine");
+    job_clear(&job);
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 30 * DAY + 1);
+    expect_invalid_timing(&m, "headers.x-delay", "horizon");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", INT64_MAX);
+    expect_invalid_timing(&m, "headers.x-delay", "horizon");
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-delay", AMQP_FIELD_KIND_U64)->value.u64 = UINT64_MAX;
+    expect_invalid_timing(&m, "headers.x-delay", "horizon");
+}
+
+Test(amqp_ingest, both_timing_headers_are_invalid)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 10);
+    add_str(&m, "x-deliver-at", "2026-01-01T00:00:10Z");
+    expect_invalid_timing(&m, "headers.x-deliver-at", "both");
+}
+
+Test(amqp_ingest, x_deliver_at_rfc3339_string_or_bytes)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_str(&m, "x-deliver-at", "2026-01-01T08:00:01.5+08:00");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(job.deliver_at, NOW + 1500);
+    cr_expect_eq(job.delay_ms, 1500);
+    cr_expect_null(job.headers);
+    job_clear(&job);
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-deliver-at", AMQP_FIELD_KIND_BYTES)->value.bytes =
+        amqp_cstring_bytes("2026-01-02T00:00:00Z");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(job.deliver_at, NOW + DAY);
+    cr_expect_eq(job.delay_ms, DAY);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, x_deliver_at_integer_ms_and_timestamp_seconds)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-deliver-at", NOW + 2500);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(job.deliver_at, NOW + 2500);
+    cr_expect_eq(job.delay_ms, 2500);
+    job_clear(&job);
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-deliver-at", AMQP_FIELD_KIND_TIMESTAMP)->value.u64 =
+        (uint64_t)(NOW / 1000 + 60);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(job.deliver_at, NOW + 60000);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, x_deliver_at_in_the_past_is_due_at_once)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_str(&m, "x-deliver-at", "2025-12-31T23:59:00Z");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(job.deliver_at, NOW - 60000, "kept as asked");
+    cr_expect_eq(job.due_at, NOW - 60000);
+    cr_expect_eq(job.delay_ms, 0);
+    job_clear(&job);
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-deliver-at", INT64_MIN);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(job.delay_ms, 0);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, bad_x_deliver_at_is_invalid)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_str(&m, "x-deliver-at", "tomorrow");
+    expect_invalid_timing(&m, "headers.x-deliver-at", "RFC 3339");
+
+    msg_init(&m, "k", "b");
+    add_str(&m, "x-deliver-at", "2026-03-01T00:00:00Z");
+    expect_invalid_timing(&m, "headers.x-deliver-at", "horizon");
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-deliver-at", AMQP_FIELD_KIND_BOOLEAN)->value.boolean = 1;
+    expect_invalid_timing(&m, "headers.x-deliver-at", "RFC 3339 string or integer");
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-deliver-at", AMQP_FIELD_KIND_U64)->value.u64 = UINT64_MAX;
+    expect_invalid_timing(&m, "headers.x-deliver-at", "horizon");
+
+    msg_init(&m, "k", "b");
+    add(&m, "x-deliver-at", AMQP_FIELD_KIND_TIMESTAMP)->value.u64 = UINT64_MAX;
+    expect_invalid_timing(&m, "headers.x-deliver-at", "horizon");
+}
+
+Test(amqp_ingest, timing_names_are_exact)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    /* like the plugin: "X-Delay" is an ordinary header */
+    msg_init(&m, "k", "b");
+    add_i64(&m, "X-Delay", 5000);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_EINVAL);
+    cr_expect_eq(json_integer_value(json_object_get(job.headers, "X-Delay")),
+                 5000);
+    job_clear(&job);
+}
+
+/* ------------------------------------------------------------------ */
+/* Headers                                                             */
+
+Test(amqp_ingest, header_types_that_are_carried)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+    json_t *h;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "bool", AMQP_FIELD_KIND_BOOLEAN)->value.boolean = 1;
+    add(&m, "i8", AMQP_FIELD_KIND_I8)->value.i8 = -8;
+    add(&m, "u8", AMQP_FIELD_KIND_U8)->value.u8 = 255;
+    add(&m, "i16", AMQP_FIELD_KIND_I16)->value.i16 = -16000;
+    add(&m, "u16", AMQP_FIELD_KIND_U16)->value.u16 = 65535;
+    add(&m, "i32", AMQP_FIELD_KIND_I32)->value.i32 = INT32_MIN;
+    add(&m, "u32", AMQP_FIELD_KIND_U32)->value.u32 = UINT32_MAX;
+    add(&m, "i64", AMQP_FIELD_KIND_I64)->value.i64 = INT64_MIN;
+    add(&m, "u64", AMQP_FIELD_KIND_U64)->value.u64 = (uint64_t)INT64_MAX;
+    add(&m, "f32", AMQP_FIELD_KIND_F32)->value.f32 = 1.5f;
+    add(&m, "f64", AMQP_FIELD_KIND_F64)->value.f64 = -2.25;
+    add(&m, "ts", AMQP_FIELD_KIND_TIMESTAMP)->value.u64 = 1767225600;
+    add_str(&m, "str", "h\xc3\xa9llo");
+    add(&m, "bytes", AMQP_FIELD_KIND_BYTES)->value.bytes =
+        amqp_cstring_bytes("plain");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+
+    h = job.headers;
+    cr_assert_not_null(h);
+    cr_expect_eq(json_object_size(h), 14);
+    cr_expect(json_is_true(json_object_get(h, "bool")));
+    cr_expect_eq(json_integer_value(json_object_get(h, "i8")), -8);
+    cr_expect_eq(json_integer_value(json_object_get(h, "u8")), 255);
+    cr_expect_eq(json_integer_value(json_object_get(h, "i16")), -16000);
+    cr_expect_eq(json_integer_value(json_object_get(h, "u16")), 65535);
+    cr_expect_eq(json_integer_value(json_object_get(h, "i32")), INT32_MIN);
+    cr_expect_eq(json_integer_value(json_object_get(h, "u32")), UINT32_MAX);
+    cr_expect_eq(json_integer_value(json_object_get(h, "i64")), INT64_MIN);
+    cr_expect_eq(json_integer_value(json_object_get(h, "u64")), INT64_MAX);
+    cr_expect(json_is_real(json_object_get(h, "f32")));
+    cr_expect_eq(json_real_value(json_object_get(h, "f32")), 1.5);
+    cr_expect_eq(json_real_value(json_object_get(h, "f64")), -2.25);
+    cr_expect(json_is_integer(json_object_get(h, "ts")));
+    cr_expect_eq(json_integer_value(json_object_get(h, "ts")), 1767225600);
+    cr_expect_str_eq(json_string_value(json_object_get(h, "str")),
+                     "h\xc3\xa9llo");
+    cr_expect_str_eq(json_string_value(json_object_get(h, "bytes")), "plain");
+    job_clear(&job);
+}
+
+Test(amqp_ingest, header_string_with_nul_is_carried)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+    json_t *v;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "nul", AMQP_FIELD_KIND_UTF8)->value.bytes =
+        (amqp_bytes_t){3, (void *)"a\0b"};
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    v = json_object_get(job.headers, "nul");
+    cr_assert(json_is_string(v));
+    cr_expect_eq(json_string_length(v), 3);
+    cr_expect(memcmp(json_string_value(v), "a\0b", 3) == 0);
+    job_clear(&job);
+}
+
+/* A header the job model cannot carry: RMQS_EINVAL and a zeroed job. */
+static void expect_uncarriable(msg *m, const char *text)
+{
+    job_t job;
+    rmqs_error err;
+
+    memset(&job, 0xAB, sizeof job);
+    cr_assert_eq(convert(m, &job, &err), RMQS_EINVAL);
+    cr_expect(is_zero(&job, sizeof job), "the job is zeroed");
+    cr_expect(strstr(err.message, "cannot be carried") != NULL, "%s",
+              err.message);
+    cr_expect(strstr(err.message, text) != NULL, "message: %s", err.message);
+}
+
+Test(amqp_ingest, header_types_that_cannot_be_carried)
+{
+    static const struct {
+        uint8_t kind;
+        const char *text;
+    } cases[] = {
+        {AMQP_FIELD_KIND_TABLE, "a table"},
+        {AMQP_FIELD_KIND_ARRAY, "an array"},
+        {AMQP_FIELD_KIND_DECIMAL, "a decimal"},
+        {AMQP_FIELD_KIND_VOID, "void"},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msg m;
+        msg_init(&m, "k", "b");
+        add_i64(&m, "x-delay", 1);
+        add(&m, "bad", cases[i].kind);
+        expect_uncarriable(&m, cases[i].text);
+    }
+}
+
+Test(amqp_ingest, unsigned_64_above_int64_cannot_be_carried)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "big", AMQP_FIELD_KIND_U64)->value.u64 = (uint64_t)INT64_MAX + 1;
+    expect_uncarriable(&m, "big: an unsigned 64-bit integer");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "ts", AMQP_FIELD_KIND_TIMESTAMP)->value.u64 = UINT64_MAX;
+    expect_uncarriable(&m, "ts: a timestamp");
+}
+
+Test(amqp_ingest, non_finite_numbers_cannot_be_carried)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "nan", AMQP_FIELD_KIND_F64)->value.f64 = NAN;
+    expect_uncarriable(&m, "not a finite number");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "inf", AMQP_FIELD_KIND_F32)->value.f32 = INFINITY;
+    expect_uncarriable(&m, "not a finite number");
+}
+
+Test(amqp_ingest, invalid_utf8_cannot_be_carried)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add(&m, "raw", AMQP_FIELD_KIND_BYTES)->value.bytes =
+        (amqp_bytes_t){2, (void *)"\xff\xfe"};
+    expect_uncarriable(&m, "a byte array that is not valid UTF-8");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add_str(&m, "surrogate", "\xed\xa0\x80"); /* U+D800 */
+    expect_uncarriable(&m, "a string that is not valid UTF-8");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add_str(&m, "overlong", "\xc0\xaf");
+    expect_uncarriable(&m, "not valid UTF-8");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add_str(&m, "\xff", "name");
+    expect_uncarriable(&m, "header name");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add_str(&m, "", "empty name");
+    expect_uncarriable(&m, "header name");
+}
+
+Test(amqp_ingest, uncarriable_wins_over_invalid_timing)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add(&m, "t", AMQP_FIELD_KIND_TABLE);
+    expect_uncarriable(&m, "a table");
+}
+
+Test(amqp_ingest, routing_key_must_be_text)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    m.env.routing_key = (amqp_bytes_t){2, (void *)"\xc3("};
+    add_i64(&m, "x-delay", 1);
+    expect_uncarriable(&m, "routing key");
+
+    msg_init(&m, "k", "b");
+    m.env.routing_key = (amqp_bytes_t){3, (void *)"a\0b"};
+    add_i64(&m, "x-delay", 1);
+    expect_uncarriable(&m, "routing key");
+}
+
+Test(amqp_ingest, scheduler_headers_are_dropped)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    add_str(&m, "x-scheduler-job-id", "019ad2f4-5e1c-7b3a-9d0e-2f6a1c8b4e77");
+    add_str(&m, "x-scheduled-at", "2026-01-01T00:00:00.000Z");
+    add_str(&m, "keep", "me");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(json_object_size(job.headers), 1);
+    cr_expect_not_null(json_object_get(job.headers, "keep"));
+    job_clear(&job);
+}
+
+/* ------------------------------------------------------------------ */
+/* Properties and body                                                 */
+
+Test(amqp_ingest, properties_are_mapped)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+    amqp_basic_properties_t *p;
+    json_t *pr;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    p = &m.env.message.properties;
+    p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_CONTENT_ENCODING_FLAG |
+                 AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_REPLY_TO_FLAG |
+                 AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG |
+                 AMQP_BASIC_APP_ID_FLAG | AMQP_BASIC_USER_ID_FLAG |
+                 AMQP_BASIC_PRIORITY_FLAG | AMQP_BASIC_EXPIRATION_FLAG |
+                 AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_TIMESTAMP_FLAG |
+                 AMQP_BASIC_CLUSTER_ID_FLAG;
+    p->content_type = amqp_cstring_bytes("application/json");
+    p->content_encoding = amqp_cstring_bytes("gzip");
+    p->correlation_id = amqp_cstring_bytes("corr-1");
+    p->reply_to = amqp_cstring_bytes("replies");
+    p->message_id = amqp_cstring_bytes("msg-1");
+    p->type = amqp_cstring_bytes("order.created");
+    p->app_id = amqp_cstring_bytes("shop");
+    p->user_id = amqp_cstring_bytes("guest");
+    p->priority = 7;
+    p->expiration = amqp_cstring_bytes("60000");
+    p->delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    p->timestamp = 1767225600;
+    p->cluster_id = amqp_cstring_bytes("c1");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
+
+    pr = job.properties;
+    cr_assert_not_null(pr);
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "content_type")),
+                     "application/json");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "content_encoding")),
+                     "gzip");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "correlation_id")),
+                     "corr-1");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "reply_to")),
+                     "replies");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "message_id")),
+                     "msg-1");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "type")),
+                     "order.created");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "app_id")), "shop");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "user_id")), "guest");
+    cr_expect_eq(json_integer_value(json_object_get(pr, "priority")), 7);
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "expiration")),
+                     "60000");
+    /* persistent is the default: not stored; timestamp and cluster_id are
+     * dropped */
+    cr_expect_null(json_object_get(pr, "persistent"));
+    cr_expect_null(json_object_get(pr, "timestamp"));
+    cr_expect_null(json_object_get(pr, "cluster_id"));
+    cr_expect_eq(json_object_size(pr), 10);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, delivery_mode_decides_persistent)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    m.env.message.properties._flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
+    m.env.message.properties.delivery_mode = AMQP_DELIVERY_NONPERSISTENT;
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK);
+    cr_expect(json_is_false(json_object_get(job.properties, "persistent")));
+    cr_expect_eq(json_object_size(job.properties), 1);
+    job_clear(&job);
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    m.env.message.properties._flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
+    m.env.message.properties.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK);
+    cr_expect_null(job.properties, "nothing but the default: no object");
+    job_clear(&job);
+}
+
+Test(amqp_ingest, property_that_is_not_text_cannot_be_carried)
+{
+    msg m;
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    m.env.message.properties._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    m.env.message.properties.message_id = (amqp_bytes_t){3, (void *)"a\0b"};
+    expect_uncarriable(&m, "properties.message_id");
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    m.env.message.properties._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
+    m.env.message.properties.correlation_id =
+        (amqp_bytes_t){1, (void *)"\x80"};
+    expect_uncarriable(&m, "properties.correlation_id");
+}
+
+Test(amqp_ingest, binary_body_is_kept_byte_for_byte)
+{
+    static const unsigned char bytes[] = {0x00, 0xff, 0x10, 0x00, 0x7f};
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "k", "");
+    m.env.message.body = (amqp_bytes_t){sizeof bytes, (void *)bytes};
+    add_i64(&m, "x-delay", 1);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK);
+    cr_expect_eq(job.body_kind, JOB_BODY_BINARY);
+    cr_assert_eq(job.body_len, sizeof bytes);
+    cr_expect(memcmp(job.body, bytes, sizeof bytes) == 0);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, empty_target_and_routing_key)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+
+    msg_init(&m, "", "");
+    add_i64(&m, "x-delay", 1);
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(ingest_job_from_message(&m.env, "", NOW, &LIM, &job, &err),
+                 RMQS_OK);
+    cr_expect_str_eq(job.exchange, "");
+    cr_expect_str_eq(job.routing_key, "");
+    cr_expect_eq(job.body_len, 0);
+    job_clear(&job);
+}
+
+Test(amqp_ingest, job_reads_back_as_json)
+{
+    msg m;
+    job_t job;
+    rmqs_error err;
+    json_t *j;
+
+    msg_init(&m, "k", "payload");
+    add_i64(&m, "x-delay", 1000);
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK);
+    cr_assert_eq(job_id_generate(NOW, job.id), RMQS_OK);
+    j = job_to_json(&job);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "source")), "amqp");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "body_base64")),
+                     "cGF5bG9hZA==");
+    json_decref(j);
+    job_clear(&job);
+}

@@ -341,7 +341,8 @@ static void describe_rpc(amqp_rpc_reply_t r, char *out, size_t cap)
     if (text) {
         char t[200];
         printable(t, sizeof t, text->bytes, text->len);
-        snprintf(out, cap, "%u %s", code, t);
+        /* cut, not overflowed, when out is smaller than the reason */
+        snprintf(out, cap, "%u %.*s", code, (int)(cap > 8 ? cap - 8 : 0), t);
     } else {
         snprintf(out, cap, "no usable reply (type %d)", (int)r.reply_type);
     }

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
@@ -872,10 +873,37 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     }
 }
 
+/* libmicrohttpd's own messages (e.g. "connection limit reached"), at most
+ * MHD_LOG_PER_S lines a second: an attack must not flood the log. */
+#define MHD_LOG_PER_S 5
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window;   /* second of the current window */
+    static unsigned in_window, suppressed;
+    unsigned dropped = 0;
+    int64_t now = mono_us() / 1000000;
     char buf[512];
     size_t n;
+    bool emit;
+
+    pthread_mutex_lock(&mu);
+    if (now != window) {
+        window = now;
+        in_window = 0;
+    }
+    emit = in_window < MHD_LOG_PER_S;
+    if (emit) {
+        in_window++;
+        dropped = suppressed;
+        suppressed = 0;
+    } else {
+        suppressed++;
+    }
+    pthread_mutex_unlock(&mu);
+    if (!emit)
+        return;
     vsnprintf(buf, sizeof(buf), fmt, ap);
     n = strlen(buf);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
@@ -883,7 +911,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     for (char *p = buf; *p; p++)
         if (*p == '"')
             *p = '\'';
-    log_warn("http", "libmicrohttpd", "detail=\"%s\"", buf);
+    log_warn("http", "libmicrohttpd", "detail=\"%s\" suppressed_before=%u", buf,
+             dropped);
 }
 
 /* Split "host:port" / "[v6]:port" and resolve it (numeric hosts or names). */

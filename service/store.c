@@ -515,6 +515,11 @@ static rmqs_rc open_configure(sqlite3 *db, const char *path, bool sync_full,
         sync_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
         "PRAGMA foreign_keys = ON",
         "PRAGMA secure_delete = OFF",
+        /* Statement journals (a statement inside a transaction that may
+         * need undoing, e.g. with the job_counts triggers) stay in memory
+         * instead of a temp file written page by page: they are never
+         * needed after a crash. */
+        "PRAGMA temp_store = MEMORY",
         limit,
     };
     for (size_t i = 0; i < sizeof(pragmas) / sizeof(pragmas[0]); i++) {

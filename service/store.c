@@ -187,6 +187,8 @@ struct store {
      * writers instead of inside their commits. Opened on first use. */
     pthread_mutex_t ckpt_mu;
     sqlite3 *ckpt_db;
+    char *path;     /* the database file, set at open; read without mu */
+    char *dir;      /* its folder, for statvfs */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -667,6 +669,8 @@ static void store_free(store_t *st)
     sqlite3_finalize(st->purge);
     sqlite3_close(st->db);
     sqlite3_close(st->ckpt_db);
+    free(st->path);
+    free(st->dir);
     pthread_mutex_destroy(&st->ckpt_mu);
     pthread_mutex_destroy(&st->mu);
     free(st);
@@ -699,6 +703,19 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
     }
 
+    st->path = strdup(path);
+    st->dir = strdup(path);
+    if (!st->path || !st->dir) {
+        rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    {
+        char *slash = strrchr(st->dir, '/');
+        if (slash == NULL)
+            strcpy(st->dir, ".");
+        else
+            slash[slash == st->dir ? 1 : 0] = '\0';
+    }
     src = sqlite3_open_v2(path, &st->db,
                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                               SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
@@ -896,42 +913,27 @@ done:
 
 int64_t store_free_bytes(store_t *st)
 {
-    char dir[4096];
     struct statvfs sv;
-    const char *path, *slash;
-    int64_t free_bytes = -1;
 
-    pthread_mutex_lock(&st->mu);
-    path = sqlite3_db_filename(st->db, "main");
-    if (path != NULL && *path) {
-        slash = strrchr(path, '/');
-        if (slash == NULL)
-            snprintf(dir, sizeof(dir), ".");
-        else
-            snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path) + 1, path);
-        if (statvfs(dir, &sv) == 0)
-            free_bytes = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
-    }
-    pthread_mutex_unlock(&st->mu);
-    return free_bytes;
+    /* No lock: the writer asks before every batch, and st->dir never
+     * changes after open. */
+    if (statvfs(st->dir, &sv) != 0)
+        return -1;
+    return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
 int64_t store_size_bytes(store_t *st)
 {
     char wal[4096];
     struct stat sb;
-    const char *path;
-    int64_t total = -1;
+    int64_t total;
 
-    pthread_mutex_lock(&st->mu);
-    path = sqlite3_db_filename(st->db, "main");
-    if (path != NULL && *path && stat(path, &sb) == 0) {
-        total = (int64_t)sb.st_size;
-        if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", path) < sizeof(wal) &&
-            stat(wal, &sb) == 0)
-            total += (int64_t)sb.st_size;
-    }
-    pthread_mutex_unlock(&st->mu);
+    if (stat(st->path, &sb) != 0)
+        return -1;
+    total = (int64_t)sb.st_size;
+    if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", st->path) < sizeof(wal) &&
+        stat(wal, &sb) == 0)
+        total += (int64_t)sb.st_size;
     return total;
 }
 

@@ -8,55 +8,58 @@
  * basic.return). rabbitmq-c 0.11 has no helper to wait for confirms
  * (amqp_publisher_confirm_wait arrived in 0.15), so this module reads every
  * frame itself with amqp_simple_wait_frame_noblock() and keeps the
- * bookkeeping per batch.
+ * bookkeeping of the publishes still unconfirmed (the window).
  *
  * DESIGN
+ * - Pipelined: amqpp_send() writes a message and returns; confirms are read
+ *   whenever the owner calls amqpp_poll() (or the next sends poll), and each
+ *   job is reported exactly once through the owner's report function. The
+ *   dispatcher therefore publishes a job the moment it is due, whatever is
+ *   still unconfirmed, and the broker, not a round trip per batch, sets the
+ *   pace (the window bounds memory and what a lost connection repeats).
  * - One connection, one channel (1) in confirm mode. The broker numbers the
  *   publishes on a channel 1, 2, 3... from confirm.select on; p->next_tag
- *   mirrors that counter across batches and starts again at 1 whenever the
- *   channel is (re)opened. A batch remembers the tag of its first publish and
- *   order[k], the job of its k-th publish, so tag t is job order[t - first].
- * - basic.ack / basic.nack settle one tag, or with multiple=1 every unsettled
- *   tag up to it. b->low is the oldest possibly unsettled publish, so a run
- *   of multiple acks costs O(batch) in total.
+ *   mirrors that counter and starts again at 1 whenever the channel is
+ *   (re)opened, which only happens with an empty window. Tag t lives in
+ *   win[(t - 1) % cap]; low_tag is the oldest tag not yet reported, so a
+ *   run of multiple acks costs O(window) in total.
+ * - basic.ack / basic.nack settle one tag, or with multiple=1 every
+ *   unsettled tag up to it.
  * - basic.return carries no delivery tag. It is followed by the returned
  *   message's content header (and body frames); the header's
  *   x-scheduler-job-id (or, failing that, message_id) names the job. Returns
  *   come in publish order, always before the ack of the same message, so the
- *   search starts after the previous match. A returned job keeps
+ *   search starts after the previous match. A returned job is reported
  *   AMQPP_RETURNED when its ack arrives (the broker acks unroutable mandatory
- *   messages). The content state machine (p->content) lives in the
- *   publisher, not the batch, so a return split across two reads is skipped
- *   correctly.
+ *   messages). The content state machine (p->content) is independent of the
+ *   window, so a return split across two reads is skipped correctly.
  * - channel.close (e.g. 404 NOT_FOUND no exchange 'x'): the broker drops
- *   every later publish on the channel. Unsettled jobs whose exchange is
- *   quoted in the reply text get AMQPP_CLOSED; if none is, all unsettled ones
- *   do; the others get AMQPP_UNSENT (publish again). The channel is reopened
- *   and confirm.select sent again (tags restart at 1). Measured: a job
- *   published before the culprit is usually enqueued already, but its
- *   confirm dies with the channel, so publishing it again duplicates it
- *   (at-least-once; consumers dedupe on message_id / x-scheduler-job-id).
+ *   every later publish on the channel. Unconfirmed jobs whose exchange is
+ *   quoted in the reply text get AMQPP_CLOSED; if none is, all of them do;
+ *   the others get AMQPP_UNSENT (publish again). The channel is reopened and
+ *   confirm.select sent again (tags restart at 1). Measured: a job published
+ *   before the culprit is usually enqueued already, but its confirm dies
+ *   with the channel, so publishing it again duplicates it (at-least-once;
+ *   consumers dedupe on message_id / x-scheduler-job-id).
  * - connection.close, socket errors, heartbeat timeouts and a confirm that
- *   does not come within the deadline drop the connection: unsettled jobs
- *   become AMQPP_LOST, jobs not yet published AMQPP_UNSENT. A late ack can
- *   never be credited to the wrong job: tags die with the channel, and on a
- *   kept channel they only grow (acks below a batch's first tag are
- *   ignored).
+ *   does not come within the confirm timeout drop the connection:
+ *   unconfirmed jobs become AMQPP_LOST. A late ack can never be credited to
+ *   the wrong job: tags die with the channel, and on a kept channel they
+ *   only grow (acks below low_tag are ignored).
  * - connection.blocked (resource alarm) is remembered; while blocked,
- *   amqpp_publish() sends nothing and answers AMQPP_UNSENT for every job
- *   (RMQS_OK), so the caller should amqpp_service() a while before trying
- *   again. RabbitMQ only sends connection.blocked to a connection that
- *   publishes, and then stops reading it: the batch that finds out gets
- *   AMQPP_LOST for what stays unconfirmed at its deadline, but the
- *   connection is kept (RMQS_OK), since a new one would only repeat it.
+ *   amqpp_can_send() is false and a send is reported AMQPP_UNSENT at once.
+ *   RabbitMQ only sends connection.blocked to a connection that publishes,
+ *   and then stops reading it: what stays unconfirmed past the confirm
+ *   timeout is reported AMQPP_LOST, but the connection is kept, since a new
+ *   one would only repeat it.
  * - A job that cannot be encoded (a header name over 255 bytes, headers
- *   larger than a frame...) is checked before anything is sent and answered
+ *   larger than a frame...) is checked before anything is sent and reported
  *   AMQPP_NACKED "not publishable: ...": retrying cannot help, and an
  *   encoder error after basic.publish went out would break the connection.
  *
  * Liveness (rabbitmq-c 0.11 traps, see LIBRARY-NOTES section 1):
  * - Heartbeats are only serviced while frames are read, so the owner calls
- *   amqpp_service() when idle, and a batch polls the socket every POLL_EVERY
+ *   amqpp_poll() when idle, and sends poll the socket every POLL_EVERY
  *   publishes (which also keeps the acks from piling up unread).
  * - Messages are sent with amqp_send_method() + amqp_send_frame() rather
  *   than amqp_basic_publish(): in 0.11 the latter, once the receive-heartbeat
@@ -67,7 +70,7 @@
  *   TCP_USER_TIMEOUT (2 x heartbeat) makes the kernel fail a send stuck
  *   that long, unacked or behind a zero window, so a stopped or vanished
  *   broker cannot hang the dispatcher thread (verified: SIGSTOP of the
- *   broker during a 128 MiB batch returns after ~4.3 s with heartbeat 2 s;
+ *   broker during a 128 MiB publish returns after ~4.3 s with heartbeat 2 s;
  *   without the option it hangs).
  * - amqps:// uses the system trust store (SSL_CTX_set_default_verify_paths,
  *   so SSL_CERT_FILE / SSL_CERT_DIR apply), peer and host name verified,
@@ -75,9 +78,9 @@
  *
  * Frame memory belongs to the connection's pools: everything needed is
  * copied (reply texts into fixed buffers) before amqp_maybe_release_buffers().
- * Header tables for a message are built in a per-batch amqp_pool_t that is
- * recycled after each message; the rest of a batch's bookkeeping is two
- * arrays of n entries. Nothing grows with the number of batches.
+ * Header tables for a message are built in the publisher's amqp_pool_t,
+ * recycled after each message; the window is one array of `window` slots
+ * allocated once. Nothing grows with the number of publishes.
  *
  * The password is copied once, used only for the login and wiped on free;
  * logs and error messages use the safe URL ("user:***@").
@@ -107,6 +110,7 @@
 #define MOD "amqp"
 #define CHANNEL 1
 #define POLL_EVERY 64            /* publishes between two socket polls */
+#define PUMP_MAX_FRAMES 256      /* frames handled before a poll returns */
 #define FRAME_OVERHEAD 8         /* type, channel, size, end marker */
 #define HEADER_PAYLOAD_FIXED 14  /* class, weight, body size, flags */
 #define MAX_HEADER_DEPTH 8       /* nested tables/arrays in headers */
@@ -125,6 +129,21 @@ typedef enum content_state {
     CONTENT_HEADER, /* basic.return seen, its content header is next */
     CONTENT_BODY    /* skipping body_left bytes of body frames */
 } content_state;
+
+/* One unconfirmed publish. */
+enum flight_state {
+    FL_FREE = 0,  /* slot unused (reported) */
+    FL_INFLIGHT,  /* published, not settled */
+    FL_RETURNED   /* published, returned, its ack still due */
+};
+
+typedef struct flight {
+    const job_t *job;  /* borrowed from the caller until reported */
+    void *ctx;         /* the caller's, given back in the report */
+    int64_t sent_ms;   /* monotonic */
+    unsigned char state;
+    char reason[256];  /* FL_RETURNED: "312 NO_ROUTE" */
+} flight;
 
 struct amqpp {
     char *host;
@@ -145,41 +164,23 @@ struct amqpp {
 
     content_state content;
     uint64_t body_left;
-    bool return_pending;    /* the header due belongs to a basic.return
-                               that arrived during a batch */
     char return_reason[256]; /* "312 NO_ROUTE" */
     char lost_reason[256];   /* why the connection was last dropped */
+
+    /* The window: publishes not yet confirmed, by delivery tag. Tags
+     * low_tag..next_tag-1 live in win[(tag - 1) % cap]; every tag below
+     * low_tag has been reported. */
+    flight *win;
+    size_t cap;
+    uint64_t low_tag;
+    uint64_t return_cursor;  /* where the next basic.return match starts */
+    size_t unconfirmed;      /* slots not FL_FREE */
+    size_t sent_since_poll;
+    int confirm_timeout_ms;
+    amqpp_report_fn on_report;
+    void *report_cls;
+    amqp_pool_t pool;        /* header tables of the message being sent */
 };
-
-/* Where a job of the current batch is. */
-enum job_state {
-    JS_UNSENT = 0, /* not published (yet) */
-    JS_INFLIGHT,   /* published, not settled */
-    JS_RETURNED,   /* published, returned, ack still due */
-    JS_DONE        /* has its final result */
-};
-
-typedef struct batch {
-    const job_t *const *jobs;
-    amqpp_result *results;
-    size_t n;
-    unsigned char *state; /* enum job_state per job */
-    size_t *order;        /* order[k]: job index of the k-th publish */
-    size_t published;
-    size_t unsettled;
-    size_t low;           /* publishes below this are all settled */
-    size_t cursor;        /* where the next basic.return match starts */
-    uint64_t first_tag;
-    bool stop;                /* publish no more (blocked, channel closed) */
-    char stop_reason[256];    /* result reason for the jobs left unsent */
-    amqp_pool_t pool;         /* header tables of the message being sent */
-} batch;
-
-typedef enum pump_mode {
-    PUMP_DRAIN,   /* read what is already there, never wait */
-    PUMP_SERVICE, /* wait until the deadline for a frame, then drain */
-    PUMP_SETTLE   /* read until the batch is settled or the deadline */
-} pump_mode;
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -304,6 +305,182 @@ static void copy_bytes(char *out, size_t cap, amqp_bytes_t b)
 }
 
 /* ------------------------------------------------------------------ */
+/* The window of unconfirmed publishes                                 */
+
+static flight *slot(amqpp_t *p, uint64_t tag)
+{
+    return &p->win[(tag - 1) % p->cap];
+}
+
+/* Tell the owner what became of f's job and free the slot. */
+static void report(amqpp_t *p, flight *f, const amqpp_result *r)
+{
+    void *ctx = f->ctx;
+
+    f->state = FL_FREE;
+    f->job = NULL;
+    f->ctx = NULL;
+    p->unconfirmed--;
+    p->on_report(p->report_cls, ctx, r);
+}
+
+static void report_kind(amqpp_t *p, flight *f, amqpp_result_kind kind,
+                        const char *reason)
+{
+    amqpp_result r;
+
+    set_result(&r, kind, "%s", reason);
+    report(p, f, &r);
+}
+
+/* Move low_tag past the slots already reported. */
+static void advance_low(amqpp_t *p)
+{
+    while (p->low_tag < p->next_tag && slot(p, p->low_tag)->state == FL_FREE) {
+        p->low_tag++;
+    }
+}
+
+static void settle_one(amqpp_t *p, flight *f, bool ack)
+{
+    switch (f->state) {
+    case FL_INFLIGHT:
+        report_kind(p, f, ack ? AMQPP_ACKED : AMQPP_NACKED,
+                    ack ? "" : "nacked by the broker");
+        break;
+    case FL_RETURNED:
+        /* The broker acks an unroutable mandatory message after returning
+         * it: the return is the answer. A nack still wins. */
+        report_kind(p, f, ack ? AMQPP_RETURNED : AMQPP_NACKED,
+                    ack ? f->reason : "nacked by the broker");
+        break;
+    default:
+        break;
+    }
+}
+
+static void settle_tags(amqpp_t *p, uint64_t tag, bool multiple, bool ack)
+{
+    uint64_t lo, hi, t;
+
+    if (p->low_tag >= p->next_tag) {
+        return; /* nothing unconfirmed */
+    }
+    if (multiple && tag == 0) { /* AMQP: "all outstanding" */
+        hi = p->next_tag - 1;
+    } else if (tag < p->low_tag) {
+        return; /* settled already (or given up on: confirm timeout) */
+    } else if (tag >= p->next_tag) {
+        if (!multiple) {
+            log_debug(MOD, "confirm for an unknown delivery tag", "tag=%llu",
+                      (unsigned long long)tag);
+            return;
+        }
+        hi = p->next_tag - 1;
+    } else {
+        hi = tag;
+    }
+    lo = multiple ? p->low_tag : hi;
+    for (t = lo; t <= hi; t++) {
+        settle_one(p, slot(p, t), ack);
+    }
+    advance_low(p);
+}
+
+/* A basic.return's content header arrived: find its publish. Returns come
+ * in publish order, so the search starts after the previous match. */
+static void match_return(amqpp_t *p, const amqp_basic_properties_t *props,
+                         const char *reason)
+{
+    amqp_bytes_t id = {0, NULL};
+    uint64_t span = p->next_tag - p->low_tag, c, t;
+    int e;
+
+    if (props && (props->_flags & AMQP_BASIC_HEADERS_FLAG)) {
+        for (e = 0; e < props->headers.num_entries; e++) {
+            const amqp_table_entry_t *h = &props->headers.entries[e];
+            if (h->key.len == strlen(HDR_JOB_ID) &&
+                memcmp(h->key.bytes, HDR_JOB_ID, h->key.len) == 0 &&
+                (h->value.kind == AMQP_FIELD_KIND_UTF8 ||
+                 h->value.kind == AMQP_FIELD_KIND_BYTES)) {
+                id = h->value.value.bytes;
+                break;
+            }
+        }
+    }
+    if (!id.len && props && (props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)) {
+        id = props->message_id;
+    }
+    if (p->return_cursor < p->low_tag || p->return_cursor >= p->next_tag) {
+        p->return_cursor = p->low_tag;
+    }
+    for (c = 0; id.len && c < span; c++) {
+        flight *f;
+        t = p->low_tag + (p->return_cursor - p->low_tag + c) % span;
+        f = slot(p, t);
+        if (f->state == FL_INFLIGHT && strlen(f->job->id) == id.len &&
+            memcmp(f->job->id, id.bytes, id.len) == 0) {
+            f->state = FL_RETURNED;
+            snprintf(f->reason, sizeof f->reason, "%s", reason);
+            p->return_cursor = t + 1;
+            return;
+        }
+    }
+    log_warn(MOD, "basic.return matches no unconfirmed publish",
+             "reason=\"%s\" id_len=%zu", reason, id.len);
+}
+
+/* The broker closed the channel: every unconfirmed publish gets its result
+ * (the culprits AMQPP_CLOSED, the others AMQPP_UNSENT: publish again). */
+static void close_window(amqpp_t *p, const char *reason)
+{
+    char unsent[300];
+    size_t matched = 0;
+    uint64_t t;
+
+    for (t = p->low_tag; t < p->next_tag; t++) {
+        flight *f = slot(p, t);
+        if (f->state == FL_INFLIGHT &&
+            quoted_in(reason, f->job->exchange ? f->job->exchange : "")) {
+            report_kind(p, f, AMQPP_CLOSED, reason);
+            matched++;
+        }
+    }
+    snprintf(unsent, sizeof unsent,
+             "channel closed by the broker before the confirm: %.200s", reason);
+    for (t = p->low_tag; t < p->next_tag; t++) {
+        flight *f = slot(p, t);
+        if (f->state == FL_INFLIGHT) {
+            report_kind(p, f, matched ? AMQPP_UNSENT : AMQPP_CLOSED,
+                        matched ? unsent : reason);
+        } else if (f->state == FL_RETURNED) {
+            report_kind(p, f, AMQPP_RETURNED, f->reason);
+        }
+    }
+    p->low_tag = p->next_tag;
+}
+
+/* The connection is gone (or the confirms will not come): unconfirmed
+ * publishes are lost, returned ones keep the broker's answer. */
+static void lose_window(amqpp_t *p, const char *reason)
+{
+    uint64_t t;
+
+    if (!p->win) {
+        return;
+    }
+    for (t = p->low_tag; t < p->next_tag; t++) {
+        flight *f = slot(p, t);
+        if (f->state == FL_INFLIGHT) {
+            report_kind(p, f, AMQPP_LOST, reason);
+        } else if (f->state == FL_RETURNED) {
+            report_kind(p, f, AMQPP_RETURNED, f->reason);
+        }
+    }
+    p->low_tag = p->next_tag;
+}
+
+/* ------------------------------------------------------------------ */
 /* Connection life                                                     */
 
 static void reset_state(amqpp_t *p)
@@ -311,9 +488,10 @@ static void reset_state(amqpp_t *p)
     p->conn = NULL;
     p->blocked = false;
     p->next_tag = 1;
+    p->low_tag = 1;
+    p->return_cursor = 1;
     p->content = CONTENT_NONE;
     p->body_left = 0;
-    p->return_pending = false;
 }
 
 /* Drop the connection without a handshake (it is broken or we no longer
@@ -325,12 +503,16 @@ static void drop(amqpp_t *p, const char *fmt, ...)
 {
     va_list ap;
 
+    char lost[300];
+
     va_start(ap, fmt);
     vsnprintf(p->lost_reason, sizeof p->lost_reason, fmt, ap);
     va_end(ap);
     if (p->conn) {
         amqp_destroy_connection(p->conn);
     }
+    snprintf(lost, sizeof lost, "connection lost: %s", p->lost_reason);
+    lose_window(p, lost);
     reset_state(p);
     log_warn(MOD, "connection dropped", "url=%s reason=\"%s\"", p->safe_url,
              p->lost_reason);
@@ -351,9 +533,10 @@ static int open_channel(amqpp_t *p, char *why, size_t cap)
         snprintf(why, cap, "confirm.select failed: %s", detail);
         return -1;
     }
-    p->next_tag = 1;
+    p->next_tag = 1; /* the window is empty here */
+    p->low_tag = 1;
+    p->return_cursor = 1;
     p->content = CONTENT_NONE;
-    p->return_pending = false;
     return 0;
 }
 
@@ -424,6 +607,7 @@ amqpp_t *amqpp_new(const amqpp_options *opt, rmqs_error *err)
         rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
         goto fail;
     }
+    init_amqp_pool(&p->pool, 4096);
     p->host = strdup(ci.host);
     /* "amqp://host/" strictly names the vhost "", which RabbitMQ cannot
      * have; like most clients, read it (and no path) as the default "/". */
@@ -486,6 +670,8 @@ void amqpp_free(amqpp_t *p)
     free(p->key_file);
     free(p->user);
     free(p->safe_url);
+    free(p->win);
+    empty_amqp_pool(&p->pool);
     free(p);
 }
 
@@ -670,144 +856,15 @@ void amqpp_disconnect(amqpp_t *p)
     /* Bounded by the RPC timeout; the answer does not matter. */
     (void)amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(p->conn);
+    lose_window(p, "connection closed before the confirm");
     reset_state(p);
     log_info(MOD, "disconnected", "url=%s", p->safe_url);
 }
 
 /* ------------------------------------------------------------------ */
-/* Settling a batch                                                    */
-
-static void settle_one(batch *b, size_t i, bool ack)
-{
-    switch (b->state[i]) {
-    case JS_INFLIGHT:
-        if (ack) {
-            set_result(&b->results[i], AMQPP_ACKED, "%s", "");
-        } else {
-            set_result(&b->results[i], AMQPP_NACKED, "nacked by the broker");
-        }
-        break;
-    case JS_RETURNED:
-        if (!ack) {
-            set_result(&b->results[i], AMQPP_NACKED, "nacked by the broker");
-        } /* else keep AMQPP_RETURNED and its reason */
-        break;
-    default:
-        return;
-    }
-    b->state[i] = JS_DONE;
-    b->unsettled--;
-}
-
-static void settle_tags(batch *b, uint64_t tag, bool multiple, bool ack)
-{
-    size_t lo, hi, k;
-
-    if (b->published == 0) {
-        return;
-    }
-    if (multiple && tag == 0) { /* AMQP: "all outstanding" */
-        hi = b->published - 1;
-    } else if (tag < b->first_tag) {
-        return; /* a tag of an earlier batch: all settled already */
-    } else if (tag - b->first_tag >= b->published) {
-        if (!multiple) {
-            log_debug(MOD, "confirm for an unknown delivery tag",
-                      "tag=%llu", (unsigned long long)tag);
-            return;
-        }
-        hi = b->published - 1;
-    } else {
-        hi = (size_t)(tag - b->first_tag);
-    }
-    lo = multiple ? b->low : hi;
-    for (k = lo; k <= hi; k++) {
-        settle_one(b, b->order[k], ack);
-    }
-    while (b->low < b->published && b->state[b->order[b->low]] == JS_DONE) {
-        b->low++;
-    }
-}
-
-/* A basic.return's content header arrived: find its job. */
-static void match_return(batch *b, const amqp_basic_properties_t *props,
-                         const char *reason)
-{
-    amqp_bytes_t id = {0, NULL};
-    size_t c, k, i;
-    int e;
-
-    if (props && (props->_flags & AMQP_BASIC_HEADERS_FLAG)) {
-        for (e = 0; e < props->headers.num_entries; e++) {
-            const amqp_table_entry_t *t = &props->headers.entries[e];
-            if (t->key.len == strlen(HDR_JOB_ID) &&
-                memcmp(t->key.bytes, HDR_JOB_ID, t->key.len) == 0 &&
-                (t->value.kind == AMQP_FIELD_KIND_UTF8 ||
-                 t->value.kind == AMQP_FIELD_KIND_BYTES)) {
-                id = t->value.value.bytes;
-                break;
-            }
-        }
-    }
-    if (!id.len && props && (props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)) {
-        id = props->message_id;
-    }
-    for (c = 0; id.len && c < b->published; c++) {
-        k = (b->cursor + c) % b->published;
-        i = b->order[k];
-        if (b->state[i] == JS_INFLIGHT && strlen(b->jobs[i]->id) == id.len &&
-            memcmp(b->jobs[i]->id, id.bytes, id.len) == 0) {
-            b->state[i] = JS_RETURNED;
-            set_result(&b->results[i], AMQPP_RETURNED, "%s", reason);
-            b->cursor = k + 1;
-            return;
-        }
-    }
-    log_warn(MOD, "basic.return matches no job of the batch",
-             "reason=\"%s\" id_len=%zu", reason, id.len);
-}
-
-/* The broker closed the channel: give every unsettled job its result. */
-static void close_batch(batch *b, const char *reason)
-{
-    size_t k, i, matched = 0;
-
-    for (k = 0; k < b->published; k++) {
-        i = b->order[k];
-        if (b->state[i] == JS_INFLIGHT &&
-            quoted_in(reason, b->jobs[i]->exchange ? b->jobs[i]->exchange
-                                                   : "")) {
-            set_result(&b->results[i], AMQPP_CLOSED, "%s", reason);
-            b->state[i] = JS_DONE;
-            matched++;
-        }
-    }
-    for (k = 0; k < b->published; k++) {
-        i = b->order[k];
-        if (b->state[i] == JS_INFLIGHT) {
-            if (matched == 0) {
-                set_result(&b->results[i], AMQPP_CLOSED, "%s", reason);
-            } else {
-                set_result(&b->results[i], AMQPP_UNSENT,
-                           "channel closed by the broker before the "
-                           "confirm: %s",
-                           reason);
-            }
-        } /* a JS_RETURNED job keeps its basic.return reason */
-        if (b->state[i] != JS_DONE) {
-            b->state[i] = JS_DONE;
-        }
-    }
-    b->unsettled = 0;
-    b->stop = true;
-    snprintf(b->stop_reason, sizeof b->stop_reason,
-             "not published: channel closed by the broker (%.200s)", reason);
-}
-
-/* ------------------------------------------------------------------ */
 /* Frames                                                              */
 
-static void on_connection_method(amqpp_t *p, batch *b, const amqp_method_t *m)
+static void on_connection_method(amqpp_t *p, const amqp_method_t *m)
 {
     char reason[256];
 
@@ -825,11 +882,6 @@ static void on_connection_method(amqpp_t *p, batch *b, const amqp_method_t *m)
         const amqp_connection_blocked_t *bl = m->decoded;
         copy_bytes(reason, sizeof reason, bl->reason);
         p->blocked = true;
-        if (b) {
-            b->stop = true;
-            snprintf(b->stop_reason, sizeof b->stop_reason, "%s",
-                     BLOCKED_REASON);
-        }
         log_warn(MOD, "broker blocked publishing", "url=%s reason=\"%s\"",
                  p->safe_url, reason);
         break;
@@ -845,27 +897,22 @@ static void on_connection_method(amqpp_t *p, batch *b, const amqp_method_t *m)
     }
 }
 
-static void on_channel_method(amqpp_t *p, batch *b, const amqp_method_t *m)
+static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
 {
     char reason[256], why[240];
 
     if (p->content != CONTENT_NONE) { /* a method ends any content */
         p->content = CONTENT_NONE;
-        p->return_pending = false;
     }
     switch (m->id) {
     case AMQP_BASIC_ACK_METHOD: {
         const amqp_basic_ack_t *a = m->decoded;
-        if (b) {
-            settle_tags(b, a->delivery_tag, a->multiple != 0, true);
-        }
+        settle_tags(p, a->delivery_tag, a->multiple != 0, true);
         break;
     }
     case AMQP_BASIC_NACK_METHOD: {
         const amqp_basic_nack_t *a = m->decoded;
-        if (b) {
-            settle_tags(b, a->delivery_tag, a->multiple != 0, false);
-        }
+        settle_tags(p, a->delivery_tag, a->multiple != 0, false);
         break;
     }
     case AMQP_BASIC_RETURN_METHOD: {
@@ -873,7 +920,6 @@ static void on_channel_method(amqpp_t *p, batch *b, const amqp_method_t *m)
         format_reply(p->return_reason, sizeof p->return_reason, r->reply_code,
                      r->reply_text);
         p->content = CONTENT_HEADER;
-        p->return_pending = b != NULL;
         break;
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
@@ -885,9 +931,7 @@ static void on_channel_method(amqpp_t *p, batch *b, const amqp_method_t *m)
                                &ok);
         log_warn(MOD, "channel closed by the broker", "channel=%d reason=\"%s\"",
                  CHANNEL, reason);
-        if (b) {
-            close_batch(b, reason);
-        }
+        close_window(p, reason);
         if (res != AMQP_STATUS_OK) {
             drop(p, "sending channel.close-ok failed: %s",
                  amqp_error_string2(res));
@@ -903,13 +947,13 @@ static void on_channel_method(amqpp_t *p, batch *b, const amqp_method_t *m)
     }
 }
 
-static void on_frame(amqpp_t *p, batch *b, const amqp_frame_t *f)
+static void on_frame(amqpp_t *p, const amqp_frame_t *f)
 {
     if (f->frame_type == AMQP_FRAME_METHOD) {
         if (f->channel == 0) {
-            on_connection_method(p, b, &f->payload.method);
+            on_connection_method(p, &f->payload.method);
         } else if (f->channel == CHANNEL) {
-            on_channel_method(p, b, &f->payload.method);
+            on_channel_method(p, &f->payload.method);
         }
         return;
     }
@@ -919,10 +963,7 @@ static void on_frame(amqpp_t *p, batch *b, const amqp_frame_t *f)
     if (f->frame_type == AMQP_FRAME_HEADER && p->content == CONTENT_HEADER) {
         p->body_left = f->payload.properties.body_size;
         p->content = p->body_left ? CONTENT_BODY : CONTENT_NONE;
-        if (p->return_pending && b) {
-            match_return(b, f->payload.properties.decoded, p->return_reason);
-        }
-        p->return_pending = false;
+        match_return(p, f->payload.properties.decoded, p->return_reason);
     } else if (f->frame_type == AMQP_FRAME_BODY && p->content == CONTENT_BODY) {
         size_t len = f->payload.body_fragment.len;
         p->body_left -= len < p->body_left ? len : p->body_left;
@@ -933,48 +974,48 @@ static void on_frame(amqpp_t *p, batch *b, const amqp_frame_t *f)
 }
 
 /*
- * Read and handle frames (see pump_mode) until deadline (monotonic ms).
+ * Read and handle every frame already there; with wait_ms > 0 first wait
+ * that long for one to arrive. Bounded even if frames keep coming.
  * Returns RMQS_OK, or RMQS_EBROKER when the connection is gone (dropped,
  * p->lost_reason says why).
  */
-static rmqs_rc pump(amqpp_t *p, batch *b, int64_t deadline, pump_mode mode)
+static rmqs_rc pump(amqpp_t *p, int wait_ms)
 {
+    int64_t deadline = tu_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
     bool got_frame = false;
+    size_t n = 0;
 
     for (;;) {
         amqp_frame_t f;
         struct timeval tv = {0, 0};
-        int64_t left;
+        int64_t left = deadline - tu_mono_ms();
         int res;
 
         if (!p->conn) {
             return RMQS_EBROKER;
         }
-        if (mode == PUMP_SETTLE && b->unsettled == 0) {
+        if (got_frame && (left <= 0 || n >= PUMP_MAX_FRAMES) &&
+            !amqp_data_in_buffer(p->conn) && !amqp_frames_enqueued(p->conn)) {
             return RMQS_OK;
         }
-        left = deadline - tu_mono_ms();
-        if (mode == PUMP_SERVICE && got_frame && left <= 0) {
-            return RMQS_OK; /* bounded even if frames keep coming */
+        if (n >= 4 * PUMP_MAX_FRAMES) {
+            return RMQS_OK; /* a steady stream: let the caller work too */
         }
-        if (left > 0 && (mode == PUMP_SETTLE ||
-                         (mode == PUMP_SERVICE && !got_frame))) {
+        if (!got_frame && left > 0) {
             tv.tv_sec = (time_t)(left / 1000);
             tv.tv_usec = (suseconds_t)((left % 1000) * 1000);
         }
         res = amqp_simple_wait_frame_noblock(p->conn, &f, &tv);
         if (res == AMQP_STATUS_TIMEOUT) {
-            if (mode != PUMP_SETTLE || tu_mono_ms() >= deadline) {
-                return RMQS_OK;
-            }
-            continue;
+            return RMQS_OK;
         }
         if (res != AMQP_STATUS_OK) {
             drop(p, "%s", amqp_error_string2(res));
             return RMQS_EBROKER;
         }
         got_frame = true;
-        on_frame(p, b, &f);
+        n++;
+        on_frame(p, &f);
         if (!p->conn) {
             return RMQS_EBROKER;
         }
@@ -982,13 +1023,80 @@ static rmqs_rc pump(amqpp_t *p, batch *b, int64_t deadline, pump_mode mode)
     }
 }
 
-rmqs_rc amqpp_service(amqpp_t *p, int timeout_ms)
+/* The oldest unconfirmed publish has waited longer than the confirm
+ * timeout: the broker is not going to answer. */
+static rmqs_rc check_confirm_deadline(amqpp_t *p)
 {
+    char lost[300];
+    uint64_t t;
+
+    for (t = p->low_tag; t < p->next_tag; t++) {
+        flight *f = slot(p, t);
+        if (f->state == FL_FREE) {
+            continue;
+        }
+        if (tu_mono_ms() - f->sent_ms < p->confirm_timeout_ms) {
+            return RMQS_OK;
+        }
+        break;
+    }
+    if (t == p->next_tag) {
+        return RMQS_OK;
+    }
+    snprintf(lost, sizeof lost, "no confirm within %d ms%s%s",
+             p->confirm_timeout_ms, p->blocked ? ": " : "",
+             p->blocked ? BLOCKED_REASON : "");
+    if (p->blocked) {
+        /* The broker is alive but stopped reading our socket (it only says
+         * so once we publish). Dropping the connection would just repeat
+         * that on the next one; keep it and send nothing until unblocked.
+         * Tags only grow, so late acks for these are ignored, never
+         * credited to a later job. */
+        log_warn(MOD, "confirms withheld by a blocked broker",
+                 "unconfirmed=%zu", p->unconfirmed);
+        lose_window(p, lost);
+        return RMQS_OK;
+    }
+    drop(p, "%s", lost);
+    return RMQS_EBROKER;
+}
+
+rmqs_rc amqpp_poll(amqpp_t *p, int wait_ms)
+{
+    rmqs_rc rc;
+
     if (!p->conn) {
         return RMQS_EBROKER;
     }
-    return pump(p, NULL, tu_mono_ms() + (timeout_ms > 0 ? timeout_ms : 0),
-                PUMP_SERVICE);
+    rc = pump(p, wait_ms);
+    if (rc == RMQS_OK && p->unconfirmed > 0) {
+        rc = check_confirm_deadline(p);
+    }
+    return rc;
+}
+
+int amqpp_fd(const amqpp_t *p)
+{
+    return p->conn ? amqp_get_sockfd(p->conn) : -1;
+}
+
+bool amqpp_buffered(const amqpp_t *p)
+{
+    return p->conn &&
+           (amqp_data_in_buffer(p->conn) || amqp_frames_enqueued(p->conn));
+}
+
+int64_t amqpp_oldest_sent_ms(const amqpp_t *p)
+{
+    uint64_t t;
+
+    for (t = p->low_tag; t < p->next_tag; t++) {
+        const flight *f = &p->win[(t - 1) % p->cap];
+        if (f->state != FL_FREE) {
+            return f->sent_ms;
+        }
+    }
+    return INT64_MAX;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1328,160 +1436,94 @@ static int send_message(amqpp_t *p, const job_t *job,
 }
 
 /* ------------------------------------------------------------------ */
-/* Publishing a batch                                                  */
+/* Publishing                                                          */
 
-static void fail_all(amqpp_result *results, size_t n, const char *reason)
+rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
+                         amqpp_report_fn fn, void *cls)
 {
-    size_t i;
+    flight *win;
 
-    for (i = 0; i < n; i++) {
-        set_result(&results[i], AMQPP_UNSENT, "%s", reason);
+    if (window == 0 || !fn || p->unconfirmed > 0) {
+        return RMQS_EINVAL;
     }
+    win = calloc(window, sizeof *win);
+    if (!win) {
+        return RMQS_ENOMEM;
+    }
+    free(p->win);
+    p->win = win;
+    p->cap = window;
+    p->low_tag = p->next_tag;
+    p->confirm_timeout_ms = confirm_timeout_ms > 0 ? confirm_timeout_ms
+                                                   : DEFAULT_CONFIRM_MS;
+    p->on_report = fn;
+    p->report_cls = cls;
+    return RMQS_OK;
 }
 
-/* The connection is gone: unsettled jobs are lost, the rest were never
- * sent. */
-static void lose_batch(batch *b, const char *reason)
+bool amqpp_can_send(const amqpp_t *p)
 {
-    size_t i;
-
-    for (i = 0; i < b->n; i++) {
-        if (b->state[i] == JS_INFLIGHT) {
-            set_result(&b->results[i], AMQPP_LOST, "%s", reason);
-            b->state[i] = JS_DONE;
-        } else if (b->state[i] == JS_RETURNED) {
-            b->state[i] = JS_DONE; /* the return is the broker's answer */
-        }
-    }
-    b->unsettled = 0;
+    return p->conn && p->win && !p->blocked &&
+           p->next_tag - p->low_tag < p->cap;
 }
 
-rmqs_rc amqpp_publish(amqpp_t *p, const job_t *const *jobs, size_t n,
-                      amqpp_result *results, int confirm_timeout_ms)
+size_t amqpp_unconfirmed(const amqpp_t *p)
 {
-    batch b;
+    return p->unconfirmed;
+}
+
+bool amqpp_blocked(const amqpp_t *p)
+{
+    return p->conn && p->blocked;
+}
+
+rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
+{
+    amqpp_result r;
     msg_buf m;
-    char why[240], lost[300];
-    int64_t deadline;
-    rmqs_rc rc = RMQS_OK;
-    size_t i;
+    char why[240];
+    flight *f;
     int res;
 
-    if (n == 0) {
+    if (!amqpp_can_send(p)) {
+        set_result(&r, AMQPP_UNSENT, "not published: %s",
+                   !p->conn      ? "not connected to the broker"
+                   : p->blocked  ? BLOCKED_REASON
+                                 : "too many unconfirmed publishes");
+        p->on_report(p->report_cls, ctx, &r);
+        return p->conn ? RMQS_OK : RMQS_EBROKER;
+    }
+    if (p->sent_since_poll >= POLL_EVERY) {
+        /* Heartbeats, early acks, a channel.close or connection.blocked;
+         * also keeps the acks from piling up unread during a burst. */
+        p->sent_since_poll = 0;
+        if (pump(p, 0) != RMQS_OK || !amqpp_can_send(p)) {
+            return amqpp_send(p, job, ctx); /* reports it unsent */
+        }
+    }
+    recycle_amqp_pool(&p->pool);
+    if (build_message(p, &p->pool, job, &m, why, sizeof why) != 0) {
+        /* Retrying cannot help; let the attempt fail like a nack. */
+        log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"",
+                 job->id, why);
+        set_result(&r, AMQPP_NACKED, "not publishable: %s", why);
+        p->on_report(p->report_cls, ctx, &r);
         return RMQS_OK;
     }
-    if (confirm_timeout_ms <= 0) {
-        confirm_timeout_ms = DEFAULT_CONFIRM_MS;
-    }
-    fail_all(results, n, "not published");
-    if (!p->conn) {
-        fail_all(results, n, "not published: not connected to the broker");
+    f = slot(p, p->next_tag);
+    f->job = job;
+    f->ctx = ctx;
+    f->state = FL_INFLIGHT;
+    f->sent_ms = tu_mono_ms();
+    f->reason[0] = '\0';
+    p->next_tag++;
+    p->unconfirmed++;
+    p->sent_since_poll++;
+    res = send_message(p, job, &m.props);
+    recycle_amqp_pool(&p->pool);
+    if (res != AMQP_STATUS_OK) {
+        drop(p, "publish failed: %s", amqp_error_string2(res)); /* reports */
         return RMQS_EBROKER;
     }
-    deadline = tu_mono_ms() + confirm_timeout_ms;
-
-    /* Take in what arrived since the last call (close, blocked, unblocked)
-     * before sending anything. */
-    if (pump(p, NULL, 0, PUMP_DRAIN) != RMQS_OK) {
-        snprintf(lost, sizeof lost, "not published: connection lost: %s",
-                 p->lost_reason);
-        fail_all(results, n, lost);
-        return RMQS_EBROKER;
-    }
-    if (p->blocked) {
-        fail_all(results, n, BLOCKED_REASON);
-        return RMQS_OK;
-    }
-
-    memset(&b, 0, sizeof b);
-    b.jobs = jobs;
-    b.results = results;
-    b.n = n;
-    b.first_tag = p->next_tag;
-    init_amqp_pool(&b.pool, 4096);
-    b.state = calloc(n, 1);
-    b.order = malloc(n * sizeof *b.order);
-    if (!b.state || !b.order) {
-        fail_all(results, n, "not published: out of memory");
-        rc = RMQS_ENOMEM;
-        goto out;
-    }
-
-    for (i = 0; i < n && !b.stop; i++) {
-        if (b.published > 0 && b.published % POLL_EVERY == 0) {
-            /* Heartbeats, early acks, a channel.close or connection.blocked
-             * that makes the rest pointless. */
-            if (pump(p, &b, 0, PUMP_DRAIN) != RMQS_OK) {
-                goto lost;
-            }
-            if (b.stop) {
-                break;
-            }
-        }
-        recycle_amqp_pool(&b.pool);
-        if (build_message(p, &b.pool, jobs[i], &m, why, sizeof why) != 0) {
-            /* Retrying cannot help; let the attempt fail like a nack. */
-            set_result(&results[i], AMQPP_NACKED, "not publishable: %s", why);
-            b.state[i] = JS_DONE;
-            log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"",
-                     jobs[i]->id, why);
-            continue;
-        }
-        res = send_message(p, jobs[i], &m.props);
-        if (res != AMQP_STATUS_OK) {
-            drop(p, "publish failed: %s", amqp_error_string2(res));
-            goto lost;
-        }
-        b.order[b.published++] = i;
-        b.state[i] = JS_INFLIGHT;
-        b.unsettled++;
-        p->next_tag++;
-    }
-    recycle_amqp_pool(&b.pool);
-
-    if (pump(p, &b, deadline, PUMP_SETTLE) != RMQS_OK) {
-        goto lost;
-    }
-    if (b.unsettled > 0 && p->blocked) {
-        /* The broker is alive but stopped reading our socket (it only says
-         * so once we publish). Dropping the connection would just repeat
-         * that on the next one; keep it and send nothing until unblocked.
-         * Tags only grow, so late acks for these are ignored, never
-         * credited to a later job. */
-        snprintf(lost, sizeof lost, "no confirm within %d ms: %s",
-                 confirm_timeout_ms, BLOCKED_REASON);
-        log_warn(MOD, "confirms withheld by a blocked broker",
-                 "unsettled=%zu", b.unsettled);
-        lose_batch(&b, lost);
-        rc = RMQS_OK;
-        goto out;
-    }
-    if (b.unsettled > 0) {
-        snprintf(lost, sizeof lost, "no confirm within %d ms",
-                 confirm_timeout_ms);
-        lose_batch(&b, lost);
-        drop(p, "%s", lost);
-        rc = RMQS_EBROKER;
-        goto out;
-    }
-    rc = p->conn ? RMQS_OK : RMQS_EBROKER;
-    goto out;
-
-lost:
-    snprintf(lost, sizeof lost, "connection lost: %s", p->lost_reason);
-    lose_batch(&b, lost);
-    snprintf(b.stop_reason, sizeof b.stop_reason,
-             "not published: connection lost: %.200s", p->lost_reason);
-    rc = RMQS_EBROKER;
-
-out:
-    for (i = 0; b.state && i < n; i++) {
-        if (b.state[i] == JS_UNSENT && b.stop_reason[0]) {
-            set_result(&results[i], AMQPP_UNSENT, "%s", b.stop_reason);
-        }
-    }
-    free(b.state);
-    free(b.order);
-    empty_amqp_pool(&b.pool);
-    return rc;
+    return RMQS_OK;
 }

@@ -9,13 +9,14 @@
  * no confirm-wait helper: this module reads the frames itself.
  *
  * Heartbeats are only serviced while this module reads frames, so the owner
- * must call amqpp_service() at least every heartbeat/2 when idle.
+ * must call amqpp_poll() at least every heartbeat/2 when idle.
  */
 #ifndef RMQS_AMQP_PUBLISHER_H
 #define RMQS_AMQP_PUBLISHER_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "job.h"
 #include "rmqs.h"
@@ -62,21 +63,47 @@ bool amqpp_connected(const amqpp_t *p);
 void amqpp_disconnect(amqpp_t *p);
 
 /*
- * Read whatever frames are waiting, waiting at most timeout_ms (0: poll):
- * answers heartbeats and notices a dead or closed connection. Returns
- * RMQS_OK, or RMQS_EBROKER once the connection is gone (now disconnected).
+ * Publishing is pipelined: amqpp_send() puts a message on the wire and
+ * returns; the broker's answer comes later, through the report function
+ * given to amqpp_set_window(), called once for every job handed to
+ * amqpp_send() (from inside amqpp_send, amqpp_poll or amqpp_disconnect, on
+ * the owner's thread; it must not call back into this module). At most
+ * `window` publishes are unconfirmed at a time.
  */
-rmqs_rc amqpp_service(amqpp_t *p, int timeout_ms);
+typedef void (*amqpp_report_fn)(void *cls, void *ctx, const amqpp_result *r);
+
+/* Set up the window (before the first send). RMQS_EINVAL, RMQS_ENOMEM. */
+rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
+                         amqpp_report_fn fn, void *cls);
+
+/* Connected, not blocked by the broker, and room in the window. */
+bool amqpp_can_send(const amqpp_t *p);
+bool amqpp_blocked(const amqpp_t *p);
+size_t amqpp_unconfirmed(const amqpp_t *p);
+/* Monotonic ms of the oldest unconfirmed publish; INT64_MAX if none. */
+int64_t amqpp_oldest_sent_ms(const amqpp_t *p);
 
 /*
- * Publish n jobs back to back and wait (at most confirm_timeout_ms) until the
- * broker has settled every one; results[i] tells what happened to jobs[i].
- * Returns RMQS_OK when every job has a result that came from the broker, or
- * RMQS_EBROKER when the connection was lost (the unsettled ones are
- * AMQPP_LOST and the publisher is now disconnected).
+ * Publish job (borrowed until reported) with ctx for its report. A job that
+ * cannot be sent now (see amqpp_can_send) or cannot be encoded is reported
+ * at once (AMQPP_UNSENT / AMQPP_NACKED). Returns RMQS_OK, or RMQS_EBROKER
+ * once the connection is gone (everything unconfirmed has been reported
+ * AMQPP_LOST and the publisher is disconnected).
  */
-rmqs_rc amqpp_publish(amqpp_t *p, const job_t *const *jobs, size_t n,
-                      amqpp_result *results, int confirm_timeout_ms);
+rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx);
+
+/*
+ * Read and handle the frames that arrived (acks, returns, heartbeats,
+ * channel or connection close), first waiting up to wait_ms for one; gives
+ * up on confirms older than the confirm timeout. Returns RMQS_OK, or
+ * RMQS_EBROKER once the connection is gone (now disconnected).
+ */
+rmqs_rc amqpp_poll(amqpp_t *p, int wait_ms);
+
+/* The socket to wait on (-1 when disconnected), and whether frames are
+ * already read into memory (then do not wait on the socket). */
+int amqpp_fd(const amqpp_t *p);
+bool amqpp_buffered(const amqpp_t *p);
 
 /* The URL with the password replaced by "***", for logs (borrowed). */
 const char *amqpp_safe_url(const amqpp_t *p);

@@ -26,6 +26,8 @@ typedef struct config {
     int64_t heartbeat_s;
     int64_t confirm_timeout_ms;
     int64_t batch_size;
+    int64_t publish_window;
+    int64_t dispatch_lookahead_ms;
     int64_t http_threads;
     int64_t http_timeout_s;  /* idle connection timeout */
     int64_t http_max_conns;

@@ -1,29 +1,53 @@
 /*
  * dispatcher.c - the timing loop between the store and the broker.
  *
- * Why a thread of its own: rabbitmq-c connections belong to one thread, and
- * precise timing wants one place that knows the next due time. The loop:
+ * Why two threads: a job must leave the moment it is due, and the two
+ * things that take time between the store and the broker - a transaction
+ * (it waits for the store lock, which the writer holds through its fsync)
+ * and a publisher confirm (the broker's round trip and its own fsync) - must
+ * not stand in the way of that moment. So:
  *
- *   connect (backoff while the broker is away)
- *   claim due jobs (pending -> publishing, attempts + 1, one transaction)
- *   publish them back to back, wait for every confirm / return / nack
- *   settle them (sent, retry later with backoff, failed, or released)
- *   nothing due: sleep on a CLOCK_MONOTONIC condition variable until the
- *   earliest due_at, or until disp_notify() says something sooner arrived
+ *   feeder thread (store side)            publisher thread (broker side)
+ *   claims jobs due within the            owns the AMQP connection (rabbitmq-c
+ *   lookahead (pending -> publishing,     connections belong to one thread);
+ *   attempts + 1) into `ahead`, in due    sleeps (ppoll on an eventfd and the
+ *   order, ahead of their time;           socket) until the first job in
+ *   records outcomes (`done`) in one      `ahead` is due, publishes it at once
+ *   transaction per bunch                 (pipelined: a window of unconfirmed
+ *                                         publishes), reads confirms and
+ *                                         returns as they come and hands each
+ *                                         outcome to the feeder
  *
- * Idle sleeps are capped (IDLE_CAP_MS, and half the heartbeat) so heartbeats
- * are answered and a step of the wall clock is noticed within a second.
- * Nothing due is ever lost while the broker is away: jobs stay pending in the
- * store and are claimed oldest first once the connection is back.
+ * The publisher never waits for the database, and the feeder never waits for
+ * the broker. Claiming ahead means a job is `publishing` from up to
+ * lookahead_ms before its deliver_at (so it can no longer be cancelled or
+ * rescheduled then: 409); it is still published only once the wall clock
+ * has reached its due time. Jobs claimed but not published when the
+ * connection goes, or at stop, are released (pending again, the attempt not
+ * counted); after a crash the store's recovery does the same.
+ *
+ * Waking: the feeder plans its next claim for lookahead_ms before the next
+ * pending due time. disp_notify() (a job stored or rescheduled) wakes it
+ * only when the new due time is earlier than that plan allows. Idle sleeps
+ * are capped (IDLE_CAP_MS, and half the heartbeat) so heartbeats are
+ * answered and a step of the wall clock is noticed within a second.
+ *
+ * Nothing due is ever lost while the broker is away: jobs stay pending in
+ * the store (the feeder does not claim while the publisher is not
+ * connected) and are claimed oldest first once the connection is back.
  */
 #include "dispatcher.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "metrics.h"
@@ -32,22 +56,39 @@
 #define IDLE_CAP_MS 1000            /* longest sleep without looking again */
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
-#define STALL_MS 200                /* pause when a round made no progress */
+
+/* A claimed job on its way: in `ahead`, unconfirmed at the broker, then in
+ * `done` with its outcome. Owned by the dispatcher from claim to settle. */
+typedef struct item {
+    job_t job;
+    int64_t sent_ms;        /* wall ms of the publish, -1 before */
+    store_outcome out;      /* set when the broker answered */
+    char reason[256];       /* out.error points here */
+    struct item *next;      /* in `done` */
+} item;
 
 struct disp {
     store_t *st;            /* borrowed */
-    amqpp_t *pub;           /* owned; used only by the thread */
+    amqpp_t *pub;           /* owned; used only by the publisher thread */
     disp_options opt;
 
-    pthread_t thread;
-    bool started;
+    pthread_t feeder, publisher;
+    bool feeder_started, publisher_started;
+    int wake_fd;            /* eventfd: wakes the publisher thread */
 
-    pthread_mutex_t mu;     /* guards stop, kicked, sleep_until */
-    pthread_cond_t cv;      /* CLOCK_MONOTONIC */
+    pthread_mutex_t mu;     /* guards everything below */
+    pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the feeder */
     bool stop;
-    bool kicked;            /* a notify arrived since the thread last looked */
-    int64_t sleep_until;    /* wall ms the thread sleeps towards; INT64_MAX
-                               while it is busy or has nothing to wait for */
+    bool publisher_done;    /* the publisher thread has handed back all */
+    bool kicked;            /* a job wants claiming before next_claim_at */
+    int64_t next_claim_at;  /* wall ms the feeder plans to claim at */
+    int64_t notified_due;   /* earliest due time notified since the claim */
+    bool can_claim;         /* the publisher is connected and unblocked */
+    item **ahead;           /* claimed, not yet published, by due time:
+                               ahead[ahead_head .. ahead_head + ahead_n) */
+    size_t ahead_head, ahead_n, ahead_cap;
+    item *done_head, *done_tail; /* answered, waiting to be recorded */
+    size_t done_n;
 
     atomic_bool connected;
 };
@@ -63,30 +104,60 @@ int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms)
     return d < cap_ms ? d : cap_ms;
 }
 
+static void wake_publisher(disp_t *d)
+{
+    uint64_t one = 1;
+    ssize_t r = write(d->wake_fd, &one, sizeof one);
+
+    (void)r; /* EAGAIN: the counter is already non-zero, it wakes anyway */
+}
+
+static void on_report(void *cls, void *ctx, const amqpp_result *r);
+
 disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
 {
     disp_t *d = calloc(1, sizeof(*d));
     pthread_condattr_t ca;
+    size_t window;
 
     if (d == NULL)
         return NULL;
     d->st = st;
     d->pub = pub;
     d->opt = *opt;
-    d->sleep_until = INT64_MAX;
+    if (d->opt.batch_size < 1)
+        d->opt.batch_size = 1;
+    if (d->opt.lookahead_ms < 0)
+        d->opt.lookahead_ms = 0;
+    window = d->opt.window > 0 ? (size_t)d->opt.window
+                               : 2 * (size_t)d->opt.batch_size;
+    d->ahead_cap = (size_t)d->opt.batch_size;
+    d->ahead = calloc(d->ahead_cap, sizeof(*d->ahead));
+    d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    d->next_claim_at = INT64_MIN; /* claim at once */
+    d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
     pthread_mutex_init(&d->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&d->cv, &ca);
     pthread_condattr_destroy(&ca);
+    if (d->ahead == NULL || d->wake_fd < 0 ||
+        amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, on_report,
+                         d) != RMQS_OK) {
+        d->pub = NULL; /* still the caller's on failure */
+        disp_free(d);
+        return NULL;
+    }
     return d;
 }
 
 void disp_notify(disp_t *d, int64_t due_at_ms)
 {
     pthread_mutex_lock(&d->mu);
-    if (due_at_ms < d->sleep_until || d->sleep_until == INT64_MAX) {
+    if (due_at_ms < d->notified_due)
+        d->notified_due = due_at_ms;
+    if (due_at_ms - d->opt.lookahead_ms < d->next_claim_at && !d->kicked) {
         d->kicked = true;
         pthread_cond_signal(&d->cv);
     }
@@ -98,64 +169,6 @@ bool disp_broker_connected(disp_t *d)
     return atomic_load(&d->connected);
 }
 
-/*
- * Sleep until the wall-clock time wall_ms (INT64_MAX: no target), at most
- * cap_ms, unless kicked or stopped first. Returns true if the thread should
- * stop.
- */
-static bool disp_sleep(disp_t *d, int64_t wall_ms, int64_t cap_ms,
-                       bool wake_on_notify)
-{
-    struct timespec now_rt, deadline;
-    int64_t wait_ns;
-    bool stop;
-
-    clock_gettime(CLOCK_REALTIME, &now_rt);
-    if (wall_ms == INT64_MAX) {
-        wait_ns = cap_ms * 1000000;
-    } else {
-        int64_t now_ns = (int64_t)now_rt.tv_sec * 1000000000 + now_rt.tv_nsec;
-        wait_ns = wall_ms * 1000000 - now_ns;
-        if (wait_ns > cap_ms * 1000000)
-            wait_ns = cap_ms * 1000000;
-    }
-    pthread_mutex_lock(&d->mu);
-    if (wake_on_notify && d->kicked) {
-        d->kicked = false;
-        stop = d->stop;
-        pthread_mutex_unlock(&d->mu);
-        return stop;
-    }
-    if (wait_ns > 0 && !d->stop) {
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_sec += wait_ns / 1000000000;
-        deadline.tv_nsec += wait_ns % 1000000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-        d->sleep_until = wake_on_notify ? wall_ms : INT64_MIN;
-        while (!d->stop && !(wake_on_notify && d->kicked)) {
-            if (pthread_cond_timedwait(&d->cv, &d->mu, &deadline) != 0)
-                break; /* ETIMEDOUT */
-        }
-        d->sleep_until = INT64_MAX;
-    }
-    d->kicked = false;
-    stop = d->stop;
-    pthread_mutex_unlock(&d->mu);
-    return stop;
-}
-
-static bool disp_stopping(disp_t *d)
-{
-    bool s;
-    pthread_mutex_lock(&d->mu);
-    s = d->stop;
-    pthread_mutex_unlock(&d->mu);
-    return s;
-}
-
 static int64_t jitter(int64_t ms)
 {
     unsigned int r = 0;
@@ -164,75 +177,156 @@ static int64_t jitter(int64_t ms)
     return ms / 2 + (int64_t)(r % (unsigned int)(ms / 2 + 1));
 }
 
-/* Record the outcomes of a published batch; retried until the store takes
- * them or the dispatcher stops (jobs left publishing are recovered at the
- * next start). Returns how many jobs progressed (not released). */
-static size_t disp_settle(disp_t *d, job_t *jobs, const amqpp_result *res,
-                          size_t n)
+/* A monotonic deadline wait_ms from now, for pthread_cond_timedwait. */
+static struct timespec mono_in(int64_t wait_ms)
 {
-    store_outcome *out = calloc(n, sizeof(*out));
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += wait_ms / 1000;
+    t.tv_nsec += (wait_ms % 1000) * 1000000;
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000;
+    }
+    return t;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Outcomes (publisher thread -> feeder thread)                             */
+
+/* Queue an answered item for the feeder. Called with d->mu held. */
+static void done_push_locked(disp_t *d, item *it)
+{
+    it->next = NULL;
+    if (d->done_tail)
+        d->done_tail->next = it;
+    else
+        d->done_head = it;
+    d->done_tail = it;
+    d->done_n++;
+}
+
+static void done_push(disp_t *d, item *it)
+{
+    pthread_mutex_lock(&d->mu);
+    done_push_locked(d, it);
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* amqpp's report: what the broker said about one job (publisher thread). */
+static void on_report(void *cls, void *ctx, const amqpp_result *r)
+{
+    disp_t *d = cls;
+    item *it = ctx;
+    job_t *j = &it->job;
     int64_t now = tu_now_ms();
-    size_t progressed = 0;
+
+    it->out = (store_outcome){.id = j->id};
+    switch (r->kind) {
+    case AMQPP_ACKED:
+        it->out.kind = STORE_OUT_SENT;
+        metrics_publish_attempts(1);
+        metrics_job_sent(it->sent_ms - j->deliver_at);
+        log_debug("dispatcher", "sent",
+                  "job_id=%s exchange=\"%s\" routing_key=\"%s\" late_ms=%lld",
+                  j->id, j->exchange, j->routing_key,
+                  (long long)(it->sent_ms - j->deliver_at));
+        break;
+    case AMQPP_UNSENT:
+        it->out.kind = STORE_OUT_RELEASE;
+        break;
+    default:
+        metrics_publish_attempts(1);
+        metrics_publish_failure(r->kind == AMQPP_RETURNED ? MF_RETURNED
+                                : r->kind == AMQPP_NACKED ? MF_NACKED
+                                : r->kind == AMQPP_CLOSED ? MF_CHANNEL_CLOSED
+                                                          : MF_CONNECTION_LOST);
+        if (j->attempts >= j->max_attempts)
+            metrics_job_failed();
+        snprintf(it->reason, sizeof(it->reason), "%s", r->reason);
+        it->out.kind = STORE_OUT_RETRY;
+        it->out.error = it->reason;
+        it->out.retry_at = now + disp_backoff_ms(j->attempts,
+                                                 d->opt.backoff_base_ms,
+                                                 d->opt.backoff_cap_ms);
+        if (j->attempts >= j->max_attempts)
+            log_warn("dispatcher", "job failed",
+                     "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
+                     "attempt=%d error=\"%s\"",
+                     j->id, j->exchange, j->routing_key, j->attempts,
+                     r->reason);
+        else
+            log_warn("dispatcher", "publish attempt failed",
+                     "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
+                     "attempt=%d max_attempts=%d error=\"%s\"",
+                     j->id, j->exchange, j->routing_key, j->attempts,
+                     j->max_attempts, r->reason);
+        break;
+    }
+    done_push(d, it);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The feeder thread: claims and settles                                    */
+
+static void items_free(item *it)
+{
+    while (it) {
+        item *next = it->next;
+        job_clear(&it->job);
+        free(it);
+        it = next;
+    }
+}
+
+/* Record every outcome in `list` (one transaction), retried until the store
+ * takes them or the dispatcher stops (jobs left publishing are recovered
+ * at the next start). Frees the list. Returns the earliest due time of the
+ * jobs it made pending again (a retry or a release), INT64_MAX if none. */
+static int64_t settle_list(disp_t *d, item *list, size_t n)
+{
+    store_outcome *out = n ? calloc(n, sizeof(*out)) : NULL;
+    int64_t now = tu_now_ms(), again = INT64_MAX;
+    size_t i = 0;
     rmqs_rc rc;
 
+    if (n == 0)
+        return INT64_MAX;
     if (out == NULL) {
-        log_error("dispatcher", "cannot settle batch", "n=%zu error=\"out of memory\"", n);
-        return 0;
+        log_error("dispatcher", "cannot record publish results",
+                  "n=%zu error=\"out of memory\" note=\"jobs stay publishing "
+                  "and are published again at the next start\"", n);
+        items_free(list);
+        return INT64_MAX;
     }
-    for (size_t i = 0; i < n; i++) {
-        job_t *j = &jobs[i];
-        out[i].id = j->id;
-        switch (res[i].kind) {
-        case AMQPP_ACKED:
-            out[i].kind = STORE_OUT_SENT;
-            progressed++;
-            metrics_publish_attempts(1);
-            metrics_job_sent(now - j->deliver_at);
-            log_debug("dispatcher", "sent",
-                      "job_id=%s exchange=\"%s\" routing_key=\"%s\" late_ms=%lld",
-                      j->id, j->exchange, j->routing_key,
-                      (long long)(now - j->deliver_at));
-            break;
-        case AMQPP_UNSENT:
-            out[i].kind = STORE_OUT_RELEASE;
-            break;
-        default:
-            metrics_publish_attempts(1);
-            metrics_publish_failure(
-                res[i].kind == AMQPP_RETURNED ? MF_RETURNED
-                : res[i].kind == AMQPP_NACKED ? MF_NACKED
-                : res[i].kind == AMQPP_CLOSED ? MF_CHANNEL_CLOSED
-                                              : MF_CONNECTION_LOST);
-            if (j->attempts >= j->max_attempts)
-                metrics_job_failed();
-            out[i].kind = STORE_OUT_RETRY;
-            out[i].error = res[i].reason;
-            out[i].retry_at = now + disp_backoff_ms(j->attempts,
-                                                    d->opt.backoff_base_ms,
-                                                    d->opt.backoff_cap_ms);
-            progressed++;
-            if (j->attempts >= j->max_attempts)
-                log_warn("dispatcher", "job failed",
-                         "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
-                         "attempt=%d error=\"%s\"",
-                         j->id, j->exchange, j->routing_key, j->attempts,
-                         res[i].reason);
-            else
-                log_warn("dispatcher", "publish attempt failed",
-                         "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
-                         "attempt=%d max_attempts=%d error=\"%s\"",
-                         j->id, j->exchange, j->routing_key, j->attempts,
-                         j->max_attempts, res[i].reason);
-            break;
-        }
+    for (item *it = list; it && i < n; it = it->next) {
+        int64_t due = INT64_MAX;
+        out[i++] = it->out;
+        if (it->out.kind == STORE_OUT_RELEASE)
+            due = it->job.due_at;
+        else if (it->out.kind == STORE_OUT_RETRY &&
+                 it->job.attempts < it->job.max_attempts)
+            due = it->out.retry_at;
+        if (due < again)
+            again = due;
     }
     for (int64_t wait = 100;; wait = wait < 5000 ? wait * 2 : 5000) {
+        bool stop;
         rc = store_settle(d->st, out, n, now);
         if (rc == RMQS_OK)
             break;
         log_error("dispatcher", "cannot record publish results; retrying",
                   "n=%zu error=%s", n, rmqs_rc_name(rc));
-        if (disp_sleep(d, INT64_MAX, wait, false)) {
+        pthread_mutex_lock(&d->mu);
+        if (!d->stop) {
+            struct timespec dl = mono_in(wait);
+            pthread_cond_timedwait(&d->cv, &d->mu, &dl);
+        }
+        stop = d->stop;
+        pthread_mutex_unlock(&d->mu);
+        if (stop) {
             log_error("dispatcher", "stopping with unrecorded results",
                       "n=%zu note=\"jobs stay publishing and are published "
                       "again at the next start\"", n);
@@ -240,62 +334,312 @@ static size_t disp_settle(disp_t *d, job_t *jobs, const amqpp_result *res,
         }
     }
     free(out);
-    return progressed;
+    items_free(list);
+    return again;
 }
 
-/* One round: claim what is due and publish it. Returns how many jobs were
- * claimed (0: nothing due), or -1 on a store error. *progress tells whether
- * anything moved on (all released means the broker refused to take them). */
-static long disp_round(disp_t *d, bool *progress)
+/* Put claimed jobs (due order) into `ahead`, keeping it in due order. Called
+ * with d->mu held; n fits (the claim was bounded by the free room). A later
+ * claim can hold jobs due before the last ones of an earlier claim (a job
+ * scheduled at short notice), hence a merge. */
+static void ahead_merge_locked(disp_t *d, item **in, size_t n)
+{
+    item **a = d->ahead;
+    size_t na, nb = n;
+
+    if (d->ahead_head > 0) { /* live items to the front */
+        memmove(a, a + d->ahead_head, d->ahead_n * sizeof(*a));
+        d->ahead_head = 0;
+    }
+    na = d->ahead_n;
+    while (nb > 0) { /* from the back, in place */
+        if (na > 0 && a[na - 1]->job.due_at > in[nb - 1]->job.due_at) {
+            a[na + nb - 1] = a[na - 1];
+            na--;
+        } else {
+            a[na + nb - 1] = in[nb - 1];
+            nb--;
+        }
+    }
+    d->ahead_n += n;
+}
+
+/*
+ * Claim what falls due before now + lookahead, as far as `ahead` has room.
+ * Returns how many were claimed, or -1 on a store error (logged).
+ */
+static long feed(disp_t *d, size_t room, bool *more)
 {
     job_t *jobs = NULL;
-    const job_t **ptrs = NULL;
-    amqpp_result *res = NULL;
-    size_t n = 0;
-    long claimed = -1;
+    item **items = NULL;
+    size_t n = 0, k = 0;
+    int64_t now = tu_now_ms();
     rmqs_rc rc;
 
-    *progress = false;
-    rc = store_claim_due(d->st, tu_now_ms(), (size_t)d->opt.batch_size, &jobs,
-                         &n);
+    *more = false;
+    rc = store_claim_due(d->st, now + d->opt.lookahead_ms /* TODO now */, room,
+                         &jobs, &n);
     if (rc != RMQS_OK) {
         log_error("dispatcher", "cannot claim due jobs", "error=%s",
                   rmqs_rc_name(rc));
-        goto out;
+        return -1;
     }
-    claimed = (long)n;
     if (n == 0)
-        goto out;
-    ptrs = calloc(n, sizeof(*ptrs));
-    res = calloc(n, sizeof(*res));
-    if (ptrs == NULL || res == NULL) {
-        /* Give the claimed jobs back untouched. */
+        return 0;
+    *more = n == room;
+    items = calloc(n, sizeof(*items));
+    for (k = 0; items != NULL && k < n; k++) {
+        items[k] = calloc(1, sizeof(**items));
+        if (items[k] == NULL)
+            break;
+        items[k]->job = jobs[k]; /* moves the job's allocations */
+        items[k]->sent_ms = -1;
+    }
+    if (k < n) { /* out of memory: give the rest back untouched */
         store_outcome o;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = k; i < n; i++) {
             o = (store_outcome){.id = jobs[i].id, .kind = STORE_OUT_RELEASE};
-            store_settle(d->st, &o, 1, tu_now_ms());
+            store_settle(d->st, &o, 1, now);
+            job_clear(&jobs[i]);
         }
-        goto out;
+        log_error("dispatcher", "out of memory; jobs released", "n=%zu",
+                  n - k);
+        n = k;
     }
-    for (size_t i = 0; i < n; i++)
-        ptrs[i] = &jobs[i];
-    rc = amqpp_publish(d->pub, ptrs, n, res, d->opt.confirm_timeout_ms);
-    if (rc != RMQS_OK) {
-        atomic_store(&d->connected, false);
-        log_warn("dispatcher", "broker connection lost while publishing",
-                 "n=%zu", n);
-    }
-    *progress = disp_settle(d, jobs, res, n) > 0;
-out:
-    for (size_t i = 0; i < n; i++)
-        job_clear(&jobs[i]);
+    pthread_mutex_lock(&d->mu);
+    ahead_merge_locked(d, items, n);
+    pthread_mutex_unlock(&d->mu);
+    if (n > 0)
+        wake_publisher(d);
+    free(items);
     free(jobs);
-    free(ptrs);
-    free(res);
-    return claimed;
+    return (long)n;
 }
 
-static void *disp_main(void *arg)
+static void *feeder_main(void *arg)
+{
+    disp_t *d = arg;
+    int64_t claim_retry_at = INT64_MIN; /* after a store error */
+
+    for (;;) {
+        item *list;
+        size_t n_done, room;
+        bool claim, stop, more = false, any = false;
+        int64_t now = tu_now_ms(), next = INT64_MAX, wait;
+
+        pthread_mutex_lock(&d->mu);
+        list = d->done_head;
+        n_done = d->done_n;
+        d->done_head = d->done_tail = NULL;
+        d->done_n = 0;
+        stop = d->stop;
+        room = d->ahead_cap - d->ahead_n;
+        claim = !stop && d->can_claim && room > 0 && now >= claim_retry_at &&
+                (d->kicked || now >= d->next_claim_at);
+        if (claim) {
+            d->kicked = false;
+            d->notified_due = INT64_MAX; /* this claim covers those */
+        }
+        if (stop && list == NULL && d->publisher_done) {
+            pthread_mutex_unlock(&d->mu);
+            break;
+        }
+        pthread_mutex_unlock(&d->mu);
+
+        if (list != NULL) {
+            int64_t again = settle_list(d, list, n_done);
+            if (again != INT64_MAX)
+                disp_notify(d, again); /* pending again: plan for it */
+        }
+        if (claim) {
+            long got = feed(d, room, &more);
+            if (got < 0)
+                claim_retry_at = tu_now_ms() + IDLE_CAP_MS; /* no spinning */
+            else if (!more && store_next_due(d->st, &any, &next) != RMQS_OK)
+                any = false;
+            pthread_mutex_lock(&d->mu);
+            if (more) {
+                d->next_claim_at = INT64_MIN; /* as soon as there is room */
+            } else {
+                /* Claim again lookahead before the next due job, but not
+                 * sooner than a quarter of the lookahead from now: each
+                 * claim then takes a bunch, still well ahead of time. */
+                int64_t at = any ? next - d->opt.lookahead_ms : INT64_MAX;
+                int64_t soonest = tu_now_ms() + d->opt.lookahead_ms / 4;
+                if (at < soonest)
+                    at = soonest;
+                if (d->notified_due != INT64_MAX &&
+                    d->notified_due - d->opt.lookahead_ms < at)
+                    at = d->notified_due - d->opt.lookahead_ms;
+                d->next_claim_at = at;
+            }
+            pthread_mutex_unlock(&d->mu);
+            continue; /* look at `done` and the plan again */
+        }
+
+        pthread_mutex_lock(&d->mu);
+        now = tu_now_ms();
+        claim = !d->stop && d->can_claim && d->ahead_n < d->ahead_cap &&
+                now >= claim_retry_at;
+        if (d->done_head == NULL && !(d->stop && d->publisher_done) &&
+            !(claim && (d->kicked || now >= d->next_claim_at))) {
+            wait = IDLE_CAP_MS;
+            if (claim && d->next_claim_at < now + wait)
+                wait = d->next_claim_at - now; /* > 0: checked above */
+            else if (!claim && claim_retry_at > now &&
+                     claim_retry_at < now + wait)
+                wait = claim_retry_at - now;
+            if (wait > 0) {
+                struct timespec dl = mono_in(wait);
+                pthread_cond_timedwait(&d->cv, &d->mu, &dl);
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The publisher thread: publishes on time, reads the broker's answers      */
+
+/* Whether the thread should stop (no lock needed for a glance). */
+static bool stopping(disp_t *d)
+{
+    bool s;
+    pthread_mutex_lock(&d->mu);
+    s = d->stop;
+    pthread_mutex_unlock(&d->mu);
+    return s;
+}
+
+static void set_can_claim(disp_t *d, bool v)
+{
+    pthread_mutex_lock(&d->mu);
+    if (d->can_claim != v) {
+        d->can_claim = v;
+        if (v)
+            d->next_claim_at = INT64_MIN;
+        pthread_cond_signal(&d->cv);
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Give every job of `ahead` back to the store (not published). */
+static void release_ahead(disp_t *d)
+{
+    pthread_mutex_lock(&d->mu);
+    while (d->ahead_n > 0) {
+        item *it = d->ahead[d->ahead_head++];
+        d->ahead_n--;
+        it->out = (store_outcome){.id = it->job.id, .kind = STORE_OUT_RELEASE};
+        done_push_locked(d, it);
+    }
+    d->ahead_head = 0;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Take the first job of `ahead` if it is due at now_ms; else NULL and
+ * *next_due its due time (INT64_MAX: none). */
+static item *take_due(disp_t *d, int64_t now_ms, int64_t *next_due)
+{
+    item *it = NULL;
+
+    pthread_mutex_lock(&d->mu);
+    *next_due = INT64_MAX;
+    if (d->ahead_n > 0) {
+        item *first = d->ahead[d->ahead_head];
+        if (first->job.due_at <= now_ms) {
+            it = first;
+            d->ahead_head++;
+            d->ahead_n--;
+            if (d->ahead_n == 0)
+                d->ahead_head = 0;
+            if (d->ahead_n == d->ahead_cap / 2)
+                pthread_cond_signal(&d->cv); /* room to claim more */
+        } else {
+            *next_due = first->job.due_at;
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return it;
+}
+
+/*
+ * Wait until wall time wall_ms (at most cap_ms), a wake-up through the
+ * eventfd, or a frame on the AMQP socket. Returns true if the socket (or
+ * rabbitmq-c's buffer) has something to read.
+ */
+static bool wait_events(disp_t *d, int64_t wall_ms, int64_t cap_ms)
+{
+    struct pollfd fds[2];
+    struct timespec now_rt, ts;
+    int64_t wait_ns;
+    int nfds = 1, fd = amqpp_fd(d->pub);
+    uint64_t count;
+
+    if (amqpp_buffered(d->pub))
+        return true;
+    clock_gettime(CLOCK_REALTIME, &now_rt);
+    wait_ns = cap_ms * 1000000;
+    if (wall_ms != INT64_MAX) {
+        int64_t to_due = wall_ms * 1000000 -
+                         ((int64_t)now_rt.tv_sec * 1000000000 + now_rt.tv_nsec);
+        if (to_due < wait_ns)
+            wait_ns = to_due;
+    }
+    if (wait_ns < 0)
+        wait_ns = 0;
+    ts.tv_sec = wait_ns / 1000000000;
+    ts.tv_nsec = wait_ns % 1000000000;
+    fds[0] = (struct pollfd){.fd = d->wake_fd, .events = POLLIN};
+    if (fd >= 0)
+        fds[nfds++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    if (ppoll(fds, (nfds_t)nfds, &ts, NULL) <= 0)
+        return false;
+    if (fds[0].revents & POLLIN) {
+        ssize_t r = read(d->wake_fd, &count, sizeof count);
+        (void)r;
+    }
+    return nfds > 1 && fds[1].revents != 0;
+}
+
+/* Connected and publishing until the connection goes or stop. */
+static void publish_loop(disp_t *d, int64_t idle_cap)
+{
+    while (!stopping(d) && amqpp_connected(d->pub)) {
+        int64_t now = tu_now_ms(), next_due = INT64_MAX;
+
+        if (amqpp_blocked(d->pub)) {
+            /* Hand the claimed jobs back; claim again once unblocked. */
+            set_can_claim(d, false);
+            release_ahead(d);
+        } else {
+            set_can_claim(d, true);
+        }
+        /* Publish everything due, back to back, while the window has
+         * room; confirms are read as they come. */
+        while (amqpp_can_send(d->pub)) {
+            item *it = take_due(d, now, &next_due);
+            if (it == NULL)
+                break;
+            it->sent_ms = now;
+            if (amqpp_send(d->pub, &it->job, it) != RMQS_OK)
+                break; /* the connection went: everything reported */
+            now = tu_now_ms();
+        }
+        if (!amqpp_connected(d->pub))
+            break;
+        if (!amqpp_can_send(d->pub))
+            next_due = INT64_MAX; /* wait for confirms, not the clock */
+        (void)wait_events(d, next_due, idle_cap);
+        /* Acks, returns, heartbeats; gives up on overdue confirms. */
+        if (amqpp_poll(d->pub, 0) != RMQS_OK)
+            break;
+    }
+}
+
+static void *publisher_main(void *arg)
 {
     disp_t *d = arg;
     int64_t reconnect_ms = RECONNECT_MIN_MS;
@@ -306,82 +650,92 @@ static void *disp_main(void *arg)
     if (d->opt.heartbeat_s > 0 && d->opt.heartbeat_s * 500 < idle_cap)
         idle_cap = d->opt.heartbeat_s * 500;
 
-    while (!disp_stopping(d)) {
-        bool progress;
-        bool any = false;
-        int64_t next = INT64_MAX;
-        long claimed;
+    while (!stopping(d)) {
+        rmqs_error err = {0};
 
-        if (!amqpp_connected(d->pub)) {
-            rmqs_error err = {0};
-            atomic_store(&d->connected, false);
-            if (amqpp_connect(d->pub, &err) != RMQS_OK) {
-                if (!was_down_logged)
-                    log_warn("dispatcher", "broker unreachable; retrying",
-                             "url=%s error=\"%s\"", amqpp_safe_url(d->pub),
-                             err.message);
-                was_down_logged = true;
-                if (disp_sleep(d, INT64_MAX, jitter(reconnect_ms), false))
-                    break;
-                reconnect_ms = reconnect_ms * 2 < RECONNECT_MAX_MS
-                                   ? reconnect_ms * 2 : RECONNECT_MAX_MS;
-                continue;
-            }
-            if (was_down_logged)
-                log_info("dispatcher", "broker connection restored", "url=%s",
-                         amqpp_safe_url(d->pub));
-            was_down_logged = false;
-            if (ever_connected)
-                metrics_broker_reconnect();
-            ever_connected = true;
-            reconnect_ms = RECONNECT_MIN_MS;
-            atomic_store(&d->connected, true);
-        }
-
-        claimed = disp_round(d, &progress);
-        if (claimed > 0) {
-            if (!progress && disp_sleep(d, INT64_MAX, STALL_MS, false))
-                break;
-            continue; /* more may be due */
-        }
-        if (claimed < 0) { /* store trouble: logged; do not spin */
-            if (disp_sleep(d, INT64_MAX, IDLE_CAP_MS, false))
-                break;
+        if (amqpp_connect(d->pub, &err) != RMQS_OK) {
+            if (!was_down_logged)
+                log_warn("dispatcher", "broker unreachable; retrying",
+                         "url=%s error=\"%s\"", amqpp_safe_url(d->pub),
+                         err.message);
+            was_down_logged = true;
+            /* disp_stop() writes the eventfd: no waiting out the delay. */
+            (void)wait_events(d, INT64_MAX, jitter(reconnect_ms));
+            reconnect_ms = reconnect_ms * 2 < RECONNECT_MAX_MS
+                               ? reconnect_ms * 2 : RECONNECT_MAX_MS;
             continue;
         }
-        if (store_next_due(d->st, &any, &next) != RMQS_OK || !any)
-            next = INT64_MAX;
-        if (disp_sleep(d, next, idle_cap, true))
-            break;
-        if (amqpp_service(d->pub, 0) != RMQS_OK) {
+        if (was_down_logged)
+            log_info("dispatcher", "broker connection restored", "url=%s",
+                     amqpp_safe_url(d->pub));
+        was_down_logged = false;
+        if (ever_connected)
+            metrics_broker_reconnect();
+        ever_connected = true;
+        reconnect_ms = RECONNECT_MIN_MS;
+        atomic_store(&d->connected, true);
+
+        publish_loop(d, idle_cap);
+
+        if (!amqpp_connected(d->pub)) {
             atomic_store(&d->connected, false);
+            set_can_claim(d, false);
+            release_ahead(d);
             log_warn("dispatcher", "broker connection lost", "url=%s",
                      amqpp_safe_url(d->pub));
         }
     }
-    amqpp_disconnect(d->pub);
+
+    /* Stopping: nothing more is published; what is unconfirmed gets its
+     * answer (bounded by the confirm timeout) and is recorded. */
+    set_can_claim(d, false);
+    release_ahead(d);
+    while (amqpp_connected(d->pub) && amqpp_unconfirmed(d->pub) > 0) {
+        if (amqpp_poll(d->pub, 100) != RMQS_OK)
+            break;
+    }
+    amqpp_disconnect(d->pub); /* reports anything left as lost */
     atomic_store(&d->connected, false);
+    pthread_mutex_lock(&d->mu);
+    d->publisher_done = true;
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
     return NULL;
 }
 
 rmqs_rc disp_start(disp_t *d)
 {
-    if (pthread_create(&d->thread, NULL, disp_main, d) != 0)
+    if (pthread_create(&d->feeder, NULL, feeder_main, d) != 0)
         return RMQS_ESYS;
-    d->started = true;
+    d->feeder_started = true;
+    if (pthread_create(&d->publisher, NULL, publisher_main, d) != 0) {
+        disp_stop(d);
+        return RMQS_ESYS;
+    }
+    d->publisher_started = true;
     return RMQS_OK;
 }
 
 void disp_stop(disp_t *d)
 {
-    if (d == NULL || !d->started)
+    if (d == NULL)
         return;
     pthread_mutex_lock(&d->mu);
     d->stop = true;
+    if (!d->publisher_started)
+        d->publisher_done = true;
     pthread_cond_broadcast(&d->cv);
     pthread_mutex_unlock(&d->mu);
-    pthread_join(d->thread, NULL);
-    d->started = false;
+    if (d->wake_fd >= 0)
+        wake_publisher(d);
+    if (d->publisher_started) {
+        pthread_join(d->publisher, NULL);
+        d->publisher_started = false;
+    }
+    if (d->feeder_started) {
+        pthread_join(d->feeder, NULL);
+        d->feeder_started = false;
+    }
 }
 
 void disp_free(disp_t *d)
@@ -390,6 +744,17 @@ void disp_free(disp_t *d)
         return;
     disp_stop(d);
     amqpp_free(d->pub);
+    /* Only if the threads never ran: nothing else can be left. */
+    while (d->ahead_n > 0) {
+        item *it = d->ahead[d->ahead_head++];
+        d->ahead_n--;
+        it->next = NULL;
+        items_free(it);
+    }
+    items_free(d->done_head);
+    free(d->ahead);
+    if (d->wake_fd >= 0)
+        close(d->wake_fd);
     pthread_cond_destroy(&d->cv);
     pthread_mutex_destroy(&d->mu);
     free(d);

@@ -1,14 +1,14 @@
 /*
- * dispatcher.h - the timing loop: sleeps until the next job is due, claims
- * due jobs from the store, publishes them through its own amqp_publisher and
- * records what the broker said.
+ * dispatcher.h - the timing loop: claims jobs from the store shortly before
+ * they are due, publishes each the moment it is due through its own
+ * amqp_publisher (pipelined confirms), and records what the broker said.
  *
- * One thread, which owns the AMQP connection. It sleeps on a monotonic
- * condition variable until the earliest due_at (capped so heartbeats are
- * serviced and wall-clock steps are noticed) and is woken early by
- * disp_notify() when a job is scheduled or rescheduled sooner. While the
- * broker is unreachable it reconnects with jittered exponential backoff and
- * leaves due jobs pending; once connected it publishes them oldest first.
+ * Two threads (see dispatcher.c): a feeder on the store side and a
+ * publisher that owns the AMQP connection and never waits for the database.
+ * disp_notify() wakes the feeder when a job is scheduled or rescheduled
+ * sooner than it planned to look. While the broker is unreachable the
+ * publisher reconnects with jittered exponential backoff and due jobs stay
+ * pending; once connected they are published oldest first.
  */
 #ifndef RMQS_DISPATCHER_H
 #define RMQS_DISPATCHER_H
@@ -23,16 +23,20 @@
 typedef struct disp disp_t;
 
 typedef struct disp_options {
-    int batch_size;            /* jobs claimed and published per round */
+    int batch_size;            /* most jobs claimed ahead at a time */
+    int window;                /* most unconfirmed publishes; 0: twice
+                                  batch_size */
+    int64_t lookahead_ms;      /* claim jobs due within this much time */
     int64_t backoff_base_ms;   /* first retry delay after a failed attempt */
     int64_t backoff_cap_ms;    /* retry delay never exceeds this */
-    int confirm_timeout_ms;    /* a batch not confirmed by then: connection
-                                  presumed dead */
+    int confirm_timeout_ms;    /* a publish not confirmed by then:
+                                  connection presumed dead */
     int heartbeat_s;           /* to bound idle sleeps (service heartbeats) */
 } disp_options;
 
 /* Create a dispatcher over st (borrowed) that owns pub (freed by
- * disp_free). Not started. NULL on ENOMEM. */
+ * disp_free). Not started. NULL on ENOMEM (pub is then still the
+ * caller's). */
 disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt);
 
 /* Start the thread. RMQS_ESYS on failure. */
@@ -45,8 +49,9 @@ void disp_notify(disp_t *d, int64_t due_at_ms);
 /* Whether the AMQP connection is up (for /readyz). Any thread. */
 bool disp_broker_connected(disp_t *d);
 
-/* Ask the thread to stop after the batch in flight is confirmed and
- * settled, and join it. */
+/* Stop: jobs claimed but not published are released, the unconfirmed ones
+ * get their confirms (bounded by confirm_timeout_ms) and everything is
+ * recorded; then join both threads. */
 void disp_stop(disp_t *d);
 void disp_free(disp_t *d);
 

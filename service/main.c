@@ -309,6 +309,8 @@ int main(int argc, char **argv)
     }
     disp = disp_new(st, pub, &(disp_options){
                                  .batch_size = (int)cfg.batch_size,
+                                 .window = (int)cfg.publish_window,
+                                 .lookahead_ms = cfg.dispatch_lookahead_ms,
                                  .backoff_base_ms = cfg.backoff_base_ms,
                                  .backoff_cap_ms = cfg.backoff_cap_ms,
                                  .confirm_timeout_ms = (int)cfg.confirm_timeout_ms,
@@ -407,7 +409,7 @@ out:
     http_api_drain(api, 500); /* lets those be answered */
     http_api_stop(api);    /* closes every connection */
     if (disp != NULL)
-        disp_free(disp);   /* settles the batch in flight; frees pub */
+        disp_free(disp);   /* records what is in flight; frees pub */
     writer_free(writer);
     janitor_free(janitor);
     store_close(st);

@@ -176,6 +176,7 @@ struct amqpp {
     uint64_t return_cursor;  /* where the next basic.return match starts */
     size_t unconfirmed;      /* slots not FL_FREE */
     size_t sent_since_poll;
+    bool corked;             /* TCP_CORK set: sends are held until flushed */
     int confirm_timeout_ms;
     amqpp_report_fn on_report;
     void *report_cls;
@@ -480,6 +481,23 @@ static void lose_window(amqpp_t *p, const char *reason)
     p->low_tag = p->next_tag;
 }
 
+/* Hold (TCP_CORK) or push out what was sent. A message is three writes
+ * (method, header, body frames); corked, a run of publishes leaves in full
+ * segments instead of three small ones each, which on loopback also means
+ * one wake-up of the broker instead of three per message. */
+static void cork(amqpp_t *p, bool on)
+{
+    int v = on ? 1 : 0, fd;
+
+    if (!p->conn || p->corked == on) {
+        return;
+    }
+    fd = amqp_get_sockfd(p->conn);
+    if (fd >= 0 && setsockopt(fd, IPPROTO_TCP, TCP_CORK, &v, sizeof v) == 0) {
+        p->corked = on;
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* Connection life                                                     */
 
@@ -492,6 +510,7 @@ static void reset_state(amqpp_t *p)
     p->return_cursor = 1;
     p->content = CONTENT_NONE;
     p->body_left = 0;
+    p->corked = false;
 }
 
 /* Drop the connection without a handshake (it is broken or we no longer
@@ -854,6 +873,7 @@ void amqpp_disconnect(amqpp_t *p)
         return;
     }
     /* Bounded by the RPC timeout; the answer does not matter. */
+    cork(p, false);
     (void)amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(p->conn);
     lose_window(p, "connection closed before the confirm");
@@ -985,6 +1005,7 @@ static rmqs_rc pump(amqpp_t *p, int wait_ms)
     bool got_frame = false;
     size_t n = 0;
 
+    cork(p, false); /* never wait for an answer to something held back */
     for (;;) {
         amqp_frame_t f;
         struct timeval tv = {0, 0};
@@ -1059,6 +1080,11 @@ static rmqs_rc check_confirm_deadline(amqpp_t *p)
     }
     drop(p, "%s", lost);
     return RMQS_EBROKER;
+}
+
+void amqpp_flush(amqpp_t *p)
+{
+    cork(p, false);
 }
 
 rmqs_rc amqpp_poll(amqpp_t *p, int wait_ms)
@@ -1510,6 +1536,7 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
         p->on_report(p->report_cls, ctx, &r);
         return RMQS_OK;
     }
+    cork(p, true);
     f = slot(p, p->next_tag);
     f->job = job;
     f->ctx = ctx;

@@ -92,6 +92,10 @@ int64_t amqpp_oldest_sent_ms(const amqpp_t *p);
  */
 rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx);
 
+/* Sends are held back (corked) so that a run of them leaves in full
+ * segments: push them out after the last one (amqpp_poll also does). */
+void amqpp_flush(amqpp_t *p);
+
 /*
  * Read and handle the frames that arrived (acks, returns, heartbeats,
  * channel or connection close), first waiting up to wait_ms for one; gives

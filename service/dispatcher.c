@@ -628,6 +628,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
                 break; /* the connection went: everything reported */
             now = tu_now_ms();
         }
+        amqpp_flush(d->pub);
         if (!amqpp_connected(d->pub))
             break;
         if (!amqpp_can_send(d->pub))

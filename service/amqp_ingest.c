@@ -2009,6 +2009,7 @@ rmqs_rc ingest_start(ingest_t *in)
     if (pthread_create(&in->thread, NULL, ingest_main, in) != 0) {
         return RMQS_ESYS;
     }
+    pthread_setname_np(in->thread, "rmqs-ingest");
     in->started = true;
     return RMQS_OK;
 }

@@ -709,11 +709,13 @@ rmqs_rc disp_start(disp_t *d)
     if (pthread_create(&d->feeder, NULL, feeder_main, d) != 0)
         return RMQS_ESYS;
     d->feeder_started = true;
+    pthread_setname_np(d->feeder, "rmqs-feeder");
     if (pthread_create(&d->publisher, NULL, publisher_main, d) != 0) {
         disp_stop(d);
         return RMQS_ESYS;
     }
     d->publisher_started = true;
+    pthread_setname_np(d->publisher, "rmqs-publisher");
     return RMQS_OK;
 }
 

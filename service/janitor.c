@@ -114,6 +114,7 @@ rmqs_rc janitor_start(janitor_t *j)
 {
     if (pthread_create(&j->thread, NULL, jan_main, j) != 0)
         return RMQS_ESYS;
+    pthread_setname_np(j->thread, "rmqs-janitor"); /* for top -H, perf */
     j->started = true;
     return RMQS_OK;
 }

@@ -87,7 +87,7 @@ static const opt_def opt_table[] = {
      "this is free on the database's disk; the rest is kept for delivering "
      "stored jobs (0: no reserve)"},
     {"sync", "RMQS_SYNC", OPT_BOOL_SYNC, F(sync_full), "full", 0, 0,
-     "full: fsync every commit; normal: survive process crashes only"},
+     "full: fsync every accepted job; normal: survive process crashes only"},
     {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,
      "debug, info, warn or error"},
     {"log-format", "RMQS_LOG_FORMAT", OPT_STR, F(log_format), "text", 0, 0,

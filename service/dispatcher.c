@@ -377,8 +377,8 @@ static long feed(disp_t *d, size_t room, bool *more)
     rmqs_rc rc;
 
     *more = false;
-    rc = store_claim_due(d->st, now + d->opt.lookahead_ms /* TODO now */, room,
-                         &jobs, &n);
+    rc = store_claim_due(d->st, now + d->opt.lookahead_ms, now, room, &jobs,
+                         &n);
     if (rc != RMQS_OK) {
         log_error("dispatcher", "cannot claim due jobs", "error=%s",
                   rmqs_rc_name(rc));

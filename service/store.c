@@ -33,6 +33,45 @@
  * Settling: SENT keeps last_error as it was (the last failure before the
  * successful attempt stays visible); RETRY stores the new error; store_recover
  * leaves updated_at alone (it has no clock; it only undoes a claim).
+ *
+ * Job counts (GET /metrics) live in table job_counts, one row per status,
+ * kept exact by this file rather than by triggers (migration 0005 dropped
+ * them: a trigger per row, which also makes every INSERT keep a statement
+ * journal inside the request's savepoint, halved the rate of group commits
+ * of 1000-job requests; with one-job requests the cost was 5-10% of CPU per
+ * row, as the request's savepoint journals the same pages anyway). Every
+ * statement that inserts, deletes or changes the status of jobs adds what
+ * it did to st->delta[status]: insert +1 for the new row's status; claim
+ * pending -> publishing per RETURNING row; settle per sqlite3_changes() or,
+ * for RETRY (pending or failed), per RETURNING status; release, cancel,
+ * recover likewise; purge -1 per deleted row's RETURNING status. tx_commit
+ * applies the nonzero sums with one UPDATE per status just before COMMIT,
+ * in the same transaction, so the counts commit or vanish with the rows.
+ * Every way a transaction ends (tx_commit, tx_abort) zeroes the sums; a
+ * request undone by ROLLBACK TO counts into its own scratch, added only on
+ * RELEASE; and when SQLite rolled the whole transaction back by itself
+ * (SQLITE_FULL etc.: sqlite3_get_autocommit() == 1) the sums are dropped,
+ * never applied outside a transaction. All of it runs under st->mu, so
+ * store_counts() never sees a transaction half-way. Anything writing jobs
+ * behind the store's back must update job_counts itself.
+ *
+ * The dispatcher's own transactions (store_claim_due, store_settle,
+ * store_recover) commit with synchronous=NORMAL even on a FULL connection:
+ * the connection switches to NORMAL before their BEGIN and back to FULL
+ * when they end. Why this is safe: a job's insertion is always fsynced (API
+ * writes stay FULL, and a FULL transaction refuses to start if FULL cannot
+ * be restored); in WAL mode a NORMAL commit survives a process crash, and
+ * only an OS crash or power loss can undo it, which can only put a job back
+ * where it was before the claim or settle: pending, or publishing (which
+ * store_recover makes pending at start-up). So it is published again - a
+ * duplicate, never a loss; delivery is at-least-once anyway. The WAL is
+ * append-only, so the next FULL commit (its fsync covers every earlier
+ * frame) or the janitor's checkpoint (every second; it syncs the WAL before
+ * copying) makes those commits durable too. The switch is a fresh
+ * sqlite3_exec each time, not a kept prepared statement: SQLite applies
+ * PRAGMA synchronous when the text is compiled, and a prepared copy only
+ * takes effect when it re-prepares itself (its program is just OP_Expire),
+ * so the first step after open would silently keep the older setting.
  */
 #include "store.h"
 
@@ -78,6 +117,7 @@ typedef enum stmt_id {
     S_LIST_FILTERED, S_LIST_MESSAGE_ID,
     S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
     S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER,
+    S_COUNTS, S_COUNTS_ADD,
     S_COUNT
 } stmt_id;
 
@@ -168,7 +208,7 @@ static const stmt_def stmt_defs[S_COUNT] = {
                         "THEN 3 ELSE 0 END, "
                         "due_at = CASE WHEN attempts >= max_attempts "
                         "THEN due_at ELSE ?4 END "
-                        "WHERE id = ?2 AND status = 1"},
+                        "WHERE id = ?2 AND status = 1 RETURNING status"},
     [S_SETTLE_RELEASE] = {"settle_release",
                           "UPDATE jobs SET status = 0, "
                           "attempts = max(attempts - 1, 0), updated_at = ?1 "
@@ -176,7 +216,12 @@ static const stmt_def stmt_defs[S_COUNT] = {
     [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
                               "attempts = max(attempts - 1, 0) "
                               "WHERE status = 1"},
+    [S_COUNTS] = {"counts", "SELECT status, n FROM job_counts"},
+    [S_COUNTS_ADD] = {"counts_add",
+                      "UPDATE job_counts SET n = n + ?2 WHERE status = ?1"},
 };
+
+#define N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
 
 struct store {
     pthread_mutex_t mu; /* held by every public call */
@@ -189,7 +234,19 @@ struct store {
     sqlite3 *ckpt_db;
     char *path;     /* the database file, set at open; read without mu */
     char *dir;      /* its folder, for statvfs */
+    /* The open transaction's change to job_counts, by status: what its
+     * statements did to jobs so far (see the file comment). Zero outside a
+     * transaction. */
+    int64_t delta[N_STATUS];
+    bool sync_full;    /* opened with synchronous=FULL */
+    bool sync_relaxed; /* the connection is at NORMAL just now (dispatcher) */
 };
+
+/* How a transaction's COMMIT must reach the disk. */
+typedef enum tx_sync {
+    TX_DURABLE, /* fsynced when the store was opened FULL: API writes */
+    TX_RELAXED  /* NORMAL: the dispatcher's status changes (file comment) */
+} tx_sync;
 
 /* ------------------------------------------------------------------------ */
 /* Errors and statement helpers                                             */
@@ -246,14 +303,63 @@ static int stmt_exec(sqlite3_stmt *s)
     return SQLITE_OK;
 }
 
-static rmqs_rc tx_begin(store_t *st)
+/* Fail a statement: map the error (before reset replaces it), reset. */
+static rmqs_rc stmt_fail(store_t *st, sqlite3_stmt *s, int rc, stmt_id id)
+{
+    rmqs_rc out = db_fail(st, rc, stmt_defs[id].name);
+
+    stmt_done(s);
+    return out;
+}
+
+/* Put the connection at synchronous NORMAL (relaxed) or back at FULL; a
+ * no-op for a store opened NORMAL. Outside a transaction only: SQLite
+ * refuses the change inside one. A fresh exec each time, because a kept
+ * prepared PRAGMA synchronous does not reliably apply (file comment). */
+static rmqs_rc sync_set(store_t *st, bool relaxed)
+{
+    int rc;
+
+    if (!st->sync_full || st->sync_relaxed == relaxed)
+        return RMQS_OK;
+    rc = sqlite3_exec(st->db,
+                      relaxed ? "PRAGMA synchronous = NORMAL"
+                              : "PRAGMA synchronous = FULL",
+                      NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return db_fail(st, rc, relaxed ? "synchronous_normal"
+                                       : "synchronous_full");
+    st->sync_relaxed = relaxed;
+    return RMQS_OK;
+}
+
+/* Every transaction ends here, committed or not: its count deltas are
+ * spent or void, and a relaxed connection goes back to FULL. If that fails
+ * the flag stays set and the next durable tx_begin tries again, refusing
+ * to start rather than commit an API write without fsync. */
+static void tx_end(store_t *st)
+{
+    memset(st->delta, 0, sizeof(st->delta));
+    (void)sync_set(st, false);
+}
+
+static rmqs_rc tx_begin(store_t *st, tx_sync how)
 {
     sqlite3_stmt *s = stmt_get(st, S_BEGIN);
-    int rc = stmt_exec(s);
+    rmqs_rc out;
+    int rc;
 
+    /* a durable transaction never starts at NORMAL; a relaxed one that
+     * cannot switch (logged) simply commits at FULL */
+    out = sync_set(st, how == TX_RELAXED);
+    if (out != RMQS_OK && how == TX_DURABLE)
+        return out;
+    memset(st->delta, 0, sizeof(st->delta));
+    rc = stmt_exec(s);
     if (rc != SQLITE_OK) {
-        rmqs_rc out = db_fail(st, rc, "begin");
+        out = db_fail(st, rc, "begin");
         stmt_done(s);
+        tx_end(st);
         return out;
     }
     return RMQS_OK;
@@ -266,37 +372,62 @@ static void tx_abort(store_t *st)
     sqlite3_stmt *s;
     int rc;
 
-    if (sqlite3_get_autocommit(st->db))
-        return;
-    s = stmt_get(st, S_ROLLBACK);
-    rc = stmt_exec(s);
-    if (rc != SQLITE_OK) {
-        (void)db_fail(st, rc, "rollback");
-        stmt_done(s);
+    if (!sqlite3_get_autocommit(st->db)) {
+        s = stmt_get(st, S_ROLLBACK);
+        rc = stmt_exec(s);
+        if (rc != SQLITE_OK) {
+            (void)db_fail(st, rc, "rollback");
+            stmt_done(s);
+        }
     }
+    tx_end(st);
+}
+
+/* Inside the transaction, just before COMMIT: add the nonzero deltas to
+ * job_counts. */
+static rmqs_rc counts_flush(store_t *st)
+{
+    sqlite3_stmt *s = stmt_get(st, S_COUNTS_ADD);
+
+    for (int i = 0; i < N_STATUS; i++) {
+        int rc;
+
+        if (st->delta[i] == 0)
+            continue;
+        sqlite3_bind_int(s, 1, i);
+        sqlite3_bind_int64(s, 2, st->delta[i]);
+        rc = stmt_exec(s);
+        if (rc != SQLITE_OK)
+            return stmt_fail(st, s, rc, S_COUNTS_ADD);
+    }
+    return RMQS_OK;
 }
 
 static rmqs_rc tx_commit(store_t *st)
 {
     sqlite3_stmt *s = stmt_get(st, S_COMMIT);
-    int rc = stmt_exec(s);
+    rmqs_rc out = RMQS_OK;
+    int rc;
 
+    /* If SQLite already rolled the whole transaction back by itself, the
+     * deltas describe rows that no longer exist and an UPDATE now would
+     * run (and commit) on its own: skip it; COMMIT then fails with "no
+     * transaction is active" and tx_abort drops the deltas. */
+    if (!sqlite3_get_autocommit(st->db))
+        out = counts_flush(st);
+    if (out != RMQS_OK) {
+        tx_abort(st);
+        return out;
+    }
+    rc = stmt_exec(s);
     if (rc != SQLITE_OK) {
-        rmqs_rc out = db_fail(st, rc, "commit");
+        out = db_fail(st, rc, "commit");
         stmt_done(s);
         tx_abort(st);
         return out;
     }
+    tx_end(st);
     return RMQS_OK;
-}
-
-/* Fail a statement: map the error (before reset replaces it), reset. */
-static rmqs_rc stmt_fail(store_t *st, sqlite3_stmt *s, int rc, stmt_id id)
-{
-    rmqs_rc out = db_fail(st, rc, stmt_defs[id].name);
-
-    stmt_done(s);
-    return out;
 }
 
 static int bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
@@ -518,7 +649,7 @@ static rmqs_rc open_configure(sqlite3 *db, const char *path, bool sync_full,
         "PRAGMA foreign_keys = ON",
         "PRAGMA secure_delete = OFF",
         /* Statement journals (a statement inside a transaction that may
-         * need undoing, e.g. with the job_counts triggers) stay in memory
+         * need undoing half-way, e.g. a multi-row UPDATE) stay in memory
          * instead of a temp file written page by page: they are never
          * needed after a crash. */
         "PRAGMA temp_store = MEMORY",
@@ -703,6 +834,7 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
     }
 
+    st->sync_full = sync_full;
     st->path = strdup(path);
     st->dir = strdup(path);
     if (!st->path || !st->dir) {
@@ -808,26 +940,32 @@ rmqs_rc store_purge(store_t *st, int64_t before_ms, size_t limit,
             st->db,
             "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs "
             "INDEXED BY jobs_finished WHERE status >= 2 AND updated_at < ?1 "
-            "ORDER BY updated_at LIMIT ?2)",
+            "ORDER BY updated_at LIMIT ?2) RETURNING status",
             -1, SQLITE_PREPARE_PERSISTENT, &st->purge, NULL);
         if (rc != SQLITE_OK) {
             out = db_fail(st, rc, "purge_prepare");
             goto done;
         }
     }
-    out = tx_begin(st);
+    out = tx_begin(st, TX_DURABLE);
     if (out != RMQS_OK)
         goto done;
     sqlite3_bind_int64(st->purge, 1, before_ms);
     sqlite3_bind_int64(st->purge, 2, (sqlite3_int64)limit);
-    rc = sqlite3_step(st->purge);
+    /* one row per deleted job: its status leaves job_counts */
+    while ((rc = sqlite3_step(st->purge)) == SQLITE_ROW) {
+        int status = sqlite3_column_int(st->purge, 0);
+        if (status >= 0 && status < N_STATUS)
+            st->delta[status]--;
+        (*deleted)++;
+    }
     if (rc != SQLITE_DONE) {
         out = db_fail(st, rc, "purge");
         stmt_done(st->purge);
         tx_abort(st);
+        *deleted = 0;
         goto done;
     }
-    *deleted = (size_t)sqlite3_changes(st->db);
     stmt_done(st->purge);
     out = tx_commit(st);
     if (out != RMQS_OK)
@@ -883,30 +1021,23 @@ done:
 
 rmqs_rc store_counts(store_t *st, int64_t counts[5])
 {
-    sqlite3_stmt *s = NULL;
+    sqlite3_stmt *s;
     rmqs_rc out = RMQS_OK;
     int rc;
 
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < N_STATUS; i++)
         counts[i] = 0;
+    /* Under mu no transaction is half-way: job_counts matches jobs. */
     pthread_mutex_lock(&st->mu);
-    /* Prepared per call: scrapes are rare, and the table comes from a
-     * migration that store_open_with's test lists may not include. */
-    rc = sqlite3_prepare_v2(st->db, "SELECT status, n FROM job_counts", -1, &s,
-                            NULL);
-    if (rc != SQLITE_OK) {
-        out = db_fail(st, rc, "counts");
-        goto done;
-    }
+    s = stmt_get(st, S_COUNTS);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         int status = sqlite3_column_int(s, 0);
-        if (status >= 0 && status < 5)
+        if (status >= 0 && status < N_STATUS)
             counts[status] = sqlite3_column_int64(s, 1);
     }
     if (rc != SQLITE_DONE)
-        out = db_fail(st, rc, "counts");
-done:
-    sqlite3_finalize(s);
+        out = db_fail(st, rc, stmt_defs[S_COUNTS].name);
+    stmt_done(s);
     pthread_mutex_unlock(&st->mu);
     return out;
 }
@@ -1097,6 +1228,9 @@ static rmqs_rc sp_exec(store_t *st, stmt_id id)
 static rmqs_rc insert_req(store_t *st, store_insert_req *r)
 {
     unsigned char id[JOB_ID_BYTES];
+    /* this request's rows by status: joins st->delta only on RELEASE, so a
+     * request undone by ROLLBACK TO leaves the counts alone */
+    int64_t added[N_STATUS] = {0};
     int64_t seq = 0;
     sqlite3_stmt *s;
     rmqs_rc out;
@@ -1126,6 +1260,11 @@ static rmqs_rc insert_req(store_t *st, store_insert_req *r)
             r->failed_index = i;
             goto undo;
         }
+        {
+            int status = (int)r->jobs[i].status; /* 0..4: the CHECK held */
+            if (status >= 0 && status < N_STATUS)
+                added[status]++;
+        }
     }
     if (r->idem_key) {
         s = stmt_get(st, S_IDEM_INSERT);
@@ -1138,7 +1277,11 @@ static rmqs_rc insert_req(store_t *st, store_insert_req *r)
             goto undo;
         }
     }
-    return sp_exec(st, S_RELEASE_SP);
+    out = sp_exec(st, S_RELEASE_SP);
+    if (out == RMQS_OK)
+        for (int i = 0; i < N_STATUS; i++)
+            st->delta[i] += added[i];
+    return out;
 undo:
     /* After FULL/IOERR SQLite may have rolled the whole transaction back;
      * then there is no savepoint left to return to. */
@@ -1170,7 +1313,7 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n)
         return RMQS_OK;
 
     pthread_mutex_lock(&st->mu);
-    out = tx_begin(st);
+    out = tx_begin(st, TX_DURABLE);
     if (out != RMQS_OK)
         goto fail_all;
     for (size_t i = 0; i < n; i++) {
@@ -1421,7 +1564,7 @@ rmqs_rc store_reschedule(store_t *st, const char *id_text, int64_t deliver_at,
         return RMQS_ENOTFOUND;
 
     pthread_mutex_lock(&st->mu);
-    rc = tx_begin(st);
+    rc = tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
         goto unlock;
     s = stmt_get(st, S_RESCHEDULE);
@@ -1453,13 +1596,17 @@ rmqs_rc store_cancel(store_t *st, const char *id_text, int64_t now_ms,
         return RMQS_ENOTFOUND;
 
     pthread_mutex_lock(&st->mu);
-    rc = tx_begin(st);
+    rc = tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
         goto unlock;
     s = stmt_get(st, S_CANCEL);
     sqlite3_bind_int64(s, 1, now_ms);
     sqlite3_bind_blob(s, 2, id, JOB_ID_BYTES, SQLITE_STATIC);
     rc = update_pending(st, S_CANCEL, id, out);
+    if (rc == RMQS_OK) {
+        st->delta[JOB_PENDING]--;
+        st->delta[JOB_CANCELLED]++;
+    }
     if (rc == RMQS_ECONFLICT && out->status == JOB_CANCELLED)
         rc = RMQS_OK; /* cancelling a cancelled job changes nothing */
     if (rc == RMQS_OK)
@@ -1513,7 +1660,8 @@ static int claimed_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-rmqs_rc store_claim_due(store_t *st, int64_t now_ms, size_t limit,
+rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
+                        size_t limit,
                         job_t **jobs_out, size_t *n_out)
 {
     claimed *c = NULL;
@@ -1531,12 +1679,12 @@ rmqs_rc store_claim_due(store_t *st, int64_t now_ms, size_t limit,
         limit = (size_t)INT64_MAX;
 
     pthread_mutex_lock(&st->mu);
-    out = tx_begin(st);
+    out = tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;
     s = stmt_get(st, S_CLAIM_DUE);
     sqlite3_bind_int64(s, 1, now_ms);
-    sqlite3_bind_int64(s, 2, now_ms);
+    sqlite3_bind_int64(s, 2, due_by_ms);
     sqlite3_bind_int64(s, 3, (int64_t)limit);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == cap) {
@@ -1557,6 +1705,9 @@ rmqs_rc store_claim_due(store_t *st, int64_t now_ms, size_t limit,
     if (out == RMQS_OK && rc != SQLITE_DONE)
         out = db_fail(st, rc, stmt_defs[S_CLAIM_DUE].name);
     stmt_done(s);
+    /* one RETURNING row per job claimed: pending -> publishing */
+    st->delta[JOB_PENDING] -= (int64_t)n;
+    st->delta[JOB_PUBLISHING] += (int64_t)n;
     if (out == RMQS_OK && n > 0) {
         jobs = malloc(n * sizeof(*jobs));
         if (!jobs)
@@ -1587,6 +1738,40 @@ unlock:
     return RMQS_OK;
 }
 
+/* Step one bound settle statement and count what it did: SENT and
+ * RELEASE by sqlite3_changes() (0 or 1), RETRY by its RETURNING status
+ * (pending again, or failed at max_attempts; no row if not publishing).
+ * SQLITE_OK with s reset, or the failing code with s left for stmt_fail. */
+static int settle_one(store_t *st, sqlite3_stmt *s, stmt_id sid)
+{
+    int rc;
+
+    if (sid != S_SETTLE_RETRY) {
+        rc = stmt_exec(s);
+        if (rc == SQLITE_OK && sqlite3_changes(st->db) > 0) {
+            st->delta[JOB_PUBLISHING]--;
+            st->delta[sid == S_SETTLE_SENT ? JOB_SENT : JOB_PENDING]++;
+        }
+        return rc;
+    }
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW) {
+        int status = sqlite3_column_int(s, 0);
+        /* RETURNING: the change is complete only at SQLITE_DONE */
+        rc = sqlite3_step(s);
+        if (rc != SQLITE_DONE)
+            return rc;
+        if (status >= 0 && status < N_STATUS) {
+            st->delta[JOB_PUBLISHING]--;
+            st->delta[status]++;
+        }
+    }
+    if (rc != SQLITE_DONE)
+        return rc;
+    stmt_done(s);
+    return SQLITE_OK;
+}
+
 rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
                      int64_t now_ms)
 {
@@ -1610,7 +1795,7 @@ rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
     }
 
     pthread_mutex_lock(&st->mu);
-    out = tx_begin(st);
+    out = tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;
     for (size_t i = 0; i < n; i++) {
@@ -1627,8 +1812,8 @@ rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
             sqlite3_bind_int64(s, 4, o[i].retry_at);
         }
         /* a job no longer publishing (e.g. recovered meanwhile) is left
-         * alone: the UPDATE simply matches no row */
-        rc = stmt_exec(s);
+         * alone: the UPDATE simply matches no row, and counts nothing */
+        rc = settle_one(st, s, sid);
         if (rc != SQLITE_OK) {
             out = stmt_fail(st, s, rc, sid);
             tx_abort(st);
@@ -1650,7 +1835,7 @@ rmqs_rc store_recover(store_t *st, size_t *n_out)
 
     *n_out = 0;
     pthread_mutex_lock(&st->mu);
-    out = tx_begin(st);
+    out = tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;
     s = stmt_get(st, S_RECOVER);
@@ -1661,6 +1846,8 @@ rmqs_rc store_recover(store_t *st, size_t *n_out)
         goto unlock;
     }
     *n_out = (size_t)sqlite3_changes64(st->db);
+    st->delta[JOB_PUBLISHING] -= (int64_t)*n_out;
+    st->delta[JOB_PENDING] += (int64_t)*n_out;
     out = tx_commit(st);
     if (out != RMQS_OK)
         *n_out = 0;
@@ -1683,6 +1870,20 @@ const char *store__sql(const char *name)
         if (strcmp(stmt_defs[i].name, name) == 0)
             return stmt_defs[i].sql;
     return NULL;
+}
+
+/* PRAGMA synchronous of this store's connection just now (0 OFF,
+ * 1 NORMAL, 2 FULL), or -1: proves the dispatcher's calls put FULL back. */
+int store__synchronous(store_t *st);
+int store__synchronous(store_t *st)
+{
+    int rc;
+    int64_t v;
+
+    pthread_mutex_lock(&st->mu);
+    v = query_int(st->db, "PRAGMA synchronous", &rc);
+    pthread_mutex_unlock(&st->mu);
+    return rc == SQLITE_OK ? (int)v : -1;
 }
 
 /* PRAGMA max_page_count on this store's connection (the limit is per

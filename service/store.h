@@ -5,7 +5,12 @@
  *
  * The SQLite backend keeps one database file in WAL mode with
  * synchronous=FULL (configurable): when a write function returns RMQS_OK the
- * change is on disk. The schema comes from migrations/ (embedded at build
+ * change is on disk. The exceptions are the dispatcher's status changes
+ * (store_claim_due, store_settle, store_recover): they commit without fsync
+ * (synchronous=NORMAL), survive a process crash, and after a power loss can
+ * only be undone back to an earlier state of the job, so it is published
+ * again (at least once, never lost); the next fsynced commit or checkpoint
+ * makes them durable. The schema comes from migrations/ (embedded at build
  * time), applied at open, each once, in order, recorded in schema_migrations.
  *
  * Thread safety: a store_t may be used from several threads; calls are
@@ -69,7 +74,8 @@ rmqs_rc store_purge(store_t *st, int64_t before_ms, size_t limit,
  * copied. */
 rmqs_rc store_checkpoint(store_t *st, int64_t *wal_frames, int64_t *copied);
 
-/* Jobs by status (indexed by job_status), kept by triggers: cheap. */
+/* Jobs by status (indexed by job_status): exact, and cheap (a table the
+ * store keeps current in the transaction of every change, not a count). */
 rmqs_rc store_counts(store_t *st, int64_t counts[5]);
 
 /* Bytes free for unprivileged writes on the database's filesystem; -1 if
@@ -148,12 +154,13 @@ rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
 rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
 
 /*
- * Claim up to limit pending jobs with due_at <= now_ms, oldest due first:
- * they become publishing with attempts + 1, in one transaction. *jobs_out is
- * a malloc'd array (caller clears each job and frees it), in due order.
+ * Claim up to limit pending jobs with due_at <= due_by_ms (the dispatcher
+ * claims a little ahead of time), oldest due first: they become publishing
+ * with attempts + 1 and updated_at = now_ms, in one transaction. *jobs_out
+ * is a malloc'd array (caller clears each job and frees it), in due order.
  */
-rmqs_rc store_claim_due(store_t *st, int64_t now_ms, size_t limit,
-                        job_t **jobs_out, size_t *n_out);
+rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
+                        size_t limit, job_t **jobs_out, size_t *n_out);
 
 typedef enum store_outcome_kind {
     STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now */

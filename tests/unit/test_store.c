@@ -4,10 +4,10 @@
  * Every test gets a fresh directory (mkdtemp under /tmp, removed in .fini)
  * and a real database file in it; no mocks. Raw sqlite3 connections on the
  * same file check what the store wrote and plant states the API cannot make
- * (a newer schema version). Two test hooks from store.c (declared below, not
- * in store.h) expose the SQL text, for EXPLAIN QUERY PLAN, and
+ * (a newer schema version). Test hooks from store.c (declared below, not
+ * in store.h) expose the SQL text, for EXPLAIN QUERY PLAN,
  * PRAGMA max_page_count on the store's own connection, to simulate a full
- * disk.
+ * disk, and its PRAGMA synchronous.
  *
  * Suite "store" (CTest filters on the suite name); migration runner cases are
  * named migrate_*.
@@ -27,6 +27,7 @@
 /* Test hooks defined in service/store.c. */
 const char *store__sql(const char *name);
 rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied);
+int store__synchronous(store_t *st);
 
 static char g_dir[64];
 static char g_path[128];
@@ -810,7 +811,7 @@ Test(store, next_due_tracks_earliest_pending)
     cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
     cr_assert_eq(due, 500);
 
-    cr_assert_eq(store_claim_due(g_st, 600, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 600, 600, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 1);
     free_jobs(jobs, n);
     cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
@@ -841,7 +842,7 @@ Test(store, claim_due_order_limit_and_state)
     insert_job(g_st, 5, 1000);
     insert_job(g_st, 6, 10); /* inserted last, due first */
 
-    cr_assert_eq(store_claim_due(g_st, 150, 3, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 150, 150, 3, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){6, 2, 1}, 3);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(jobs[i].status, JOB_PUBLISHING);
@@ -858,20 +859,41 @@ Test(store, claim_due_order_limit_and_state)
     job_clear(&j);
 
     /* claimed ones are not claimed again; only due ones come */
-    cr_assert_eq(store_claim_due(g_st, 150, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){3}, 1);
     free_jobs(jobs, n);
 
-    cr_assert_eq(store_claim_due(g_st, 150, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 0);
     cr_assert_null(jobs);
 
-    cr_assert_eq(store_claim_due(g_st, 1000, 0, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 1000, 1000, 0, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 0);
 
-    cr_assert_eq(store_claim_due(g_st, 1000, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 1000, 1000, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){4, 5}, 2);
     free_jobs(jobs, n);
+}
+
+Test(store, claim_due_ahead_of_time_records_the_real_clock)
+{
+    job_t *jobs;
+    size_t n;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 140);
+    insert_job(g_st, 3, 200);
+
+    /* at 90, claim what falls due by 150: updated_at is 90, not 150 */
+    cr_assert_eq(store_claim_due(g_st, 150, 90, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){1, 2}, 2);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(jobs[i].updated_at, 90);
+    free_jobs(jobs, n);
+    job_t j = get_job(g_st, 3);
+    cr_assert_eq(j.status, JOB_PENDING);
+    job_clear(&j);
 }
 
 Test(store, claim_due_sorts_many)
@@ -883,7 +905,7 @@ Test(store, claim_due_sorts_many)
     g_st = open_store();
     for (int i = 0; i < N; i++)
         insert_job(g_st, i + 1, (i * 7919) % 97); /* scrambled, with ties */
-    cr_assert_eq(store_claim_due(g_st, 1000, N, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 1000, 1000, N, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, N);
     for (size_t i = 1; i < n; i++) {
         cr_assert_leq(jobs[i - 1].due_at, jobs[i].due_at);
@@ -898,7 +920,7 @@ static void claim_all(int64_t now, size_t expect)
     job_t *jobs;
     size_t n;
 
-    cr_assert_eq(store_claim_due(g_st, now, 100, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, now, now, 100, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, expect);
     free_jobs(jobs, n);
 }
@@ -1100,7 +1122,7 @@ Test(store, cancel_state_rules)
     cr_assert_eq(out.updated_at, 50);
     job_clear(&out);
 
-    cr_assert_eq(store_claim_due(g_st, 100, 3, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 100, 100, 3, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){2, 3, 4}, 3);
     free_jobs(jobs, n);
     char id3[JOB_ID_LEN + 1], id4[JOB_ID_LEN + 1];
@@ -1137,7 +1159,7 @@ Test(store, cancel_state_rules)
                               &out), RMQS_ENOTFOUND);
 
     /* a cancelled job is never claimed */
-    cr_assert_eq(store_claim_due(g_st, 10000, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 10000, 10000, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){5}, 1);
     free_jobs(jobs, n);
 }
@@ -1320,7 +1342,7 @@ Test(store, counts_follow_every_status_change)
         insert_job(g_st, i, 100 * i);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
     cr_expect_eq(counts[JOB_PENDING], 4);
-    cr_assert_eq(store_claim_due(g_st, 250, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 250, 250, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_RELEASE}};
@@ -1346,7 +1368,7 @@ Test(store, purge_deletes_only_finished_jobs_past_retention)
     g_st = open_store();
     for (int i = 1; i <= 5; i++)
         insert_job(g_st, i, 100);
-    cr_assert_eq(store_claim_due(g_st, 100, 2, &jobs, &n), RMQS_OK);
+    cr_assert_eq(store_claim_due(g_st, 100, 100, 2, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_SENT}};
@@ -1369,6 +1391,384 @@ Test(store, purge_deletes_only_finished_jobs_past_retention)
     cr_assert_eq(store_purge(g_st, INT64_MAX, 100, &deleted), RMQS_OK);
     cr_expect_eq(deleted, 1);
     cr_expect_eq(store_get(g_st, id, &got), RMQS_ENOTFOUND);
+}
+
+/* ------------------------------------------------------------------------ */
+/* job_counts kept by the store (no triggers): exact after every operation */
+
+/* store_counts() must equal a real count of jobs, read through a second
+ * connection, after every kind of change. */
+static void check_counts(const char *after)
+{
+    int64_t got[5], want[5] = {0};
+    sqlite3 *db = raw_open();
+    sqlite3_stmt *s = NULL;
+
+    cr_assert_eq(store_counts(g_st, got), RMQS_OK, "store_counts after %s",
+                 after);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT status, count(*) FROM jobs "
+                                        "GROUP BY status", -1, &s, NULL),
+                 SQLITE_OK);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        int status = sqlite3_column_int(s, 0);
+        cr_assert(status >= 0 && status < 5);
+        want[status] = sqlite3_column_int64(s, 1);
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(got[i], want[i],
+                     "after %s: status %d: job_counts says %lld, jobs hold "
+                     "%lld", after, i, (long long)got[i], (long long)want[i]);
+}
+
+/* A job whose status is set at insert (the API inserts pending only, but
+ * the store counts whatever the new row holds). */
+static void make_job_status(job_t *j, int n, int64_t deliver_at,
+                            job_status status)
+{
+    make_job(j, n, deliver_at);
+    j->status = status;
+    if (status == JOB_SENT)
+        j->sent_at = 50;
+}
+
+Test(store, counts_exact_after_insert_batch_with_failing_requests)
+{
+    job_t ok[2], mixed[2], dup[2], bad[2], keyed, again;
+    store_insert_req reqs[5];
+    int64_t counts[5];
+
+    g_st = open_store();
+    check_counts("open");
+    make_job(&ok[0], 1, 100);
+    make_job_status(&ok[1], 2, 100, JOB_SENT);
+    make_job(&keyed, 3, 100);
+    /* second job duplicates job 1: the whole request goes (ROLLBACK TO),
+     * its first job with it, and must not be counted */
+    make_job(&dup[0], 4, 100);
+    make_job(&dup[1], 1, 100);
+    /* a status the schema refuses, after a good job: same */
+    make_job(&bad[0], 5, 100);
+    make_job_status(&bad[1], 6, 100, (job_status)7);
+    make_job_status(&mixed[0], 7, 100, JOB_CANCELLED);
+    make_job_status(&mixed[1], 8, 100, JOB_FAILED);
+    reqs[0] = (store_insert_req){.jobs = ok, .n = 2};
+    reqs[1] = (store_insert_req){.jobs = &keyed, .n = 1, .idem_key = "k",
+                                 .idem_request = "{}"};
+    reqs[2] = (store_insert_req){.jobs = dup, .n = 2};
+    reqs[3] = (store_insert_req){.jobs = bad, .n = 2};
+    reqs[4] = (store_insert_req){.jobs = mixed, .n = 2};
+    cr_assert_eq(store_insert_batch(g_st, reqs, 5), RMQS_OK);
+    cr_assert_eq(reqs[0].rc, RMQS_OK);
+    cr_assert_eq(reqs[1].rc, RMQS_OK);
+    cr_assert_eq(reqs[2].rc, RMQS_ECONFLICT);
+    cr_assert_eq(reqs[2].failed_index, 1);
+    cr_assert_eq(reqs[3].rc, RMQS_EINVAL);
+    cr_assert_eq(reqs[4].rc, RMQS_OK);
+    check_counts("a batch with two failed requests");
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PENDING], 2);
+    cr_expect_eq(counts[JOB_SENT], 1);
+    cr_expect_eq(counts[JOB_FAILED], 1);
+    cr_expect_eq(counts[JOB_CANCELLED], 1);
+
+    /* the same key again: the known job, nothing inserted; another request
+     * under it: a conflict, nothing inserted */
+    make_job(&again, 9, 100);
+    reqs[0] = (store_insert_req){.jobs = &again, .n = 1, .idem_key = "k",
+                                 .idem_request = "{}"};
+    reqs[1] = (store_insert_req){.jobs = &again, .n = 1, .idem_key = "k",
+                                 .idem_request = "{\"other\":1}"};
+    cr_assert_eq(store_insert_batch(g_st, reqs, 2), RMQS_OK);
+    cr_assert(reqs[0].existed);
+    job_clear(&reqs[0].existing);
+    cr_assert_eq(reqs[1].rc, RMQS_ECONFLICT);
+    check_counts("idempotent repeats");
+
+    /* a batch whose every request fails commits no count either */
+    reqs[0] = (store_insert_req){.jobs = dup, .n = 2};
+    cr_assert_eq(store_insert_batch(g_st, reqs, 1), RMQS_OK);
+    cr_assert_eq(reqs[0].rc, RMQS_ECONFLICT);
+    check_counts("a batch of one failed request");
+
+    for (int i = 0; i < 2; i++) {
+        job_clear(&ok[i]);
+        job_clear(&dup[i]);
+        job_clear(&bad[i]);
+        job_clear(&mixed[i]);
+    }
+    job_clear(&keyed);
+    job_clear(&again);
+}
+
+Test(store, counts_exact_after_claim_and_every_settle_outcome)
+{
+    char id[6][JOB_ID_LEN + 1];
+    job_t j;
+    int64_t counts[5];
+
+    g_st = open_store();
+    for (int i = 1; i <= 5; i++) {
+        make_job(&j, i, 100);
+        j.max_attempts = i == 3 ? 1 : 3; /* job 3: its first failure is final */
+        cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
+        job_clear(&j);
+        make_id(i, id[i]);
+    }
+    claim_all(100, 5);
+    check_counts("claim");
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PUBLISHING], 5);
+
+    store_outcome o[] = {
+        {.id = id[1], .kind = STORE_OUT_SENT},
+        {.id = id[2], .kind = STORE_OUT_RETRY, .error = "NO_ROUTE",
+         .retry_at = 5000},                                  /* -> pending */
+        {.id = id[3], .kind = STORE_OUT_RETRY, .error = "nack",
+         .retry_at = 5000},                                  /* -> failed */
+        {.id = id[4], .kind = STORE_OUT_RELEASE},
+    };
+    cr_assert_eq(store_settle(g_st, &o[0], 1, 200), RMQS_OK);
+    check_counts("settle sent");
+    cr_assert_eq(store_settle(g_st, &o[1], 1, 200), RMQS_OK);
+    check_counts("settle retry -> pending");
+    cr_assert_eq(store_settle(g_st, &o[2], 1, 200), RMQS_OK);
+    check_counts("settle retry -> failed at max_attempts");
+    cr_assert_eq(store_settle(g_st, &o[3], 1, 200), RMQS_OK);
+    check_counts("settle release");
+    j = get_job(g_st, 3);
+    cr_assert_eq(j.status, JOB_FAILED);
+    job_clear(&j);
+
+    /* settling jobs that are no longer publishing changes nothing: one
+     * transaction of every kind, matching no row */
+    cr_assert_eq(store_settle(g_st, o, 4, 300), RMQS_OK);
+    check_counts("settles matching no publishing job");
+
+    /* all outcomes in one transaction: job 5 is still publishing */
+    claim_all(6000, 2); /* jobs 2 (retry due 5000) and 4 (released) */
+    store_outcome all[] = {
+        {.id = id[2], .kind = STORE_OUT_RETRY, .error = "x", .retry_at = 9000},
+        {.id = id[4], .kind = STORE_OUT_SENT},
+        {.id = id[5], .kind = STORE_OUT_RELEASE},
+    };
+    cr_assert_eq(store_settle(g_st, all, 3, 6000), RMQS_OK);
+    check_counts("one settle of mixed outcomes");
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PENDING], 2);
+    cr_expect_eq(counts[JOB_PUBLISHING], 0);
+    cr_expect_eq(counts[JOB_SENT], 2);
+    cr_expect_eq(counts[JOB_FAILED], 1);
+}
+
+Test(store, counts_exact_after_cancel_reschedule_recover_purge)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t got, *jobs;
+    size_t n = 0, deleted = 0;
+    int64_t counts[5];
+
+    g_st = open_store();
+    for (int i = 1; i <= 6; i++)
+        insert_job(g_st, i, 100 * i);
+    make_id(1, id);
+    cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_OK);
+    job_clear(&got);
+    check_counts("cancel");
+    cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_OK); /* again */
+    job_clear(&got);
+    check_counts("cancelling a cancelled job");
+    make_id(2, id);
+    cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got), RMQS_OK);
+    job_clear(&got);
+    check_counts("reschedule");
+
+    cr_assert_eq(store_claim_due(g_st, 300, 300, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 2); /* jobs 2 (now due 50) and 3 */
+    free_jobs(jobs, n);
+    cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_ECONFLICT);
+    check_counts("cancel refused (publishing)");
+    cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got),
+                 RMQS_ECONFLICT);
+    check_counts("reschedule refused (publishing)");
+    cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
+    cr_assert_eq(n, 2);
+    check_counts("recover");
+    cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
+    cr_assert_eq(n, 0);
+    check_counts("recover with nothing to do");
+
+    /* finish a few: sent (job 2), failed by insert, cancelled (job 1) */
+    cr_assert_eq(store_claim_due(g_st, 50, 50, 1, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 1);
+    store_outcome o = {.id = jobs[0].id, .kind = STORE_OUT_SENT};
+    cr_assert_eq(store_settle(g_st, &o, 1, 2000), RMQS_OK);
+    free_jobs(jobs, n);
+    job_t f;
+    make_job_status(&f, 7, 100, JOB_FAILED);
+    f.updated_at = 3000;
+    cr_assert_eq(store_insert(g_st, &f, NULL, NULL, NULL, NULL), RMQS_OK);
+    job_clear(&f);
+    check_counts("before purge");
+
+    cr_assert_eq(store_purge(g_st, 1500, 100, &deleted), RMQS_OK);
+    cr_assert_eq(deleted, 1); /* the cancel at 1000 */
+    check_counts("purge of one cancelled job");
+    cr_assert_eq(store_purge(g_st, INT64_MAX, 1, &deleted), RMQS_OK);
+    cr_assert_eq(deleted, 1);
+    check_counts("purge limited to one");
+    cr_assert_eq(store_purge(g_st, INT64_MAX, 100, &deleted), RMQS_OK);
+    cr_assert_eq(deleted, 1);
+    check_counts("purge of the rest");
+    cr_assert_eq(store_purge(g_st, INT64_MAX, 100, &deleted), RMQS_OK);
+    cr_assert_eq(deleted, 0);
+    check_counts("purge with nothing to do");
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PENDING], 4);
+    cr_expect_eq(counts[JOB_SENT] + counts[JOB_FAILED] + counts[JOB_CANCELLED],
+                 0);
+}
+
+Test(store, counts_exact_after_a_transaction_sqlite_rolled_back)
+{
+    enum { BIG = 256 * 1024 };
+    int64_t applied = 0;
+    job_t small, big, after;
+    store_insert_req reqs[2];
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    make_job(&small, 2, 100);
+    make_job(&big, 3, 100);
+    free(big.body);
+    big.body = calloc(1, BIG);
+    cr_assert_not_null(big.body);
+    big.body_len = BIG;
+    big.body_kind = JOB_BODY_BINARY;
+
+    /* request 0 is inserted and released (its count joins the
+     * transaction's deltas), then request 1 fills the database: SQLite
+     * rolls the whole transaction back by itself, and those deltas must
+     * die with it rather than reach job_counts with a later commit */
+    cr_assert_eq(store__set_max_pages(g_st, 1, &applied), RMQS_OK);
+    reqs[0] = (store_insert_req){.jobs = &small, .n = 1};
+    reqs[1] = (store_insert_req){.jobs = &big, .n = 1};
+    cr_assert_eq(store_insert_batch(g_st, reqs, 2), RMQS_EFULL);
+    cr_assert_eq(reqs[0].rc, RMQS_EFULL);
+    check_counts("a batch rolled back by SQLITE_FULL");
+    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 1);
+
+    /* the next transactions start from zero deltas; the small job fits
+     * (so in the batch it was inserted, then undone with the big one) */
+    cr_assert_eq(store_insert(g_st, &small, NULL, NULL, NULL, NULL), RMQS_OK);
+    check_counts("an insert after the failed batch");
+    claim_all(1000, 2);
+    check_counts("a claim after the failed batch");
+    cr_assert_eq(store__set_max_pages(g_st, 1073741823, &applied), RMQS_OK);
+    make_job(&after, 4, 100);
+    cr_assert_eq(store_insert(g_st, &after, NULL, NULL, NULL, NULL), RMQS_OK);
+    check_counts("an insert once space returned");
+    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 3);
+    job_clear(&small);
+    job_clear(&big);
+    job_clear(&after);
+}
+
+Test(store, migrate_to_job_counts_without_triggers)
+{
+    size_t n4 = 0;
+    rmqs_error err = {0};
+
+    while (n4 < store_builtin_migrations_count &&
+           store_builtin_migrations[n4].version <= 4)
+        n4++;
+    cr_assert_eq(store_builtin_migrations[n4 - 1].version, 4);
+    cr_assert_gt(store_builtin_migrations_count, n4, "no migration 5");
+
+    /* a database as schema 4 left it: counts kept by its triggers */
+    cr_assert_eq(store_open_with(g_path, &k_opts, store_builtin_migrations,
+                                 n4, &g_st, &err), RMQS_OK, "%s", err.message);
+    cr_assert_eq(store_schema_version(g_st), 4);
+    store_close(g_st);
+    g_st = NULL;
+    cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_schema "
+                         "WHERE type = 'trigger'"), 3);
+    raw_exec("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+             "WHERE i < 103) "
+             "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
+             "due_at, delay_ms, created_at, updated_at, max_attempts, "
+             "body_kind, body) "
+             "SELECT CAST(printf('%016x', i) AS BLOB), i % 5, 'ex', 'rk', i, "
+             "i, 0, 1, 1, 3, 0, x'' FROM c");
+    raw_exec("UPDATE jobs SET status = 2 WHERE status = 1 AND seq > 50");
+    raw_exec("DELETE FROM jobs WHERE status = 3 AND seq < 30");
+    cr_assert_eq(raw_int("SELECT n FROM job_counts WHERE status = 0"),
+                 raw_int("SELECT count(*) FROM jobs WHERE status = 0"));
+    /* and drifted, as a database restored by hand might be: the migration
+     * must count, not trust */
+    raw_exec("UPDATE job_counts SET n = 42 WHERE status = 3");
+    raw_exec("DELETE FROM job_counts WHERE status = 4");
+
+    g_st = open_store();
+    cr_assert_eq(store_schema_version(g_st), 5);
+    cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_schema "
+                         "WHERE type = 'trigger'"), 0);
+    cr_assert_eq(raw_int("SELECT count(*) FROM job_counts"), 5);
+    check_counts("migration 5");
+    cr_assert_eq(raw_int("SELECT sum(n) FROM job_counts"), 103 - 6);
+
+    /* and the store keeps them from there, alone: no double counting */
+    insert_job(g_st, 1000, 0);
+    check_counts("an insert after migration 5");
+    claim_all(0, 1);
+    check_counts("a claim after migration 5");
+}
+
+/* ------------------------------------------------------------------------ */
+/* The dispatcher's transactions commit with synchronous=NORMAL            */
+
+Test(store, dispatcher_calls_put_synchronous_full_back)
+{
+    job_t *jobs, *none;
+    size_t n = 0;
+    store_options normal = {.synchronous_full = false};
+    rmqs_error err = {0};
+
+    g_st = open_store();
+    cr_assert_eq(store__synchronous(g_st), 2);
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 100);
+    cr_assert_eq(store_claim_due(g_st, 100, 100, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(store__synchronous(g_st), 2, "FULL again after a claim");
+    store_outcome o[] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT}};
+    cr_assert_eq(store_settle(g_st, o, 1, 200), RMQS_OK);
+    cr_assert_eq(store__synchronous(g_st), 2, "FULL again after a settle");
+    /* a settle refused before its transaction */
+    store_outcome bad[] = {{.id = "garbage", .kind = STORE_OUT_SENT}};
+    cr_assert_eq(store_settle(g_st, bad, 1, 200), RMQS_EINVAL);
+    cr_assert_eq(store__synchronous(g_st), 2);
+    cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(store__synchronous(g_st), 2, "FULL again after recover");
+    cr_assert_eq(store_claim_due(g_st, 0, 0, 10, &none, &n), RMQS_OK);
+    cr_assert_eq(n, 0);
+    free(none);
+    cr_assert_eq(store__synchronous(g_st), 2, "FULL after an empty claim");
+    free_jobs(jobs, 2);
+    check_counts("dispatcher calls");
+
+    /* a store opened NORMAL stays NORMAL throughout */
+    store_close(g_st);
+    g_st = NULL;
+    cr_assert_eq(store_open(g_path, &normal, &g_st, &err), RMQS_OK, "%s",
+                 err.message);
+    cr_assert_eq(store__synchronous(g_st), 1);
+    claim_all(100, 1); /* the job recover put back */
+    cr_assert_eq(store__synchronous(g_st), 1);
+    insert_job(g_st, 3, 100);
+    cr_assert_eq(store__synchronous(g_st), 1);
 }
 
 Test(store, manual_checkpoint_empties_the_wal)

@@ -56,6 +56,8 @@
 #define IDLE_CAP_MS 1000            /* longest sleep without looking again */
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
+#define SETTLE_BATCH 256            /* outcomes that are recorded at once */
+#define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
 
 /* A claimed job on its way: in `ahead`, unconfirmed at the broker, then in
  * `done` with its outcome. Owned by the dispatcher from claim to settle. */
@@ -89,6 +91,7 @@ struct disp {
     size_t ahead_head, ahead_n, ahead_cap;
     item *done_head, *done_tail; /* answered, waiting to be recorded */
     size_t done_n;
+    int64_t done_since;     /* wall ms the oldest of them arrived */
 
     atomic_bool connected;
 };
@@ -195,24 +198,39 @@ static struct timespec mono_in(int64_t wait_ms)
 /* ------------------------------------------------------------------------ */
 /* Outcomes (publisher thread -> feeder thread)                             */
 
-/* Queue an answered item for the feeder. Called with d->mu held. */
+/* Queue an answered item for the feeder, and wake it when the first one
+ * arrives (to time SETTLE_DELAY_MS) or a full batch is there. Outcomes are
+ * recorded in bunches: a transaction per published job would cost the
+ * writer (same lock) more than the few ms a `sent` mark waits. Called with
+ * d->mu held. */
 static void done_push_locked(disp_t *d, item *it)
 {
     it->next = NULL;
-    if (d->done_tail)
+    if (d->done_tail) {
         d->done_tail->next = it;
-    else
+    } else {
         d->done_head = it;
+        d->done_since = tu_now_ms();
+    }
     d->done_tail = it;
     d->done_n++;
+    if (d->done_n == 1 || d->done_n == SETTLE_BATCH)
+        pthread_cond_signal(&d->cv);
 }
 
 static void done_push(disp_t *d, item *it)
 {
     pthread_mutex_lock(&d->mu);
     done_push_locked(d, it);
-    pthread_cond_signal(&d->cv);
     pthread_mutex_unlock(&d->mu);
+}
+
+/* Whether the queued outcomes should be recorded now. d->mu held. */
+static bool done_ready_locked(const disp_t *d, int64_t now)
+{
+    return d->done_head != NULL &&
+           (d->stop || !d->can_claim || d->done_n >= SETTLE_BATCH ||
+            now - d->done_since >= SETTLE_DELAY_MS);
 }
 
 /* amqpp's report: what the broker said about one job (publisher thread). */
@@ -428,10 +446,14 @@ static void *feeder_main(void *arg)
         int64_t now = tu_now_ms(), next = INT64_MAX, wait;
 
         pthread_mutex_lock(&d->mu);
-        list = d->done_head;
-        n_done = d->done_n;
-        d->done_head = d->done_tail = NULL;
-        d->done_n = 0;
+        list = NULL;
+        n_done = 0;
+        if (done_ready_locked(d, now)) {
+            list = d->done_head;
+            n_done = d->done_n;
+            d->done_head = d->done_tail = NULL;
+            d->done_n = 0;
+        }
         stop = d->stop;
         room = d->ahead_cap - d->ahead_n;
         claim = !stop && d->can_claim && room > 0 && now >= claim_retry_at &&
@@ -440,7 +462,8 @@ static void *feeder_main(void *arg)
             d->kicked = false;
             d->notified_due = INT64_MAX; /* this claim covers those */
         }
-        if (stop && list == NULL && d->publisher_done) {
+        if (stop && d->done_head == NULL && list == NULL &&
+            d->publisher_done) {
             pthread_mutex_unlock(&d->mu);
             break;
         }
@@ -481,7 +504,7 @@ static void *feeder_main(void *arg)
         now = tu_now_ms();
         claim = !d->stop && d->can_claim && d->ahead_n < d->ahead_cap &&
                 now >= claim_retry_at;
-        if (d->done_head == NULL && !(d->stop && d->publisher_done) &&
+        if (!done_ready_locked(d, now) && !(d->stop && d->publisher_done) &&
             !(claim && (d->kicked || now >= d->next_claim_at))) {
             wait = IDLE_CAP_MS;
             if (claim && d->next_claim_at < now + wait)
@@ -489,6 +512,9 @@ static void *feeder_main(void *arg)
             else if (!claim && claim_retry_at > now &&
                      claim_retry_at < now + wait)
                 wait = claim_retry_at - now;
+            if (d->done_head != NULL &&
+                d->done_since + SETTLE_DELAY_MS - now < wait)
+                wait = d->done_since + SETTLE_DELAY_MS - now;
             if (wait > 0) {
                 struct timespec dl = mono_in(wait);
                 pthread_cond_timedwait(&d->cv, &d->mu, &dl);

@@ -11,6 +11,11 @@
  * counted and dropped past the limit), then once more with no data, when
  * the request is routed and answered. The context is freed in the
  * request-completed callback.
+ *
+ * A job is answered as JSON written straight into one buffer
+ * (job_write_json), not as a jansson tree; POST /schedule and
+ * /schedule/batch honour "Prefer: return=minimal" (RFC 7240) with only each
+ * job's id, status and deliver_at, a quarter of the bytes of a batch answer.
  */
 #include "http_api.h"
 
@@ -80,6 +85,7 @@ typedef struct http_req {
     size_t dropped;    /* body bytes dropped since then */
     rq_state state;
     bool batch;        /* POST /schedule/batch */
+    bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
     writer_req wr;     /* the insert handed to the writer */
     job_t *jobs;       /* owned; what wr.ins.jobs points to */
     size_t njobs;
@@ -208,18 +214,54 @@ static enum MHD_Result reply_rc(struct MHD_Connection *c, rmqs_rc rc,
     }
 }
 
-static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
-                                 const job_t *job, bool location)
+/* The answer to Prefer: return=minimal says it was honoured (RFC 7240). */
+#define PREFERENCE_APPLIED "Preference-Applied"
+
+/*
+ * Queue the JSON text in b (taken over: b is left empty) with status, the
+ * Location of job_id if not NULL, and Preference-Applied if minimal. A
+ * buffer that ran out of memory gives a 500.
+ */
+static enum MHD_Result reply_buf(struct MHD_Connection *c, unsigned status,
+                                 job_buf *b, const char *job_id, bool minimal)
 {
     char loc[sizeof("/jobs/") + JOB_ID_LEN];
-    json_t *j = job_to_json(job);
+    struct MHD_Response *r;
+    enum MHD_Result ret;
 
-    if (j == NULL)
+    if (b->oom || b->data == NULL) {
+        job_buf_free(b);
         return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    if (!location)
-        return reply_json(c, status, j, NULL, NULL);
-    snprintf(loc, sizeof(loc), "/jobs/%s", job->id);
-    return reply_json(c, status, j, MHD_HTTP_HEADER_LOCATION, loc);
+    }
+    r = MHD_create_response_from_buffer(b->len, b->data, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        job_buf_free(b);
+        return MHD_NO;
+    }
+    memset(b, 0, sizeof(*b)); /* the response owns the text now */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    if (job_id != NULL) {
+        snprintf(loc, sizeof(loc), "/jobs/%.36s", job_id);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, loc);
+    }
+    if (minimal)
+        MHD_add_response_header(r, PREFERENCE_APPLIED, "return=minimal");
+    ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    if (ret == MHD_YES)
+        tl_status = status;
+    return ret;
+}
+
+/* One job; flags as job_write_json (JOB_WRITE_MINIMAL is announced). */
+static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
+                                 const job_t *job, bool location, unsigned flags)
+{
+    job_buf b = {0};
+
+    job_write_json(&b, job, flags);
+    return reply_buf(c, status, &b, location ? job->id : NULL,
+                     (flags & JOB_WRITE_MINIMAL) != 0);
 }
 
 /* ---- request checks ----------------------------------------------------- */
@@ -368,7 +410,8 @@ static enum MHD_Result reply_written(http_api_t *api, struct MHD_Connection *c,
                                      http_req *rq)
 {
     const store_insert_req *ins = &rq->wr.ins;
-    json_t *arr;
+    unsigned minimal = rq->minimal ? JOB_WRITE_MINIMAL : 0;
+    job_buf b = {0};
 
     if (ins->rc == RMQS_ECONFLICT && rq->idem_key != NULL)
         return reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
@@ -382,25 +425,50 @@ static enum MHD_Result reply_written(http_api_t *api, struct MHD_Connection *c,
         return reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
                         "cannot store the job");
     }
-    if (ins->existed)
-        return reply_job(c, MHD_HTTP_OK, &ins->existing, true);
+    if (ins->existed) /* stored by an earlier request: read back */
+        return reply_job(c, MHD_HTTP_OK, &ins->existing, true, minimal);
+    /* These jobs were validated here, so their JSON bodies are jansson's
+     * compact text already (JOB_WRITE_OWN_BODY). */
     if (!rq->batch) {
         log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
                   rq->jobs[0].id, rq->jobs[0].exchange,
                   (long long)rq->jobs[0].deliver_at);
-        return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true);
+        return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true,
+                         minimal | JOB_WRITE_OWN_BODY);
     }
-    arr = json_array();
-    for (size_t i = 0; arr != NULL && i < rq->njobs; i++) {
-        if (json_array_append_new(arr, job_to_json(&rq->jobs[i])) != 0) {
-            json_decref(arr);
-            arr = NULL;
-        }
+    /* One allocation for the usual answer: a minimal item is about 100
+     * bytes, a full one with a short body about 400. */
+    job_buf_reserve(&b, rq->njobs * (minimal ? 110 : 420) + 16);
+    job_buf_append(&b, "{\"jobs\":[", 9);
+    for (size_t i = 0; i < rq->njobs; i++) {
+        if (i > 0)
+            job_buf_append(&b, ",", 1);
+        job_write_json(&b, &rq->jobs[i], minimal | JOB_WRITE_OWN_BODY);
     }
+    job_buf_append(&b, "]}", 2);
     log_debug("http", "scheduled batch", "jobs=%zu", rq->njobs);
-    return arr ? reply_json(c, MHD_HTTP_CREATED, json_pack("{s:o}", "jobs", arr),
-                            NULL, NULL)
-               : reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    return reply_buf(c, MHD_HTTP_CREATED, &b, NULL, rq->minimal);
+}
+
+/* Prefer header lines are read in order until one has a return=. */
+static enum MHD_Result prefer_visit(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, const char *value)
+{
+    job_prefer_return *ret = cls;
+
+    if (strcasecmp(key, "Prefer") != 0)
+        return MHD_YES;
+    *ret = job_prefer_return_of(value);
+    return *ret == JOB_RETURN_UNSET ? MHD_YES : MHD_NO;
+}
+
+/* Whether the client asked for Prefer: return=minimal (RFC 7240). */
+static bool prefers_minimal(struct MHD_Connection *c)
+{
+    job_prefer_return ret = JOB_RETURN_UNSET;
+
+    MHD_get_connection_values(c, MHD_HEADER_KIND, prefer_visit, &ret);
+    return ret == JOB_RETURN_MINIMAL;
 }
 
 static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
@@ -426,6 +494,7 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
         if (rq->idem_key == NULL)
             return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     }
+    rq->minimal = prefers_minimal(c);
     rq->jobs = calloc(1, sizeof(*rq->jobs));
     if (rq->jobs == NULL)
         return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
@@ -479,6 +548,7 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
         goto out;
     }
     rq->batch = true;
+    rq->minimal = prefers_minimal(c);
     rq->jobs = calloc(n, sizeof(*rq->jobs));
     errors = json_array();
     if (rq->jobs == NULL || errors == NULL) {
@@ -627,7 +697,7 @@ static enum MHD_Result h_job(http_api_t *api, struct MHD_Connection *c,
 
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
         rc = store_get(api->st, id, &job);
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false)
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
                             : reply_rc(c, rc, NULL, "cannot read the job");
     } else if (strcmp(method, "DELETE") == 0) {
         rc = store_cancel(api->st, id, tu_now_ms(), &job);
@@ -638,7 +708,7 @@ static enum MHD_Result h_job(http_api_t *api, struct MHD_Connection *c,
         } else if (rc == RMQS_OK) {
             log_info("http", "cancelled", "job_id=%s", job.id);
         }
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false)
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
                             : reply_rc(c, rc, &err, "cannot cancel the job");
     } else if (strcmp(method, "PATCH") == 0) {
         int64_t now = tu_now_ms(), deliver_at, delay_ms;
@@ -661,7 +731,7 @@ static enum MHD_Result h_job(http_api_t *api, struct MHD_Connection *c,
         }
         if (rc == RMQS_OK)
             disp_notify(api->disp, job.due_at);
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false)
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
                             : reply_rc(c, rc, &err, "cannot reschedule the job");
     } else {
         ret = reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",

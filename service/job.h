@@ -125,6 +125,58 @@ rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
  */
 json_t *job_to_json(const job_t *job);
 
+/*
+ * A growing text buffer, for answers written without a jansson tree.
+ * Zero-initialise it. data is malloc'd and NUL-terminated (NULL while
+ * nothing was appended); the owner frees it (job_buf_free) or takes it
+ * over. After a failed allocation oom stays set, appends do nothing and the
+ * text is incomplete: do not use it.
+ */
+typedef struct job_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    bool oom;
+} job_buf;
+
+/* Make room for len + extra bytes; RMQS_ENOMEM (and oom) if that fails.
+ * Appending grows the buffer anyway: this only saves reallocations. */
+rmqs_rc job_buf_reserve(job_buf *b, size_t extra);
+rmqs_rc job_buf_append(job_buf *b, const char *s, size_t n);
+void job_buf_free(job_buf *b);
+
+/* Flags of job_write_json. */
+#define JOB_WRITE_MINIMAL 0x1u  /* only "id", "status" and "deliver_at" */
+#define JOB_WRITE_OWN_BODY 0x2u /* the job was made by job_from_json in this
+                                   process, so a JSON body is the compact
+                                   text jansson wrote: copied as it is
+                                   rather than parsed and written again */
+
+/*
+ * Append the API representation of job to b as compact JSON: the same text
+ * as json_dumps(job_to_json(job), JSON_COMPACT), byte for byte. With
+ * JOB_WRITE_MINIMAL, {"id":...,"status":...,"deliver_at":...} instead (the
+ * answer to "Prefer: return=minimal"). RMQS_OK or RMQS_ENOMEM.
+ */
+rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags);
+
+/* The "return" preference of a Prefer header (RFC 7240). */
+typedef enum job_prefer_return {
+    JOB_RETURN_UNSET = 0,          /* no return preference */
+    JOB_RETURN_MINIMAL = 1,        /* return=minimal */
+    JOB_RETURN_REPRESENTATION = 2, /* return=representation */
+    JOB_RETURN_OTHER = 3           /* return= a value we do not know */
+} job_prefer_return;
+
+/*
+ * Read the first "return" preference of one Prefer header value (NULL:
+ * none), e.g. "respond-async, return=minimal; x=1". Names and values are
+ * compared without regard to case; a value may be quoted. As RFC 7240
+ * section 2 says, only the first return= counts, and what cannot be parsed
+ * is ignored.
+ */
+job_prefer_return job_prefer_return_of(const char *prefer);
+
 /* Standard base64 (RFC 4648, with padding). decode returns RMQS_EINVAL on
  * bad input; *out is malloc'd (non-NULL even when *out_len == 0). */
 rmqs_rc job_base64_decode(const char *in, size_t len, unsigned char **out,

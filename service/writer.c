@@ -133,7 +133,7 @@ static void *writer_main(void *arg)
         writer_req **b = batch ? batch : &single;
         store_insert_req *rq = reqs ? reqs : &one;
         int64_t earliest = INT64_MAX;
-        size_t n;
+        size_t n, rows = 0, scheduled = 0;
         rmqs_rc rc;
 
         pthread_mutex_lock(&w->mu);
@@ -164,13 +164,20 @@ static void *writer_main(void *arg)
                       "requests=%zu error=%s", n, rmqs_rc_name(rc));
         for (size_t i = 0; i < n; i++) {
             b[i]->ins = rq[i];
+            rows += rq[i].n;
             if (rq[i].rc == RMQS_OK && !rq[i].existed) {
-                metrics_jobs_scheduled(rq[i].n);
+                scheduled += rq[i].n;
                 for (size_t j = 0; j < rq[i].n; j++)
                     if (rq[i].jobs[j].due_at < earliest)
                         earliest = rq[i].jobs[j].due_at;
             }
         }
+        /* How full transactions are is the point of group commit: with
+         * --log-level debug, one line per commit shows it. */
+        log_debug("writer", "group commit", "requests=%zu rows=%zu scheduled=%zu",
+                  n, rows, scheduled);
+        if (scheduled > 0)
+            metrics_jobs_scheduled(scheduled);
         if (earliest != INT64_MAX)
             disp_notify(w->disp, earliest);
         for (size_t i = 0; i < n; i++)
@@ -185,6 +192,7 @@ rmqs_rc writer_start(writer_t *w)
 {
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
         return RMQS_ESYS;
+    pthread_setname_np(w->thread, "rmqs-writer"); /* for top -H, perf */
     w->started = true;
     return RMQS_OK;
 }

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "job.h"
 #include "timeutil.h"
@@ -1465,4 +1467,248 @@ Test(job, hostile_error_text_is_valid_utf8)
     cr_expect_eq(req("{" OK_BASE ",'headers':{'\xc3\xa9t\xc3\xa9':null}}", &j, NULL, &err),
                  RMQS_EINVAL);
     cr_expect_str_eq(err.field, "headers.\xc3\xa9t\xc3\xa9");
+}
+
+/* ------------------------------------------------------------------------ */
+/* ids from the per-thread random buffer                                     */
+
+static int cmp_id(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+Test(job, id_generate_unique_across_buffer_refills)
+{
+    /* 10 random bytes per id, 4 KiB per refill: 20,000 ids use ~49 refills */
+    enum { N = 20000 };
+    static char ids[N][JOB_ID_LEN + 1];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(job_id_generate(NOW, ids[i]), RMQS_OK);
+    qsort(ids, N, sizeof ids[0], cmp_id);
+    for (int i = 1; i < N; i++)
+        cr_assert_str_neq(ids[i - 1], ids[i], "duplicate id at %d", i);
+}
+
+Test(job, id_generate_child_process_does_not_repeat_the_parent)
+{
+    /* The parent's buffer holds bytes it has not handed out yet; a child
+     * must not hand out the same ones (a forking server, a test harness). */
+    enum { N = 100 };
+    char mine[N][JOB_ID_LEN + 1], theirs[N][JOB_ID_LEN + 1];
+    int fd[2];
+
+    cr_assert_eq(job_id_generate(NOW, mine[0]), RMQS_OK); /* fills the buffer */
+    cr_assert_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        for (int i = 0; i < N; i++) {
+            char id[JOB_ID_LEN + 1];
+            if (job_id_generate(NOW, id) != RMQS_OK ||
+                write(fd[1], id, sizeof id) != (ssize_t)sizeof id)
+                _exit(1);
+        }
+        _exit(0);
+    }
+    close(fd[1]);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(job_id_generate(NOW, mine[i]), RMQS_OK);
+    size_t got = 0;
+    while (got < sizeof theirs) {
+        ssize_t r = read(fd[0], (char *)theirs + got, sizeof theirs - got);
+        cr_assert_gt(r, 0, "child gave %zu bytes", got);
+        got += (size_t)r;
+    }
+    close(fd[0]);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < N; k++)
+            cr_assert_str_neq(mine[i], theirs[k], "parent %d == child %d", i, k);
+}
+
+/* ------------------------------------------------------------------------ */
+/* job_write_json: the same text as json_dumps(job_to_json(job))             */
+
+/* The compact dump of job_to_json, malloc'd. */
+static char *dumped(const job_t *j)
+{
+    json_t *o = job_to_json(j);
+    cr_assert_not_null(o);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static void expect_written_as_dumped(const job_t *j, unsigned flags, const char *what)
+{
+    job_buf b = {0};
+    char *want = dumped(j);
+    cr_expect_eq(job_write_json(&b, j, flags), RMQS_OK, "%s", what);
+    cr_assert_not_null(b.data, "%s", what);
+    cr_expect_eq(b.len, strlen(b.data), "%s: len", what);
+    cr_expect_str_eq(b.data, want, "%s (flags %u)", what, flags);
+    free(want);
+    job_buf_free(&b);
+    cr_expect_null(b.data);
+}
+
+Test(job, write_json_is_job_to_json_for_requests)
+{
+    static const char *const reqs[] = {
+        "{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}",
+        "{'exchange':'','routing_key':'','body':'','delay_ms':0}",
+        /* every escape jansson writes, and characters it does not escape */
+        "{'exchange':'e/\\\\x','routing_key':'q\\\"t','body':"
+        "'\\u0001\\b\\f\\n\\r\\t\\u001f\\u007f/\\u00e9\\u20ac\\ud83d\\ude00','delay_ms':0}",
+        "{'exchange':'caf\xc3\xa9','routing_key':'\xe2\x82\xac.\xf0\x9f\x98\x80',"
+        "'body':'x','delay_ms':0}",
+        "{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}],'c':true,"
+        "'d':-0.0,'e':1.5e300,'f':0.1,'g':-12,'h':'\\u0001\\\"'},'delay_ms':0,"
+        "'headers':{'h':1,'s':'v\\n','b':false,'r':2.5},'properties':{'priority':5,"
+        "'app_id':'z','persistent':false}}",
+        "{'exchange':'e','routing_key':'r','body':[],'deliver_at':'2025-06-01T00:00:00Z'}",
+        "{'exchange':'e','routing_key':'r','body':{},'delay_ms':3,"
+        "'properties':{'content_type':'text/x'}}",
+        "{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':0,"
+        "'max_attempts':7}",
+        "{'exchange':'e','routing_key':'r','body_base64':'','delay_ms':0}",
+    };
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        job_t j = job_of(reqs[i]);
+        expect_written_as_dumped(&j, 0, reqs[i]);
+        expect_written_as_dumped(&j, JOB_WRITE_OWN_BODY, reqs[i]);
+        job_clear(&j);
+    }
+}
+
+Test(job, write_json_is_job_to_json_for_stored_jobs)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
+    j.status = JOB_SENT;
+    j.sent_at = NOW + 2;
+    j.attempts = 3;
+    j.source = JOB_SOURCE_AMQP;
+    expect_written_as_dumped(&j, 0, "sent, from amqp");
+
+    j.status = JOB_FAILED;
+    j.sent_at = -1;
+    j.last_error = strdup("NOT_FOUND - no exchange 'e' \xff \"q\"\n");
+    expect_written_as_dumped(&j, 0, "failed, invalid UTF-8 in last_error");
+    free(j.exchange);
+    j.exchange = strdup("bad\xc3(");
+    expect_written_as_dumped(&j, 0, "invalid UTF-8 in exchange");
+    job_clear(&j);
+
+    job_t z = {0};
+    z.sent_at = -1;
+    expect_written_as_dumped(&z, 0, "zeroed job");
+    z.body_kind = JOB_BODY_JSON;
+    expect_written_as_dumped(&z, 0, "JSON body without bytes");
+
+    /* damaged bodies read back from storage: shown as base64 */
+    z.body_kind = JOB_BODY_JSON;
+    z.body = (unsigned char *)strdup("{not json");
+    z.body_len = 9;
+    expect_written_as_dumped(&z, 0, "damaged JSON body");
+    free(z.body);
+    z.body_kind = JOB_BODY_TEXT;
+    z.body = (unsigned char *)strdup("a\xff");
+    z.body_len = 2;
+    expect_written_as_dumped(&z, 0, "text body that is not UTF-8");
+    z.body[1] = '\0'; /* text bodies may hold NUL (from AMQP ingest) */
+    expect_written_as_dumped(&z, 0, "text body with a NUL");
+    z.body_kind = JOB_BODY_BINARY;
+    expect_written_as_dumped(&z, 0, "binary body");
+    /* a JSON body that jansson writes differently is written again */
+    free(z.body);
+    z.body_kind = JOB_BODY_JSON;
+    z.body = (unsigned char *)strdup("{ \"a\" : 1.50 }");
+    z.body_len = strlen((char *)z.body);
+    expect_written_as_dumped(&z, 0, "JSON body not in jansson's form");
+    job_clear(&z);
+}
+
+Test(job, write_json_appends_and_minimal)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}");
+    job_buf b = {0};
+
+    cr_assert_eq(job_buf_append(&b, "[", 1), RMQS_OK);
+    cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL), RMQS_OK);
+    cr_assert_eq(job_buf_append(&b, ",", 1), RMQS_OK);
+    j.status = JOB_CANCELLED;
+    cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL | JOB_WRITE_OWN_BODY), RMQS_OK);
+    cr_assert_eq(job_buf_append(&b, "]", 1), RMQS_OK);
+    cr_expect_str_eq(b.data,
+                     "[{\"id\":\"017f22e2-79b0-7cc3-98c4-dc0c0c07398f\",\"status\":"
+                     "\"pending\",\"deliver_at\":\"2026-01-01T00:00:01.500Z\"},"
+                     "{\"id\":\"017f22e2-79b0-7cc3-98c4-dc0c0c07398f\",\"status\":"
+                     "\"cancelled\",\"deliver_at\":\"2026-01-01T00:00:01.500Z\"}]");
+    cr_expect_eq(b.len, strlen(b.data));
+    cr_expect(!b.oom);
+    job_buf_free(&b);
+
+    /* reserve only saves reallocations; the text is the same */
+    cr_assert_eq(job_buf_reserve(&b, 100000), RMQS_OK);
+    cr_expect_geq(b.cap, 100001);
+    cr_assert_eq(job_write_json(&b, &j, 0), RMQS_OK);
+    char *want = dumped(&j);
+    cr_expect_str_eq(b.data, want);
+    free(want);
+    job_buf_free(&b);
+    job_clear(&j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Prefer (RFC 7240)                                                         */
+
+struct prefer_case {
+    const char *header;
+    job_prefer_return want;
+};
+
+Test(job, prefer_return)
+{
+    static const struct prefer_case cases[] = {
+        {NULL, JOB_RETURN_UNSET},
+        {"", JOB_RETURN_UNSET},
+        {"return=minimal", JOB_RETURN_MINIMAL},
+        {"return=representation", JOB_RETURN_REPRESENTATION},
+        {"RETURN=Minimal", JOB_RETURN_MINIMAL},
+        {"return = minimal", JOB_RETURN_MINIMAL},
+        {"return=\"minimal\"", JOB_RETURN_MINIMAL},
+        {"return=\"mini\\mal\"", JOB_RETURN_MINIMAL},
+        {"return=minimal; foo=bar", JOB_RETURN_MINIMAL},
+        {"respond-async, return=minimal", JOB_RETURN_MINIMAL},
+        {"respond-async,return=minimal", JOB_RETURN_MINIMAL},
+        {" , ,return=minimal", JOB_RETURN_MINIMAL},
+        {"wait=10, respond-async; x=\"a,b\", return=minimal", JOB_RETURN_MINIMAL},
+        {"handling=lenient; return=minimal", JOB_RETURN_UNSET}, /* a parameter */
+        /* only the first return= counts (RFC 7240 section 2) */
+        {"return=representation, return=minimal", JOB_RETURN_REPRESENTATION},
+        {"return=minimal, return=representation", JOB_RETURN_MINIMAL},
+        {"return=whatever, return=minimal", JOB_RETURN_OTHER},
+        {"return, return=minimal", JOB_RETURN_OTHER},
+        {"return=minimalist", JOB_RETURN_OTHER},
+        {"returns=minimal", JOB_RETURN_UNSET},
+        {"xreturn=minimal", JOB_RETURN_UNSET},
+        {"return=minimal-ish", JOB_RETURN_OTHER},
+        /* what cannot be parsed is skipped */
+        {"\"return=minimal\"", JOB_RETURN_UNSET},
+        {"@@, return=minimal", JOB_RETURN_MINIMAL},
+        {"foo=\"unterminated, return=minimal", JOB_RETURN_UNSET},
+        {"foo=, return=minimal", JOB_RETURN_MINIMAL},
+        {"return=, return=minimal", JOB_RETURN_MINIMAL},
+        {"return=\"minimal", JOB_RETURN_UNSET},
+        {"foo=\"a\\\"b, c\", return=minimal", JOB_RETURN_MINIMAL},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1, return=minimal", JOB_RETURN_MINIMAL},
+        {"return=minimalaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", JOB_RETURN_OTHER},
+        {"returnaaaaaaaaaaaaaaaaaaaaaaaa=minimal", JOB_RETURN_UNSET},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_expect_eq(job_prefer_return_of(cases[i].header), cases[i].want,
+                     "Prefer: %s", cases[i].header ? cases[i].header : "(none)");
 }

@@ -51,11 +51,11 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 DELAY_MIN_MS, DELAY_MAX_MS = 1000, 10000
 
-# Labels of the service's threads. A thread's own name wins if the service
-# ever sets one (pthread_setname_np); threads blocked in epoll_wait are
-# libmicrohttpd's pool ("http"); the others are named by creation order as
-# service/main.c starts them (janitor, dispatcher, writer). Only labels.
-THREAD_ROLES = ["main", "janitor", "dispatcher", "writer"]
+# Labels of the service's threads. A thread's own name wins (the service
+# names its own: rmqs-janitor, rmqs-feeder, rmqs-publisher, rmqs-writer,
+# rmqs-ingest); threads blocked in epoll_wait are libmicrohttpd's pool
+# ("http"); any other is numbered. Only labels.
+THREAD_ROLES = ["main"]
 EPOLL_SYSCALLS = {"232", "281", "441"}  # epoll_wait, epoll_pwait, epoll_pwait2
 
 
@@ -671,12 +671,16 @@ end
 '''
 
 
-def wrk_script(workdir, name, method=None, body=None):
+def wrk_script(workdir, name, method=None, body=None, headers=None):
+    """A wrk Lua script: method and JSON body, extra request headers (a
+    dict), and the WRKJSON summary line."""
     path = os.path.join(workdir, f"wrk-{name}.lua")
     with open(path, "w") as f:
         if method:
             f.write(f'wrk.method = "{method}"\n')
             f.write('wrk.headers["Content-Type"] = "application/json"\n')
+        for k, v in (headers or {}).items():
+            f.write(f'wrk.headers["{k}"] = "{v}"\n')
         if body is not None:
             f.write(f"wrk.body = [==[{body}]==]\n")
         f.write(WRK_DONE)
@@ -1005,16 +1009,9 @@ class Bench:
                 "then 10,000 via bare_publisher")
             s = self.burst_service(svc)
             b = self.burst_bare()
-            sw = self.burst_bare(window=500, stop_and_wait=True)
             ratio_ack = (s.get("dispatcher_rate_per_s", 0) / b["ack_rate_per_s"]) if b["ack_rate_per_s"] else None
             ratio_recv = (s.get("consumer_rate_per_s", 0) / b["consumer_rate_per_s"]) if b.get("consumer_rate_per_s") else None
             runs.append({"service": s, "bare": b,
-                         "bare_stop_and_wait_500": {
-                             "ack_rate_per_s": sw["ack_rate_per_s"],
-                             "last_receive_after_due_ms": sw.get("last_receive_after_due_ms"),
-                             "note": "bare_publisher publishing 500, waiting for all "
-                                     "their confirms, then the next 500: the "
-                                     "dispatcher's protocol without the database"},
                          "ratio_dispatcher_to_bare_ack_rate": round(ratio_ack, 3) if ratio_ack else None,
                          "ratio_consumer_side": round(ratio_recv, 3) if ratio_recv else None})
             log(f"burst {k + 1}: service drain {s.get('last_receive_after_due_ms')} ms "
@@ -1027,8 +1024,6 @@ class Bench:
                 "median_dispatcher_rate_per_s": med([r["service"].get("dispatcher_rate_per_s") for r in runs
                                                      if r["service"].get("dispatcher_rate_per_s")]),
                 "median_bare_ack_rate_per_s": med([r["bare"]["ack_rate_per_s"] for r in runs]),
-                "median_bare_stop_and_wait_500_rate_per_s":
-                    med([r["bare_stop_and_wait_500"]["ack_rate_per_s"] for r in runs]),
                 "median_ratio": med([r["ratio_dispatcher_to_bare_ack_rate"] for r in runs
                                      if r["ratio_dispatcher_to_bare_ack_rate"]]),
                 "median_ratio_consumer_side": med([r["ratio_consumer_side"] for r in runs
@@ -1044,15 +1039,20 @@ class Bench:
                              "body": f"x{i}", "delay_ms": 3600000} for i in range(1000)])
         s_h = wrk_script(self.work, "healthz")
         s_1 = wrk_script(self.work, "schedule", "POST", one)
-        s_b = wrk_script(self.work, "batch", "POST", batch)
+        # The answer a client that sends 1,000 jobs needs is their ids: with
+        # Prefer: return=minimal it is ~100 bytes per job instead of ~400.
+        s_b = wrk_script(self.work, "batch", "POST", batch,
+                         headers={"Prefer": "return=minimal"})
         pids = self.cpu_pids(svc)
         out = {"label": label, "seconds": secs}
         log(f"{label}: wrk GET /healthz, {secs} s")
         out["healthz"] = run_wrk(base + "/healthz", s_h, 2, 64, secs, pids, svc.pid)
         log(f"{label}: wrk POST /schedule (delay 1 h), {secs} s")
         out["schedule"] = run_wrk(base + "/schedule", s_1, 2, 64, secs, pids, svc.pid, perf=True)
-        log(f"{label}: wrk POST /schedule/batch (1,000 jobs per request), {secs} s")
+        log(f"{label}: wrk POST /schedule/batch (1,000 jobs per request, "
+            f"Prefer: return=minimal), {secs} s")
         out["batch"] = run_wrk(base + "/schedule/batch", s_b, 2, 32, secs, pids, svc.pid, perf=True)
+        out["batch"]["prefer"] = "return=minimal"
         for k, jobs in (("schedule", 1), ("batch", 1000)):
             fsy = out[k].get("service_fsyncs")
             if fsy:
@@ -1354,6 +1354,9 @@ SELECT CAST(printf('%016x', i) AS BLOB), 0, j.exchange, j.routing_key,
        86400000 + i * {span} / {n}, {base}, {base}, NULL, 0, j.max_attempts, NULL,
        j.headers, j.properties, j.body_kind, j.body
 FROM c, (SELECT * FROM jobs WHERE exchange = 'bench-backlog' LIMIT 1) AS j;
+-- no trigger keeps job_counts (migration 0005): the store does, so a write
+-- behind its back adds its rows itself; changes() = the INSERT's rows
+UPDATE job_counts SET n = n + changes() WHERE status = 0;
 COMMIT;
 PRAGMA wal_checkpoint(TRUNCATE);
 """
@@ -1572,8 +1575,6 @@ def table(R, a):
             b["median_drain_ms"] is not None and b["median_drain_ms"] <= 500, " ms")
         row("burst", "dispatcher publish rate (sent_at, median)", b["median_dispatcher_rate_per_s"], "", None, "/s")
         row("burst", "bare_publisher rate (acks, window 1000, median)", b["median_bare_ack_rate_per_s"], "", None, "/s")
-        row("burst", "bare_publisher stop-and-wait 500 (dispatcher's protocol, no DB)",
-            b["median_bare_stop_and_wait_500_rate_per_s"], "", None, "/s")
         row("burst", "dispatcher / bare_publisher", b["median_ratio"], ">= 0.8",
             b["median_ratio"] is not None and b["median_ratio"] >= 0.8)
         row("burst", "same ratio, consumer side", b["median_ratio_consumer_side"], ">= 0.8",
@@ -1583,7 +1584,8 @@ def table(R, a):
     if i:
         row("ingest", "POST /schedule jobs/s (sync=FULL)", i["schedule_jobs_per_s"], ">= 25,000",
             i["schedule_jobs_per_s"] >= 25000, "/s")
-        row("ingest", "POST /schedule/batch jobs/s (1,000/request)", i["batch_jobs_per_s"], ">= 150,000",
+        row("ingest", "POST /schedule/batch jobs/s (1,000/request, Prefer: return=minimal)",
+            i["batch_jobs_per_s"], ">= 150,000",
             i["batch_jobs_per_s"] >= 150000, "/s")
         row("ingest", "GET /healthz requests/s (HTTP layer limit)", i["healthz_requests_per_s"], "", None, "/s")
         row("ingest", "POST /schedule / healthz", i["schedule_to_healthz"])

@@ -807,15 +807,25 @@ static void store_free(store_t *st)
     free(st);
 }
 
+/* Process-wide SQLite settings, before SQLite initialises itself. Memory
+ * statistics off: nothing reads them, and keeping them takes a global
+ * mutex on every SQLite malloc and free (~5% of the writer's CPU). */
+static void sqlite_global_config(void)
+{
+    (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); /* MISUSE if late */
+}
+
 rmqs_rc store_open_with(const char *path, const store_options *opt,
                         const store_migration *migrations, size_t n,
                         store_t **out, rmqs_error *err)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     bool sync_full = opt ? opt->synchronous_full : true;
     store_t *st;
     rmqs_rc rc;
     int src;
 
+    pthread_once(&once, sqlite_global_config);
     if (!out)
         return rmqs_fail(err, RMQS_EINVAL, NULL, "store_open: out is NULL");
     *out = NULL;
@@ -1236,26 +1246,24 @@ static rmqs_rc insert_req(store_t *st, store_insert_req *r)
     rmqs_rc out;
     int rc;
 
+    /* One job without a key is one INSERT, which SQLite already undoes by
+     * itself when it fails: no savepoint (two statements fewer per POST). */
+    bool sp = r->n > 1 || r->idem_key != NULL;
+
     if (r->n == 0 || (r->idem_key && (!r->idem_request || r->n != 1)))
         return RMQS_EINVAL;
-    for (size_t i = 0; i < r->n; i++) {
-        if (job_id_parse(r->jobs[i].id, id) != RMQS_OK) {
-            r->failed_index = i;
-            return RMQS_EINVAL;
-        }
-    }
     if (r->idem_key) {
         out = idem_lookup(st, r->idem_key, r->idem_request, &r->existed,
                           &r->existing);
         if (out != RMQS_ENOTFOUND)
             return out; /* the same job again, a conflict, or a failure */
     }
-    out = sp_exec(st, S_SAVEPOINT);
-    if (out != RMQS_OK)
+    if (sp && (out = sp_exec(st, S_SAVEPOINT)) != RMQS_OK)
         return out;
     for (size_t i = 0; i < r->n; i++) {
-        job_id_parse(r->jobs[i].id, id);
-        out = insert_job(st, &r->jobs[i], id, &seq);
+        out = job_id_parse(r->jobs[i].id, id) == RMQS_OK
+                  ? insert_job(st, &r->jobs[i], id, &seq)
+                  : RMQS_EINVAL;
         if (out != RMQS_OK) {
             r->failed_index = i;
             goto undo;
@@ -1277,7 +1285,7 @@ static rmqs_rc insert_req(store_t *st, store_insert_req *r)
             goto undo;
         }
     }
-    out = sp_exec(st, S_RELEASE_SP);
+    out = sp ? sp_exec(st, S_RELEASE_SP) : RMQS_OK;
     if (out == RMQS_OK)
         for (int i = 0; i < N_STATUS; i++)
             st->delta[i] += added[i];
@@ -1285,7 +1293,7 @@ static rmqs_rc insert_req(store_t *st, store_insert_req *r)
 undo:
     /* After FULL/IOERR SQLite may have rolled the whole transaction back;
      * then there is no savepoint left to return to. */
-    if (!sqlite3_get_autocommit(st->db)) {
+    if (sp && !sqlite3_get_autocommit(st->db)) {
         sp_exec(st, S_ROLLBACK_SP);
         sp_exec(st, S_RELEASE_SP);
     }

@@ -125,7 +125,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -356,30 +355,6 @@ static unsigned channel_close_code(amqp_rpc_reply_t r)
         return ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
     }
     return 0;
-}
-
-static int64_t jitter(int64_t ms)
-{
-    unsigned int r = 0;
-
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        r = (unsigned int)tu_mono_ms();
-    }
-    return ms / 2 + (int64_t)(r % (unsigned int)(ms / 2 + 1));
-}
-
-static struct timespec mono_after(int64_t ms)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += (time_t)(ms / 1000);
-    t.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
 }
 
 static struct timeval tv_ms(int64_t ms)
@@ -1385,7 +1360,7 @@ static bool pause_ms(ingest_t *in, int64_t ms)
         if (left <= 0) {
             return stopping(in);
         }
-        until = mono_after(left < beat_ms(in) ? left : beat_ms(in));
+        until = tu_mono_deadline(left < beat_ms(in) ? left : beat_ms(in));
         pthread_mutex_lock(&in->mu);
         while (!in->stop &&
                pthread_cond_timedwait(&in->cv, &in->mu, &until) == 0) {
@@ -1759,7 +1734,7 @@ static void store_batch(ingest_t *in, bool retry)
     }
     pthread_mutex_lock(&in->mu);
     while (in->outstanding > 0) {
-        struct timespec until = mono_after(beat_ms(in));
+        struct timespec until = tu_mono_deadline(beat_ms(in));
         if (pthread_cond_timedwait(&in->done_cv, &in->mu, &until) != 0 &&
             in->outstanding > 0) {
             pthread_mutex_unlock(&in->mu);
@@ -1969,7 +1944,7 @@ static void *ingest_main(void *arg)
                     snprintf(in->last_error, sizeof in->last_error, "%s", why);
                 }
                 down_logged = true;
-                if (pause_ms(in, jitter(reconnect_ms))) {
+                if (pause_ms(in, tu_jitter_ms(reconnect_ms))) {
                     break;
                 }
                 reconnect_ms = reconnect_ms * 2 < RECONNECT_MAX_MS

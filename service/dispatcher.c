@@ -45,7 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -170,29 +169,6 @@ void disp_notify(disp_t *d, int64_t due_at_ms)
 bool disp_broker_connected(disp_t *d)
 {
     return atomic_load(&d->connected);
-}
-
-static int64_t jitter(int64_t ms)
-{
-    unsigned int r = 0;
-    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r))
-        r = (unsigned int)tu_mono_ms();
-    return ms / 2 + (int64_t)(r % (unsigned int)(ms / 2 + 1));
-}
-
-/* A monotonic deadline wait_ms from now, for pthread_cond_timedwait. */
-static struct timespec mono_in(int64_t wait_ms)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += wait_ms / 1000;
-    t.tv_nsec += (wait_ms % 1000) * 1000000;
-    if (t.tv_nsec >= 1000000000) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000;
-    }
-    return t;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -339,7 +315,7 @@ static int64_t settle_list(disp_t *d, item *list, size_t n)
                   "n=%zu error=%s", n, rmqs_rc_name(rc));
         pthread_mutex_lock(&d->mu);
         if (!d->stop) {
-            struct timespec dl = mono_in(wait);
+            struct timespec dl = tu_mono_deadline(wait);
             pthread_cond_timedwait(&d->cv, &d->mu, &dl);
         }
         stop = d->stop;
@@ -516,7 +492,7 @@ static void *feeder_main(void *arg)
                 d->done_since + SETTLE_DELAY_MS - now < wait)
                 wait = d->done_since + SETTLE_DELAY_MS - now;
             if (wait > 0) {
-                struct timespec dl = mono_in(wait);
+                struct timespec dl = tu_mono_deadline(wait);
                 pthread_cond_timedwait(&d->cv, &d->mu, &dl);
             }
         }
@@ -687,7 +663,7 @@ static void *publisher_main(void *arg)
                          err.message);
             was_down_logged = true;
             /* disp_stop() writes the eventfd: no waiting out the delay. */
-            (void)wait_events(d, INT64_MAX, jitter(reconnect_ms));
+            (void)wait_events(d, INT64_MAX, tu_jitter_ms(reconnect_ms));
             reconnect_ms = reconnect_ms * 2 < RECONNECT_MAX_MS
                                ? reconnect_ms * 2 : RECONNECT_MAX_MS;
             continue;

@@ -34,13 +34,7 @@ static bool jan_sleep(janitor_t *j, int64_t ms)
     struct timespec dl;
     bool stop;
 
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += ms / 1000;
-    dl.tv_nsec += (ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
+    dl = tu_mono_deadline(ms);
     pthread_mutex_lock(&j->mu);
     while (!j->stop && pthread_cond_timedwait(&j->cv, &j->mu, &dl) == 0)
         ;

@@ -16,6 +16,7 @@
 #include "timeutil.h"
 
 #include <stdbool.h>
+#include <sys/random.h>
 #include <time.h>
 
 #define MS_PER_SEC 1000LL
@@ -45,6 +46,29 @@ int64_t tu_now_ms(void)
 int64_t tu_mono_ms(void)
 {
     return clock_ms(CLOCK_MONOTONIC);
+}
+
+struct timespec tu_mono_deadline(int64_t ms)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += (time_t)(ms / 1000);
+    t.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+int64_t tu_jitter_ms(int64_t ms)
+{
+    unsigned int r = 0;
+
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = (unsigned int)tu_mono_ms();
+    return ms / 2 + (int64_t)(r % (unsigned int)(ms / 2 + 1));
 }
 
 static bool is_leap(int64_t y)

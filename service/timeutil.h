@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <time.h>
+
 #include "rmqs.h"
 
 /* "YYYY-MM-DDTHH:MM:SS.mmmZ" */
@@ -19,6 +21,14 @@
 
 int64_t tu_now_ms(void);  /* CLOCK_REALTIME in ms */
 int64_t tu_mono_ms(void); /* CLOCK_MONOTONIC in ms */
+
+/* The CLOCK_MONOTONIC instant ms from now, for pthread_cond_timedwait on a
+ * condition variable set to that clock. ms >= 0. */
+struct timespec tu_mono_deadline(int64_t ms);
+
+/* A random delay in [ms/2, ms] (reconnect backoff that does not make a
+ * fleet of clients retry in step). ms >= 0. */
+int64_t tu_jitter_ms(int64_t ms);
 
 /*
  * Parse an RFC 3339 date-time (section 5.6): "2026-11-30T14:00:00Z",

@@ -6,6 +6,7 @@
  * day arithmetic against glibc's timegm/gmtime_r over years 0001-9999.
  */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -353,5 +354,39 @@ Test(timeutil, accepted_times_round_trip_at_the_range_ends)
             cr_assert_eq(parse(out, &back), RMQS_OK, "%s -> %s", text, out);
             cr_assert_eq(back, ms, "%s -> %s", text, out);
         }
+    }
+}
+
+Test(timeutil, mono_deadline_is_ms_ahead_and_normalised)
+{
+    struct timespec before, dl;
+    int64_t before_ns, dl_ns;
+
+    for (int64_t ms = 0; ms <= 2500; ms += 499) {
+        clock_gettime(CLOCK_MONOTONIC, &before);
+        dl = tu_mono_deadline(ms);
+        cr_assert(dl.tv_nsec >= 0 && dl.tv_nsec < 1000000000L);
+        before_ns = (int64_t)before.tv_sec * 1000000000 + before.tv_nsec;
+        dl_ns = (int64_t)dl.tv_sec * 1000000000 + dl.tv_nsec;
+        cr_assert_geq(dl_ns - before_ns, ms * 1000000);
+        cr_assert_lt(dl_ns - before_ns, ms * 1000000 + 100000000); /* +100 ms */
+    }
+}
+
+Test(timeutil, jitter_stays_between_half_and_whole)
+{
+    bool below_three_quarters = false, above = false;
+
+    for (int i = 0; i < 2000; i++) {
+        int64_t j = tu_jitter_ms(1000);
+        cr_assert(j >= 500 && j <= 1000, "jitter %lld", (long long)j);
+        below_three_quarters |= j < 750;
+        above |= j >= 750;
+    }
+    cr_assert(below_three_quarters && above, "not spread over the range");
+    cr_assert_eq(tu_jitter_ms(0), 0);
+    for (int i = 0; i < 20; i++) {
+        int64_t one = tu_jitter_ms(1);
+        cr_assert(one == 0 || one == 1);
     }
 }

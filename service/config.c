@@ -63,7 +63,7 @@ static const opt_def opt_table[] = {
     {"publish-window", "RMQS_PUBLISH_WINDOW", OPT_INT, F(publish_window),
      "1000", 1, 100000, "most publishes awaiting a broker confirm"},
     {"dispatch-lookahead-ms", "RMQS_DISPATCH_LOOKAHEAD_MS", OPT_INT,
-     F(dispatch_lookahead_ms), "50", 0, 10000,
+     F(dispatch_lookahead_ms), "500", 0, 60000,
      "jobs are claimed this long before they are due (then 409 to cancel)"},
     {"http-threads", "RMQS_HTTP_THREADS", OPT_INT, F(http_threads), "2", 1, 64,
      "HTTP worker threads"},

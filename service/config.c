@@ -82,6 +82,10 @@ static const opt_def opt_table[] = {
      "this many seconds (604800 = 7 days); 0 keeps them"},
     {"purge-interval-s", "RMQS_PURGE_INTERVAL_S", OPT_INT, F(purge_interval_s),
      "60", 1, 86400, "how often to look for finished jobs to delete"},
+    {"write-queue-bytes", "RMQS_WRITE_QUEUE_BYTES", OPT_INT,
+     F(write_queue_bytes), "4194304", 0, (int64_t)1 << 40,
+     "request bytes parsed and waiting for the database at once; more wait "
+     "unparsed (bounds memory; 0: no bound)"},
     {"min-free-bytes", "RMQS_MIN_FREE_BYTES", OPT_INT, F(min_free_bytes),
      "16777216", 0, INT64_MAX, "new jobs get 503 storage_full while less than "
      "this is free on the database's disk; the rest is kept for delivering "

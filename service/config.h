@@ -35,6 +35,7 @@ typedef struct config {
     int64_t shutdown_grace_s;
     int64_t retention_s;     /* finished jobs kept this long; 0 = forever */
     int64_t purge_interval_s;
+    int64_t write_queue_bytes; /* admission budget of the writer */
     int64_t min_free_bytes;  /* disk reserve kept for delivering stored jobs */
     bool sync_full;          /* synchronous=FULL (true) or NORMAL */
     char *log_level;         /* owned: debug|info|warn|error */

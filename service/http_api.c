@@ -87,6 +87,9 @@ typedef struct http_req {
     bool batch;        /* POST /schedule/batch */
     bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
     writer_req wr;     /* the insert handed to the writer */
+    writer_waiter waiter; /* queued for admission (see writer.h) */
+    size_t admitted;   /* body bytes admitted by the writer; given back
+                          when the request completes */
     job_t *jobs;       /* owned; what wr.ins.jobs points to */
     size_t njobs;
     char *canonical;   /* owned; the Idempotency-Key fingerprint */
@@ -384,6 +387,43 @@ static void on_written(writer_req *wr, void *cls)
     http_req *rq = cls;
     rq->state = RQ_WRITTEN;
     MHD_resume_connection(rq->conn); /* thread-safe; handler runs again */
+}
+
+/* Writer side: the request waiting for admission may go on. */
+static void on_admitted(void *cls)
+{
+    http_req *rq = cls;
+    MHD_resume_connection(rq->conn); /* the handler runs route() again */
+}
+
+/*
+ * Admission before parsing (writer.h): whether rq may be parsed and handed
+ * to the writer now. If not, the connection is suspended until the writer
+ * has room; route() runs again then. Parsed jobs waiting for the writer are
+ * what a flood of batch clients would otherwise grow memory with.
+ */
+static bool admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
+{
+    size_t bytes = rq->len > 0 ? rq->len : 1;
+
+    if (rq->admitted > 0)
+        return true;
+    if (rq->waiter.granted) {
+        rq->admitted = rq->waiter.bytes;
+        return true;
+    }
+    if (writer_admit(api->writer, bytes, NULL)) { /* the usual case */
+        rq->admitted = bytes;
+        return true;
+    }
+    rq->waiter = (writer_waiter){.wake = on_admitted, .cls = rq};
+    /* Suspend first: the wake may come at once from another thread. */
+    MHD_suspend_connection(c);
+    if (writer_admit(api->writer, bytes, &rq->waiter)) { /* room meanwhile */
+        rq->admitted = bytes;
+        MHD_resume_connection(c);
+    }
+    return false;
 }
 
 /* Suspend the connection and hand rq's jobs to the writer. */
@@ -783,6 +823,7 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
     src.db_bytes = store_size_bytes(api->st);
     src.broker_connected = disp_broker_connected(api->disp);
+    src.requests_waiting = (int64_t)writer_waiting(api->writer);
     text = metrics_render(&src);
     if (text == NULL)
         return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
@@ -834,6 +875,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
             return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                "unsupported_media_type", NULL,
                                "Content-Type must be application/json");
+        if (!admit(api, c, rq))
+            return MHD_YES; /* suspended until the writer has room */
         return url[9] == '\0' ? h_schedule(api, c, rq)
                               : h_schedule_batch(api, c, rq);
     }
@@ -932,6 +975,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     http_api_t *api = cls;
     http_req *rq = *con_cls;
     if (rq != NULL) {
+        if (rq->admitted > 0)
+            writer_release(api->writer, rq->admitted);
         atomic_fetch_sub(&api->inflight, 1);
         if (rq->status != 0)
             metrics_http(rq->route, rq->status, mono_us() - rq->start_us);

@@ -325,6 +325,8 @@ int main(int argc, char **argv)
         goto out;
     }
     writer = writer_new(st, disp, WRITER_MAX_ROWS, cfg.min_free_bytes);
+    if (writer != NULL)
+        writer_set_admission_budget(writer, (size_t)cfg.write_queue_bytes);
     if (writer == NULL || writer_start(writer) != RMQS_OK) {
         log_error("main", "cannot start the writer thread", NULL);
         goto out;

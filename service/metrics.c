@@ -252,6 +252,12 @@ char *metrics_render(const metrics_sources *src)
                   "up.\n# TYPE rmqs_broker_connected gauge\n"
                   "rmqs_broker_connected %d\n",
               src != NULL && src->broker_connected ? 1 : 0);
+    sb_printf(&b, "# HELP rmqs_http_requests_waiting POST requests waiting, "
+                  "unparsed, for room in the write queue "
+                  "(--write-queue-bytes).\n"
+                  "# TYPE rmqs_http_requests_waiting gauge\n"
+                  "rmqs_http_requests_waiting %lld\n",
+              (long long)(src != NULL ? src->requests_waiting : 0));
     sb_printf(&b, "# HELP rmqs_broker_reconnects_total AMQP connections made "
                   "after the first.\n# TYPE rmqs_broker_reconnects_total counter\n"
                   "rmqs_broker_reconnects_total %llu\n", U(m.reconnects));

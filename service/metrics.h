@@ -44,6 +44,7 @@ typedef struct metrics_sources {
     int64_t jobs_by_status[5]; /* indexed by job_status */
     int64_t db_bytes;          /* database file + WAL, -1 if unknown */
     bool broker_connected;
+    int64_t requests_waiting;  /* POSTs waiting for write-queue room */
 } metrics_sources;
 
 /* The whole exposition, malloc'd (caller frees); NULL on ENOMEM. */

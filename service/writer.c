@@ -28,10 +28,15 @@ struct writer {
     pthread_t thread;
     bool started;
 
-    pthread_mutex_t mu;  /* guards head, tail, stopping */
+    pthread_mutex_t mu;  /* guards head, tail, stopping and admission */
     pthread_cond_t cv;
     writer_req *head, *tail;
     bool stopping;
+
+    size_t budget;       /* request bytes admitted at once; 0 = any */
+    size_t admitted;     /* bytes admitted and not yet released */
+    writer_waiter *wait_head, *wait_tail; /* not admitted yet, FIFO */
+    writer_waiter *granted;  /* admitted, to be woken by the thread */
 };
 
 writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
@@ -111,6 +116,90 @@ static bool below_reserve(writer_t *w)
     return full;
 }
 
+void writer_set_admission_budget(writer_t *w, size_t queue_bytes)
+{
+    pthread_mutex_lock(&w->mu);
+    w->budget = queue_bytes;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Whether bytes more fit the budget. Called with the mutex held. */
+static bool fits_locked(const writer_t *w, size_t bytes)
+{
+    return w->budget == 0 || w->stopping || w->admitted == 0 ||
+           w->admitted + bytes <= w->budget;
+}
+
+bool writer_admit(writer_t *w, size_t bytes, writer_waiter *waiter)
+{
+    bool ok;
+
+    pthread_mutex_lock(&w->mu);
+    /* FIFO: nobody overtakes a waiter, or big requests could starve. */
+    ok = w->wait_head == NULL && fits_locked(w, bytes);
+    if (ok) {
+        w->admitted += bytes;
+    } else if (waiter != NULL) {
+        waiter->bytes = bytes;
+        waiter->granted = false;
+        waiter->next = NULL;
+        if (w->wait_tail)
+            w->wait_tail->next = waiter;
+        else
+            w->wait_head = waiter;
+        w->wait_tail = waiter;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+/* Admit waiters in order while they fit (all of them when stopping) and
+ * move them to w->granted, for the writer thread to wake: writer_release
+ * runs in libmicrohttpd's completion callback, where resuming another
+ * connection is best not done. Called with the mutex held. */
+static void grant_locked(writer_t *w)
+{
+    while (w->wait_head != NULL && fits_locked(w, w->wait_head->bytes)) {
+        writer_waiter *x = w->wait_head;
+        w->wait_head = x->next;
+        w->admitted += x->bytes;
+        x->granted = true;
+        x->next = w->granted;
+        w->granted = x;
+        pthread_cond_signal(&w->cv);
+    }
+    if (w->wait_head == NULL)
+        w->wait_tail = NULL;
+}
+
+static void wake_all(writer_waiter *list)
+{
+    while (list != NULL) {
+        writer_waiter *next = list->next; /* wake may end list's owner */
+        list->wake(list->cls);
+        list = next;
+    }
+}
+
+size_t writer_waiting(writer_t *w)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&w->mu);
+    for (writer_waiter *x = w->wait_head; x != NULL; x = x->next)
+        n++;
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+void writer_release(writer_t *w, size_t bytes)
+{
+    pthread_mutex_lock(&w->mu);
+    w->admitted -= bytes <= w->admitted ? bytes : w->admitted;
+    grant_locked(w);
+    pthread_mutex_unlock(&w->mu);
+}
+
 bool writer_disk_full(writer_t *w)
 {
     return atomic_load(&w->disk_full);
@@ -134,17 +223,24 @@ static void *writer_main(void *arg)
         store_insert_req *rq = reqs ? reqs : &one;
         int64_t earliest = INT64_MAX;
         size_t n, rows = 0, scheduled = 0;
+        writer_waiter *granted;
         rmqs_rc rc;
 
         pthread_mutex_lock(&w->mu);
-        while (w->head == NULL && !w->stopping)
+        while (w->head == NULL && w->granted == NULL && !w->stopping)
             pthread_cond_wait(&w->cv, &w->mu);
+        granted = w->granted;
+        w->granted = NULL;
         if (w->head == NULL && w->stopping) {
             pthread_mutex_unlock(&w->mu);
+            wake_all(granted);
             break;
         }
-        n = take_batch(w, b, batch && reqs ? cap : 1);
+        n = w->head != NULL ? take_batch(w, b, batch && reqs ? cap : 1) : 0;
         pthread_mutex_unlock(&w->mu);
+        wake_all(granted); /* their requests get parsed meanwhile */
+        if (n == 0)
+            continue;
 
         for (size_t i = 0; i < n; i++)
             rq[i] = b[i]->ins;
@@ -199,16 +295,25 @@ rmqs_rc writer_start(writer_t *w)
 
 void writer_stop(writer_t *w)
 {
+    writer_waiter *wake;
+
     if (w == NULL)
         return;
     pthread_mutex_lock(&w->mu);
     w->stopping = true;
     pthread_cond_broadcast(&w->cv);
+    grant_locked(w); /* stopping: all of them */
     pthread_mutex_unlock(&w->mu);
     if (w->started) {
-        pthread_join(w->thread, NULL);
+        pthread_join(w->thread, NULL); /* it wakes what it granted */
         w->started = false;
     }
+    /* Granted after the thread's last look (or it never ran). */
+    pthread_mutex_lock(&w->mu);
+    wake = w->granted;
+    w->granted = NULL;
+    pthread_mutex_unlock(&w->mu);
+    wake_all(wake);
 }
 
 void writer_free(writer_t *w)

@@ -52,7 +52,37 @@ rmqs_rc writer_start(writer_t *w);
  */
 rmqs_rc writer_submit(writer_t *w, writer_req *req);
 
-/* Commit everything queued so far, then end the thread. */
+/*
+ * Admission: requests waiting for the writer hold their jobs parsed in
+ * memory, so a flood of clients could grow the process without bound. A
+ * request asks for its body size out of a budget (bytes; 0 = no budget, set
+ * with writer_set_admission_budget) before it is parsed, and gives it back
+ * with writer_release once it is answered. When nothing is admitted any
+ * size gets through, so no request waits forever; while the writer is
+ * stopping everything is admitted (and writer_submit refuses).
+ *
+ * writer_admit: true if admitted now. Otherwise, if waiter is not NULL, it
+ * is queued (FIFO, nobody overtakes it) and waiter->wake(cls) is called
+ * later - from another thread, with no writer lock held - once it has been
+ * admitted (waiter->granted). A caller that suspends its connection to
+ * wait must suspend before queueing the waiter.
+ */
+typedef struct writer_waiter writer_waiter;
+struct writer_waiter {
+    size_t bytes;
+    bool granted;              /* out: admitted by a writer_release */
+    void (*wake)(void *cls);
+    void *cls;
+    writer_waiter *next;       /* the writer's queue link */
+};
+void writer_set_admission_budget(writer_t *w, size_t bytes);
+bool writer_admit(writer_t *w, size_t bytes, writer_waiter *waiter);
+void writer_release(writer_t *w, size_t bytes);
+/* How many requests wait for admission now (for /metrics). */
+size_t writer_waiting(writer_t *w);
+
+/* Commit everything queued so far, then end the thread (waking every
+ * request still waiting for admission). */
 void writer_stop(writer_t *w);
 void writer_free(writer_t *w);
 

@@ -57,6 +57,7 @@
 #define RECONNECT_MAX_MS 5000
 #define SETTLE_BATCH 256            /* outcomes that are recorded at once */
 #define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
+#define SETTLE_BACKLOG 4096         /* most outcomes a claim may put off */
 
 /* A claimed job on its way: in `ahead`, unconfirmed at the broker, then in
  * `done` with its outcome. Owned by the dispatcher from claim to settle. */
@@ -133,7 +134,7 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
         d->opt.lookahead_ms = 0;
     window = d->opt.window > 0 ? (size_t)d->opt.window
                                : 2 * (size_t)d->opt.batch_size;
-    d->ahead_cap = (size_t)d->opt.batch_size;
+    d->ahead_cap = 2 * (size_t)d->opt.batch_size; /* claims: batch_size */
     d->ahead = calloc(d->ahead_cap, sizeof(*d->ahead));
     d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     d->next_claim_at = INT64_MIN; /* claim at once */
@@ -422,18 +423,24 @@ static void *feeder_main(void *arg)
         int64_t now = tu_now_ms(), next = INT64_MAX, wait;
 
         pthread_mutex_lock(&d->mu);
+        stop = d->stop;
+        room = d->ahead_cap - d->ahead_n;
+        if (room > (size_t)d->opt.batch_size)
+            room = (size_t)d->opt.batch_size; /* one claim's worth */
+        claim = !stop && d->can_claim && room > 0 && now >= claim_retry_at &&
+                (d->kicked || now >= d->next_claim_at);
         list = NULL;
         n_done = 0;
-        if (done_ready_locked(d, now)) {
+        /* While the publisher may run dry (a burst), claiming comes first:
+         * recording outcomes can wait, up to SETTLE_BACKLOG of them. */
+        if (done_ready_locked(d, now) &&
+            !(claim && d->ahead_n < d->ahead_cap / 2 &&
+              d->done_n < SETTLE_BACKLOG)) {
             list = d->done_head;
             n_done = d->done_n;
             d->done_head = d->done_tail = NULL;
             d->done_n = 0;
         }
-        stop = d->stop;
-        room = d->ahead_cap - d->ahead_n;
-        claim = !stop && d->can_claim && room > 0 && now >= claim_retry_at &&
-                (d->kicked || now >= d->next_claim_at);
         if (claim) {
             d->kicked = false;
             d->notified_due = INT64_MAX; /* this claim covers those */

@@ -16,8 +16,10 @@ def _job(amqp, **kw):
 
 def test_cancelled_job_never_arrives(service, amqp):
     svc = service()
-    a = svc.schedule(_job(amqp, body="A", delay_ms=800))
-    b = svc.schedule(_job(amqp, body="B (sentinel)", delay_ms=1200))
+    # Far enough ahead that the cancel comes before the dispatcher claims A
+    # (--dispatch-lookahead-ms, 500 ms before its time).
+    a = svc.schedule(_job(amqp, body="A", delay_ms=2000))
+    b = svc.schedule(_job(amqp, body="B (sentinel)", delay_ms=2500))
 
     status, _, cancelled = svc.delete(f"/jobs/{a['id']}")
     assert status == 200, cancelled
@@ -87,14 +89,15 @@ def test_rescheduled_sooner_arrives_at_new_time(service, amqp):
 
 def test_rescheduled_later_does_not_arrive_at_old_time(service, amqp):
     svc = service()
-    job = svc.schedule(_job(amqp, body="moved", delay_ms=600))
-    new_at_text = format_ts(time.time() + 2.5, offset_minutes=120)
+    # Moved long before the dispatcher would claim it (500 ms ahead).
+    job = svc.schedule(_job(amqp, body="moved", delay_ms=2000))
+    new_at_text = format_ts(time.time() + 4.0, offset_minutes=120)
     status, _, moved = svc.patch(f"/jobs/{job['id']}", {"deliver_at": new_at_text})
     assert status == 200, moved
     assert moved["deliver_at"].endswith("Z")
     assert ts_ms(moved["deliver_at"]) == ts_ms(new_at_text)
     # a sentinel due after the old time but before the new one
-    sentinel = svc.schedule(_job(amqp, body="sentinel", delay_ms=1200))
+    sentinel = svc.schedule(_job(amqp, body="sentinel", delay_ms=2600))
     amqp.wait_for_jobs([sentinel["id"]], timeout=10)
     assert job["id"] not in amqp.by_job(), "the job arrived at its old time"
 

@@ -11,7 +11,7 @@ from helpers import assert_error, format_ts, parse_ts
 def test_same_key_same_request_returns_the_same_job_once(service, amqp):
     svc = service()
     req = {"exchange": amqp.exchange, "routing_key": amqp.routing_key,
-           "body": {"n": 1}, "delay_ms": 1500, "headers": {"h": "v"}}
+           "body": {"n": 1}, "delay_ms": 3000, "headers": {"h": "v"}}
     key = {"Idempotency-Key": "order-42/attempt"}
 
     status, hdrs, first = svc.post("/schedule", req, headers=key)
@@ -31,7 +31,7 @@ def test_same_key_same_request_returns_the_same_job_once(service, amqp):
     # A sentinel due after it: once it arrives, the job has had its chance
     # to arrive twice.
     sentinel = svc.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
-                             "body": "sentinel", "delay_ms": 2500})
+                             "body": "sentinel", "delay_ms": 4000})
     got = amqp.wait_for_jobs([first["id"], sentinel["id"]], timeout=15)
     assert len(got[first["id"]]) == 1
     assert len(amqp.snapshot()) == 2

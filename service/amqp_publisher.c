@@ -1112,19 +1112,6 @@ bool amqpp_buffered(const amqpp_t *p)
            (amqp_data_in_buffer(p->conn) || amqp_frames_enqueued(p->conn));
 }
 
-int64_t amqpp_oldest_sent_ms(const amqpp_t *p)
-{
-    uint64_t t;
-
-    for (t = p->low_tag; t < p->next_tag; t++) {
-        const flight *f = &p->win[(t - 1) % p->cap];
-        if (f->state != FL_FREE) {
-            return f->sent_ms;
-        }
-    }
-    return INT64_MAX;
-}
-
 /* ------------------------------------------------------------------ */
 /* Building a message                                                  */
 

@@ -80,8 +80,6 @@ rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
 bool amqpp_can_send(const amqpp_t *p);
 bool amqpp_blocked(const amqpp_t *p);
 size_t amqpp_unconfirmed(const amqpp_t *p);
-/* Monotonic ms of the oldest unconfirmed publish; INT64_MAX if none. */
-int64_t amqpp_oldest_sent_ms(const amqpp_t *p);
 
 /*
  * Publish job (borrowed until reported) with ctx for its report. A job that

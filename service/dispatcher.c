@@ -38,7 +38,6 @@
  */
 #include "dispatcher.h"
 
-#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -511,7 +510,7 @@ static void *feeder_main(void *arg)
 /* ------------------------------------------------------------------------ */
 /* The publisher thread: publishes on time, reads the broker's answers      */
 
-/* Whether the thread should stop (no lock needed for a glance). */
+/* Whether disp_stop() has been called (set by another thread). */
 static bool stopping(disp_t *d)
 {
     bool s;
@@ -616,16 +615,17 @@ static bool wait_events(disp_t *d, int64_t wall_ms, int64_t cap_ms)
 /* Connected and publishing until the connection goes or stop. */
 static void publish_loop(disp_t *d, int64_t idle_cap)
 {
+    bool was_blocked = true; /* so the first pass allows claiming */
+
     while (!stopping(d) && amqpp_connected(d->pub)) {
         int64_t now = tu_now_ms(), next_due = INT64_MAX;
+        bool blocked = amqpp_blocked(d->pub);
 
-        if (amqpp_blocked(d->pub)) {
-            /* Hand the claimed jobs back; claim again once unblocked. */
-            set_can_claim(d, false);
-            release_ahead(d);
-        } else {
-            set_can_claim(d, true);
-        }
+        if (blocked != was_blocked) /* tell the feeder only of changes */
+            set_can_claim(d, !blocked);
+        was_blocked = blocked;
+        if (blocked)
+            release_ahead(d); /* hand them back; claimed again once unblocked */
         /* Publish everything due, back to back, while the window has
          * room; confirms are read as they come. */
         while (amqpp_can_send(d->pub)) {

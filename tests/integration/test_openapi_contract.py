@@ -13,13 +13,15 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 
 import pytest
 
 import helpers
 from helpers import (ContractError, OpenApiContract, Response, TextResponse,
-                     assert_error, free_port, http_request, http_request_text)
+                     assert_error, format_ts, free_port, http_request, http_request_text,
+                     parse_ts)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -327,6 +329,82 @@ def _request_examples(contract, op):
     return list(_examples(contract, media))
 
 
+# Request fields that name a moment; the examples give them as RFC 3339 text.
+TIME_FIELDS = ("deliver_at",)
+TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
+
+
+def _example_times(value, where=""):
+    """(where, text) of every time field in a request example."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k in TIME_FIELDS and isinstance(v, str):
+                yield f"{where}/{k}", v
+            else:
+                yield from _example_times(v, f"{where}/{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _example_times(v, f"{where}/{i}")
+
+
+def _offset_minutes(text):
+    if text.endswith(("Z", "z")):
+        return 0
+    sign = -1 if text[-6] == "-" else 1
+    return sign * (int(text[-5:-3]) * 60 + int(text[-2:]))
+
+
+def relative_to_now(value, ahead_ms=LATER):
+    """The request example with each time field moved to now + ahead_ms, in
+    the example's own form (its UTC offset, with or without a fraction): what
+    the example means is kept, but what the test sends never depends on
+    today's date (an example dated in the past would be due at once)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in TIME_FIELDS and isinstance(v, str) and TS_RE.match(v):
+                t = format_ts(time.time() + ahead_ms / 1000, _offset_minutes(v))
+                if "." not in v:
+                    t = re.sub(r"\.\d+", "", t)
+                out[k] = t
+            else:
+                out[k] = relative_to_now(v, ahead_ms)
+        return out
+    if isinstance(value, list):
+        return [relative_to_now(v, ahead_ms) for v in value]
+    return value
+
+
+def test_request_examples_are_at_least_a_day_ahead(contract):
+    """The guard against examples going stale: a request example dated in
+    the past (or within a day of now) would, pasted by a reader, be due at
+    once, which is not what it shows. Update the example when this fails."""
+    horizon = time.time() + 86400
+    found = []
+    for template, method, op in operations(contract.doc):
+        for name, body in _request_examples(contract, op):
+            for where, text in _example_times(body):
+                assert TS_RE.match(text), f"{method.upper()} {template} {name}{where}: {text!r}"
+                found.append((f"{method.upper()} {template} ({name}){where}", text))
+    assert found, "no dated request example found: the guard checks nothing"
+    stale = [(w, t) for w, t in found if parse_ts(t) < horizon]
+    assert not stale, ("request examples in api/openapi.yaml dated in the past or "
+                       f"within a day of now: {stale}")
+
+
+def test_relative_to_now_keeps_the_form_of_the_example():
+    now = time.time()
+    moved = relative_to_now({"deliver_at": "2020-01-02T03:04:05+01:00",
+                             "jobs": [{"deliver_at": "2020-01-02T03:04:05.000Z"}],
+                             "body": {"deliver_at": 5}}, 60_000)
+    assert moved["deliver_at"].endswith("+01:00") and "." not in moved["deliver_at"]
+    inner = moved["jobs"][0]["deliver_at"]
+    assert inner.endswith("Z") and re.search(r"\.\d{3}Z$", inner), inner
+    for t in (moved["deliver_at"], inner):
+        assert now + 59 <= parse_ts(t) <= now + 62, t
+    assert moved["body"] == {"deliver_at": 5}
+
+
 def test_every_documented_operation_exists_and_takes_its_examples(service, contract):
     """Each documented method of each documented path answers 2xx to the
     file's own request examples; HEAD answers like GET without a body."""
@@ -339,6 +417,7 @@ def test_every_documented_operation_exists_and_takes_its_examples(service, contr
         path = template.replace("{id}", job["id"])
         examples = _request_examples(contract, op) or [(None, None)]
         for name, body in examples:
+            body = relative_to_now(body)
             if method == "get" and template == "/metrics":
                 resp = http_request_text(svc.port, path)
             else:

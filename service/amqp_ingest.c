@@ -765,7 +765,8 @@ rmqs_rc ingest_job_from_message(const amqp_envelope_t *env,
             *err = terr;
         }
     }
-    job.deliver_at = job.due_at = deliver_at;
+    job.deliver_at = deliver_at;
+    job.due_at = deliver_at > received_ms ? deliver_at : received_ms;
     job.delay_ms = deliver_at > received_ms ? deliver_at - received_ms : 0;
     *out = job;
     return timing;

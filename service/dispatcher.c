@@ -222,11 +222,11 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
     case AMQPP_ACKED:
         it->out.kind = STORE_OUT_SENT;
         metrics_publish_attempts(1);
-        metrics_job_sent(it->sent_ms - j->deliver_at);
+        metrics_job_sent(it->sent_ms - j->due_at);
         log_debug("dispatcher", "sent",
                   "job_id=%s exchange=\"%s\" routing_key=\"%s\" late_ms=%lld",
                   j->id, j->exchange, j->routing_key,
-                  (long long)(it->sent_ms - j->deliver_at));
+                  (long long)(it->sent_ms - j->due_at));
         break;
     case AMQPP_UNSENT:
         it->out.kind = STORE_OUT_RELEASE;

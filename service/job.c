@@ -978,7 +978,9 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
 
     job.id[0] = '\0';
     job.status = JOB_PENDING;
-    job.due_at = job.deliver_at;
+    /* A time already past is due now, not then: the dispatcher (and its
+     * lateness metric) measure from the later of the two. */
+    job.due_at = job.deliver_at > now_ms ? job.deliver_at : now_ms;
     job.created_at = now_ms;
     job.updated_at = now_ms;
     job.sent_at = -1;

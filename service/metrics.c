@@ -217,8 +217,9 @@ char *metrics_render(const metrics_sources *src)
             sb_printf(&b, "rmqs_jobs{status=\"%s\"} %lld\n", status_names[i],
                       (long long)src->jobs_by_status[i]);
     }
-    sb_printf(&b, "# HELP rmqs_dispatch_lateness_seconds Broker confirm time "
-                  "minus deliver_at of sent jobs.\n"
+    sb_printf(&b, "# HELP rmqs_dispatch_lateness_seconds Publish time of sent "
+                  "jobs minus when the attempt was due: the later of deliver_at "
+                  "and the job's acceptance or reschedule, or the retry time.\n"
                   "# TYPE rmqs_dispatch_lateness_seconds histogram\n");
     sb_hist(&b, "rmqs_dispatch_lateness_seconds", "", &m.lateness, late_bounds,
             LATE_N);

@@ -30,7 +30,9 @@ typedef enum metrics_failure {
 void metrics_jobs_scheduled(uint64_t n);
 void metrics_publish_attempts(uint64_t n);
 void metrics_publish_failure(metrics_failure reason);
-void metrics_job_sent(int64_t lateness_ms); /* ack time - deliver_at */
+/* publish time - when this attempt was due: max(deliver_at, accepted or
+ * rescheduled) for a first attempt, the backoff's time for a retry */
+void metrics_job_sent(int64_t lateness_ms);
 void metrics_job_failed(void);              /* max_attempts exhausted */
 void metrics_broker_reconnect(void);
 void metrics_http(metrics_route route, unsigned status, int64_t duration_us);

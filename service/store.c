@@ -187,7 +187,7 @@ static const stmt_def stmt_defs[S_COUNT] = {
                            "AND (?5 IS NULL OR source = ?5) "
                            "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_RESCHEDULE] = {"reschedule",
-                      "UPDATE jobs SET deliver_at = ?1, due_at = ?1, "
+                      "UPDATE jobs SET deliver_at = ?1, due_at = max(?1, ?3), "
                       "delay_ms = ?2, updated_at = ?3 "
                       "WHERE id = ?4 AND status = 0 RETURNING " JOB_COLS},
     [S_CANCEL] = {"cancel", "UPDATE jobs SET status = 4, updated_at = ?1 "

@@ -11,10 +11,11 @@ import math
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
-from helpers import (JOB_STATUSES, env, free_port, http_request_text,
+from helpers import (JOB_STATUSES, env, format_ts, free_port, http_request_text,
                      wait_until)
 
 LATER = 3_600_000
@@ -259,3 +260,38 @@ def test_metrics_need_the_token_when_one_is_set(service):
     wait_until(lambda: scrape(svc, good).get(
         "rmqs_http_requests_total", route="/metrics", status="401") == 1, 10,
         "the 401 to be counted")
+
+
+def test_lateness_counts_from_acceptance_for_a_time_already_past(service, amqp):
+    """A job accepted (or rescheduled) with a deliver_at already past is due
+    from that moment: its age is not dispatch lateness. One job dated a day
+    back used to put a whole day into the histogram's sum."""
+    svc = service()
+    before = scrape(svc)
+    day_ago = time.time() - 86400
+    old = svc.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                        "body": "old", "deliver_at": format_ts(day_ago)})
+    assert old["next_attempt_at"] >= old["created_at"], old
+    # Rescheduled to a past time: due from the reschedule.
+    moved = svc.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                          "body": "moved", "delay_ms": LATER})
+    st, _, body = svc.patch(f"/jobs/{moved['id']}", {"deliver_at": format_ts(day_ago)})
+    assert st == 200, body
+    assert body["deliver_at"] == format_ts(day_ago) and body["next_attempt_at"] >= body["updated_at"]
+    amqp.wait_for_jobs([old["id"], moved["id"]])
+    for j in (old, moved):
+        svc.wait_status(j["id"], "sent")
+
+    def observed():
+        m = scrape(svc)
+        n = m.get("rmqs_dispatch_lateness_seconds_count") - \
+            before.get("rmqs_dispatch_lateness_seconds_count")
+        return m if n >= 2 else None
+    after = wait_until(observed, 10, "two lateness observations")
+    total = after.get("rmqs_dispatch_lateness_seconds_sum") - \
+        before.get("rmqs_dispatch_lateness_seconds_sum")
+    # Both were published within moments of being accepted; a day would
+    # show as 172800 s. 30 s leaves room for a slow, sanitized build.
+    assert 0 <= total < 30, f"lateness sum {total} s for two jobs due at acceptance"
+    m = re.search(r"# HELP rmqs_dispatch_lateness_seconds (.*)", after.text)
+    assert m and "accept" in m.group(1), after.text[:300]

@@ -1082,6 +1082,12 @@ Test(store, reschedule_only_pending)
     job_clear(&j);
     job_clear(&out);
 
+    /* moved to a time already past (500 at 1200): due from the reschedule */
+    cr_assert_eq(store_reschedule(g_st, id, 500, 0, 1200, &out), RMQS_OK);
+    cr_assert_eq(out.deliver_at, 500, "the requested time is kept");
+    cr_assert_eq(out.due_at, 1200);
+    job_clear(&out);
+
     /* job 2 goes publishing: conflict */
     claim_all(100, 1);
     make_id(2, id);
@@ -1580,7 +1586,7 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     job_clear(&got);
     check_counts("cancelling a cancelled job");
     make_id(2, id);
-    cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got), RMQS_OK);
+    cr_assert_eq(store_reschedule(g_st, id, 50, 10, 40, &got), RMQS_OK);
     job_clear(&got);
     check_counts("reschedule");
 

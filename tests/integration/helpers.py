@@ -24,7 +24,7 @@ UUID7_RE = re.compile(
     r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-                     "runtime error:")
+                     "runtime error:", "WARNING: ThreadSanitizer")
 JOB_STATUSES = ("pending", "publishing", "sent", "failed", "cancelled")
 
 

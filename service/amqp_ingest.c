@@ -61,14 +61,18 @@
  *   is at least once; publishers that care set message_id.
  *
  * Mapping a message to a job (ingest_job_from_message)
- * - Timing: x-delay (integer ms >= 0, any AMQP integer type, counted from
- *   when this service takes the message off the inbox) or x-deliver-at
- *   (RFC 3339 string, integer ms since the epoch, or an AMQP timestamp in
- *   seconds). Both headers are consumed; a time in the past is due at once.
+ * - Timing: x-delay in ms, counted from when this service takes the
+ *   message off the inbox, read as the plugin's get_delay/1 reads it (see
+ *   delay_value): any integer type, a float/double truncated toward zero,
+ *   or a string of an optional sign and digits; zero or negative is due at
+ *   once (the plugin routes those undelayed). Or x-deliver-at (RFC 3339
+ *   string, integer ms since the epoch, or an AMQP timestamp in seconds).
+ *   Both headers are consumed; a time in the past is due at once.
  *   Note: while the service is down messages wait in the inbox, and their
  *   x-delay then counts from when the service comes back.
- * - Invalid timing (missing, both given, wrong type, negative, beyond the
- *   --max-delay-days horizon) follows --ingest-invalid: "route" stores the
+ * - Invalid timing (missing, both given, another type, a string that is
+ *   not an integer, NaN/infinity, beyond the --max-delay-days horizon)
+ *   follows --ingest-invalid: "route" stores the
  *   job due at once (like the plugin, which routes such messages at once),
  *   "dead-letter" rejects it (requeue=false) to the dead-letter exchange.
  *   Either way a warning with exchange, routing key, message_id and reason
@@ -638,6 +642,79 @@ static rmqs_rc convert_properties(const amqp_basic_properties_t *p,
 }
 
 /*
+ * The delay an x-delay header asks for, read as the delayed-message plugin
+ * reads it (rabbit_delayed_message_utils:get_delay/1): any integer type as
+ * it is; a float or double truncated toward zero (1500.7 -> 1500); a
+ * string (or byte array) that Erlang's binary_to_integer/1 takes, an
+ * optional sign and one or more ASCII digits ("500", "+500", "-500",
+ * "0500"), as that integer. *above when it exceeds int64 (beyond any
+ * horizon). false with *why for anything else: a string with spaces, an
+ * exponent, a fraction or no digits (" 500", "5e2", "500.0", ""), NaN or
+ * infinity, and every other type (decimal, boolean, timestamp, void,
+ * table, array; *why NULL). The sign is the caller's business.
+ */
+static bool delay_value(const amqp_field_value_t *v, int64_t *out, bool *above,
+                        const char **why)
+{
+    *above = false;
+    *why = NULL;
+    if (field_integer(v, out, above)) {
+        return true;
+    }
+    if (v->kind == AMQP_FIELD_KIND_F32 || v->kind == AMQP_FIELD_KIND_F64) {
+        double d = v->kind == AMQP_FIELD_KIND_F32 ? (double)v->value.f32
+                                                  : v->value.f64;
+        if (!isfinite(d)) {
+            *why = "not a finite number";
+            return false;
+        }
+        /* 2^63 is exact as a double; anything at or past it is out. In
+         * range, the conversion truncates toward zero, like Erlang's trunc. */
+        if (d >= 9223372036854775808.0) {
+            *above = true;
+            *out = INT64_MAX;
+        } else {
+            *out = d < -9223372036854775808.0 ? INT64_MIN : (int64_t)d;
+        }
+        return true;
+    }
+    if (v->kind == AMQP_FIELD_KIND_UTF8 || v->kind == AMQP_FIELD_KIND_BYTES) {
+        const char *s = v->value.bytes.bytes;
+        size_t len = v->value.bytes.len, i = 0;
+        bool neg = false;
+        int64_t n = 0;
+
+        if (len > 0 && (s[0] == '+' || s[0] == '-')) {
+            neg = s[0] == '-';
+            i = 1;
+        }
+        if (i == len) {
+            *why = "a string without digits";
+            return false;
+        }
+        for (; i < len; i++) {
+            if (s[i] < '0' || s[i] > '9') {
+                *why = "a string that is not a decimal integer (an "
+                       "optional sign and digits only)";
+                return false;
+            }
+            if (!*above && (__builtin_mul_overflow(n, 10, &n) ||
+                            __builtin_add_overflow(n, s[i] - '0', &n))) {
+                *above = true;
+            }
+        }
+        if (neg) { /* at once, however far below zero */
+            *out = *above ? INT64_MIN : -n;
+            *above = false;
+        } else {
+            *out = *above ? INT64_MAX : n;
+        }
+        return true;
+    }
+    return false; /* a type the plugin does not take: *why stays NULL */
+}
+
+/*
  * deliver_at from the timing headers. RMQS_EINVAL with err when missing or
  * invalid (the caller then makes the job due at received_ms).
  */
@@ -658,14 +735,21 @@ static rmqs_rc convert_timing(const amqp_field_value_t *delay,
                          "both x-delay and x-deliver-at; give one");
     }
     if (delay) {
-        if (!field_integer(delay, &v, &above)) {
+        const char *why;
+
+        if (!delay_value(delay, &v, &above, &why)) {
+            if (why) {
+                return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
+                                 "x-delay: %s", why);
+            }
             return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                             "x-delay: must be an integer (ms), not %s",
+                             "x-delay: must be an integer, a float or a "
+                             "string of digits (ms), not %s",
                              kind_name(delay->kind));
         }
-        if (v < 0) {
-            return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                             "x-delay: must not be negative");
+        if (v <= 0) { /* the plugin delivers these at once, as valid */
+            *deliver_at = received_ms;
+            return RMQS_OK;
         }
         if (above || v > lim->max_delay_ms ||
             __builtin_add_overflow(received_ms, v, deliver_at)) {

@@ -67,9 +67,11 @@ void ingest_free(ingest_t *in);
 /*
  * Pure: build a job (source AMQP, status pending, id not yet assigned) from
  * one delivery, to be published to target_exchange with the delivery's
- * routing key. received_ms is when it arrived; header x-delay (integer ms,
- * any AMQP integer type, >= 0) or x-deliver-at (RFC 3339 string, integer
- * ms since the epoch, or an AMQP timestamp in seconds) sets deliver_at;
+ * routing key. received_ms is when it arrived; header x-delay (ms: any
+ * AMQP integer type, a float/double truncated, or a string of an optional
+ * sign and digits, as the delayed-message plugin reads it; <= 0 is due at
+ * once) or x-deliver-at (RFC 3339 string, integer ms since the epoch, or an
+ * AMQP timestamp in seconds) sets deliver_at;
  * both are removed from the stored headers. Body bytes are kept as binary;
  * properties map to the job's properties (a delivery_mode other than 2, or
  * none, -> persistent false, as the broker would treat it).

@@ -1388,13 +1388,24 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     e[n].value.kind = AMQP_FIELD_KIND_UTF8;
     e[n].value.value.bytes = amqp_cstring_bytes(m->scheduled_at);
     n++;
+    /* x-delay as the plugin (3.x) writes it on delivery: minus the delay,
+     * a signed 32-bit integer ("I"), which every client decodes alike
+     * (python3-pika 1.2 reads a 64-bit "l" as unsigned); only a delay
+     * beyond int32 (2^31 ms, about 24.9 days) needs a 64-bit long. */
     e[n].key = amqp_cstring_bytes(HDR_DELAY);
-    e[n].value.kind = AMQP_FIELD_KIND_I64;
-    e[n].value.value.i64 = -job->delay_ms;
+    if (job->delay_ms >= -(int64_t)INT32_MAX &&
+        job->delay_ms <= -(int64_t)INT32_MIN) {
+        e[n].value.kind = AMQP_FIELD_KIND_I32;
+        e[n].value.value.i32 = (int32_t)-job->delay_ms;
+        size += 1 + strlen(HDR_DELAY) + 1 + 4;
+    } else {
+        e[n].value.kind = AMQP_FIELD_KIND_I64;
+        e[n].value.value.i64 = -job->delay_ms;
+        size += 1 + strlen(HDR_DELAY) + 1 + 8;
+    }
     n++;
     size += (1 + strlen(HDR_JOB_ID) + 1 + 4 + strlen(job->id)) +
-            (1 + strlen(HDR_SCHEDULED_AT) + 1 + 4 + strlen(m->scheduled_at)) +
-            (1 + strlen(HDR_DELAY) + 1 + 8);
+            (1 + strlen(HDR_SCHEDULED_AT) + 1 + 4 + strlen(m->scheduled_at));
     pr->headers.num_entries = (int)n;
     pr->headers.entries = e;
     pr->_flags |= AMQP_BASIC_HEADERS_FLAG;

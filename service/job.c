@@ -790,6 +790,8 @@ static size_t amqp_encoded_size(json_t *headers, json_t *props)
     size += 4; /* table length */
     size += 1 + strlen("x-scheduler-job-id") + 1 + 4 + JOB_ID_LEN;
     size += 1 + strlen("x-scheduled-at") + 1 + 4 + TU_RFC3339_LEN;
+    /* x-delay goes out as a 32-bit integer while -delay_ms fits, else 64;
+     * count 8: a PATCH may lengthen the delay after this check. */
     size += 1 + strlen("x-delay") + 1 + 8;
     if (headers != NULL) {
         json_object_foreach(headers, key, v) {

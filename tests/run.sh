@@ -49,6 +49,11 @@ fi
 cmake -S . -B build-test -DRMQS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
       -DPython3_EXECUTABLE="$PYTHON"
 cmake --build build-test -j2
+# npm packages of the integration tests (amqplib), as locked; again only
+# when the lock file is newer than the installed tree.
+if [ ! tests/integration/node_modules/.package-lock.json -nt tests/integration/package-lock.json ]; then
+    (cd tests/integration && npm ci --no-audit --no-fund)
+fi
 
 # --- 3. a private RabbitMQ node -------------------------------------------
 # Three free loopback ports: AMQP, Erlang distribution, and a private epmd

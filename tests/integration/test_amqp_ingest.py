@@ -18,9 +18,12 @@ test_startup_errors.py.
 """
 
 import datetime
+import os
 import re
 import select
 import socket
+import sqlite3
+import subprocess
 import threading
 import time
 import uuid
@@ -278,8 +281,8 @@ HORIZON_MS = 3650 * 86400000  # --max-delay-days default
 
 INVALID = {  # name: headers
     "missing": {"other": "x"},
-    "negative": {"x-delay": -5},
-    "string": {"x-delay": "5000"},
+    "boolean": {"x-delay": True},
+    "string": {"x-delay": "5 s"},
     "beyond": {"x-delay": HORIZON_MS + 1},
     "both": {"x-delay": 100, "x-deliver-at": "2030-01-01T00:00:00Z"},
 }
@@ -377,6 +380,256 @@ def test_invalid_timing_is_dead_lettered_when_asked(cleanup, service, amqp_facto
     assert len(lines) == len(INVALID) + 1
     assert all("action=dead-lettered" in l for l in lines), lines
     assert len(jobs_where(svc, "source=amqp")) == 1
+
+
+# --- x-delay as the plugin reads it --------------------------------------------
+
+# Every AMQP 0-9-1 field type as x-delay, published with rabbitmq-c
+# (tests/integration/amqp_fields.c: pika cannot encode most of them), and its
+# documented outcome (README "x-delay: what each type does"):
+#   ("delayed", ms)  due at arrival + ms, published with x-delay -ms
+#   ("at once",)     valid, published at once (zero or negative: the plugin
+#                    routes those undelayed); not counted as invalid
+#   ("invalid",)     --ingest-invalid: route -> at once and logged,
+#                    dead-letter -> to the dead-letter exchange
+XDELAY_TYPES = [  # (message_id, kind, value, outcome)
+    ("b-120", "b", "120", ("delayed", 120)),
+    ("b-neg", "b", "-5", ("at once",)),
+    ("B-250", "B", "250", ("delayed", 250)),
+    ("s-1300", "s", "1300", ("delayed", 1300)),
+    ("s-neg", "s", "-3000", ("at once",)),
+    ("u-1400", "u", "1400", ("delayed", 1400)),
+    ("I-1500", "I", "1500", ("delayed", 1500)),
+    ("I-zero", "I", "0", ("at once",)),
+    ("i-1600", "i", "1600", ("delayed", 1600)),
+    ("l-1700", "l", "1700", ("delayed", 1700)),
+    ("l-neg", "l", "-1", ("at once",)),
+    ("L-1800", "L", "1800", ("delayed", 1800)),
+    ("f-1900.75", "f", "1900.75", ("delayed", 1900)),
+    ("d-2000.9", "d", "2000.9", ("delayed", 2000)),
+    ("d-neg", "d", "-0.5", ("at once",)),
+    ("S-2100", "S", "2100", ("delayed", 2100)),
+    ("S-plus", "S", "+2200", ("delayed", 2200)),
+    ("S-neg", "S", "-500", ("at once",)),
+    ("S-space", "S", " 500", ("invalid",)),
+    ("S-exp", "S", "5e2", ("invalid",)),
+    ("S-frac", "S", "500.0", ("invalid",)),
+    ("S-empty", "S", "", ("invalid",)),
+    ("x-2300", "x", "2300", ("delayed", 2300)),
+    ("D-decimal", "D", "1:5000", ("invalid",)),
+    ("t-true", "t", "1", ("invalid",)),
+    ("T-timestamp", "T", "1767225600", ("invalid",)),
+    ("V-void", "V", "-", ("invalid",)),
+    ("F-table", "F", "-", ("invalid",)),
+    ("A-array", "A", "-", ("invalid",)),
+]
+
+
+def amqp_fields(*args, timeout=30):
+    """Run the rabbitmq-c helper; returns (exit status, stdout lines)."""
+    r = subprocess.run([env("RMQS_AMQP_FIELDS"), *args], capture_output=True,
+                       text=True, timeout=timeout)
+    return r.returncode, r.stdout.splitlines(), r.stderr
+
+
+def dead_letter_sink(dlx):
+    """A queue bound to the dead-letter exchange (declared by the service):
+    returns (connection, list that fills with (method, properties, body))."""
+    dead = []
+    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    ch = conn.channel()
+    ch.exchange_declare(dlx, passive=True)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, dlx, routing_key="anything")
+    ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
+    return conn, dead
+
+
+@pytest.mark.parametrize("rule", ["route", "dead-letter"])
+def test_x_delay_every_field_type_has_its_documented_outcome(
+        cleanup, service, amqp, rule):
+    args = ["--ingest-invalid", rule]
+    if rule == "dead-letter":
+        dlx = f"rmqs-test-dlx-{uuid.uuid4().hex[:12]}"
+        cleanup["exchanges"].append(dlx)
+        args += ["--ingest-dead-letter-exchange", dlx]
+    svc, ingest = ingest_service(service, cleanup, amqp.exchange, *args)
+    sink = dead_letter_sink(dlx) if rule == "dead-letter" else None
+
+    t0 = time.time()
+    st, out, err = amqp_fields("publish", env("RMQS_TEST_AMQP_PORT"), ingest,
+                               amqp.routing_key,
+                               *[x for mid, kind, value, _ in XDELAY_TYPES
+                                 for x in (mid, kind, value)])
+    assert st == 0 and out == [f"acked {len(XDELAY_TYPES)}"], (st, out, err)
+    # NaN and infinity never reach the inbox: RabbitMQ cannot decode them
+    # and closes the publisher's connection.
+    for value in ("nan", "inf", "-inf"):
+        st, out, err = amqp_fields("publish", env("RMQS_TEST_AMQP_PORT"), ingest,
+                                   amqp.routing_key, f"d-{value}", "d", value)
+        assert st == 3 and out and out[0].startswith("closed 541"), (st, out, err)
+
+    invalid = {mid for mid, _, _, o in XDELAY_TYPES if o[0] == "invalid"}
+    to_target = [mid for mid, *_ in XDELAY_TYPES
+                 if rule == "route" or mid not in invalid]
+    amqp.wait_for(len(to_target), timeout=30)
+    if sink:
+        conn, dead = sink
+        deadline = time.monotonic() + 20
+        while len(dead) < len(invalid) and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.1)
+    time.sleep(0.5)  # nothing more may come
+    got = {m.properties.message_id: m for m in amqp.snapshot()}
+    assert sorted(got) == sorted(to_target)
+    for mid, kind, value, outcome in XDELAY_TYPES:
+        if mid not in got:
+            continue
+        m = got[mid]
+        after = m.received_at - t0
+        if outcome[0] == "delayed":
+            ms = outcome[1]
+            assert after >= ms / 1000, f"{mid}: {after * 1000:.0f} ms, early"
+            assert after < ms / 1000 + 1.5, f"{mid}: {after * 1000:.0f} ms, late"
+            assert m.headers["x-delay"] == -ms, (mid, m.headers)
+        else:
+            assert after < 1.5, f"{mid}: {after * 1000:.0f} ms, not at once"
+            assert m.headers["x-delay"] == 0, (mid, m.headers)
+
+    lines = invalid_lines(svc)
+    logged = {re.search(r'message_id="([^"]*)"', l).group(1) for l in lines}
+    assert logged == invalid, sorted(logged ^ invalid)
+    action = "routed" if rule == "route" else "dead-lettered"
+    assert all(f"action={action}" in l for l in lines), lines
+    if sink:
+        conn, dead = sink
+        conn.close()
+        assert sorted(p.message_id for _, p, _ in dead) == sorted(invalid)
+        for _, p, _ in dead:  # the message as it was sent, x-delay included
+            assert "x-delay" in p.headers, p.headers
+            assert p.headers["x-death"][0]["reason"] == "rejected"
+
+
+def test_string_x_delays_arrive_in_delay_order(cleanup, service, amqp):
+    """The plugin's own string_delay_header case: x-delay as long strings."""
+    svc, ingest = ingest_service(service, cleanup, amqp.exchange)
+    delays = ["500", "100", "300", "200", "100", "400"]
+    pub = Publisher()
+    try:
+        for i, d in enumerate(delays):
+            pub.publish(ingest, amqp.routing_key, f"{i}:{d}".encode(),
+                        headers={"x-delay": d})
+    finally:
+        pub.close()
+    msgs = amqp.wait_for(len(delays), timeout=20)
+    time.sleep(0.3)
+    msgs = amqp.snapshot()
+    order = [int(m.body.decode().split(":")[1]) for m in msgs]
+    assert order == sorted(int(d) for d in delays), \
+        [m.body.decode() for m in msgs]
+    assert [m.headers["x-delay"] for m in msgs] == [-d for d in order]
+    assert invalid_lines(svc) == []
+
+
+# --- the outgoing x-delay header ---------------------------------------------------
+
+PIKA_READ = r"""
+import sys, time
+import pika
+url, queue, count, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+params = pika.URLParameters(url.rstrip("/") + "/%2F")
+conn = pika.BlockingConnection(params)
+ch = conn.channel()
+got, deadline = 0, time.monotonic() + timeout
+while got < count:
+    method, props, body = ch.basic_get(queue, auto_ack=True)
+    if method is None:
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+        continue
+    print(props.message_id, (props.headers or {}).get("x-delay", "-"), flush=True)
+    got += 1
+conn.close()
+sys.exit(0 if got == count else 1)
+"""
+
+AMQPLIB_READ = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                            "amqplib_read.js")
+
+
+def test_outgoing_x_delay_reads_back_as_the_plugin_writes_it(cleanup, service):
+    """x-delay goes out as minus the delay, a signed 32-bit integer while it
+    fits (as the plugin writes it), else a 64-bit long: stock pika (Debian's
+    python3-pika, which reads a 64-bit long as unsigned), Node's amqplib and
+    rabbitmq-c all read back the negative number. HTTP and ingest jobs."""
+    tag = uuid.uuid4().hex[:12]
+    target, rk = f"rmqs-test-xd-{tag}", f"rk-{tag}"
+    queues = {r: f"rmqs-test-xd-{r}-{tag}" for r in ("pika", "amqplib", "rabbitmq-c")}
+    cleanup["exchanges"].append(target)
+    cleanup["queues"].extend(queues.values())
+    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    ch = conn.channel()
+    ch.exchange_declare(target, exchange_type="direct")
+    for q in queues.values():
+        ch.queue_declare(q)
+        ch.queue_bind(q, target, routing_key=rk)
+    conn.close()
+
+    svc, ingest = ingest_service(service, cleanup, target)
+    month = 30 * 86400000  # 2,592,000,000 ms: beyond int32
+    http = {"http-3000": 3000, "http-2^31": 2**31, "http-2^31+1": 2**31 + 1,
+            "http-30d": month}
+    for mid, ms in http.items():
+        svc.schedule({"exchange": target, "routing_key": rk, "body": mid,
+                      "delay_ms": ms, "properties": {"message_id": mid}})
+    ingested = {"amqp-3000": 3000, "amqp-30d": month}
+    pub = Publisher()
+    try:
+        for mid, ms in ingested.items():
+            pub.publish(ingest, rk, mid.encode(), headers={"x-delay": ms},
+                        message_id=mid)
+    finally:
+        pub.close()
+    wait_until(lambda: len(jobs_where(svc, "source=amqp")) == len(ingested), 10,
+               "the ingest messages stored")
+
+    # The long delays are not waited for: with the service stopped, their
+    # jobs are made due now in its database (delay_ms, which x-delay is made
+    # of, stays as asked), and the restarted service publishes them.
+    svc.stop()
+    now_ms = int(time.time() * 1000)
+    with sqlite3.connect(svc.db) as db:
+        n = db.execute("UPDATE jobs SET deliver_at = ?, due_at = ? "
+                       "WHERE delay_ms > 3000", (now_ms, now_ms)).rowcount
+    assert n == 4
+    svc.start()
+
+    want = {**http, **ingested}
+    url = env("RMQS_TEST_AMQP_URL")
+    readers = {
+        "pika": ["/usr/bin/python3", "-c", PIKA_READ, url, queues["pika"]],
+        "amqplib": ["node", AMQPLIB_READ, url, queues["amqplib"]],
+        "rabbitmq-c": [env("RMQS_AMQP_FIELDS"), "read", env("RMQS_TEST_AMQP_PORT"),
+                       queues["rabbitmq-c"]],
+    }
+    for name, cmd in readers.items():
+        timeout_arg = "20000" if name != "pika" else "20"
+        r = subprocess.run([*cmd, str(len(want)), timeout_arg], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, (name, r.stdout, r.stderr)
+        read = {}
+        for line in r.stdout.splitlines():
+            fields = line.split()
+            read[fields[0]] = fields[1:]
+        assert sorted(read) == sorted(want), (name, r.stdout)
+        for mid, ms in want.items():
+            fits = -ms >= -2**31
+            if name == "rabbitmq-c":
+                assert read[mid] == ["I" if fits else "l", str(-ms)], (mid, read[mid])
+            elif fits or name == "amqplib":
+                assert read[mid] == [str(-ms)], (name, mid, read[mid])
+            else:  # stock pika 1.2 reads a 64-bit long as unsigned
+                assert int(read[mid][0]) % 2**64 == -ms % 2**64, (mid, read[mid])
 
 
 # --- idempotency ----------------------------------------------------------------

@@ -210,30 +210,132 @@ Test(amqp_ingest, no_timing_header_is_invalid)
     expect_invalid_timing(&m, "headers.x-delay", "no x-delay or x-deliver-at");
 }
 
-Test(amqp_ingest, negative_x_delay_is_invalid)
-{
-    msg m;
+/*
+ * x-delay as the delayed-message plugin reads it (get_delay/1): every AMQP
+ * field type, and the string forms Erlang's binary_to_integer/1 takes or
+ * refuses. DELAYED: due at received + ms. AT_ONCE: valid, due at once (the
+ * plugin routes zero and negative delays undelayed). INVALID: RMQS_EINVAL
+ * with the text, a job due at once for --ingest-invalid route.
+ */
+enum outcome { DELAYED, AT_ONCE, INVALID };
 
-    msg_init(&m, "k", "b");
-    add_i64(&m, "x-delay", -1);
-    expect_invalid_timing(&m, "headers.x-delay", "must not be negative");
+static const struct xdelay_case {
+    const char *name;
+    uint8_t kind;
+    int64_t i;      /* integer kinds, boolean, timestamp (as u64) */
+    double d;       /* F32 / F64 */
+    const char *s;  /* UTF8 / BYTES */
+    enum outcome want;
+    int64_t ms;     /* DELAYED */
+    const char *text; /* INVALID: part of the message */
+} XDELAY_CASES[] = {
+    {"I8 100", AMQP_FIELD_KIND_I8, 100, 0, NULL, DELAYED, 100, NULL},
+    {"I8 -1", AMQP_FIELD_KIND_I8, -1, 0, NULL, AT_ONCE, 0, NULL},
+    {"U8 200", AMQP_FIELD_KIND_U8, 200, 0, NULL, DELAYED, 200, NULL},
+    {"I16 3000", AMQP_FIELD_KIND_I16, 3000, 0, NULL, DELAYED, 3000, NULL},
+    {"U16 60000", AMQP_FIELD_KIND_U16, 60000, 0, NULL, DELAYED, 60000, NULL},
+    {"I32 70000", AMQP_FIELD_KIND_I32, 70000, 0, NULL, DELAYED, 70000, NULL},
+    {"I32 -3000", AMQP_FIELD_KIND_I32, -3000, 0, NULL, AT_ONCE, 0, NULL},
+    {"U32 4000000", AMQP_FIELD_KIND_U32, 4000000, 0, NULL, DELAYED, 4000000, NULL},
+    {"I64 5000000", AMQP_FIELD_KIND_I64, 5000000, 0, NULL, DELAYED, 5000000, NULL},
+    {"I64 0", AMQP_FIELD_KIND_I64, 0, 0, NULL, AT_ONCE, 0, NULL},
+    {"I64 -1", AMQP_FIELD_KIND_I64, -1, 0, NULL, AT_ONCE, 0, NULL},
+    {"I64 min", AMQP_FIELD_KIND_I64, INT64_MIN, 0, NULL, AT_ONCE, 0, NULL},
+    {"U64 6000000", AMQP_FIELD_KIND_U64, 6000000, 0, NULL, DELAYED, 6000000, NULL},
+    {"F64 1500.7", AMQP_FIELD_KIND_F64, 0, 1500.7, NULL, DELAYED, 1500, NULL},
+    {"F64 0.9", AMQP_FIELD_KIND_F64, 0, 0.9, NULL, AT_ONCE, 0, NULL},
+    {"F64 -0.5", AMQP_FIELD_KIND_F64, 0, -0.5, NULL, AT_ONCE, 0, NULL},
+    {"F64 -1e300", AMQP_FIELD_KIND_F64, 0, -1e300, NULL, AT_ONCE, 0, NULL},
+    {"F64 1e300", AMQP_FIELD_KIND_F64, 0, 1e300, NULL, INVALID, 0, "horizon"},
+    {"F64 NaN", AMQP_FIELD_KIND_F64, 0, NAN, NULL, INVALID, 0, "not a finite number"},
+    {"F64 inf", AMQP_FIELD_KIND_F64, 0, INFINITY, NULL, INVALID, 0, "not a finite number"},
+    {"F32 250.5", AMQP_FIELD_KIND_F32, 0, 250.5, NULL, DELAYED, 250, NULL},
+    {"F32 -inf", AMQP_FIELD_KIND_F32, 0, -INFINITY, NULL, INVALID, 0, "not a finite number"},
+    {"S \"500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "500", DELAYED, 500, NULL},
+    {"S \"0500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "0500", DELAYED, 500, NULL},
+    {"S \"+500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "+500", DELAYED, 500, NULL},
+    {"S \"-500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "-500", AT_ONCE, 0, NULL},
+    {"S \"0\"", AMQP_FIELD_KIND_UTF8, 0, 0, "0", AT_ONCE, 0, NULL},
+    {"S huge negative", AMQP_FIELD_KIND_UTF8, 0, 0, "-99999999999999999999999",
+     AT_ONCE, 0, NULL},
+    {"S huge", AMQP_FIELD_KIND_UTF8, 0, 0, "99999999999999999999999", INVALID,
+     0, "horizon"},
+    {"S \" 500\"", AMQP_FIELD_KIND_UTF8, 0, 0, " 500", INVALID, 0, "not a decimal integer"},
+    {"S \"500 \"", AMQP_FIELD_KIND_UTF8, 0, 0, "500 ", INVALID, 0, "not a decimal integer"},
+    {"S \"5e2\"", AMQP_FIELD_KIND_UTF8, 0, 0, "5e2", INVALID, 0, "not a decimal integer"},
+    {"S \"500.0\"", AMQP_FIELD_KIND_UTF8, 0, 0, "500.0", INVALID, 0, "not a decimal integer"},
+    {"S \"0x10\"", AMQP_FIELD_KIND_UTF8, 0, 0, "0x10", INVALID, 0, "not a decimal integer"},
+    {"S \"+\"", AMQP_FIELD_KIND_UTF8, 0, 0, "+", INVALID, 0, "without digits"},
+    {"S \"\"", AMQP_FIELD_KIND_UTF8, 0, 0, "", INVALID, 0, "without digits"},
+    {"x \"750\"", AMQP_FIELD_KIND_BYTES, 0, 0, "750", DELAYED, 750, NULL},
+    {"x \"abc\"", AMQP_FIELD_KIND_BYTES, 0, 0, "abc", INVALID, 0, "not a decimal integer"},
+    {"t true", AMQP_FIELD_KIND_BOOLEAN, 1, 0, NULL, INVALID, 0, "not a boolean"},
+    {"T timestamp", AMQP_FIELD_KIND_TIMESTAMP, 1767225601, 0, NULL, INVALID, 0, "not a timestamp"},
+    {"D decimal", AMQP_FIELD_KIND_DECIMAL, 0, 0, NULL, INVALID, 0, "not a decimal"},
+    {"V void", AMQP_FIELD_KIND_VOID, 0, 0, NULL, INVALID, 0, "not void"},
+    {"F table", AMQP_FIELD_KIND_TABLE, 0, 0, NULL, INVALID, 0, "not a table"},
+    {"A array", AMQP_FIELD_KIND_ARRAY, 0, 0, NULL, INVALID, 0, "not an array"},
+};
+
+static void set_case_value(amqp_field_value_t *v, const struct xdelay_case *c)
+{
+    switch (c->kind) {
+    case AMQP_FIELD_KIND_I8: v->value.i8 = (int8_t)c->i; break;
+    case AMQP_FIELD_KIND_U8: v->value.u8 = (uint8_t)c->i; break;
+    case AMQP_FIELD_KIND_I16: v->value.i16 = (int16_t)c->i; break;
+    case AMQP_FIELD_KIND_U16: v->value.u16 = (uint16_t)c->i; break;
+    case AMQP_FIELD_KIND_I32: v->value.i32 = (int32_t)c->i; break;
+    case AMQP_FIELD_KIND_U32: v->value.u32 = (uint32_t)c->i; break;
+    case AMQP_FIELD_KIND_I64: v->value.i64 = c->i; break;
+    case AMQP_FIELD_KIND_U64:
+    case AMQP_FIELD_KIND_TIMESTAMP: v->value.u64 = (uint64_t)c->i; break;
+    case AMQP_FIELD_KIND_BOOLEAN: v->value.boolean = (amqp_boolean_t)c->i; break;
+    case AMQP_FIELD_KIND_F32: v->value.f32 = (float)c->d; break;
+    case AMQP_FIELD_KIND_F64: v->value.f64 = c->d; break;
+    case AMQP_FIELD_KIND_UTF8:
+    case AMQP_FIELD_KIND_BYTES: v->value.bytes = amqp_cstring_bytes(c->s); break;
+    case AMQP_FIELD_KIND_DECIMAL:
+        v->value.decimal.decimals = 1;
+        v->value.decimal.value = 5000;
+        break;
+    default: break; /* void, empty table, empty array */
+    }
 }
 
-Test(amqp_ingest, x_delay_of_the_wrong_type_is_invalid)
+Test(amqp_ingest, x_delay_every_field_type_as_the_plugin_reads_it)
 {
-    msg m;
+    for (size_t i = 0; i < sizeof XDELAY_CASES / sizeof XDELAY_CASES[0]; i++) {
+        const struct xdelay_case *c = &XDELAY_CASES[i];
+        msg m;
+        job_t job;
+        rmqs_error err;
+        rmqs_rc rc;
 
-    msg_init(&m, "k", "b");
-    add_str(&m, "x-delay", "5000");
-    expect_invalid_timing(&m, "headers.x-delay", "must be an integer");
-
-    msg_init(&m, "k", "b");
-    add(&m, "x-delay", AMQP_FIELD_KIND_F64)->value.f64 = 5000.0;
-    expect_invalid_timing(&m, "headers.x-delay", "must be an integer");
-
-    msg_init(&m, "k", "b");
-    add(&m, "x-delay", AMQP_FIELD_KIND_TABLE);
-    expect_invalid_timing(&m, "headers.x-delay", "must be an integer");
+        msg_init(&m, "k", "b");
+        set_case_value(add(&m, "x-delay", c->kind), c);
+        rc = convert(&m, &job, &err);
+        switch (c->want) {
+        case DELAYED:
+        case AT_ONCE:
+            cr_expect_eq(rc, RMQS_OK, "%s: %s", c->name, err.message);
+            cr_expect_eq(job.deliver_at, NOW + c->ms, "%s: deliver_at %+lld",
+                         c->name, (long long)(job.deliver_at - NOW));
+            cr_expect_eq(job.due_at, NOW + c->ms, "%s", c->name);
+            cr_expect_eq(job.delay_ms, c->ms, "%s", c->name);
+            break;
+        case INVALID:
+            cr_expect_eq(rc, RMQS_EINVAL, "%s: rc %d", c->name, rc);
+            cr_expect_str_eq(err.field, "headers.x-delay", "%s", c->name);
+            cr_expect(strstr(err.message, c->text) != NULL, "%s: message: %s",
+                      c->name, err.message);
+            cr_expect_not_null(job.exchange, "%s: still a routable job", c->name);
+            cr_expect_eq(job.deliver_at, NOW, "%s", c->name);
+            cr_expect_eq(job.delay_ms, 0, "%s", c->name);
+            break;
+        }
+        cr_expect_null(job.headers, "%s: x-delay is consumed", c->name);
+        job_clear(&job);
+    }
 }
 
 Test(amqp_ingest, x_delay_beyond_the_horizon_is_invalid)

@@ -28,7 +28,7 @@ PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           python3 python3-pytest python3-pika python3-yaml openssl
           curl prometheus clang libclang-rt-14-dev sudo iproute2)
 # sudo: test_root_or_sudo.py runs the scripts as a user with sudo; iproute2:
-# ss, for the listening sockets of deploy/run-local.sh (test_run_local.py).
+# ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py).
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=/usr/bin/python3

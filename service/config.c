@@ -281,13 +281,13 @@ void config_usage(FILE *out)
         char flag[40];
         snprintf(flag, sizeof(flag), o->flag ? "--%s" : "(environment)",
                  o->flag ? o->flag : "");
-        fprintf(out, "  %-24s %-27s %s%s%s%s\n", flag, o->env, o->help,
+        fprintf(out, "  %-29s %-32s %s%s%s%s\n", flag, o->env, o->help,
                 o->def ? " (default: " : "", o->def ? o->def : "",
                 o->def ? ")" : "");
     }
-    fprintf(out, "  %-24s %-27s %s\n", "--help", "", "print this and exit");
-    fprintf(out, "  %-24s %-27s %s\n", "--version", "", "print the version");
-    fprintf(out, "  %-24s %-27s %s\n", "--healthcheck", "",
+    fprintf(out, "  %-29s %-32s %s\n", "--help", "", "print this and exit");
+    fprintf(out, "  %-29s %-32s %s\n", "--version", "", "print the version");
+    fprintf(out, "  %-29s %-32s %s\n", "--healthcheck", "",
             "ask the service at --listen for /healthz; exit 0 if healthy "
             "(for container health checks)");
 }

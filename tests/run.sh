@@ -2,11 +2,13 @@
 # shellcheck disable=SC2317  # stop_node/alive run from the EXIT trap
 # tests/run.sh - THE test command of rmq-scheduler.
 #
-#   sudo tests/run.sh                 # everything
-#   sudo tests/run.sh -L unit         # extra arguments go to ctest
-#   sudo tests/run.sh -R delivery
+#   tests/run.sh                 # everything
+#   tests/run.sh -L unit         # extra arguments go to ctest
+#   tests/run.sh -R delivery
 #
-# On a fresh Debian 12 machine, as root, it:
+# It needs root: not run as root, it runs itself again through sudo (same
+# arguments, RMQS_* and CTEST_* variables kept; tests/lib/as-root.sh), or
+# says what to do when there is no sudo. On a fresh Debian 12 machine it:
 #   1. installs the packages the build and the tests need (only those missing);
 #   2. builds with ASan + UBSan in build-test/;
 #   3. starts a private RabbitMQ node (own name, ports and data folder, on
@@ -15,22 +17,23 @@
 #   5. exits with ctest's status.
 set -euo pipefail
 
+# shellcheck source=tests/lib/as-root.sh
+. "$(dirname "$0")/lib/as-root.sh"
+rmqs_as_root "$0" "$@"
+
 cd "$(dirname "$0")/.."
 
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
           python3 python3-pytest python3-pika python3-yaml openssl
-          curl prometheus clang libclang-rt-14-dev)
+          curl prometheus clang libclang-rt-14-dev sudo iproute2)
+# sudo: test_root_or_sudo.py runs the scripts as a user with sudo; iproute2:
+# ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py).
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=/usr/bin/python3
 
 log() { printf 'run.sh: %s\n' "$*" >&2; }
-
-if [ "$(id -u)" -ne 0 ]; then
-    log "must run as root (it installs packages and starts a RabbitMQ node): sudo $0"
-    exit 2
-fi
 
 # --- 1. packages ---------------------------------------------------------
 missing=()

@@ -2,15 +2,16 @@
 # shellcheck disable=SC2317  # cleanup/alive run from the EXIT trap
 # tests/bench/run.sh - the benchmark of issue 4, one command.
 #
-#   sudo tests/bench/run.sh                     # quick mode (default): backlog 1,000,000
-#   sudo tests/bench/run.sh --backlog 10000000  # the headline backlog figure
-#   sudo tests/bench/run.sh --full              # backlog 10,000,000 (same as above)
-#   sudo tests/bench/run.sh --only precision,burst   # a subset (see bench.py --help)
-#   sudo tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
-#   sudo tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
-#   sudo tests/bench/run.sh -- --precision-seconds 5 # after --: options of bench.py
+#   tests/bench/run.sh                     # quick mode (default): backlog 1,000,000
+#   tests/bench/run.sh --backlog 10000000  # the headline backlog figure
+#   tests/bench/run.sh --full              # backlog 10,000,000 (same as above)
+#   tests/bench/run.sh --only precision,burst   # a subset (see bench.py --help)
+#   tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
+#   tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
+#   tests/bench/run.sh -- --precision-seconds 5 # after --: options of bench.py
 #
-# As root, on Debian 12, it:
+# As root (not root: it runs itself again through sudo, see
+# tests/lib/as-root.sh), on Debian 12, it:
 #   1. installs what it needs if missing (build deps, wrk, python3-pika,
 #      rabbitmq-server, sqlite3);
 #   2. builds a Release binary in build-bench/ (tests off) and the two C tools
@@ -24,6 +25,11 @@
 # Exit status: 0 if the run completed (targets missed are reported, not
 # failures), 1 if a scenario could not run.
 set -euo pipefail
+
+# shellcheck source=tests/lib/as-root.sh
+. "$(dirname "$0")/../lib/as-root.sh"
+SELF=$(readlink -f "$0")
+ARGS=("$@")
 
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -64,10 +70,9 @@ if [ -z "$BACKLOG" ]; then
 fi
 case "$BACKLOG" in ''|*[!0-9]*) log "--backlog wants a number"; exit 2 ;; esac
 
-if [ "$(id -u)" -ne 0 ]; then
-    log "must run as root (it installs packages and starts a RabbitMQ node): sudo $0"
-    exit 2
-fi
+# After the arguments (so --help needs no root), with the arguments as given.
+rmqs_as_root "$SELF" ${ARGS[@]+"${ARGS[@]}"}
+
 START_S=$SECONDS
 
 # --- 1. packages -----------------------------------------------------------

@@ -3,11 +3,12 @@
 # tests/deploy/run.sh - the deployment test: the container image, the compose
 # stack, the systemd unit and the Grafana dashboard (tests/deploy/test_*.py).
 #
-#   sudo tests/run.sh -L deploy            # the usual way: ctest runs this
-#   sudo RMQS_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ tests/deploy/run.sh [pytest args]
-#   sudo RMQS_TEST_DEPLOY=0 tests/run.sh   # skip it (exit 77: ctest "skipped")
+#   tests/run.sh -L deploy            # the usual way: ctest runs this
+#   RMQS_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:5672/ tests/deploy/run.sh [pytest args]
+#   RMQS_TEST_DEPLOY=0 tests/run.sh   # skip it (exit 77: ctest "skipped")
 #
-# As root it:
+# As root (not root: it runs itself again through sudo, see
+# tests/lib/as-root.sh) it:
 #   1. installs what is missing: docker.io, docker-compose, debootstrap,
 #      python3-pytest, python3-pika, python3-yaml, curl, prometheus (promtool);
 #   2. uses the Docker engine that answers, or starts one (no iptables, no
@@ -26,6 +27,10 @@
 # tests/run.sh); the compose test runs its own broker on free loopback ports.
 set -euo pipefail
 
+# shellcheck source=tests/lib/as-root.sh
+. "$(dirname "$0")/../lib/as-root.sh"
+rmqs_as_root "$0" "$@"
+
 cd "$(dirname "$0")/../.."
 
 PYTHON=/usr/bin/python3
@@ -36,10 +41,6 @@ DOCKERD_DIR=""
 
 log() { printf 'deploy/run.sh: %s\n' "$*" >&2; }
 
-if [ "$(id -u)" -ne 0 ]; then
-    log "must run as root (it installs packages and may start dockerd): sudo $0"
-    exit 2
-fi
 if [ "${RMQS_TEST_DEPLOY:-1}" = 0 ]; then
     log "skipped (RMQS_TEST_DEPLOY=0)"
     exit 77  # ctest: SKIP_RETURN_CODE

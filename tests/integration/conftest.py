@@ -3,7 +3,7 @@
 They run the real rmq-scheduler binary ($RMQS_BIN) against the test run's
 own RabbitMQ node ($RMQS_TEST_AMQP_URL, $RMQS_TEST_RABBIT_NODE) with a fresh
 SQLite file per service. tests/run.sh sets all of that up; run the tests
-through it (`sudo tests/run.sh -L integration`).
+through it (`tests/run.sh -L integration`).
 
   service(*args, wait="ready"|"health", log_level=...)  start a service
   amqp                     a consumer on a unique exchange/queue/routing key

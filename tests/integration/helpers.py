@@ -1035,21 +1035,25 @@ class OpenApiContract:
 
     @staticmethod
     def _params(text):
+        """(type, {parameter: value}); names, and the charset's value, in
+        lower case (they are case-insensitive); a parameter without '=' is
+        kept with the value None, so it counts as a difference."""
         parts = [p.strip() for p in text.split(";")]
         params = {}
         for p in parts[1:]:
-            if "=" in p:
-                k, v = p.split("=", 1)
-                params[k.strip().lower()] = v.strip().strip('"')
+            k, eq, v = p.partition("=")
+            k = k.strip().lower()
+            v = v.strip().strip('"') if eq else None
+            params[k] = v.lower() if k == "charset" and v else v
         return parts[0].lower(), params
 
     def _media_type(self, content, ctype):
-        """The documented media type key ctype satisfies: same type, and
-        every parameter the key names with the same value."""
-        got, got_params = self._params(ctype)
+        """The documented media type key ctype is: the same type with the
+        same parameters, no more and no fewer (the contract declares what
+        the server sends)."""
+        got = self._params(ctype)
         for key in content:
-            want, want_params = self._params(key)
-            if want == got and all(got_params.get(k) == v for k, v in want_params.items()):
+            if self._params(key) == got:
                 return key
         return None
 

@@ -2,6 +2,7 @@
 settings stop the service at once with a message; IPv6 loopback works."""
 
 import os
+import re
 import socket
 import subprocess
 
@@ -15,6 +16,8 @@ DOCUMENTED_FLAGS = ("--listen", "--db", "--amqp-url", "--max-attempts",
                     "--log-level")
 
 JOB = {"exchange": "", "routing_key": "q", "body": "x", "delay_ms": 3_600_000}
+README = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                       "..", "..", "README.md"))
 
 
 def run_binary(*args, timeout=20):
@@ -30,6 +33,55 @@ def test_help_lists_every_flag_and_its_variable():
         assert flag in text, f"--help does not mention {flag}"
         var = "RMQS_" + flag[2:].upper().replace("-", "_")
         assert var in text, f"--help does not mention {var}"
+
+
+def help_settings():
+    """(flag, variable, default, meaning) of each setting --help prints, in
+    its order; flag None for environment-only settings, default None when
+    there is none."""
+    r = run_binary("--help")
+    assert r.returncode == 0, r.stderr
+    rows = []
+    for line in r.stdout.splitlines():
+        m = re.match(r"^  (\S+)\s+(RMQS_\S+)\s+(.*?)(?: \(default: (.*)\))?$", line)
+        if m:
+            flag = None if m.group(1) == "(environment)" else m.group(1)
+            rows.append((flag, m.group(2), m.group(4), m.group(3)))
+    assert len(rows) >= 30, r.stdout
+    return rows
+
+
+def readme_settings():
+    """The same four columns from the table of README.md's Configuration
+    section."""
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
+    section = re.search(r"^## Configuration\n(.*?)^## ", text, re.S | re.M).group(1)
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("Flag", "---"):
+            continue
+        code = [re.fullmatch(r"`(.*)`", c) for c in cells[:3]]
+        flag = code[0].group(1) if code[0] else None
+        assert flag or cells[0] == "environment only", line
+        assert code[1], f"README: variable not in backquotes: {line}"
+        default = code[2].group(1) if code[2] else None
+        assert default is not None or cells[2] == "—", line
+        rows.append((flag, code[1].group(1), default, cells[3]))
+    return rows
+
+
+def test_the_readme_configuration_table_is_the_help():
+    """Every row of README.md's table is a line of --help and the other way
+    round, in the same order: flag, variable, default and meaning."""
+    readme, helps = readme_settings(), help_settings()
+    only_help = [r for r in helps if r not in readme]
+    only_readme = [r for r in readme if r not in helps]
+    assert not only_help and not only_readme, (
+        f"--help has, README.md lacks: {only_help}; "
+        f"README.md has, --help lacks: {only_readme}")
+    assert readme == helps, "same rows, another order"
 
 
 @pytest.mark.parametrize("args, option", [

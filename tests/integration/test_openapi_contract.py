@@ -231,7 +231,7 @@ def _answer(status, body=None, headers=None, raw=None, text=False):
 
 
 JOB = {"id": "01936f3a-5b1c-7d2e-9f00-1a2b3c4d5e6f", "status": "pending",
-       "exchange": "orders", "routing_key": "r", "deliver_at": "2026-11-30T14:00:30.000Z",
+       "source": "http", "exchange": "orders", "routing_key": "r", "deliver_at": "2026-11-30T14:00:30.000Z",
        "next_attempt_at": "2026-11-30T14:00:30.000Z",
        "created_at": "2026-11-30T14:00:00.000Z", "updated_at": "2026-11-30T14:00:00.000Z",
        "sent_at": None, "attempts": 0, "max_attempts": 10, "last_error": None,
@@ -264,6 +264,18 @@ JOB_PATH = f"/jobs/{JOB['id']}"
     ("GET", "/jobs", _answer(401, {"error": {"code": "unauthorized", "message": "m"}}),
      "WWW-Authenticate is missing"),
     ("GET", "/metrics", _answer(200, {"a": 1}), "Content-Type 'application/json'"),
+    ("GET", "/metrics", _answer(200, raw=b"x 1\n", text=True,
+                                headers={"Content-Type": "text/plain; version=0.0.4"}),
+     "Content-Type 'text/plain; version=0.0.4' is not documented"),
+    ("GET", "/metrics", _answer(200, raw=b"x 1\n", text=True, headers={
+        "Content-Type": "text/plain; version=0.0.4; charset=utf-8; x=1"}),
+     "is not documented"),
+    ("GET", "/metrics", _answer(200, raw=b"x 1\n", text=True,
+                                headers={"Content-Type": "text/plain; charset=utf-8"}),
+     "is not documented"),
+    ("GET", "/healthz", _answer(200, {"status": "ok"},
+                                headers={"Content-Type": "application/json; charset=utf-8"}),
+     "is not documented"),
     ("POST", "/schedule/batch",
      _answer(400, {"error": {"code": "invalid_argument", "message": "m", "field": "jobs"},
                    "errors": [{"field": "x", "message": "m"}]}), "oneOf"),
@@ -287,6 +299,8 @@ def test_checker_reports_drift(contract, method, path, answer, complaint):
                               headers={"Allow": "GET, PATCH, DELETE"})),
     ("GET", "/nope", _answer(404, {"error": {"code": "not_found", "message": "m"}})),
     ("GET", "/metrics", _answer(200, raw=b"rmqs_broker_connected 1\n", text=True)),
+    ("GET", "/metrics", _answer(200, raw=b"x 1\n", text=True, headers={
+        "Content-Type": "Text/Plain; charset=UTF-8; version=0.0.4"})),
     ("POST", "/schedule/batch",
      _answer(400, {"error": {"code": "invalid_argument", "message": "m", "field": "jobs"},
                    "errors": [{"index": 3, "message": "m"}]})),
@@ -566,6 +580,16 @@ def test_body_over_the_limit_is_413_on_any_path(service):
                          ("GET", "/jobs"), ("POST", "/nope"), ("PUT", "/jobs")):
         assert_error(svc.request(method, path, big), 413, "payload_too_large")
     assert svc.get("/healthz").status == 200
+
+
+def test_metrics_content_type_is_exactly_the_documented_one(service, contract):
+    """The one media type api/openapi.yaml declares for GET /metrics is the
+    Content-Type the server sends, parameters included."""
+    documented = list(contract.doc["paths"]["/metrics"]["get"]["responses"]["200"]
+                      ["content"])
+    resp = http_request_text(service().port, "/metrics")
+    assert resp.status == 200
+    assert [resp.headers["Content-Type"]] == documented
 
 
 def test_unreachable_port_is_not_a_contract_question():

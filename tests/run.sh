@@ -23,6 +23,10 @@ rmqs_as_root "$0" "$@"
 
 cd "$(dirname "$0")/.."
 
+# shellcheck source=tests/lib/common.sh
+. tests/lib/common.sh
+RMQS_LOG_PREFIX=run.sh
+
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
           python3 python3-pytest python3-pika python3-yaml openssl
@@ -31,27 +35,36 @@ PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
 # ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py).
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
-PYTHON=/usr/bin/python3
+PYTHON=$RMQS_PYTHON
 
-log() { printf 'run.sh: %s\n' "$*" >&2; }
-
-# --- 1. packages ---------------------------------------------------------
-missing=()
-for p in "${PACKAGES[@]}"; do
-    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
-    [ "${status:0:2}" = "ii" ] || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update
-    apt-get install -y --no-install-recommends "${missing[@]}"
+# --tsan first: only the ThreadSanitizer stage (see 4.), with the rest of the
+# arguments for its ctest. Any other arguments: only the ASan/UBSan stage,
+# with those arguments. No arguments: both (RMQS_TEST_TSAN=0 skips TSan).
+STAGES="asan tsan"
+if [ "${1:-}" = --tsan ]; then
+    STAGES=tsan
+    shift
+elif [ $# -gt 0 ] || [ "${RMQS_TEST_TSAN:-1}" = 0 ]; then
+    STAGES=asan
 fi
 
+# --- 1. packages ---------------------------------------------------------
+rmqs_install "${PACKAGES[@]}"
+
 # --- 2. build ------------------------------------------------------------
-cmake -S . -B build-test -DRMQS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
-      -DPython3_EXECUTABLE="$PYTHON"
-cmake --build build-test -j2
+# ASan + UBSan: the service, the unit tests and the tools, in build-test/.
+# TSan: the service alone (Criterion cannot run under TSan), in build-tsan/;
+# only the integration tests are registered there.
+case " $STAGES " in *" asan "*)
+    cmake -S . -B build-test -DRMQS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug \
+          -DPython3_EXECUTABLE="$PYTHON"
+    cmake --build build-test -j2 ;;
+esac
+case " $STAGES " in *" tsan "*)
+    cmake -S . -B build-tsan -DRMQS_TSAN=ON -DCMAKE_BUILD_TYPE=Debug \
+          -DPython3_EXECUTABLE="$PYTHON"
+    cmake --build build-tsan -j2 ;;
+esac
 # npm packages of the integration tests (amqplib), as locked; again only
 # when the lock file is newer than the installed tree.
 if [ ! tests/integration/node_modules/.package-lock.json -nt tests/integration/package-lock.json ]; then
@@ -59,109 +72,45 @@ if [ ! tests/integration/node_modules/.package-lock.json -nt tests/integration/p
 fi
 
 # --- 3. a private RabbitMQ node -------------------------------------------
-# Three free loopback ports: AMQP, Erlang distribution, and a private epmd
-# (so nothing of this node outlives the run, and other nodes on the machine
-# are not disturbed).
-read -r AMQP_PORT DIST_PORT EPMD_PORT < <("$PYTHON" - <<'EOF'
-import socket
-socks = []
-for _ in range(3):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(*(s.getsockname()[1] for s in socks))
-EOF
-)
-
-NODE_DIR=$(mktemp -d /tmp/rmqs-test-rabbit.XXXXXX)
-echo '[].' > "$NODE_DIR/enabled_plugins"
-chown -R rabbitmq:rabbitmq "$NODE_DIR"
-
-export RABBITMQ_NODENAME="rmqs-test-$$@localhost"
-export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
-export RABBITMQ_NODE_PORT=$AMQP_PORT
-export RABBITMQ_DIST_PORT=$DIST_PORT
-export ERL_EPMD_PORT=$EPMD_PORT
-export ERL_EPMD_ADDRESS=127.0.0.1
-export RABBITMQ_MNESIA_BASE=$NODE_DIR/mnesia
-export RABBITMQ_LOG_BASE=$NODE_DIR/log
-export RABBITMQ_PID_FILE=$NODE_DIR/pid
-export RABBITMQ_ENABLED_PLUGINS_FILE=$NODE_DIR/enabled_plugins
-export RABBITMQ_CONFIG_FILE=$NODE_DIR/rabbitmq  # none: built-in defaults only
-export RABBITMQ_ADVANCED_CONFIG_FILE=$NODE_DIR/advanced.config
-export RABBITMQ_CONF_ENV_FILE=$NODE_DIR/rabbitmq-env.conf
-
-# A process that exists and is not a zombie waiting to be reaped.
-alive() {
-    local state
-    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ]
-}
-
+# Own name, ports (AMQP, distribution, a private epmd) and data folder, on
+# 127.0.0.1 only, so nothing of it outlives the run and other nodes on the
+# machine are not disturbed; stopped whatever happens.
 stop_node() {
     local rc=$?
     set +e
-    log "stopping RabbitMQ node $RABBITMQ_NODENAME"
-    local pid=""
-    [ -s "$NODE_DIR/pid" ] && pid=$(cat "$NODE_DIR/pid")
-    timeout 60 rabbitmqctl -n "$RABBITMQ_NODENAME" stop >/dev/null 2>&1
-    if [ -n "$pid" ]; then
-        local deadline=$((SECONDS + 15))
-        while alive "$pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
-        if alive "$pid"; then
-            log "node still alive: killing beam pid $pid"
-            kill -KILL "$pid" 2>/dev/null
-        fi
+    if [ "$rc" -ne 0 ]; then
+        rmqs_rabbit_stop build-test/rabbitmq-log
+    else
+        rmqs_rabbit_stop
     fi
-    # The private epmd was started by this node; it leaves once asked.
-    timeout 10 epmd -port "$EPMD_PORT" -kill >/dev/null 2>&1
-    if [ "$rc" -ne 0 ] && [ -d "$NODE_DIR/log" ]; then
-        rm -rf build-test/rabbitmq-log
-        cp -r "$NODE_DIR/log" build-test/rabbitmq-log
-        log "RabbitMQ node logs copied to build-test/rabbitmq-log"
-    fi
-    rm -rf "$NODE_DIR"
     exit "$rc"
 }
 trap stop_node EXIT
+rmqs_rabbit_start "rmqs-test-$$" "$(mktemp -d /tmp/rmqs-test-rabbit.XXXXXX)"
 
-log "starting RabbitMQ node $RABBITMQ_NODENAME on 127.0.0.1:$AMQP_PORT"
-rabbitmq-server -detached
-
-# Ready when the AMQP port accepts a connection (await_startup polls every 10 s).
-"$PYTHON" - "$AMQP_PORT" <<'EOF'
-import socket, sys, time
-port, deadline = int(sys.argv[1]), time.monotonic() + 60
-while True:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            sys.exit("run.sh: RabbitMQ did not accept connections within 60 s")
-        time.sleep(0.2)
-EOF
-# The tests drive the node with rabbitmqctl (outages): make sure that works
-# (right after the port opens it may still say the app is starting).
-deadline=$((SECONDS + 60))
-until rabbitmqctl -n "$RABBITMQ_NODENAME" status >/dev/null 2>&1; do
-    if [ "$SECONDS" -ge "$deadline" ]; then
-        rabbitmqctl -n "$RABBITMQ_NODENAME" status  # show why
-        exit 1
-    fi
-    sleep 1
-done
-
-export RMQS_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$AMQP_PORT/"
-export RMQS_TEST_AMQP_PORT=$AMQP_PORT
+export RMQS_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$RMQS_RABBIT_PORT/"
+export RMQS_TEST_AMQP_PORT=$RMQS_RABBIT_PORT
 export RMQS_TEST_RABBIT_NODE=$RABBITMQ_NODENAME
 
 # --- 4. tests --------------------------------------------------------------
+# Stage asan: every test (unit, integration, fuzz, deploy) on the ASan/UBSan
+# build. Stage tsan: the integration suite again, against the service built
+# with ThreadSanitizer; a report in a service log, or the exit status 66 that
+# TSan gives a process that reported, fails the test (tests/integration/
+# conftest.py). tests/tsan.supp lists what is suppressed, each with its reason.
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS="second_deadlock_stack=1 history_size=4 suppressions=$PWD/tests/tsan.supp"
 
+status=0
 set +e
-ctest --test-dir build-test --output-on-failure "$@"
-status=$?
+case " $STAGES " in *" asan "*)
+    rmqs_log "stage asan: ctest in build-test/"
+    ctest --test-dir build-test --output-on-failure "$@" || status=1 ;;
+esac
+case " $STAGES " in *" tsan "*)
+    rmqs_log "stage tsan: the integration tests against the TSan build in build-tsan/"
+    ctest --test-dir build-tsan --output-on-failure -L integration "$@" || status=1 ;;
+esac
 set -e
 exit "$status"

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
           python3 python3-pytest python3-pika python3-yaml openssl
-          curl prometheus clang libclang-rt-14-dev)
+          curl prometheus clang libclang-rt-14-dev golang-go)
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=/usr/bin/python3

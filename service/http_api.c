@@ -6,11 +6,22 @@
  * answers errors the same way: {"error": {"code", "message", "field"}}.
  *
  * libmicrohttpd calls the access handler several times per request: first
- * with no body (we allocate a request context and refuse an announced body
- * over the limit with 413 at once), then with body chunks (appended, or
- * counted and dropped past the limit), then once more with no data, when
- * the request is routed and answered. The context is freed in the
- * request-completed callback.
+ * with no body (we allocate a request context), then with body chunks
+ * (appended, or counted and dropped past the limit), then once more with no
+ * data, when the request is routed and answered. The context is freed in
+ * the request-completed callback.
+ *
+ * A body over --max-body-bytes is answered 413 only once it has been read
+ * (and dropped, never buffered). libmicrohttpd 0.9.75 closes the connection
+ * after an answer queued before the body, with the unread body still in
+ * the socket, and the kernel then resets the connection: a client still
+ * writing its body got EPIPE or a reset instead of the 413. Reading is
+ * bounded: at most DISCARD_MAX bytes past the limit, and for at most the
+ * connection timeout after the refusal; past either the connection is
+ * closed without an answer. Two cases are answered at once, without
+ * reading: an announced Content-Length past that bound, and "Expect:
+ * 100-continue" (the client waits for our word before it sends the body,
+ * and the 413 is that word).
  *
  * A job is answered as JSON written straight into one buffer
  * (job_write_json), not as a jansson tree; POST /schedule and
@@ -44,7 +55,7 @@
 #define BATCH_ERRORS_MAX 50 /* per-item errors listed in a 400 */
 /* Past the body limit, bytes are read and dropped so the client gets its
  * 413; past this many more, the connection is closed instead. */
-#define DROP_MAX ((size_t)16 << 20)
+#define DISCARD_MAX ((size_t)64 << 20)
 
 struct http_api {
     struct MHD_Daemon *daemon;
@@ -83,6 +94,7 @@ typedef struct http_req {
     size_t len, cap;
     bool too_large;    /* the body passed max_body_bytes: answer 413 */
     size_t dropped;    /* body bytes dropped since then */
+    int64_t refused_us; /* monotonic, when too_large was set */
     rq_state state;
     bool batch;        /* POST /schedule/batch */
     bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
@@ -855,9 +867,10 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
 {
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
-    if (rq->too_large)
-        return reply_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
-                           NULL, "request body is over the configured limit");
+    if (rq->too_large) /* the connection is not worth keeping */
+        return reply_error_h(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
+                             NULL, "request body is over the configured limit",
+                             MHD_HTTP_HEADER_CONNECTION, "close");
     if (strcmp(url, "/healthz") == 0) {
         if (!get)
             return method_not_allowed(c, "GET");
@@ -887,6 +900,27 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
 }
 
+/* The body is over the limit: what was kept of it goes, the rest will be
+ * dropped as it arrives, and the answer is 413. */
+static void refuse_body(http_req *rq)
+{
+    rq->too_large = true;
+    rq->refused_us = mono_us();
+    free(rq->body);
+    rq->body = NULL;
+    rq->len = rq->cap = 0;
+}
+
+/* "Expect: 100-continue" on HTTP/1.1: the client sends the body only after
+ * a 100 (libmicrohttpd sends it unless an answer is queued first). */
+static bool expects_continue(struct MHD_Connection *c, const char *version)
+{
+    const char *e = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_EXPECT);
+    return e != NULL && strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
+           strcasecmp(e, "100-continue") == 0;
+}
+
 static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload_data,
@@ -914,8 +948,12 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
             char *end = NULL;
             unsigned long long v = strtoull(cl, &end, 10);
             if (end != cl && v > api->opt.max_body_bytes) {
-                rq->too_large = true;
-                return route(api, c, url, method, rq);
+                refuse_body(rq);
+                /* Answered now, and libmicrohttpd closes the connection. */
+                if (v - api->opt.max_body_bytes > DISCARD_MAX ||
+                    expects_continue(c, version))
+                    return route(api, c, url, method, rq);
+                return MHD_YES; /* read and drop it, answer at the end */
             }
         }
         return MHD_YES;
@@ -924,10 +962,13 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (rq->too_large || rq->len + n > api->opt.max_body_bytes) {
-            rq->too_large = true;
+            if (!rq->too_large)
+                refuse_body(rq);
             rq->dropped += n;
-            if (rq->dropped > DROP_MAX)
-                return MHD_NO; /* an endless body: close the connection */
+            if (rq->dropped > DISCARD_MAX ||
+                mono_us() - rq->refused_us >
+                    (int64_t)api->opt.conn_timeout_s * 1000000)
+                return MHD_NO; /* endless or slow: close the connection */
             return MHD_YES; /* keep reading, drop the bytes, answer 413 */
         }
         if (rq->len + n + 1 > rq->cap) {

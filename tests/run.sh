@@ -30,9 +30,10 @@ RMQS_LOG_PREFIX=run.sh
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
           python3 python3-pytest python3-pika python3-yaml openssl
-          curl prometheus clang libclang-rt-14-dev sudo iproute2)
+          curl prometheus clang libclang-rt-14-dev sudo iproute2 golang-go)
 # sudo: test_root_or_sudo.py runs the scripts as a user with sudo; iproute2:
-# ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py).
+# ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py);
+# golang-go: the Go clients of test_payload_too_large.py and test_examples.py.
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=$RMQS_PYTHON

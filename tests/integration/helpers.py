@@ -5,15 +5,18 @@ Only the standard library and Debian's python3-pika. Everything talks to
 127.0.0.1 only. The fixtures that hand these out live in conftest.py.
 """
 
+import atexit
 import datetime
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -62,6 +65,42 @@ def port_open(port, host="127.0.0.1"):
         return True
     except OSError:
         return False
+
+
+# --- client programs and processes ------------------------------------------
+
+_GO_BUILT = {}
+
+
+def go_build(source):
+    """The path of the Go program `source` (standard library only), built
+    once per test process with `go build`, as `go run` would but without
+    compiling it for every run. No network and no module downloads. The
+    caller checks first that `go` is on PATH (shutil.which)."""
+    if source not in _GO_BUILT:
+        folder = tempfile.mkdtemp(prefix="rmqs-go-")
+        atexit.register(shutil.rmtree, folder, True)
+        out = os.path.join(folder, os.path.splitext(os.path.basename(source))[0])
+        env = dict(os.environ, GOPROXY="off", GOFLAGS="-mod=mod",
+                   GO111MODULE="on", GOTOOLCHAIN="local", CGO_ENABLED="0")
+        if not env.get("HOME"):  # else the build cache is Go's default
+            env["GOCACHE"] = os.path.join(folder, "gocache")
+        r = subprocess.run([shutil.which("go"), "build", "-o", out, source],
+                           capture_output=True, text=True, timeout=600, env=env,
+                           cwd=folder, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, \
+            f"go build {os.path.basename(source)} failed:\n{r.stdout}{r.stderr}"
+        _GO_BUILT[source] = out
+    return _GO_BUILT[source]
+
+
+def rss_bytes(pid):
+    """Resident memory of a process now (VmRSS), in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
 
 
 # --- time -----------------------------------------------------------------

@@ -7,17 +7,15 @@ main.go a Go toolchain (built once per run with `go build`, as `go run`
 would): a missing tool skips that example with the reason; example.py
 always runs (standard library only)."""
 
-import atexit
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 import uuid
 
 import pytest
 
-from helpers import UUID7_RE, free_port
+from helpers import UUID7_RE, free_port, go_build
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.normpath(os.path.join(HERE, "..", "..", "api", "examples"))
@@ -41,28 +39,9 @@ def _node_major():
     return int(m.group(1)) if m else None
 
 
-_GO_BUILT = {}
-
-
 def _go_example(tmp_path):
     """main.go built once per test run (go run would compile it every time)."""
-    if "argv" not in _GO_BUILT:
-        go = shutil.which("go")
-        folder = tempfile.mkdtemp(prefix="rmqs-go-example-")
-        atexit.register(shutil.rmtree, folder, True)
-        out = os.path.join(folder, "example")
-        # No network and no module downloads: main.go uses the standard
-        # library only. The build cache is Go's default when HOME is set.
-        env = dict(os.environ, GOPROXY="off", GOFLAGS="-mod=mod",
-                   GO111MODULE="on", GOTOOLCHAIN="local", CGO_ENABLED="0")
-        if not env.get("HOME"):
-            env["GOCACHE"] = os.path.join(os.path.dirname(out), "gocache")
-        r = subprocess.run([go, "build", "-o", out, os.path.join(EXAMPLES, "main.go")],
-                           capture_output=True, text=True, timeout=600, env=env,
-                           cwd=os.path.dirname(out), stdin=subprocess.DEVNULL)
-        assert r.returncode == 0, f"go build main.go failed:\n{r.stdout}{r.stderr}"
-        _GO_BUILT["argv"] = [out]
-    return _GO_BUILT["argv"]
+    return [go_build(os.path.join(EXAMPLES, "main.go"))]
 
 
 def _command(name, tmp_path):

@@ -159,17 +159,7 @@ static void await_done(int n)
 
 static bool stored(int n)
 {
-    char id[JOB_ID_LEN + 1];
-    job_t j;
-    rmqs_rc rc;
-
-    ut_job_id(n, id);
-    rc = store_get(g_st, id, &j);
-    if (rc == RMQS_OK)
-        job_clear(&j);
-    else
-        cr_assert_eq(rc, RMQS_ENOTFOUND, "store_get %s", id);
-    return rc == RMQS_OK;
+    return ut_store_has(g_st, n);
 }
 
 static int64_t jobs_in_file(void)

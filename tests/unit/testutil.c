@@ -102,6 +102,21 @@ void ut_job_make(job_t *j, int n, int64_t deliver_at)
     j->body_len = 5;
 }
 
+bool ut_store_has(store_t *st, int n)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t j;
+    rmqs_rc rc;
+
+    ut_job_id(n, id);
+    rc = store_get(st, id, &j);
+    if (rc == RMQS_OK)
+        job_clear(&j);
+    else
+        cr_assert_eq(rc, RMQS_ENOTFOUND, "store_get %s", id);
+    return rc == RMQS_OK;
+}
+
 void ut_jobs_free(job_t *jobs, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -57,6 +57,10 @@ void ut_job_id(int n, char out[JOB_ID_LEN + 1]);
  * (job_clear). */
 void ut_job_make(job_t *j, int n, int64_t deliver_at);
 
+/* Whether st holds job number n (store_get: found or RMQS_ENOTFOUND; any
+ * other answer fails the test). */
+bool ut_store_has(store_t *st, int n);
+
 /* job_clear every one of n jobs, then free the array. */
 void ut_jobs_free(job_t *jobs, size_t n);
 

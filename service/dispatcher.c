@@ -771,3 +771,18 @@ void disp_free(disp_t *d)
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
+
+/* Test hook (declared in tests/unit/test_writer.c, not in dispatcher.h):
+ * the earliest due time disp_notify() was told of since the feeder's last
+ * claim, INT64_MAX if none; lets the writer's test see its notification on
+ * a dispatcher that is not started. */
+int64_t disp__notified_due(disp_t *d);
+int64_t disp__notified_due(disp_t *d)
+{
+    int64_t due;
+
+    pthread_mutex_lock(&d->mu);
+    due = d->notified_due;
+    pthread_mutex_unlock(&d->mu);
+    return due;
+}

@@ -18,7 +18,11 @@ typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_leve
 rmqs_rc log_set_level(const char *name);
 
 /* "text" (default) or "json": one object per line with time, level,
- * module, message and the fields. RMQS_EINVAL otherwise. */
+ * module, message and the fields (integers as JSON numbers). In JSON every
+ * line is one valid object: control characters are escaped, a string that
+ * is not UTF-8 has each byte above 0x7f written as \xNN, and an event too
+ * long for a line keeps the start of its fields with "truncated": true.
+ * RMQS_EINVAL otherwise. */
 rmqs_rc log_set_format(const char *name);
 
 /* msg is a short constant description; fmt (may be NULL) adds key=value

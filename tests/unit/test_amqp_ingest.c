@@ -15,15 +15,15 @@
 
 #include "amqp_ingest.h"
 #include "job.h"
+#include "testutil.h"
 
 #define NOW 1767225600000LL /* 2026-01-01T00:00:00Z */
-#define DAY 86400000LL
 #define TARGET "orders"
 
 static const job_limits LIM = {
     .default_max_attempts = 7,
     .max_max_attempts = 10,
-    .max_delay_ms = 30 * DAY,
+    .max_delay_ms = 30 * UT_DAY,
 };
 
 /* A hand-made delivery: up to 16 headers, properties set by the test. */
@@ -70,15 +70,6 @@ static rmqs_rc convert(const msg *m, job_t *job, rmqs_error *err)
 {
     memset(err, 0, sizeof *err);
     return ingest_job_from_message(&m->env, TARGET, NOW, &LIM, job, err);
-}
-
-static bool is_zero(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != 0)
-            return false;
-    return true;
 }
 
 /* ------------------------------------------------------------------ */
@@ -345,12 +336,12 @@ Test(amqp_ingest, x_delay_beyond_the_horizon_is_invalid)
     rmqs_error err;
 
     msg_init(&m, "k", "b");
-    add_i64(&m, "x-delay", 30 * DAY);
+    add_i64(&m, "x-delay", 30 * UT_DAY);
     cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "the horizon itself is fine");
     job_clear(&job);
 
     msg_init(&m, "k", "b");
-    add_i64(&m, "x-delay", 30 * DAY + 1);
+    add_i64(&m, "x-delay", 30 * UT_DAY + 1);
     expect_invalid_timing(&m, "headers.x-delay", "horizon");
 
     msg_init(&m, "k", "b");
@@ -390,8 +381,8 @@ Test(amqp_ingest, x_deliver_at_rfc3339_string_or_bytes)
     add(&m, "x-deliver-at", AMQP_FIELD_KIND_BYTES)->value.bytes =
         amqp_cstring_bytes("2026-01-02T00:00:00Z");
     cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "%s", err.message);
-    cr_expect_eq(job.deliver_at, NOW + DAY);
-    cr_expect_eq(job.delay_ms, DAY);
+    cr_expect_eq(job.deliver_at, NOW + UT_DAY);
+    cr_expect_eq(job.delay_ms, UT_DAY);
     job_clear(&job);
 }
 
@@ -556,7 +547,7 @@ static void expect_uncarriable(msg *m, const char *text)
 
     memset(&job, 0xAB, sizeof job);
     cr_assert_eq(convert(m, &job, &err), RMQS_EINVAL);
-    cr_expect(is_zero(&job, sizeof job), "the job is zeroed");
+    cr_expect(ut_is_zero(&job, sizeof job), "the job is zeroed");
     cr_expect(strstr(err.message, "cannot be carried") != NULL, "%s",
               err.message);
     cr_expect(strstr(err.message, text) != NULL, "message: %s", err.message);

@@ -14,16 +14,15 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "testutil.h"
 #include "timeutil.h"
 
 #define NOW 1767225600000LL /* 2026-01-01T00:00:00Z */
-#define HOUR 3600000LL
-#define DAY 86400000LL
 
 static const job_limits LIM = {
     .default_max_attempts = 5,
     .max_max_attempts = 10,
-    .max_delay_ms = 30 * DAY,
+    .max_delay_ms = 30 * UT_DAY,
 };
 
 /* 255- and 256-byte strings for the short-string limits. */
@@ -59,15 +58,6 @@ static rmqs_rc resched(const char *s, int64_t *at, int64_t *delay, rmqs_error *e
     return rc;
 }
 
-static bool is_zero(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        if (b[i] != 0)
-            return false;
-    return true;
-}
-
 /* ------------------------------------------------------------------------ */
 /* status, clear                                                             */
 
@@ -93,7 +83,7 @@ Test(job, clear_releases_and_zeroes)
 {
     job_t j = {0};
     job_clear(&j); /* zeroed: no-op */
-    cr_expect(is_zero(&j, sizeof j));
+    cr_expect(ut_is_zero(&j, sizeof j));
 
     j.exchange = strdup("e");
     j.routing_key = strdup("r");
@@ -104,7 +94,7 @@ Test(job, clear_releases_and_zeroes)
     j.body_len = 3;
     j.sent_at = 5;
     job_clear(&j); /* ASan reports anything left behind */
-    cr_expect(is_zero(&j, sizeof j));
+    cr_expect(ut_is_zero(&j, sizeof j));
     job_clear(NULL);
 }
 
@@ -332,18 +322,18 @@ Test(job, from_request_valid_table)
          "e", "r", JOB_BODY_BINARY, RAW(""), NOW + 1, 1, 5, 0, 0, NULL},
         /* deliver_at: future, with offset, past (accepted, delay 0) */
         {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-01T01:00:00Z'}",
-         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + HOUR, HOUR, 5, 0, 0, NULL},
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + UT_HOUR, UT_HOUR, 5, 0, 0, NULL},
         {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-01T09:00:00.250+08:00'}",
-         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + HOUR + 250, HOUR + 250, 5, 0, 0, NULL},
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + UT_HOUR + 250, UT_HOUR + 250, 5, 0, 0, NULL},
         {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2025-12-31T23:00:00Z'}",
-         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW - HOUR, 0, 5, 0, 0, NULL},
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW - UT_HOUR, 0, 5, 0, 0, NULL},
         {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'0001-01-01T00:00:00Z'}",
          "e", "r", JOB_BODY_TEXT, RAW("x"), -62135596800000, 0, 5, 0, 0, NULL},
         /* exactly at the horizon */
         {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':2592000000}",
-         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 30 * DAY, 30 * DAY, 5, 0, 0, NULL},
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 30 * UT_DAY, 30 * UT_DAY, 5, 0, 0, NULL},
         {"{'exchange':'e','routing_key':'r','body':'x','deliver_at':'2026-01-31T00:00:00Z'}",
-         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 30 * DAY, 30 * DAY, 5, 0, 0, NULL},
+         "e", "r", JOB_BODY_TEXT, RAW("x"), NOW + 30 * UT_DAY, 30 * UT_DAY, 5, 0, 0, NULL},
         /* max_attempts bounds */
         {"{'exchange':'e','routing_key':'r','body':'x','delay_ms':0,'max_attempts':1}",
          "e", "r", JOB_BODY_TEXT, RAW("x"), NOW, 0, 1, 0, 0, NULL},
@@ -470,7 +460,7 @@ static void check_invalid(const struct invalid_req *cases, size_t n)
         cr_expect_str_eq(err.field, c->field, "%s: message '%s'", c->json, err.message);
         cr_expect(strstr(err.message, c->message) != NULL,
                   "%s: message '%s' lacks '%s'", c->json, err.message, c->message);
-        cr_expect(is_zero(&j, sizeof j), "%s: *out not zeroed", c->json);
+        cr_expect(ut_is_zero(&j, sizeof j), "%s: *out not zeroed", c->json);
         cr_expect_null(canon, "%s: canonical not NULL", c->json);
         if (rc == RMQS_OK) {
             job_clear(&j);
@@ -691,7 +681,7 @@ Test(job, from_request_horizon_message_not_in_days)
     const char *s = "{\"exchange\":\"e\",\"routing_key\":\"r\",\"body\":\"x\",\"delay_ms\":90001}";
     cr_expect_eq(job_from_request(s, strlen(s), &lim, NOW, &j, NULL, &err), RMQS_EINVAL);
     cr_expect_str_eq(err.message, "delay_ms: beyond the scheduling horizon of 90000 ms");
-    lim.max_delay_ms = DAY;
+    lim.max_delay_ms = UT_DAY;
     cr_expect_eq(job_from_request(s, strlen(s), &lim, NOW, &j, NULL, &err), RMQS_OK);
     job_clear(&j);
 }
@@ -717,7 +707,7 @@ Test(job, from_request_null_err_is_fine)
 {
     job_t j;
     cr_expect_eq(req("{'foo':1}", &j, NULL, NULL), RMQS_EINVAL);
-    cr_expect(is_zero(&j, sizeof j));
+    cr_expect(ut_is_zero(&j, sizeof j));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -944,11 +934,11 @@ Test(job, reschedule_valid)
     static const struct resched_ok cases[] = {
         {"{'delay_ms':5000}", NOW + 5000, 5000},
         {"{'delay_ms':0}", NOW, 0},
-        {"{'delay_ms':2592000000}", NOW + 30 * DAY, 30 * DAY},
+        {"{'delay_ms':2592000000}", NOW + 30 * UT_DAY, 30 * UT_DAY},
         {"{'deliver_at':'2026-01-01T00:00:10Z'}", NOW + 10000, 10000},
-        {"{'deliver_at':'2026-01-01T05:30:10-05:30'}", NOW + 11 * HOUR + 10000,
-         11 * HOUR + 10000},
-        {"{'deliver_at':'2025-12-31T00:00:00Z'}", NOW - DAY, 0},
+        {"{'deliver_at':'2026-01-01T05:30:10-05:30'}", NOW + 11 * UT_HOUR + 10000,
+         11 * UT_HOUR + 10000},
+        {"{'deliver_at':'2025-12-31T00:00:00Z'}", NOW - UT_DAY, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t at = 0, delay = -7;
@@ -1060,7 +1050,7 @@ Test(job, hostile_nul_bytes_and_escapes)
                      "raw NUL case %zu accepted", i);
         cr_expect(strncmp(err.message, "invalid JSON: ", 14) == 0, "case %zu: %s", i,
                   err.message);
-        cr_expect(is_zero(&j, sizeof j));
+        cr_expect(ut_is_zero(&j, sizeof j));
     }
 
     /* the same for PATCH */
@@ -1199,7 +1189,7 @@ Test(job, hostile_time_arithmetic_does_not_overflow)
     /* a delay exactly at the configured horizon is still fine */
     cr_expect_eq(req("{'exchange':'e','routing_key':'r','body':'x','delay_ms':2592000000}",
                      &j, NULL, &err), RMQS_OK, "%s", err.message);
-    cr_expect_eq(j.deliver_at, NOW + 30 * DAY);
+    cr_expect_eq(j.deliver_at, NOW + 30 * UT_DAY);
     job_clear(&j);
 }
 
@@ -1247,7 +1237,7 @@ Test(job, hostile_body_nesting_limit)
             cr_expect_str_eq(err.field, "body");
             cr_expect_str_eq(err.message, "body: too deeply nested (more than 32 "
                                           "levels of arrays and objects)");
-            cr_expect(is_zero(&j, sizeof j));
+            cr_expect(ut_is_zero(&j, sizeof j));
         }
         job_clear(&j);
         free(s);
@@ -1332,7 +1322,7 @@ Test(job, hostile_headers_too_big_for_amqp)
     cr_expect_str_eq(err.field, "headers");
     cr_expect_str_eq(err.message, "headers: headers and properties take 65537 bytes "
                                   "in the AMQP message, more than 65536");
-    cr_expect(is_zero(&j, sizeof j));
+    cr_expect(ut_is_zero(&j, sizeof j));
     free(s);
 
     /* properties count too: 8 x 255-byte strings replace the default message_id

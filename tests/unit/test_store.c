@@ -1,7 +1,7 @@
 /*
  * test_store.c - service/store.c against real SQLite files.
  *
- * Every test gets a fresh directory (mkdtemp under /tmp, removed in .fini)
+ * Every test gets a fresh directory (ut_tmpdir, removed in .fini)
  * and a real database file in it; no mocks. Raw sqlite3 connections on the
  * same file check what the store wrote and plant states the API cannot make
  * (a newer schema version). Test hooks from store.c (declared below, not
@@ -13,7 +13,6 @@
  * named migrate_*.
  */
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -23,30 +22,21 @@
 
 #include "job.h"
 #include "store.h"
+#include "testutil.h"
 
 /* Test hooks defined in service/store.c. */
 const char *store__sql(const char *name);
 rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied);
 int store__synchronous(store_t *st);
 
-static char g_dir[64];
-static char g_path[128];
+static char g_dir[UT_PATH_MAX];
+static char g_path[UT_PATH_MAX];
 static store_t *g_st;
-
-static int rm_entry(const char *p, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
 
 static void setup(void)
 {
-    strcpy(g_dir, "/tmp/rmqs-store-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
-    snprintf(g_path, sizeof(g_path), "%s/jobs.db", g_dir);
+    ut_tmpdir(g_dir, "store");
+    ut_path(g_path, g_dir, "jobs.db");
     g_st = NULL;
 }
 
@@ -54,8 +44,7 @@ static void teardown(void)
 {
     store_close(g_st);
     g_st = NULL;
-    if (g_dir[0])
-        nftw(g_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    ut_rmtree(g_dir);
 }
 
 TestSuite(store, .init = setup, .fini = teardown, .timeout = 60);
@@ -70,98 +59,16 @@ static const store_options k_opts = {.synchronous_full = true};
 
 static store_t *open_store(void)
 {
-    rmqs_error err = {0};
-    store_t *st = NULL;
-    rmqs_rc rc = store_open(g_path, &k_opts, &st, &err);
-
-    cr_assert_eq(rc, RMQS_OK, "store_open: %s", err.message);
-    cr_assert_not_null(st);
-    return st;
-}
-
-static void make_id(int n, char out[JOB_ID_LEN + 1])
-{
-    snprintf(out, JOB_ID_LEN + 1, "01890a5d-ac96-7b3c-8f00-%012x", n);
-}
-
-static char *xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    cr_assert_not_null(d);
-    return d;
-}
-
-/* A pending job number n, due at deliver_at, with a small text body. */
-static void make_job(job_t *j, int n, int64_t deliver_at)
-{
-    memset(j, 0, sizeof(*j));
-    make_id(n, j->id);
-    j->status = JOB_PENDING;
-    j->exchange = xstrdup("ex");
-    j->routing_key = xstrdup("rk");
-    j->deliver_at = deliver_at;
-    j->due_at = deliver_at;
-    j->delay_ms = 1000;
-    j->created_at = 10;
-    j->updated_at = 10;
-    j->sent_at = -1;
-    j->attempts = 0;
-    j->max_attempts = 3;
-    j->body_kind = JOB_BODY_TEXT;
-    j->body = (unsigned char *)xstrdup("hello");
-    j->body_len = 5;
+    return ut_store_open(g_path, &k_opts);
 }
 
 static void insert_job(store_t *st, int n, int64_t deliver_at)
 {
     job_t j;
 
-    make_job(&j, n, deliver_at);
+    ut_job_make(&j, n, deliver_at);
     cr_assert_eq(store_insert(st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
     job_clear(&j);
-}
-
-static void free_jobs(job_t *jobs, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        job_clear(&jobs[i]);
-    free(jobs);
-}
-
-static sqlite3 *raw_open(void)
-{
-    sqlite3 *db = NULL;
-
-    cr_assert_eq(sqlite3_open_v2(g_path, &db, SQLITE_OPEN_READWRITE, NULL),
-                 SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    return db;
-}
-
-static void raw_exec(const char *sql)
-{
-    sqlite3 *db = raw_open();
-    char *msg = NULL;
-    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
-
-    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
-    sqlite3_free(msg);
-    sqlite3_close(db);
-}
-
-static int64_t raw_int(const char *sql)
-{
-    sqlite3 *db = raw_open();
-    sqlite3_stmt *s = NULL;
-    int64_t v;
-
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s: %s",
-                 sql, sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "%s", sql);
-    v = sqlite3_column_int64(s, 0);
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-    return v;
 }
 
 static void assert_job_eq(const job_t *a, const job_t *b)
@@ -198,7 +105,7 @@ static job_t get_job(store_t *st, int n)
     char id[JOB_ID_LEN + 1];
     job_t j;
 
-    make_id(n, id);
+    ut_job_id(n, id);
     cr_assert_eq(store_get(st, id, &j), RMQS_OK, "get %s", id);
     return j;
 }
@@ -216,17 +123,17 @@ Test(store, open_creates_schema_and_records_migrations)
     cr_assert_eq(store_schema_version(g_st), top);
     cr_assert_eq(store_ping(g_st), RMQS_OK);
 
-    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations"),
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM schema_migrations"),
                  (int64_t)store_builtin_migrations_count);
-    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations WHERE "
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM schema_migrations WHERE "
                          "version = 1 AND name = '0001_init.sql' AND "
                          "applied_at > 1600000000000"), 1);
     snprintf(q, sizeof(q), "SELECT count(*) FROM sqlite_schema WHERE name IN "
                            "('jobs','idempotency','jobs_due',"
                            "'jobs_status_deliver','jobs_deliver')");
-    cr_assert_eq(raw_int(q), 5);
+    cr_assert_eq(ut_sql_int(g_path, q), 5);
     /* WAL is a property of the file */
-    sqlite3 *db = raw_open();
+    sqlite3 *db = ut_sql_open(g_path);
     sqlite3_stmt *s;
     cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &s, NULL),
                  SQLITE_OK);
@@ -241,13 +148,13 @@ Test(store, migrate_reopen_applies_nothing)
     g_st = open_store();
     store_close(g_st);
     g_st = NULL;
-    int64_t stamp = raw_int("SELECT sum(applied_at) FROM schema_migrations");
-    int64_t rows = raw_int("SELECT count(*) FROM schema_migrations");
+    int64_t stamp = ut_sql_int(g_path, "SELECT sum(applied_at) FROM schema_migrations");
+    int64_t rows = ut_sql_int(g_path, "SELECT count(*) FROM schema_migrations");
 
     usleep(5000);
     g_st = open_store();
-    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations"), rows);
-    cr_assert_eq(raw_int("SELECT sum(applied_at) FROM schema_migrations"),
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM schema_migrations"), rows);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT sum(applied_at) FROM schema_migrations"),
                  stamp);
 }
 
@@ -272,9 +179,9 @@ Test(store, migrate_applies_new_versions_in_order)
     cr_assert_eq(store_open_with(g_path, &k_opts, m, nb + 2, &g_st, &err),
                  RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), top + 2);
-    cr_assert_eq(raw_int("SELECT count(*) FROM schema_migrations"),
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM schema_migrations"),
                  (int64_t)nb + 2);
-    cr_assert_eq(raw_int("SELECT count(*) FROM pragma_table_info('extra')"), 2);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM pragma_table_info('extra')"), 2);
     store_close(g_st);
     g_st = NULL;
 
@@ -294,7 +201,7 @@ Test(store, migrate_newer_db_refused)
     g_st = open_store();
     store_close(g_st);
     g_st = NULL;
-    raw_exec("INSERT INTO schema_migrations (version, name, applied_at) "
+    ut_sql_exec(g_path, "INSERT INTO schema_migrations (version, name, applied_at) "
              "VALUES (9999, '9999_future.sql', 1)");
 
     cr_assert_eq(store_open(g_path, &k_opts, &g_st, &err), RMQS_EDB);
@@ -306,7 +213,7 @@ Test(store, migrate_newer_db_refused)
                  .version);
     cr_assert(strstr(err.message, want), "message: %s", err.message);
     /* refusing changed nothing */
-    cr_assert_eq(raw_int("SELECT max(version) FROM schema_migrations"), 9999);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT max(version) FROM schema_migrations"), 9999);
 }
 
 Test(store, migrate_broken_rolls_back_and_names_file)
@@ -329,8 +236,8 @@ Test(store, migrate_broken_rolls_back_and_names_file)
     cr_assert(strstr(err.message, "no such table: nowhere"), "%s",
               err.message);
     /* the earlier migrations stay, the broken one left nothing behind */
-    cr_assert_eq(raw_int("SELECT max(version) FROM schema_migrations"), top);
-    cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_schema "
+    cr_assert_eq(ut_sql_int(g_path, "SELECT max(version) FROM schema_migrations"), top);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema "
                          "WHERE name = 'half'"), 0);
     /* and the database still opens with the good list */
     g_st = open_store();
@@ -424,10 +331,10 @@ Test(store, insert_get_roundtrip_every_field)
 
     g_st = open_store();
 
-    make_job(&in[0], 1, 1700000000123);
+    ut_job_make(&in[0], 1, 1700000000123);
     in[0].status = JOB_PENDING;
     free(in[0].exchange);
-    in[0].exchange = xstrdup(""); /* default exchange */
+    in[0].exchange = ut_strdup(""); /* default exchange */
     in[0].due_at = 1700000005000;
     in[0].delay_ms = 0;
     in[0].created_at = 1699999999000;
@@ -435,21 +342,21 @@ Test(store, insert_get_roundtrip_every_field)
     in[0].sent_at = 1700000000999;
     in[0].attempts = 2;
     in[0].max_attempts = 7;
-    in[0].last_error = xstrdup("NO_ROUTE: \"quoted\" \xc3\xa9");
+    in[0].last_error = ut_strdup("NO_ROUTE: \"quoted\" \xc3\xa9");
     in[0].headers = json_loads("{\"a\":1,\"b\":[true,null,\"x\"],"
                                "\"c\":{\"d\":-2.5}}", 0, &jerr);
     in[0].properties = json_loads("{\"content_type\":\"text/plain\","
                                   "\"priority\":5}", 0, &jerr);
     cr_assert(in[0].headers && in[0].properties);
 
-    make_job(&in[1], 2, 42);
+    ut_job_make(&in[1], 2, 42);
     in[1].body_kind = JOB_BODY_JSON;
     free(in[1].body);
-    in[1].body = (unsigned char *)xstrdup("{\"k\":[1,2,3]}");
+    in[1].body = (unsigned char *)ut_strdup("{\"k\":[1,2,3]}");
     in[1].body_len = strlen("{\"k\":[1,2,3]}");
     /* headers, properties, last_error NULL; sent_at -1 */
 
-    make_job(&in[2], 3, 43);
+    ut_job_make(&in[2], 3, 43);
     in[2].body_kind = JOB_BODY_BINARY;
     free(in[2].body);
     in[2].body = malloc(sizeof(bin));
@@ -457,7 +364,7 @@ Test(store, insert_get_roundtrip_every_field)
     in[2].body_len = sizeof(bin);
     in[2].status = JOB_SENT;
 
-    make_job(&in[3], 4, 44); /* empty body */
+    ut_job_make(&in[3], 4, 44); /* empty body */
     free(in[3].body);
     in[3].body = NULL;
     in[3].body_len = 0;
@@ -482,11 +389,11 @@ Test(store, insert_get_roundtrip_every_field)
         g_st = open_store();
     }
     /* stored as documented: 16-byte id, compact JSON, NULL sent_at */
-    cr_assert_eq(raw_int("SELECT length(id) FROM jobs WHERE seq = 1"), 16);
-    cr_assert_eq(raw_int("SELECT headers = '{\"a\":1,\"b\":[true,null,\"x\"],"
+    cr_assert_eq(ut_sql_int(g_path, "SELECT length(id) FROM jobs WHERE seq = 1"), 16);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT headers = '{\"a\":1,\"b\":[true,null,\"x\"],"
                          "\"c\":{\"d\":-2.5}}' FROM jobs WHERE seq = 1"), 1);
-    cr_assert_eq(raw_int("SELECT sent_at IS NULL FROM jobs WHERE seq = 2"), 1);
-    cr_assert_eq(raw_int("SELECT typeof(body) = 'blob' AND length(body) = 0 "
+    cr_assert_eq(ut_sql_int(g_path, "SELECT sent_at IS NULL FROM jobs WHERE seq = 2"), 1);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT typeof(body) = 'blob' AND length(body) = 0 "
                          "FROM jobs WHERE seq = 4"), 1);
     for (int i = 0; i < 4; i++)
         job_clear(&in[i]);
@@ -499,7 +406,7 @@ Test(store, get_unknown_is_notfound)
 
     g_st = open_store();
     insert_job(g_st, 1, 100);
-    make_id(999, id);
+    ut_job_id(999, id);
     cr_assert_eq(store_get(g_st, id, &j), RMQS_ENOTFOUND);
     cr_assert_eq(store_get(g_st, "not-a-uuid", &j), RMQS_ENOTFOUND);
     cr_assert_eq(store_get(g_st, "", &j), RMQS_ENOTFOUND);
@@ -512,12 +419,12 @@ Test(store, insert_duplicate_id_is_conflict)
 
     g_st = open_store();
     insert_job(g_st, 1, 100);
-    make_job(&j, 1, 200);
+    ut_job_make(&j, 1, 200);
     cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL),
                  RMQS_ECONFLICT);
     job_clear(&j);
     /* values the schema refuses are the caller's error */
-    make_job(&j, 3, 200);
+    ut_job_make(&j, 3, 200);
     j.max_attempts = 0;
     cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_EINVAL);
     j.max_attempts = 1;
@@ -529,7 +436,7 @@ Test(store, insert_duplicate_id_is_conflict)
     job_clear(&j);
     /* the store is still fine */
     insert_job(g_st, 2, 200);
-    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 2);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs"), 2);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -541,31 +448,31 @@ Test(store, idempotency_same_request_existed_different_conflict)
     bool existed = true;
 
     g_st = open_store();
-    make_job(&a, 1, 100);
+    ut_job_make(&a, 1, 100);
     cr_assert_eq(store_insert(g_st, &a, "key-1", "{\"req\":1}", &existed,
                               &existing), RMQS_OK);
     cr_assert_not(existed);
     cr_assert_null(existing.exchange);
 
-    make_job(&b, 2, 100); /* a retry of the same request gets a fresh id */
+    ut_job_make(&b, 2, 100); /* a retry of the same request gets a fresh id */
     cr_assert_eq(store_insert(g_st, &b, "key-1", "{\"req\":1}", &existed,
                               &existing), RMQS_OK);
     cr_assert(existed);
     assert_job_eq(&a, &existing);
     job_clear(&existing);
 
-    make_job(&c, 3, 100);
+    ut_job_make(&c, 3, 100);
     cr_assert_eq(store_insert(g_st, &c, "key-1", "{\"req\":2}", &existed,
                               &existing), RMQS_ECONFLICT);
     cr_assert_not(existed);
 
-    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 1);
-    cr_assert_eq(raw_int("SELECT count(*) FROM idempotency"), 1);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs"), 1);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM idempotency"), 1);
     /* another key is independent */
     cr_assert_eq(store_insert(g_st, &c, "key-2", "{\"req\":2}", &existed,
                               &existing), RMQS_OK);
     cr_assert_not(existed);
-    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 2);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs"), 2);
     job_clear(&a);
     job_clear(&b);
     job_clear(&c);
@@ -586,7 +493,7 @@ static void *race_insert(void *p)
     race_arg *a = p;
     job_t j, existing;
 
-    make_job(&j, a->n, 100);
+    ut_job_make(&j, a->n, 100);
     a->rc = store_insert(a->st, &j, "same-key", "same-request", &a->existed,
                          &existing);
     strcpy(a->got_id, a->existed ? existing.id : j.id);
@@ -616,7 +523,7 @@ Test(store, idempotency_concurrent_inserts_create_one_job)
         cr_assert_str_eq(args[i].got_id, args[0].got_id);
     }
     cr_assert_eq(created, 1);
-    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 1);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs"), 1);
     store_close(other);
 }
 
@@ -641,33 +548,33 @@ Test(store, list_orders_by_deliver_at_then_insertion_and_filters)
     cr_assert_eq(n, 6);
     cr_assert_null(next);
     for (size_t i = 0; i < n; i++) {
-        make_id(want[i], id);
+        ut_job_id(want[i], id);
         cr_assert_str_eq(jobs[i].id, id, "position %zu", i);
     }
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 
     /* cancel 4 and 1: the filter sees only them, in order */
-    make_id(1, id);
+    ut_job_id(1, id);
     cr_assert_eq(store_cancel(g_st, id, 20, &out), RMQS_OK);
     job_clear(&out);
-    make_id(4, id);
+    ut_job_id(4, id);
     cr_assert_eq(store_cancel(g_st, id, 20, &out), RMQS_OK);
     job_clear(&out);
     cr_assert_eq(store_list(g_st, FILTER(JOB_CANCELLED), 100, NULL, &jobs, &n, &next),
                  RMQS_OK);
     cr_assert_eq(n, 2);
     cr_assert_null(next);
-    make_id(4, id);
+    ut_job_id(4, id);
     cr_assert_str_eq(jobs[0].id, id);
-    make_id(1, id);
+    ut_job_id(1, id);
     cr_assert_str_eq(jobs[1].id, id);
     cr_assert_eq(jobs[0].status, JOB_CANCELLED);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 
     cr_assert_eq(store_list(g_st, FILTER(JOB_PENDING), 100, NULL, &jobs, &n, &next),
                  RMQS_OK);
     cr_assert_eq(n, 4);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     cr_assert_eq(store_list(g_st, FILTER(JOB_SENT), 100, NULL, &jobs, &n, &next),
                  RMQS_OK);
     cr_assert_eq(n, 0);
@@ -703,12 +610,12 @@ static void walk_pages(int status, size_t limit, int total,
         cr_assert_leq(n, limit);
         for (size_t i = 0; i < n; i++) {
             cr_assert_lt(seen, total);
-            make_id(expect_order[seen], id);
+            ut_job_id(expect_order[seen], id);
             cr_assert_str_eq(jobs[i].id, id, "limit %zu, item %d", limit,
                              seen);
             seen++;
         }
-        free_jobs(jobs, n);
+        ut_jobs_free(jobs, n);
         free(after);
         after = next;
         if (!next) {
@@ -740,7 +647,7 @@ Test(store, list_pagination_with_cursors_visits_each_job_once)
                     pending[kp++] = n;
             }
     for (int n = 3; n <= N; n += 3) {
-        make_id(n, id);
+        ut_job_id(n, id);
         cr_assert_eq(store_cancel(g_st, id, 5, &out), RMQS_OK);
         job_clear(&out);
     }
@@ -777,7 +684,7 @@ Test(store, list_rejects_malformed_cursor_and_bad_args)
     /* well-formed cursors, even for rows that do not exist, are fine */
     cr_assert_eq(store_list(g_st, FILTER(-1), 10, "-5.0", &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 1);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     cr_assert_eq(store_list(g_st, FILTER(-1), 10, "100.1", &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 0);
     free(jobs);
@@ -805,7 +712,7 @@ Test(store, next_due_tracks_earliest_pending)
     cr_assert(any);
     cr_assert_eq(due, 300);
 
-    make_id(2, id);
+    ut_job_id(2, id);
     cr_assert_eq(store_cancel(g_st, id, 1, &out), RMQS_OK);
     job_clear(&out);
     cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
@@ -813,7 +720,7 @@ Test(store, next_due_tracks_earliest_pending)
 
     cr_assert_eq(store_claim_due(g_st, 600, 600, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 1);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
     cr_assert_eq(due, 900);
 }
@@ -824,7 +731,7 @@ static void assert_ids(job_t *jobs, size_t n, const int *want, size_t nwant)
 
     cr_assert_eq(n, nwant, "got %zu jobs, want %zu", n, nwant);
     for (size_t i = 0; i < n; i++) {
-        make_id(want[i], id);
+        ut_job_id(want[i], id);
         cr_assert_str_eq(jobs[i].id, id, "position %zu", i);
     }
 }
@@ -851,7 +758,7 @@ Test(store, claim_due_order_limit_and_state)
         cr_assert_str_eq(jobs[i].exchange, "ex");
         cr_assert_eq(jobs[i].body_len, 5);
     }
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 
     job_t j = get_job(g_st, 6);
     cr_assert_eq(j.status, JOB_PUBLISHING);
@@ -861,7 +768,7 @@ Test(store, claim_due_order_limit_and_state)
     /* claimed ones are not claimed again; only due ones come */
     cr_assert_eq(store_claim_due(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){3}, 1);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 
     cr_assert_eq(store_claim_due(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 0);
@@ -872,7 +779,7 @@ Test(store, claim_due_order_limit_and_state)
 
     cr_assert_eq(store_claim_due(g_st, 1000, 1000, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){4, 5}, 2);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 }
 
 Test(store, claim_due_ahead_of_time_records_the_real_clock)
@@ -890,7 +797,7 @@ Test(store, claim_due_ahead_of_time_records_the_real_clock)
     assert_ids(jobs, n, (int[]){1, 2}, 2);
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(jobs[i].updated_at, 90);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     job_t j = get_job(g_st, 3);
     cr_assert_eq(j.status, JOB_PENDING);
     job_clear(&j);
@@ -912,7 +819,7 @@ Test(store, claim_due_sorts_many)
         if (jobs[i - 1].due_at == jobs[i].due_at) /* then insertion order */
             cr_assert_lt(strcmp(jobs[i - 1].id, jobs[i].id), 0);
     }
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 }
 
 static void claim_all(int64_t now, size_t expect)
@@ -922,7 +829,7 @@ static void claim_all(int64_t now, size_t expect)
 
     cr_assert_eq(store_claim_due(g_st, now, now, 100, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, expect);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 }
 
 Test(store, settle_sent_retry_release)
@@ -931,18 +838,18 @@ Test(store, settle_sent_retry_release)
     job_t j;
 
     g_st = open_store();
-    make_job(&j, 1, 100);
-    j.last_error = xstrdup("earlier failure");
+    ut_job_make(&j, 1, 100);
+    j.last_error = ut_strdup("earlier failure");
     cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
     job_clear(&j);
-    make_job(&j, 2, 100);
+    ut_job_make(&j, 2, 100);
     j.max_attempts = 2;
     cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
     job_clear(&j);
     insert_job(g_st, 3, 100);
-    make_id(1, id1);
-    make_id(2, id2);
-    make_id(3, id3);
+    ut_job_id(1, id1);
+    ut_job_id(2, id2);
+    ut_job_id(3, id3);
 
     claim_all(100, 3);
     store_outcome o[] = {
@@ -1019,7 +926,7 @@ Test(store, settle_malformed_id_applies_nothing)
 
     g_st = open_store();
     insert_job(g_st, 1, 100);
-    make_id(1, id1);
+    ut_job_id(1, id1);
     claim_all(100, 1);
     store_outcome o[] = {
         {.id = id1, .kind = STORE_OUT_SENT},
@@ -1069,7 +976,7 @@ Test(store, reschedule_only_pending)
     g_st = open_store();
     insert_job(g_st, 1, 100);
     insert_job(g_st, 2, 100);
-    make_id(1, id);
+    ut_job_id(1, id);
 
     cr_assert_eq(store_reschedule(g_st, id, 7000, 6000, 1000, &out), RMQS_OK);
     cr_assert_eq(out.deliver_at, 7000);
@@ -1090,7 +997,7 @@ Test(store, reschedule_only_pending)
 
     /* job 2 goes publishing: conflict */
     claim_all(100, 1);
-    make_id(2, id);
+    ut_job_id(2, id);
     cr_assert_eq(store_reschedule(g_st, id, 7000, 6000, 1000, &out),
                  RMQS_ECONFLICT);
     cr_assert_null(out.exchange);
@@ -1098,7 +1005,7 @@ Test(store, reschedule_only_pending)
     cr_assert_eq(j.deliver_at, 100);
     job_clear(&j);
 
-    make_id(77, id);
+    ut_job_id(77, id);
     cr_assert_eq(store_reschedule(g_st, id, 1, 1, 1, &out), RMQS_ENOTFOUND);
     cr_assert_eq(store_reschedule(g_st, "nope", 1, 1, 1, &out),
                  RMQS_ENOTFOUND);
@@ -1117,7 +1024,7 @@ Test(store, cancel_state_rules)
     insert_job(g_st, 4, 100); /* failed */
     insert_job(g_st, 5, 100); /* stays pending */
 
-    make_id(1, id);
+    ut_job_id(1, id);
     cr_assert_eq(store_cancel(g_st, id, 50, &out), RMQS_OK);
     cr_assert_eq(out.status, JOB_CANCELLED);
     cr_assert_eq(out.updated_at, 50);
@@ -1130,16 +1037,16 @@ Test(store, cancel_state_rules)
 
     cr_assert_eq(store_claim_due(g_st, 100, 100, 3, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){2, 3, 4}, 3);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     char id3[JOB_ID_LEN + 1], id4[JOB_ID_LEN + 1];
-    make_id(3, id3);
-    make_id(4, id4);
+    ut_job_id(3, id3);
+    ut_job_id(4, id4);
     store_outcome o[] = {
         {.id = id3, .kind = STORE_OUT_SENT},
         {.id = id4, .kind = STORE_OUT_RETRY, .error = "e", .retry_at = 1},
     };
     /* job 4 has max_attempts 3: make it fail for good */
-    raw_exec("UPDATE jobs SET max_attempts = 1 WHERE seq = 4");
+    ut_sql_exec(g_path, "UPDATE jobs SET max_attempts = 1 WHERE seq = 4");
     cr_assert_eq(store_settle(g_st, o, 2, 70), RMQS_OK);
 
     static const struct {
@@ -1150,7 +1057,7 @@ Test(store, cancel_state_rules)
         job_t j = get_job(g_st, conflicts[i].n);
         cr_assert_eq(j.status, conflicts[i].st);
         job_clear(&j);
-        make_id(conflicts[i].n, id);
+        ut_job_id(conflicts[i].n, id);
         cr_assert_eq(store_cancel(g_st, id, 80, &out), RMQS_ECONFLICT,
                      "job %d", conflicts[i].n);
         cr_assert_null(out.exchange);
@@ -1159,7 +1066,7 @@ Test(store, cancel_state_rules)
         job_clear(&j);
     }
 
-    make_id(99, id);
+    ut_job_id(99, id);
     cr_assert_eq(store_cancel(g_st, id, 1, &out), RMQS_ENOTFOUND);
     cr_assert_eq(store_cancel(g_st, "01890A5D-AC96-7B3C-8F00-000000000001", 1,
                               &out), RMQS_ENOTFOUND);
@@ -1167,7 +1074,7 @@ Test(store, cancel_state_rules)
     /* a cancelled job is never claimed */
     cr_assert_eq(store_claim_due(g_st, 10000, 10000, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){5}, 1);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1175,7 +1082,7 @@ Test(store, cancel_state_rules)
 
 static char *query_plan(const char *sql)
 {
-    sqlite3 *db = raw_open();
+    sqlite3 *db = ut_sql_open(g_path);
     sqlite3_stmt *s = NULL;
     char *eqp = sqlite3_mprintf("EXPLAIN QUERY PLAN %s", sql);
     size_t cap = 4096, len = 0;
@@ -1234,7 +1141,7 @@ Test(store, due_queries_use_partial_index)
     check_all_plans();
 
     /* and with statistics of a realistic table: 20000 jobs, 10% pending */
-    raw_exec("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+    ut_sql_exec(g_path, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
              "WHERE i < 20000) INSERT INTO jobs (id, status, exchange, "
              "routing_key, deliver_at, due_at, delay_ms, created_at, "
              "updated_at, attempts, max_attempts, body_kind, body) "
@@ -1260,7 +1167,7 @@ Test(store, full_database_is_efull_and_recovers)
     g_st = open_store();
     insert_job(g_st, 1, 100);
 
-    make_job(&big, 2, 200);
+    ut_job_make(&big, 2, 200);
     free(big.body);
     big.body = malloc(BIG);
     cr_assert_not_null(big.body);
@@ -1280,8 +1187,8 @@ Test(store, full_database_is_efull_and_recovers)
     cr_assert_not(existed);
     cr_assert_eq(store_list(g_st, FILTER(-1), 10, NULL, &jobs, &n, &next), RMQS_OK);
     cr_assert_eq(n, 1);
-    free_jobs(jobs, n);
-    cr_assert_eq(raw_int("SELECT count(*) FROM idempotency"), 0);
+    ut_jobs_free(jobs, n);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM idempotency"), 0);
 
     /* the same store_t still works: reads, and writes that fit */
     cr_assert_eq(store_ping(g_st), RMQS_OK);
@@ -1309,10 +1216,10 @@ Test(store, insert_batch_isolates_each_request)
     job_t got = {0};
 
     g_st = open_store();
-    make_job(&a[0], 1, 100);
-    make_job(&a[1], 2, 200);
-    make_job(&b, 3, 300);
-    make_job(&c, 1, 400); /* same id as a[0]: this request must fail alone */
+    ut_job_make(&a[0], 1, 100);
+    ut_job_make(&a[1], 2, 200);
+    ut_job_make(&b, 3, 300);
+    ut_job_make(&c, 1, 400); /* same id as a[0]: this request must fail alone */
     reqs[0] = (store_insert_req){.jobs = a, .n = 2};
     reqs[1] = (store_insert_req){.jobs = &b, .n = 1, .idem_key = "k",
                                  .idem_request = "{}"};
@@ -1353,8 +1260,8 @@ Test(store, counts_follow_every_status_change)
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_RELEASE}};
     cr_assert_eq(store_settle(g_st, o, 2, 300), RMQS_OK);
-    free_jobs(jobs, n);
-    make_id(4, id);
+    ut_jobs_free(jobs, n);
+    ut_job_id(4, id);
     cr_assert_eq(store_cancel(g_st, id, 300, &got), RMQS_OK);
     job_clear(&got);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
@@ -1379,8 +1286,8 @@ Test(store, purge_deletes_only_finished_jobs_past_retention)
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_SENT}};
     cr_assert_eq(store_settle(g_st, o, 2, 1000), RMQS_OK); /* finished at 1000 */
-    free_jobs(jobs, n);
-    make_id(5, id);
+    ut_jobs_free(jobs, n);
+    ut_job_id(5, id);
     cr_assert_eq(store_cancel(g_st, id, 5000, &got), RMQS_OK); /* at 5000 */
     job_clear(&got);
 
@@ -1407,7 +1314,7 @@ Test(store, purge_deletes_only_finished_jobs_past_retention)
 static void check_counts(const char *after)
 {
     int64_t got[5], want[5] = {0};
-    sqlite3 *db = raw_open();
+    sqlite3 *db = ut_sql_open(g_path);
     sqlite3_stmt *s = NULL;
 
     cr_assert_eq(store_counts(g_st, got), RMQS_OK, "store_counts after %s",
@@ -1433,7 +1340,7 @@ static void check_counts(const char *after)
 static void make_job_status(job_t *j, int n, int64_t deliver_at,
                             job_status status)
 {
-    make_job(j, n, deliver_at);
+    ut_job_make(j, n, deliver_at);
     j->status = status;
     if (status == JOB_SENT)
         j->sent_at = 50;
@@ -1447,15 +1354,15 @@ Test(store, counts_exact_after_insert_batch_with_failing_requests)
 
     g_st = open_store();
     check_counts("open");
-    make_job(&ok[0], 1, 100);
+    ut_job_make(&ok[0], 1, 100);
     make_job_status(&ok[1], 2, 100, JOB_SENT);
-    make_job(&keyed, 3, 100);
+    ut_job_make(&keyed, 3, 100);
     /* second job duplicates job 1: the whole request goes (ROLLBACK TO),
      * its first job with it, and must not be counted */
-    make_job(&dup[0], 4, 100);
-    make_job(&dup[1], 1, 100);
+    ut_job_make(&dup[0], 4, 100);
+    ut_job_make(&dup[1], 1, 100);
     /* a status the schema refuses, after a good job: same */
-    make_job(&bad[0], 5, 100);
+    ut_job_make(&bad[0], 5, 100);
     make_job_status(&bad[1], 6, 100, (job_status)7);
     make_job_status(&mixed[0], 7, 100, JOB_CANCELLED);
     make_job_status(&mixed[1], 8, 100, JOB_FAILED);
@@ -1481,7 +1388,7 @@ Test(store, counts_exact_after_insert_batch_with_failing_requests)
 
     /* the same key again: the known job, nothing inserted; another request
      * under it: a conflict, nothing inserted */
-    make_job(&again, 9, 100);
+    ut_job_make(&again, 9, 100);
     reqs[0] = (store_insert_req){.jobs = &again, .n = 1, .idem_key = "k",
                                  .idem_request = "{}"};
     reqs[1] = (store_insert_req){.jobs = &again, .n = 1, .idem_key = "k",
@@ -1516,11 +1423,11 @@ Test(store, counts_exact_after_claim_and_every_settle_outcome)
 
     g_st = open_store();
     for (int i = 1; i <= 5; i++) {
-        make_job(&j, i, 100);
+        ut_job_make(&j, i, 100);
         j.max_attempts = i == 3 ? 1 : 3; /* job 3: its first failure is final */
         cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
         job_clear(&j);
-        make_id(i, id[i]);
+        ut_job_id(i, id[i]);
     }
     claim_all(100, 5);
     check_counts("claim");
@@ -1578,21 +1485,21 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     g_st = open_store();
     for (int i = 1; i <= 6; i++)
         insert_job(g_st, i, 100 * i);
-    make_id(1, id);
+    ut_job_id(1, id);
     cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_OK);
     job_clear(&got);
     check_counts("cancel");
     cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_OK); /* again */
     job_clear(&got);
     check_counts("cancelling a cancelled job");
-    make_id(2, id);
+    ut_job_id(2, id);
     cr_assert_eq(store_reschedule(g_st, id, 50, 10, 40, &got), RMQS_OK);
     job_clear(&got);
     check_counts("reschedule");
 
     cr_assert_eq(store_claim_due(g_st, 300, 300, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2); /* jobs 2 (now due 50) and 3 */
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_ECONFLICT);
     check_counts("cancel refused (publishing)");
     cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got),
@@ -1610,7 +1517,7 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     cr_assert_eq(n, 1);
     store_outcome o = {.id = jobs[0].id, .kind = STORE_OUT_SENT};
     cr_assert_eq(store_settle(g_st, &o, 1, 2000), RMQS_OK);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     job_t f;
     make_job_status(&f, 7, 100, JOB_FAILED);
     f.updated_at = 3000;
@@ -1645,8 +1552,8 @@ Test(store, counts_exact_after_a_transaction_sqlite_rolled_back)
 
     g_st = open_store();
     insert_job(g_st, 1, 100);
-    make_job(&small, 2, 100);
-    make_job(&big, 3, 100);
+    ut_job_make(&small, 2, 100);
+    ut_job_make(&big, 3, 100);
     free(big.body);
     big.body = calloc(1, BIG);
     cr_assert_not_null(big.body);
@@ -1663,7 +1570,7 @@ Test(store, counts_exact_after_a_transaction_sqlite_rolled_back)
     cr_assert_eq(store_insert_batch(g_st, reqs, 2), RMQS_EFULL);
     cr_assert_eq(reqs[0].rc, RMQS_EFULL);
     check_counts("a batch rolled back by SQLITE_FULL");
-    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 1);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs"), 1);
 
     /* the next transactions start from zero deltas; the small job fits
      * (so in the batch it was inserted, then undone with the big one) */
@@ -1672,10 +1579,10 @@ Test(store, counts_exact_after_a_transaction_sqlite_rolled_back)
     claim_all(1000, 2);
     check_counts("a claim after the failed batch");
     cr_assert_eq(store__set_max_pages(g_st, 1073741823, &applied), RMQS_OK);
-    make_job(&after, 4, 100);
+    ut_job_make(&after, 4, 100);
     cr_assert_eq(store_insert(g_st, &after, NULL, NULL, NULL, NULL), RMQS_OK);
     check_counts("an insert once space returned");
-    cr_assert_eq(raw_int("SELECT count(*) FROM jobs"), 3);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs"), 3);
     job_clear(&small);
     job_clear(&big);
     job_clear(&after);
@@ -1698,31 +1605,31 @@ Test(store, migrate_to_job_counts_without_triggers)
     cr_assert_eq(store_schema_version(g_st), 4);
     store_close(g_st);
     g_st = NULL;
-    cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_schema "
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema "
                          "WHERE type = 'trigger'"), 3);
-    raw_exec("WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+    ut_sql_exec(g_path, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
              "WHERE i < 103) "
              "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
              "due_at, delay_ms, created_at, updated_at, max_attempts, "
              "body_kind, body) "
              "SELECT CAST(printf('%016x', i) AS BLOB), i % 5, 'ex', 'rk', i, "
              "i, 0, 1, 1, 3, 0, x'' FROM c");
-    raw_exec("UPDATE jobs SET status = 2 WHERE status = 1 AND seq > 50");
-    raw_exec("DELETE FROM jobs WHERE status = 3 AND seq < 30");
-    cr_assert_eq(raw_int("SELECT n FROM job_counts WHERE status = 0"),
-                 raw_int("SELECT count(*) FROM jobs WHERE status = 0"));
+    ut_sql_exec(g_path, "UPDATE jobs SET status = 2 WHERE status = 1 AND seq > 50");
+    ut_sql_exec(g_path, "DELETE FROM jobs WHERE status = 3 AND seq < 30");
+    cr_assert_eq(ut_sql_int(g_path, "SELECT n FROM job_counts WHERE status = 0"),
+                 ut_sql_int(g_path, "SELECT count(*) FROM jobs WHERE status = 0"));
     /* and drifted, as a database restored by hand might be: the migration
      * must count, not trust */
-    raw_exec("UPDATE job_counts SET n = 42 WHERE status = 3");
-    raw_exec("DELETE FROM job_counts WHERE status = 4");
+    ut_sql_exec(g_path, "UPDATE job_counts SET n = 42 WHERE status = 3");
+    ut_sql_exec(g_path, "DELETE FROM job_counts WHERE status = 4");
 
     g_st = open_store();
     cr_assert_eq(store_schema_version(g_st), 5);
-    cr_assert_eq(raw_int("SELECT count(*) FROM sqlite_schema "
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema "
                          "WHERE type = 'trigger'"), 0);
-    cr_assert_eq(raw_int("SELECT count(*) FROM job_counts"), 5);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT count(*) FROM job_counts"), 5);
     check_counts("migration 5");
-    cr_assert_eq(raw_int("SELECT sum(n) FROM job_counts"), 103 - 6);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT sum(n) FROM job_counts"), 103 - 6);
 
     /* and the store keeps them from there, alone: no double counting */
     insert_job(g_st, 1000, 0);
@@ -1762,7 +1669,7 @@ Test(store, dispatcher_calls_put_synchronous_full_back)
     cr_assert_eq(n, 0);
     free(none);
     cr_assert_eq(store__synchronous(g_st), 2, "FULL after an empty claim");
-    free_jobs(jobs, 2);
+    ut_jobs_free(jobs, 2);
     check_counts("dispatcher calls");
 
     /* a store opened NORMAL stays NORMAL throughout */
@@ -1800,7 +1707,7 @@ Test(store, list_filters_on_source_and_message_id)
 
     g_st = open_store();
     for (int i = 1; i <= 6; i++) {
-        make_job(&j, i, 100 * i);
+        ut_job_make(&j, i, 100 * i);
         j.source = i % 2 ? JOB_SOURCE_AMQP : JOB_SOURCE_HTTP;
         if (i <= 4)
             j.properties = json_pack("{s:s}", "message_id", i <= 2 ? "m-1" : "m-2");
@@ -1814,7 +1721,7 @@ Test(store, list_filters_on_source_and_message_id)
     cr_expect_eq(jobs[1].deliver_at, 300);
     cr_expect_eq(jobs[0].source, JOB_SOURCE_AMQP);
     cr_assert_not_null(next);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     char *cursor = next;
     cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP},
                             2, cursor, &jobs, &n, &next), RMQS_OK);
@@ -1822,7 +1729,7 @@ Test(store, list_filters_on_source_and_message_id)
     cr_expect_eq(n, 1);
     cr_expect_eq(jobs[0].deliver_at, 500);
     cr_expect_null(next);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 
     cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = -1,
                                                   .message_id = "m-2"},
@@ -1830,16 +1737,16 @@ Test(store, list_filters_on_source_and_message_id)
     cr_expect_eq(n, 2);
     cr_expect_eq(jobs[0].deliver_at, 300);
     cr_expect_eq(jobs[1].deliver_at, 400);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_HTTP,
                                                   .message_id = "m-1"},
                             10, NULL, &jobs, &n, &next), RMQS_OK);
     cr_expect_eq(n, 1);
     cr_expect_eq(jobs[0].deliver_at, 200);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
     cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = -1,
                                                   .message_id = "none"},
                             10, NULL, &jobs, &n, &next), RMQS_OK);
     cr_expect_eq(n, 0);
-    free_jobs(jobs, n);
+    ut_jobs_free(jobs, n);
 }

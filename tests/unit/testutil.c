@@ -1,0 +1,253 @@
+/*
+ * testutil.c - the shared unit-test scaffolding (see testutil.h for why).
+ *
+ * Linked into unit_tests next to the test_*.c files; not a test file
+ * itself, so tests/CMakeLists.txt registers no unit.<module> for it.
+ */
+#include "testutil.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "timeutil.h"
+
+bool ut_is_zero(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return false;
+    return true;
+}
+
+char *ut_strdup(const char *s)
+{
+    char *d = strdup(s);
+
+    cr_assert_not_null(d);
+    return d;
+}
+
+void ut_tmpdir(char dir[UT_PATH_MAX], const char *tag)
+{
+    int n = snprintf(dir, UT_PATH_MAX / 2, "/tmp/rmqs-%s-XXXXXX", tag);
+
+    cr_assert(n > 0 && n < UT_PATH_MAX / 2, "tag too long: %s", tag);
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp %s", dir);
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(p);
+}
+
+void ut_rmtree(const char *dir)
+{
+    if (dir != NULL && dir[0] != '\0')
+        nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+void ut_path(char out[UT_PATH_MAX], const char *dir, const char *name)
+{
+    int n = snprintf(out, UT_PATH_MAX, "%s/%s", dir, name);
+
+    cr_assert(n > 0 && n < UT_PATH_MAX, "path too long: %s/%s", dir, name);
+}
+
+store_t *ut_store_open(const char *path, const store_options *opt)
+{
+    rmqs_error err = {0};
+    store_t *st = NULL;
+    rmqs_rc rc = store_open(path, opt, &st, &err);
+
+    cr_assert_eq(rc, RMQS_OK, "store_open: %s", err.message);
+    cr_assert_not_null(st);
+    return st;
+}
+
+void ut_job_id(int n, char out[JOB_ID_LEN + 1])
+{
+    snprintf(out, JOB_ID_LEN + 1, "01890a5d-ac96-7b3c-8f00-%012x", n);
+}
+
+void ut_job_make(job_t *j, int n, int64_t deliver_at)
+{
+    memset(j, 0, sizeof(*j));
+    ut_job_id(n, j->id);
+    j->status = JOB_PENDING;
+    j->exchange = ut_strdup("ex");
+    j->routing_key = ut_strdup("rk");
+    j->deliver_at = deliver_at;
+    j->due_at = deliver_at;
+    j->delay_ms = 1000;
+    j->created_at = 10;
+    j->updated_at = 10;
+    j->sent_at = -1;
+    j->attempts = 0;
+    j->max_attempts = 3;
+    j->body_kind = JOB_BODY_TEXT;
+    j->body = (unsigned char *)ut_strdup("hello");
+    j->body_len = 5;
+}
+
+bool ut_store_has(store_t *st, int n)
+{
+    char id[JOB_ID_LEN + 1];
+    job_t j;
+    rmqs_rc rc;
+
+    ut_job_id(n, id);
+    rc = store_get(st, id, &j);
+    if (rc == RMQS_OK)
+        job_clear(&j);
+    else
+        cr_assert_eq(rc, RMQS_ENOTFOUND, "store_get %s", id);
+    return rc == RMQS_OK;
+}
+
+void ut_jobs_free(job_t *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+}
+
+sqlite3 *ut_sql_open(const char *path)
+{
+    sqlite3 *db = NULL;
+
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL),
+                 SQLITE_OK, "open %s", path);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+void ut_sql_exec(const char *path, const char *sql)
+{
+    sqlite3 *db = ut_sql_open(path);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+    sqlite3_free(msg);
+    sqlite3_close(db);
+}
+
+int64_t ut_sql_int(const char *path, const char *sql)
+{
+    sqlite3 *db = ut_sql_open(path);
+    sqlite3_stmt *s = NULL;
+    int64_t v;
+
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK, "%s: %s",
+                 sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(s), SQLITE_ROW, "%s", sql);
+    v = sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return v;
+}
+
+bool ut_await(int64_t timeout_ms, bool (*done)(void *arg), void *arg)
+{
+    int64_t deadline = tu_mono_ms() + timeout_ms;
+    const struct timespec tick = {0, 1000000};
+
+    for (;;) {
+        if (done(arg))
+            return true;
+        if (tu_mono_ms() >= deadline)
+            return done(arg);
+        nanosleep(&tick, NULL);
+    }
+}
+
+/* Everything readable from fd (at its current offset), NUL-terminated. */
+static char *read_fd(int fd, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+
+    cr_assert_not_null(buf);
+    for (;;) {
+        ssize_t r;
+        if (cap - n < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        r = read(fd, buf + n, cap - n - 1);
+        cr_assert(r >= 0, "read failed");
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    if (len != NULL)
+        *len = n;
+    return buf;
+}
+
+char *ut_read_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char *text;
+
+    cr_assert(fd >= 0, "open %s", path);
+    text = read_fd(fd, len);
+    close(fd);
+    return text;
+}
+
+void ut_capture_start(ut_capture *c)
+{
+    char tmpl[] = "/tmp/rmqs-stderr-XXXXXX";
+
+    c->file_fd = mkostemp(tmpl, O_CLOEXEC);
+    cr_assert(c->file_fd >= 0, "mkostemp");
+    unlink(tmpl); /* gone with the last descriptor */
+    fflush(stderr);
+    c->saved_fd = dup(STDERR_FILENO);
+    cr_assert(c->saved_fd >= 0, "dup stderr");
+    cr_assert(dup2(c->file_fd, STDERR_FILENO) >= 0, "dup2 stderr");
+}
+
+char *ut_capture_end(ut_capture *c)
+{
+    char *text;
+
+    fflush(stderr);
+    cr_assert(dup2(c->saved_fd, STDERR_FILENO) >= 0, "restore stderr");
+    close(c->saved_fd);
+    cr_assert(lseek(c->file_fd, 0, SEEK_SET) == 0, "rewind capture");
+    text = read_fd(c->file_fd, NULL);
+    close(c->file_fd);
+    return text;
+}
+
+size_t ut_count_lines_with(const char *text, const char *needle)
+{
+    size_t n = 0;
+
+    for (const char *line = text; *line != '\0';) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        const char *hit = memmem(line, len, needle, strlen(needle));
+        if (hit != NULL)
+            n++;
+        line += len + (end ? 1 : 0);
+    }
+    return n;
+}

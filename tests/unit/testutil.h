@@ -1,0 +1,102 @@
+/*
+ * testutil.h - the scaffolding several unit tests need, written once:
+ * temporary folders and real store files, job construction, raw SQLite
+ * looks at a database file, waiting for a condition with a deadline,
+ * reading a file and capturing what a module writes to stderr.
+ *
+ * Why a shared file: test_store, test_writer and test_janitor all run
+ * against real SQLite files in a fresh folder, and test_log and
+ * test_writer both read the log lines the service writes. Copies of this
+ * scaffolding had started to drift. Every helper fails the running test
+ * (cr_assert) when it cannot do its job, so callers need no error checks.
+ *
+ * Criterion runs each test in a process of its own, so nothing here is
+ * shared between tests; a helper's state lives in what the caller holds.
+ */
+#ifndef RMQS_TESTUTIL_H
+#define RMQS_TESTUTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <sqlite3.h>
+
+#include "job.h"
+#include "store.h"
+
+#define UT_HOUR 3600000LL
+#define UT_DAY 86400000LL
+
+/* Room for a folder from ut_tmpdir plus a file name in it. */
+#define UT_PATH_MAX 128
+
+/* Whether the n bytes at p are all zero. */
+bool ut_is_zero(const void *p, size_t n);
+
+/* strdup that fails the test instead of returning NULL (caller frees). */
+char *ut_strdup(const char *s);
+
+/* Make a fresh folder /tmp/rmqs-<tag>-XXXXXX; its path goes to dir. */
+void ut_tmpdir(char dir[UT_PATH_MAX], const char *tag);
+
+/* Remove dir and everything below it; a no-op for "" (nothing made). */
+void ut_rmtree(const char *dir);
+
+/* dir/name into out (UT_PATH_MAX bytes). */
+void ut_path(char out[UT_PATH_MAX], const char *dir, const char *name);
+
+/* store_open(path, opt) that must succeed; the caller closes the store. */
+store_t *ut_store_open(const char *path, const store_options *opt);
+
+/* A fixed, valid job id for number n (distinct n, distinct ids). */
+void ut_job_id(int n, char out[JOB_ID_LEN + 1]);
+
+/* A pending job number n, due at deliver_at, exchange "ex", routing key
+ * "rk", 3 attempts allowed, text body "hello". The caller owns *j
+ * (job_clear). */
+void ut_job_make(job_t *j, int n, int64_t deliver_at);
+
+/* Whether st holds job number n (store_get: found or RMQS_ENOTFOUND; any
+ * other answer fails the test). */
+bool ut_store_has(store_t *st, int n);
+
+/* job_clear every one of n jobs, then free the array. */
+void ut_jobs_free(job_t *jobs, size_t n);
+
+/* A raw SQLite connection on the file at path (read-write, busy timeout
+ * 5 s), to look at what a module wrote. The caller closes it. */
+sqlite3 *ut_sql_open(const char *path);
+
+/* Run sql (statements without results) on a raw connection to path. */
+void ut_sql_exec(const char *path, const char *sql);
+
+/* The first column of the first row of sql on a raw connection to path. */
+int64_t ut_sql_int(const char *path, const char *sql);
+
+/* Poll done(arg) every millisecond until it returns true or timeout_ms
+ * have passed (CLOCK_MONOTONIC); returns its last answer. For conditions
+ * another thread makes true: a test awaits them instead of sleeping. */
+bool ut_await(int64_t timeout_ms, bool (*done)(void *arg), void *arg);
+
+/* The whole file at path, NUL-terminated (the caller frees); its length
+ * without the NUL goes to *len if len is not NULL. */
+char *ut_read_file(const char *path, size_t *len);
+
+/* Capture everything written to file descriptor 2 between ut_capture_start
+ * and ut_capture_end (from any thread) in an unlinked temporary file. */
+typedef struct ut_capture {
+    int saved_fd; /* the real stderr, put back by ut_capture_end */
+    int file_fd;  /* the temporary file */
+} ut_capture;
+
+void ut_capture_start(ut_capture *c);
+
+/* Put stderr back and return what was written, NUL-terminated (the caller
+ * frees). */
+char *ut_capture_end(ut_capture *c);
+
+/* How many lines of text (each ending in '\n') contain needle. */
+size_t ut_count_lines_with(const char *text, const char *needle);
+
+#endif

@@ -14,12 +14,18 @@
 
 typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
 
-/* Set the minimum level from "debug|info|warn|error". RMQS_EINVAL otherwise. */
-rmqs_rc log_set_level(const char *name);
+typedef enum log_format {
+    LOG_FORMAT_TEXT = 0, /* time level=... module=... msg="..." fields */
+    LOG_FORMAT_JSON      /* one object per line with time, level, module,
+                            message and the fields */
+} log_format;
 
-/* "text" (default) or "json": one object per line with time, level,
- * module, message and the fields. RMQS_EINVAL otherwise. */
-rmqs_rc log_set_format(const char *name);
+/* Lines below min are dropped (default LOG_INFO). The names
+ * (--log-level debug|info|warn|error) are config's. */
+void log_set_level(log_level min);
+
+/* LOG_FORMAT_TEXT (default) or LOG_FORMAT_JSON (--log-format). */
+void log_set_format(log_format format);
 
 /* msg is a short constant description; fmt (may be NULL) adds key=value
  * fields. */

@@ -1,7 +1,7 @@
 /*
  * log.h - one line per event on stderr:
  *   2026-11-30T14:00:00.123Z level=info module=dispatcher msg="published" n=12
- * or, with log_set_format("json"), one JSON object per line:
+ * or, with log_set_format(LOG_FORMAT_JSON), one JSON object per line:
  *   {"time":"...","level":"info","module":"dispatcher","message":"published","n":12}
  * Callers write the key=value fields in fmt (quote values that may hold
  * spaces). Thread-safe (one write(2) per

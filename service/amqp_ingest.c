@@ -97,8 +97,8 @@
  *   applies in the inbox; a message that waits there longer (service down)
  *   expires (and is dead-lettered if the inbox has a dead-letter exchange).
  *
- * Liveness (rabbitmq-c 0.11, LIBRARY-NOTES section 1) as in
- * amqp_publisher.c: every read has a deadline (the frames of a message
+ * Liveness (rabbitmq-c 0.11; its traps are listed in amqp_publisher.c) as
+ * there: every read has a deadline (the frames of a message
  * that has begun arriving, the heartbeat timeout), heartbeats are sent by
  * hand while the thread waits for the writer or pauses, TCP_USER_TIMEOUT
  * (2 x heartbeat) bounds stuck sends, RPCs and the handshake have timeouts

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "dispatcher.h"
 #include "job.h"
 #include "rmqs.h"
@@ -28,15 +29,8 @@
 
 typedef struct ingest ingest_t;
 
-typedef struct ingest_mapping {
-    const char *ingest_exchange; /* where publishers send (copied) */
-    const char *target_exchange; /* where due messages go (copied) */
-} ingest_mapping;
-
-typedef enum ingest_invalid_rule {
-    INGEST_INVALID_ROUTE, /* like the plugin: publish at once (delay 0) */
-    INGEST_INVALID_DEAD_LETTER /* reject to dead_letter_exchange */
-} ingest_invalid_rule;
+/* ingest_mapping and ingest_invalid_rule come from config.h: the settings
+ * parse into them, and the options take them as they are. */
 
 typedef struct ingest_options {
     const char *url;           /* AMQP URL (copied; holds a credential) */

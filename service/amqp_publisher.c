@@ -57,7 +57,8 @@
  *   AMQPP_NACKED "not publishable: ...": retrying cannot help, and an
  *   encoder error after basic.publish went out would break the connection.
  *
- * Liveness (rabbitmq-c 0.11 traps, see LIBRARY-NOTES section 1):
+ * Liveness (rabbitmq-c 0.11 traps; upstream amqp.h on heartbeats, issues
+ * #418, #780 and #519):
  * - Heartbeats are only serviced while frames are read, so the owner calls
  *   amqpp_poll() when idle, and sends poll the socket every POLL_EVERY
  *   publishes (which also keeps the acks from piling up unread).

@@ -1,10 +1,12 @@
 /*
  * config.c - one table of settings drives parsing (flags and RMQS_*
- * environment variables), validation (bounds) and --help.
+ * environment variables), validation (bounds, allowed values) and --help.
  *
  * Each entry names its flag, its variable, its type, its default, its bounds
- * and one line of help; adding a setting is adding a line here and a field
- * in struct config.
+ * (numbers) or allowed values (choices) and one line of help; adding a
+ * setting is adding a line here and a field in struct config. A choice is
+ * checked against its list here and nowhere else, and --help prints the
+ * same list, so the two cannot disagree.
  */
 #include "config.h"
 
@@ -15,12 +17,21 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "netaddr.h"
+
 typedef enum {
     OPT_STR,      /* a string; the last one given wins */
-    OPT_LIST,     /* a comma-separated list; a repeated flag appends */
+    OPT_INGEST,   /* INGEST=TARGET mappings; a repeated flag appends */
     OPT_INT,
-    OPT_BOOL_SYNC
+    OPT_ENUM,     /* one of choices, stored as its value in an enum field */
+    OPT_BOOL      /* one of choices, stored as a bool */
 } opt_type;
+
+/* An allowed value of an OPT_ENUM / OPT_BOOL setting and what it maps to. */
+typedef struct opt_choice {
+    const char *name;
+    int value;
+} opt_choice;
 
 typedef struct opt_def {
     const char *flag;     /* without the leading "--"; NULL: environment only
@@ -31,98 +42,125 @@ typedef struct opt_def {
     const char *def;      /* default, as text; NULL: unset */
     int64_t min, max;     /* bounds for OPT_INT */
     const char *help;
+    const opt_choice *choices; /* OPT_ENUM / OPT_BOOL: ends with a NULL name */
 } opt_def;
 
 #define F(field) offsetof(config, field)
 
+/* OPT_ENUM stores an int: every enum it fills must be int-sized. */
+_Static_assert(sizeof(log_level) == sizeof(int), "log_level is an int");
+_Static_assert(sizeof(log_format) == sizeof(int), "log_format is an int");
+_Static_assert(sizeof(ingest_invalid_rule) == sizeof(int),
+               "ingest_invalid_rule is an int");
+
+static const opt_choice sync_choices[] = {
+    {"full", true}, {"normal", false}, {NULL, 0}};
+static const opt_choice log_level_choices[] = {
+    {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN},
+    {"error", LOG_ERROR}, {NULL, 0}};
+static const opt_choice log_format_choices[] = {
+    {"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
+static const opt_choice ingest_invalid_choices[] = {
+    {"route", INGEST_INVALID_ROUTE},
+    {"dead-letter", INGEST_INVALID_DEAD_LETTER}, {NULL, 0}};
+
 static const opt_def opt_table[] = {
     {"listen", "RMQS_LISTEN", OPT_STR, F(listen), "127.0.0.1:8080", 0, 0,
-     "HTTP listen address, host:port ([::1]:port for IPv6)"},
+     "HTTP listen address, host:port ([::1]:port for IPv6)", NULL},
     {"db", "RMQS_DB", OPT_STR, F(db_path), "./data/scheduler.db", 0, 0,
-     "SQLite database file (its folder is created)"},
+     "SQLite database file (its folder is created)", NULL},
     {"amqp-url", "RMQS_AMQP_URL", OPT_STR, F(amqp_url),
      "amqp://guest:guest@localhost:5672/", 0, 0,
-     "RabbitMQ URL, amqp://user:pass@host:port/vhost"},
+     "RabbitMQ URL, amqp://user:pass@host:port/vhost", NULL},
     {"max-attempts", "RMQS_MAX_ATTEMPTS", OPT_INT, F(max_attempts), "10", 1,
-     1000, "default max_attempts of a job"},
+     CONFIG_MAX_ATTEMPTS_MAX, "default max_attempts of a job", NULL},
     {"backoff-base-ms", "RMQS_BACKOFF_BASE_MS", OPT_INT, F(backoff_base_ms),
-     "1000", 1, 86400000, "retry delay after the first failed attempt (doubles)"},
+     "1000", 1, 86400000, "retry delay after the first failed attempt (doubles)",
+     NULL},
     {"backoff-cap-ms", "RMQS_BACKOFF_CAP_MS", OPT_INT, F(backoff_cap_ms),
-     "300000", 1, 86400000, "longest retry delay"},
+     "300000", 1, 86400000, "longest retry delay", NULL},
     {"max-body-bytes", "RMQS_MAX_BODY_BYTES", OPT_INT, F(max_body_bytes),
-     "1048576", 1024, 64 * 1024 * 1024, "largest request body (413 above)"},
+     "1048576", 1024, 64 * 1024 * 1024, "largest request body (413 above)",
+     NULL},
     {"max-delay-days", "RMQS_MAX_DELAY_DAYS", OPT_INT, F(max_delay_days),
-     "3650", 1, 36500, "scheduling horizon: deliver_at at most this far ahead"},
+     "3650", 1, 36500, "scheduling horizon: deliver_at at most this far ahead",
+     NULL},
     {"heartbeat-s", "RMQS_HEARTBEAT_S", OPT_INT, F(heartbeat_s), "10", 1, 600,
-     "AMQP heartbeat; a dead broker is noticed within twice this"},
+     "AMQP heartbeat; a dead broker is noticed within twice this", NULL},
     {"confirm-timeout-ms", "RMQS_CONFIRM_TIMEOUT_MS", OPT_INT,
      F(confirm_timeout_ms), "10000", 100, 600000,
-     "publish confirms not received by then: connection presumed dead"},
+     "publish confirms not received by then: connection presumed dead", NULL},
     {"batch-size", "RMQS_BATCH_SIZE", OPT_INT, F(batch_size), "500", 1, 10000,
-     "most due jobs claimed from the database at a time"},
+     "most due jobs claimed from the database at a time", NULL},
     {"publish-window", "RMQS_PUBLISH_WINDOW", OPT_INT, F(publish_window),
-     "1000", 1, 100000, "most publishes awaiting a broker confirm"},
+     "1000", 1, 100000, "most publishes awaiting a broker confirm", NULL},
     {"dispatch-lookahead-ms", "RMQS_DISPATCH_LOOKAHEAD_MS", OPT_INT,
      F(dispatch_lookahead_ms), "500", 0, 60000,
-     "jobs are claimed this long before they are due (then 409 to cancel)"},
+     "jobs are claimed this long before they are due (then 409 to cancel)",
+     NULL},
     {"http-threads", "RMQS_HTTP_THREADS", OPT_INT, F(http_threads), "2", 1, 64,
-     "HTTP worker threads"},
+     "HTTP worker threads", NULL},
     {"http-timeout-s", "RMQS_HTTP_TIMEOUT_S", OPT_INT, F(http_timeout_s), "30",
-     1, 3600, "idle HTTP connections are closed after this"},
+     1, 3600, "idle HTTP connections are closed after this", NULL},
     {"http-max-conns", "RMQS_HTTP_MAX_CONNS", OPT_INT, F(http_max_conns),
-     "1000", 1, 100000, "concurrent HTTP connections"},
+     "1000", 1, 100000, "concurrent HTTP connections", NULL},
     {"http-max-conns-per-ip", "RMQS_HTTP_MAX_CONNS_PER_IP", OPT_INT,
      F(http_max_conns_per_ip), "0", 0, 100000, "concurrent HTTP connections "
      "from one IP address; 0: a quarter of --http-max-conns (raise it behind "
-     "a proxy, where every client has the proxy's address)"},
+     "a proxy, where every client has the proxy's address)", NULL},
     {"shutdown-grace-s", "RMQS_SHUTDOWN_GRACE_S", OPT_INT, F(shutdown_grace_s),
-     "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight"},
+     "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight", NULL},
     {"retention-s", "RMQS_RETENTION_S", OPT_INT, F(retention_s), "604800", 0,
      3650LL * 86400, "finished jobs (sent, failed, cancelled) are deleted after "
-     "this many seconds (604800 = 7 days); 0 keeps them"},
+     "this many seconds (604800 = 7 days); 0 keeps them", NULL},
     {"purge-interval-s", "RMQS_PURGE_INTERVAL_S", OPT_INT, F(purge_interval_s),
-     "60", 1, 86400, "how often to look for finished jobs to delete"},
+     "60", 1, 86400, "how often to look for finished jobs to delete", NULL},
     {"write-queue-bytes", "RMQS_WRITE_QUEUE_BYTES", OPT_INT,
      F(write_queue_bytes), "4194304", 0, (int64_t)1 << 40,
      "request bytes parsed and waiting for the database at once; more wait "
-     "unparsed (bounds memory; 0: no bound)"},
+     "unparsed (bounds memory; 0: no bound)", NULL},
     {"min-free-bytes", "RMQS_MIN_FREE_BYTES", OPT_INT, F(min_free_bytes),
      "16777216", 0, INT64_MAX, "new jobs get 503 storage_full while less than "
      "this is free on the database's disk; the rest is kept for delivering "
-     "stored jobs (0: no reserve)"},
-    {"sync", "RMQS_SYNC", OPT_BOOL_SYNC, F(sync_full), "full", 0, 0,
-     "full: fsync every accepted job; normal: survive process crashes only"},
-    {"log-level", "RMQS_LOG_LEVEL", OPT_STR, F(log_level), "info", 0, 0,
-     "debug, info, warn or error"},
-    {"log-format", "RMQS_LOG_FORMAT", OPT_STR, F(log_format), "text", 0, 0,
-     "text (key=value) or json (one object per line)"},
+     "stored jobs (0: no reserve)", NULL},
+    {"sync", "RMQS_SYNC", OPT_BOOL, F(sync_full), "full", 0, 0,
+     "full: fsync every accepted job; normal: survive process crashes only",
+     sync_choices},
+    {"log-level", "RMQS_LOG_LEVEL", OPT_ENUM, F(log_level), "info", 0, 0,
+     "least severe level logged", log_level_choices},
+    {"log-format", "RMQS_LOG_FORMAT", OPT_ENUM, F(log_format), "text", 0, 0,
+     "text (key=value) or json (one object per line)", log_format_choices},
     {NULL, "RMQS_API_TOKEN", OPT_STR, F(api_token), NULL, 0, 0,
-     "bearer token every endpoint but /healthz requires (environment only)"},
+     "bearer token every endpoint but /healthz requires (environment only)",
+     NULL},
     {"api-token-file", "RMQS_API_TOKEN_FILE", OPT_STR, F(api_token_file), NULL,
-     0, 0, "file holding the bearer token (instead of RMQS_API_TOKEN)"},
+     0, 0, "file holding the bearer token (instead of RMQS_API_TOKEN)", NULL},
     {"allow-exchanges", "RMQS_ALLOW_EXCHANGES", OPT_STR, F(allow_exchanges),
      NULL, 0, 0, "comma-separated exchanges jobs may target; 'prefix*' "
-     "matches a prefix; unset: all"},
+     "matches a prefix; unset: all", NULL},
     {"tls-cert-file", "RMQS_TLS_CERT_FILE", OPT_STR, F(tls_cert_file), NULL, 0,
-     0, "serve HTTPS with this certificate (PEM; needs --tls-key-file)"},
+     0, "serve HTTPS with this certificate (PEM; needs --tls-key-file)", NULL},
     {"tls-key-file", "RMQS_TLS_KEY_FILE", OPT_STR, F(tls_key_file), NULL, 0, 0,
-     "private key of the HTTPS certificate (PEM)"},
+     "private key of the HTTPS certificate (PEM)", NULL},
     {"amqp-ca-file", "RMQS_AMQP_CA_FILE", OPT_STR, F(amqp_ca_file), NULL, 0, 0,
-     "amqps://: CA certificates to trust (PEM); unset: the system store"},
+     "amqps://: CA certificates to trust (PEM); unset: the system store", NULL},
     {"amqp-cert-file", "RMQS_AMQP_CERT_FILE", OPT_STR, F(amqp_cert_file), NULL,
-     0, 0, "amqps://: client certificate (PEM)"},
+     0, 0, "amqps://: client certificate (PEM)", NULL},
     {"amqp-key-file", "RMQS_AMQP_KEY_FILE", OPT_STR, F(amqp_key_file), NULL, 0,
-     0, "amqps://: client private key (PEM)"},
-    {"ingest", "RMQS_INGEST", OPT_LIST, F(ingest), NULL, 0, 0,
+     0, "amqps://: client private key (PEM)", NULL},
+    {"ingest", "RMQS_INGEST", OPT_INGEST, F(ingest), NULL, 0, 0,
      "INGEST=TARGET: take x-delay messages published to exchange INGEST and "
-     "deliver them to TARGET when due (repeatable; variable: comma list)"},
+     "deliver them to TARGET when due (repeatable; variable: comma list)",
+     NULL},
     {"ingest-prefetch", "RMQS_INGEST_PREFETCH", OPT_INT, F(ingest_prefetch),
-     "500", 1, 65535, "unacknowledged messages per ingest exchange at most"},
-    {"ingest-invalid", "RMQS_INGEST_INVALID", OPT_STR, F(ingest_invalid),
+     "500", 1, 65535, "unacknowledged messages per ingest exchange at most",
+     NULL},
+    {"ingest-invalid", "RMQS_INGEST_INVALID", OPT_ENUM, F(ingest_invalid),
      "route", 0, 0, "messages without a valid x-delay: route (publish at once, "
-     "like the plugin) or dead-letter"},
+     "like the plugin) or dead-letter", ingest_invalid_choices},
     {"ingest-dead-letter-exchange", "RMQS_INGEST_DEAD_LETTER_EXCHANGE", OPT_STR,
-     F(ingest_dlx), NULL, 0, 0, "where --ingest-invalid=dead-letter sends them"},
+     F(ingest_dlx), NULL, 0, 0, "where --ingest-invalid=dead-letter sends them",
+     NULL},
 };
 
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
@@ -138,8 +176,18 @@ static rmqs_rc opt_set_str(char **slot, const char *value, const char *name,
     return RMQS_OK;
 }
 
-/* Set o from value. append: an OPT_LIST flag given again adds to the list
- * (the first flag replaces what the environment gave: flags win). */
+/* "a, b, c": the allowed names of a choice setting, for errors and --help. */
+static void choice_names(const opt_choice *c, char *buf, size_t cap)
+{
+    size_t n = 0;
+
+    buf[0] = '\0';
+    for (; c->name != NULL && n < cap; c++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", c->name);
+}
+
+/* Set o from value. append: an OPT_INGEST flag given again adds to the
+ * list (the first flag replaces what the environment gave: flags win). */
 static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
                        const char *source, bool append, rmqs_error *err)
 {
@@ -147,26 +195,14 @@ static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
     const char *name = o->flag ? o->flag : o->env;
 
     switch (o->type) {
-    case OPT_LIST: {
-        char **slot = (char **)(void *)base;
-        char *joined;
-        if (*slot == NULL || !append)
-            return opt_set_str(slot, value, name, err);
-        if (asprintf(&joined, "%s,%s", *slot, value) < 0)
-            return rmqs_fail(err, RMQS_ENOMEM, name, "out of memory");
-        free(*slot);
-        *slot = joined;
-        return RMQS_OK;
+    case OPT_INGEST: {
+        config_ingest_list *list = (config_ingest_list *)(void *)base;
+        if (!append)
+            config_ingest_list_clear(list);
+        return config_parse_ingest(value, list, err);
     }
-    case OPT_STR: {
-        char **slot = (char **)(void *)base;
-        char *copy = strdup(value);
-        if (copy == NULL)
-            return rmqs_fail(err, RMQS_ENOMEM, name, "out of memory");
-        free(*slot);
-        *slot = copy;
-        return RMQS_OK;
-    }
+    case OPT_STR:
+        return opt_set_str((char **)(void *)base, value, name, err);
     case OPT_INT: {
         char *end = NULL;
         long long v;
@@ -182,15 +218,24 @@ static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
         *(int64_t *)(void *)base = v;
         return RMQS_OK;
     }
-    case OPT_BOOL_SYNC:
-        if (strcmp(value, "full") == 0)
-            *(bool *)(void *)base = true;
-        else if (strcmp(value, "normal") == 0)
-            *(bool *)(void *)base = false;
-        else
+    case OPT_ENUM:
+    case OPT_BOOL:
+        for (const opt_choice *c = o->choices; c->name != NULL; c++) {
+            if (strcmp(value, c->name) != 0)
+                continue;
+            if (o->type == OPT_BOOL)
+                *(bool *)(void *)base = c->value != 0;
+            else
+                *(int *)(void *)base = c->value;
+            return RMQS_OK;
+        }
+        {
+            char names[128];
+            choice_names(o->choices, names, sizeof(names));
             return rmqs_fail(err, RMQS_EINVAL, name,
-                             "%s %s: must be full or normal", source, name);
-        return RMQS_OK;
+                             "%s %s: '%s' is not one of: %s", source, name,
+                             value, names);
+        }
     }
     return RMQS_EINVAL;
 }
@@ -243,32 +288,6 @@ static rmqs_rc read_token_file(config *cfg, rmqs_error *err)
     return RMQS_OK;
 }
 
-/* "host:port" or "[v6]:port" with a numeric port <= 65535; the host is
- * resolved later, by the HTTP server. */
-static bool listen_syntax_ok(const char *l)
-{
-    const char *port;
-    long v;
-    char *end;
-
-    if (l[0] == '[') {
-        const char *close = strchr(l, ']');
-        if (close == NULL || close == l + 1 || close[1] != ':')
-            return false;
-        port = close + 2;
-    } else {
-        const char *colon = strrchr(l, ':');
-        if (colon == NULL || colon == l)
-            return false;
-        port = colon + 1;
-    }
-    if (*port < '0' || *port > '9')
-        return false;
-    errno = 0;
-    v = strtol(port, &end, 10);
-    return errno == 0 && *end == '\0' && v >= 0 && v <= 65535;
-}
-
 void config_usage(FILE *out)
 {
     fprintf(out,
@@ -281,8 +300,15 @@ void config_usage(FILE *out)
         char flag[40];
         snprintf(flag, sizeof(flag), o->flag ? "--%s" : "(environment)",
                  o->flag ? o->flag : "");
-        fprintf(out, "  %-29s %-32s %s%s%s%s\n", flag, o->env, o->help,
-                o->def ? " (default: " : "", o->def ? o->def : "",
+        char names[128] = "";
+        if (o->choices != NULL) {
+            strcpy(names, " (one of: ");
+            choice_names(o->choices, names + strlen(names),
+                         sizeof(names) - strlen(names) - 1);
+            strcat(names, ")");
+        }
+        fprintf(out, "  %-29s %-32s %s%s%s%s%s\n", flag, o->env, o->help,
+                names, o->def ? " (default: " : "", o->def ? o->def : "",
                 o->def ? ")" : "");
     }
     fprintf(out, "  %-29s %-32s %s\n", "--help", "", "print this and exit");
@@ -292,10 +318,69 @@ void config_usage(FILE *out)
             "(for container health checks)");
 }
 
+rmqs_rc config_parse_ingest(const char *text, config_ingest_list *list,
+                            rmqs_error *err)
+{
+    ingest_mapping *grown;
+    size_t n = 0, k = list->n;
+
+    for (const char *m = text; *m != '\0';) { /* check, and count */
+        size_t len = strcspn(m, ",");
+        const char *eq = memchr(m, '=', len);
+        if (eq == NULL || eq == m || eq == m + len - 1)
+            return rmqs_fail(err, RMQS_EINVAL, "ingest",
+                             "ingest '%.*s': expected INGEST_EXCHANGE="
+                             "TARGET_EXCHANGE", (int)len, m);
+        n++;
+        m += len;
+        if (*m == ',')
+            m++;
+    }
+    if (n == 0)
+        return RMQS_OK;
+    grown = realloc(list->maps, (k + n) * sizeof(*grown));
+    if (grown == NULL)
+        return rmqs_fail(err, RMQS_ENOMEM, "ingest", "out of memory");
+    list->maps = grown;
+    for (const char *m = text; *m != '\0'; k++) {
+        size_t len = strcspn(m, ",");
+        size_t il = (size_t)((const char *)memchr(m, '=', len) - m);
+        char *in = strndup(m, il), *target = strndup(m + il + 1, len - il - 1);
+        if (in == NULL || target == NULL) {
+            free(in);
+            free(target);
+            for (size_t i = list->n; i < k; i++) {
+                free((char *)grown[i].ingest_exchange);
+                free((char *)grown[i].target_exchange);
+            }
+            return rmqs_fail(err, RMQS_ENOMEM, "ingest", "out of memory");
+        }
+        grown[k].ingest_exchange = in;
+        grown[k].target_exchange = target;
+        m += len;
+        if (*m == ',')
+            m++;
+    }
+    list->n = k;
+    return RMQS_OK;
+}
+
+void config_ingest_list_clear(config_ingest_list *list)
+{
+    for (size_t i = 0; i < list->n; i++) {
+        free((char *)list->maps[i].ingest_exchange);
+        free((char *)list->maps[i].target_exchange);
+    }
+    free(list->maps);
+    list->maps = NULL;
+    list->n = 0;
+}
+
 void config_clear(config *cfg)
 {
+    config_ingest_list_clear(&cfg->ingest);
     for (size_t i = 0; i < OPT_COUNT; i++) {
-        if (opt_table[i].type == OPT_STR || opt_table[i].type == OPT_LIST) {
+        if (opt_table[i].type == OPT_STR) {
             char **slot = (char **)(void *)((char *)cfg + opt_table[i].offset);
             if (*slot != NULL)
                 explicit_bzero(*slot, strlen(*slot)); /* may be a secret */
@@ -378,10 +463,6 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                          "backoff-cap-ms (%lld) is below backoff-base-ms (%lld)",
                          (long long)cfg->backoff_cap_ms,
                          (long long)cfg->backoff_base_ms);
-    if (strcmp(cfg->log_format, "text") != 0 &&
-        strcmp(cfg->log_format, "json") != 0)
-        return rmqs_fail(err, RMQS_EINVAL, "log-format",
-                         "log-format must be text or json");
     if (cfg->api_token_file != NULL) {
         rc = read_token_file(cfg, err);
         if (rc != RMQS_OK)
@@ -400,37 +481,20 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                                  "--%s %s: %s", files[i][0], files[i][1],
                                  strerror(errno));
     }
-    for (const char *m = cfg->ingest; m != NULL && *m != '\0';) {
-        size_t len = strcspn(m, ",");
-        const char *eq = memchr(m, '=', len);
-        if (eq == NULL || eq == m || eq == m + len - 1)
-            return rmqs_fail(err, RMQS_EINVAL, "ingest",
-                             "ingest '%.*s': expected INGEST_EXCHANGE="
-                             "TARGET_EXCHANGE", (int)len, m);
-        m += len;
-        if (*m == ',')
-            m++;
+    {
+        char host[NETADDR_HOST_MAX + 1];
+        unsigned port;
+        rc = netaddr_split(cfg->listen, "listen", host, &port, err);
+        if (rc != RMQS_OK)
+            return rc;
     }
-    if (!listen_syntax_ok(cfg->listen))
-        return rmqs_fail(err, RMQS_EINVAL, "listen",
-                         "listen '%s': expected host:port or [ipv6]:port with a "
-                         "port from 0 to 65535", cfg->listen);
-    if (strcmp(cfg->ingest_invalid, "route") != 0 &&
-        strcmp(cfg->ingest_invalid, "dead-letter") != 0)
-        return rmqs_fail(err, RMQS_EINVAL, "ingest-invalid",
-                         "ingest-invalid must be route or dead-letter");
-    if (strcmp(cfg->ingest_invalid, "dead-letter") == 0 && cfg->ingest_dlx == NULL)
+    if (cfg->ingest_invalid == INGEST_INVALID_DEAD_LETTER &&
+        cfg->ingest_dlx == NULL)
         return rmqs_fail(err, RMQS_EINVAL, "ingest-dead-letter-exchange",
                          "--ingest-invalid=dead-letter needs "
                          "--ingest-dead-letter-exchange");
     if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL))
         return rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
                          "HTTPS needs both --tls-cert-file and --tls-key-file");
-    if (strcmp(cfg->log_level, "debug") != 0 &&
-        strcmp(cfg->log_level, "info") != 0 &&
-        strcmp(cfg->log_level, "warn") != 0 &&
-        strcmp(cfg->log_level, "error") != 0)
-        return rmqs_fail(err, RMQS_EINVAL, "log-level",
-                         "log-level must be debug, info, warn or error");
     return RMQS_OK;
 }

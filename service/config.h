@@ -4,6 +4,11 @@
  * parser, the help text and the README never disagree.
  *
  * Precedence: defaults < environment < command line.
+ *
+ * Settings with a fixed set of values (--sync, --log-level, --log-format,
+ * --ingest-invalid) are typed here: the table lists the allowed names and
+ * what each maps to, so consumers get an enum, never a string to compare.
+ * --ingest arrives parsed, as a list of mappings.
  */
 #ifndef RMQS_CONFIG_H
 #define RMQS_CONFIG_H
@@ -12,7 +17,29 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "log.h"
 #include "rmqs.h"
+
+/* The largest max_attempts a job may ask for (the --max-attempts bound). */
+#define CONFIG_MAX_ATTEMPTS_MAX 1000
+
+/* One --ingest mapping: INGEST=TARGET. */
+typedef struct ingest_mapping {
+    const char *ingest_exchange; /* where publishers send */
+    const char *target_exchange; /* where due messages go */
+} ingest_mapping;
+
+/* The parsed --ingest / RMQS_INGEST mappings; config owns the strings. */
+typedef struct config_ingest_list {
+    ingest_mapping *maps; /* owned array of n */
+    size_t n;
+} config_ingest_list;
+
+/* --ingest-invalid: what becomes of a message without a valid x-delay. */
+typedef enum ingest_invalid_rule {
+    INGEST_INVALID_ROUTE, /* like the plugin: publish at once (delay 0) */
+    INGEST_INVALID_DEAD_LETTER /* reject to dead_letter_exchange */
+} ingest_invalid_rule;
 
 typedef struct config {
     char *listen;            /* "host:port" (owned) */
@@ -37,9 +64,9 @@ typedef struct config {
     int64_t purge_interval_s;
     int64_t write_queue_bytes; /* admission budget of the writer */
     int64_t min_free_bytes;  /* disk reserve kept for delivering stored jobs */
-    bool sync_full;          /* synchronous=FULL (true) or NORMAL */
-    char *log_level;         /* owned: debug|info|warn|error */
-    char *log_format;        /* owned: text|json */
+    bool sync_full;          /* --sync full (true) or normal */
+    log_level log_level;     /* least severe level written */
+    log_format log_format;   /* text or json lines */
     char *api_token;         /* owned or NULL; a credential: never log it */
     char *api_token_file;    /* owned or NULL; read into api_token at load */
     char *allow_exchanges;   /* owned or NULL: comma list, "prefix*" allowed */
@@ -48,9 +75,9 @@ typedef struct config {
     char *amqp_ca_file;      /* owned or NULL */
     char *amqp_cert_file;    /* owned or NULL */
     char *amqp_key_file;     /* owned or NULL */
-    char *ingest;            /* owned or NULL: "ingest=target,..." */
+    config_ingest_list ingest; /* owned; n == 0: no ingest */
     int64_t ingest_prefetch;
-    char *ingest_invalid;    /* owned: route|dead-letter */
+    ingest_invalid_rule ingest_invalid;
     char *ingest_dlx;        /* owned or NULL: dead-letter exchange */
 } config;
 
@@ -70,7 +97,21 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                     FILE *out, config_action *action, rmqs_error *err);
 void config_clear(config *cfg);
 
-/* Print usage: one line per setting with flag, variable, default, help. */
+/* Print usage: one line per setting with flag, variable, help (with the
+ * allowed values of a choice), default. */
 void config_usage(FILE *out);
+
+/*
+ * Parse "INGEST=TARGET[,INGEST=TARGET...]" (one --ingest value or
+ * RMQS_INGEST) and append the mappings to *list. Each item splits at its
+ * first '='; both sides must be non-empty (the exchange names themselves
+ * are checked by amqp_ingest). An empty text adds nothing. RMQS_EINVAL
+ * (field "ingest") or RMQS_ENOMEM with err; *list is unchanged then.
+ */
+rmqs_rc config_parse_ingest(const char *text, config_ingest_list *list,
+                            rmqs_error *err);
+
+/* Free the mappings and empty the list. */
+void config_ingest_list_clear(config_ingest_list *list);
 
 #endif

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "netaddr.h"
 #include "metrics.h"
 #include "timeutil.h"
 #include "writer.h"
@@ -73,13 +74,6 @@ struct http_api {
 
 /* The status of the response this thread queued last (for metrics). */
 static __thread unsigned tl_status;
-
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 typedef enum rq_state {
     RQ_READING, /* headers and body arriving */
@@ -937,7 +931,7 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
             return MHD_NO;
         rq->conn = c;
         rq->route = metrics_route_of(url);
-        rq->start_us = mono_us();
+        rq->start_us = tu_mono_us();
         *con_cls = rq;
         atomic_fetch_add(&api->inflight, 1);
         if (strcmp(url, "/healthz") != 0 && !authorized(api, c)) {
@@ -1020,7 +1014,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             writer_release(api->writer, rq->admitted);
         atomic_fetch_sub(&api->inflight, 1);
         if (rq->status != 0)
-            metrics_http(rq->route, rq->status, mono_us() - rq->start_us);
+            metrics_http(rq->route, rq->status, tu_mono_us() - rq->start_us);
         /* A suspended request is never completed before its resume. */
         rq_free_jobs(rq);
         free(rq->body);
@@ -1039,7 +1033,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     static int64_t window;   /* second of the current window */
     static unsigned in_window, suppressed;
     unsigned dropped = 0;
-    int64_t now = mono_us() / 1000000;
+    int64_t now = tu_mono_ms() / 1000;
     char buf[512];
     size_t n;
     bool emit;
@@ -1071,43 +1065,25 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
              dropped);
 }
 
-/* Split "host:port" / "[v6]:port" and resolve it (numeric hosts or names). */
+/* Split "host:port" / "[v6]:port" (netaddr) and resolve it (numeric hosts
+ * or names). */
 static rmqs_rc parse_listen(const char *listen, struct sockaddr_storage *ss,
                             socklen_t *sslen, bool *v6, rmqs_error *err)
 {
-    char host[256];
-    const char *port, *colon;
+    char host[NETADDR_HOST_MAX + 1], port[8];
     struct addrinfo hints = {0}, *res = NULL;
-    size_t hl;
+    unsigned port_n;
+    rmqs_rc rc;
     int gai;
 
-    if (listen[0] == '[') {
-        const char *close = strchr(listen, ']');
-        if (close == NULL || close[1] != ':')
-            goto bad;
-        hl = (size_t)(close - listen - 1);
-        if (hl >= sizeof(host))
-            goto bad;
-        memcpy(host, listen + 1, hl);
-        port = close + 2;
-    } else {
-        colon = strrchr(listen, ':');
-        if (colon == NULL)
-            goto bad;
-        hl = (size_t)(colon - listen);
-        if (hl >= sizeof(host))
-            goto bad;
-        memcpy(host, listen, hl);
-        port = colon + 1;
-    }
-    host[hl] = '\0';
-    if (*port == '\0' || strspn(port, "0123456789") != strlen(port) ||
-        atoi(port) > 65535)
-        goto bad;
+    rc = netaddr_split(listen, "listen", host, &port_n, err);
+    if (rc != RMQS_OK)
+        return rc;
+    snprintf(port, sizeof(port), "%u", port_n);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    gai = getaddrinfo(hl ? host : NULL, port, &hints, &res);
+    gai = getaddrinfo(host, port, &hints, &res);
     if (gai != 0)
         return rmqs_fail(err, RMQS_EINVAL, "listen", "listen %s: %s", listen,
                          gai_strerror(gai));
@@ -1116,9 +1092,6 @@ static rmqs_rc parse_listen(const char *listen, struct sockaddr_storage *ss,
     *v6 = res->ai_family == AF_INET6;
     freeaddrinfo(res);
     return RMQS_OK;
-bad:
-    return rmqs_fail(err, RMQS_EINVAL, "listen",
-                     "listen '%s': expected host:port or [ipv6]:port", listen);
 }
 
 /* Read a whole (small) file into a malloc'd NUL-terminated string. */

@@ -27,26 +27,14 @@ static volatile bool log_json = false;
 
 static const char *const log_names[] = {"debug", "info", "warn", "error"};
 
-rmqs_rc log_set_level(const char *name)
+void log_set_level(log_level min)
 {
-    for (size_t i = 0; i < sizeof(log_names) / sizeof(log_names[0]); i++) {
-        if (strcmp(name, log_names[i]) == 0) {
-            log_min = (log_level)i;
-            return RMQS_OK;
-        }
-    }
-    return RMQS_EINVAL;
+    log_min = min;
 }
 
-rmqs_rc log_set_format(const char *name)
+void log_set_format(log_format format)
 {
-    if (strcmp(name, "text") == 0)
-        log_json = false;
-    else if (strcmp(name, "json") == 0)
-        log_json = true;
-    else
-        return RMQS_EINVAL;
-    return RMQS_OK;
+    log_json = format == LOG_FORMAT_JSON;
 }
 
 /*

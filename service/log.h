@@ -1,7 +1,7 @@
 /*
  * log.h - one line per event on stderr:
  *   2026-11-30T14:00:00.123Z level=info module=dispatcher msg="published" n=12
- * or, with log_set_format("json"), one JSON object per line:
+ * or, with log_set_format(LOG_FORMAT_JSON), one JSON object per line:
  *   {"time":"...","level":"info","module":"dispatcher","message":"published","n":12}
  * Callers write the key=value fields in fmt (quote values that may hold
  * spaces). Thread-safe (one write(2) per
@@ -14,16 +14,22 @@
 
 typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
 
-/* Set the minimum level from "debug|info|warn|error". RMQS_EINVAL otherwise. */
-rmqs_rc log_set_level(const char *name);
+typedef enum log_format {
+    LOG_FORMAT_TEXT = 0, /* time level=... module=... msg="..." fields */
+    LOG_FORMAT_JSON      /* one object per line with time, level, module,
+                            message and the fields */
+} log_format;
 
-/* "text" (default) or "json": one object per line with time, level,
- * module, message and the fields (integers as JSON numbers). In JSON every
- * line is one valid object: control characters are escaped, a string that
- * is not UTF-8 has each byte above 0x7f written as \xNN, and an event too
- * long for a line keeps the start of its fields with "truncated": true.
- * RMQS_EINVAL otherwise. */
-rmqs_rc log_set_format(const char *name);
+/* Lines below min are dropped (default LOG_INFO). The names
+ * (--log-level debug|info|warn|error) are config's. */
+void log_set_level(log_level min);
+
+/* LOG_FORMAT_TEXT (default) or LOG_FORMAT_JSON (--log-format). In JSON every
+ * line is one valid object (integers as JSON numbers): control characters
+ * are escaped, a string that is not UTF-8 has each byte above 0x7f written
+ * as \xNN, and an event too long for a line keeps the start of its fields
+ * with "truncated": true. */
+void log_set_format(log_format format);
 
 /* msg is a short constant description; fmt (may be NULL) adds key=value
  * fields. */

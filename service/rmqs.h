@@ -12,7 +12,8 @@
 
 #include <stdarg.h>
 
-#define RMQS_VERSION "0.1.0"
+/* RMQS_VERSION, the version string, is defined by the build from
+ * project(VERSION) in CMakeLists.txt, its one source. */
 
 typedef enum rmqs_rc {
     RMQS_OK = 0,

@@ -85,9 +85,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <time.h>
 
 #include "log.h"
+#include "timeutil.h"
 
 #define MODULE "store"
 
@@ -560,14 +560,6 @@ static rmqs_rc get_by_id(store_t *st, const unsigned char id[JOB_ID_BYTES],
 /* ------------------------------------------------------------------------ */
 /* Open, migrate, close                                                     */
 
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Run a one-off statement (open time only) and copy the first column of
  * its first row into buf (may be NULL). */
 static int run_once(sqlite3 *db, const char *sql, char *buf, size_t len)
@@ -730,7 +722,7 @@ static rmqs_rc apply_migration(sqlite3 *db, const char *path,
         goto fail_db;
     sqlite3_bind_int(s, 1, m->version);
     sqlite3_bind_text(s, 2, m->name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 3, wall_ms());
+    sqlite3_bind_int64(s, 3, tu_now_ms());
     rc = sqlite3_step(s);
     if (rc != SQLITE_DONE)
         goto fail_db;

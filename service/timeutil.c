@@ -30,22 +30,27 @@
 #define MS_0001_01_01 (-62135596800000LL) /* 0001-01-01T00:00:00.000Z */
 #define MS_9999_12_31 253402300799999LL   /* 9999-12-31T23:59:59.999Z */
 
-static int64_t clock_ms(clockid_t id)
+static int64_t clock_us(clockid_t id)
 {
     struct timespec ts;
     if (clock_gettime(id, &ts) != 0)
         return 0; /* cannot happen for the two clocks used here */
-    return (int64_t)ts.tv_sec * MS_PER_SEC + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 int64_t tu_now_ms(void)
 {
-    return clock_ms(CLOCK_REALTIME);
+    return clock_us(CLOCK_REALTIME) / 1000;
 }
 
 int64_t tu_mono_ms(void)
 {
-    return clock_ms(CLOCK_MONOTONIC);
+    return clock_us(CLOCK_MONOTONIC) / 1000;
+}
+
+int64_t tu_mono_us(void)
+{
+    return clock_us(CLOCK_MONOTONIC);
 }
 
 struct timespec tu_mono_deadline(int64_t ms)

@@ -21,6 +21,7 @@
 
 int64_t tu_now_ms(void);  /* CLOCK_REALTIME in ms */
 int64_t tu_mono_ms(void); /* CLOCK_MONOTONIC in ms */
+int64_t tu_mono_us(void); /* CLOCK_MONOTONIC in us (latency histograms) */
 
 /* The CLOCK_MONOTONIC instant ms from now, for pthread_cond_timedwait on a
  * condition variable set to that clock. ms >= 0. */

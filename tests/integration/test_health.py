@@ -1,6 +1,8 @@
 """Health and readiness, and a clean exit on SIGTERM."""
 
-from helpers import free_port, wait_until
+import subprocess
+
+from helpers import env, free_port, wait_until
 
 
 def test_healthz_and_readyz_answer_ok_when_ready(service):
@@ -46,3 +48,20 @@ def test_sigterm_exits_0_and_pending_jobs_survive(service):
     again = svc.job(job["id"])
     assert again["status"] == "pending"
     assert again["deliver_at"] == job["deliver_at"]
+
+
+def _healthcheck(listen):
+    """rmq-scheduler --healthcheck against listen; its exit status."""
+    return subprocess.run([env("RMQS_BIN"), "--healthcheck", "--listen", listen],
+                          stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=15).returncode
+
+
+def test_healthcheck_exits_0_for_a_running_service_and_1_without_one(service):
+    svc = service()
+    assert _healthcheck(svc.listen()) == 0
+    # A wildcard --listen, as in the container image, is probed too.
+    assert _healthcheck(f"0.0.0.0:{svc.port}") == 0
+    assert _healthcheck(f"127.0.0.1:{free_port()}") == 1
+    svc.terminate()
+    assert _healthcheck(svc.listen()) == 1

@@ -92,7 +92,7 @@ static ut_capture g_cap;
 
 static void begin_json(void)
 {
-    cr_assert_eq(log_set_format("json"), RMQS_OK);
+    log_set_format(LOG_FORMAT_JSON);
     ut_capture_start(&g_cap);
 }
 
@@ -240,14 +240,12 @@ Test(log, levels_below_the_minimum_are_not_written)
     begin_json();
     log_debug("m", "debug at the default", NULL); /* default: info */
     log_info("m", "info", NULL);
-    cr_assert_eq(log_set_level("warn"), RMQS_OK);
+    log_set_level(LOG_WARN);
     log_debug("m", "debug", NULL);
     log_info("m", "info", NULL);
     log_warn("m", "warn", NULL);
     log_error("m", "error", NULL);
-    cr_expect_eq(log_set_level("loud"), RMQS_EINVAL);
-    cr_expect_eq(log_set_level("WARN"), RMQS_EINVAL);
-    log_info("m", "info after a refused level", NULL);
+    log_info("m", "info, still below", NULL);
     log_warn("m", "warn", NULL);
     log_error("m", "error", NULL);
     v = finish(5);
@@ -261,7 +259,7 @@ Test(log, debug_level_writes_everything)
 {
     json_t **v;
 
-    cr_assert_eq(log_set_level("debug"), RMQS_OK);
+    log_set_level(LOG_DEBUG);
     begin_json();
     log_debug("m", "d", NULL);
     log_info("m", "i", NULL);
@@ -271,7 +269,7 @@ Test(log, debug_level_writes_everything)
     free_lines(v);
 }
 
-Test(log, text_is_the_default_and_a_refused_format_changes_nothing)
+Test(log, text_is_the_default)
 {
     ut_capture cap;
     char *text;
@@ -286,8 +284,7 @@ Test(log, text_is_the_default_and_a_refused_format_changes_nothing)
     free(text);
 
     begin_json();
-    cr_expect_eq(log_set_format("xml"), RMQS_EINVAL);
-    log_info("m", "still json", NULL);
+    log_info("m", "json once set", NULL);
     v = finish(1);
     free_lines(v);
 }

@@ -899,7 +899,7 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
 static void refuse_body(http_req *rq)
 {
     rq->too_large = true;
-    rq->refused_us = mono_us();
+    rq->refused_us = tu_mono_us();
     free(rq->body);
     rq->body = NULL;
     rq->len = rq->cap = 0;
@@ -960,7 +960,7 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
                 refuse_body(rq);
             rq->dropped += n;
             if (rq->dropped > DISCARD_MAX ||
-                mono_us() - rq->refused_us >
+                tu_mono_us() - rq->refused_us >
                     (int64_t)api->opt.conn_timeout_s * 1000000)
                 return MHD_NO; /* endless or slow: close the connection */
             return MHD_YES; /* keep reading, drop the bytes, answer 413 */

@@ -87,6 +87,7 @@ typedef struct http_req {
     char *body;        /* accumulated body (NUL-terminated), owned */
     size_t len, cap;
     bool too_large;    /* the body passed max_body_bytes: answer 413 */
+    bool unauthorized; /* no valid token: drop the body, answer 401 */
     size_t dropped;    /* body bytes dropped since then */
     int64_t refused_us; /* monotonic, when too_large was set */
     rq_state state;
@@ -934,13 +935,21 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         rq->start_us = tu_mono_us();
         *con_cls = rq;
         atomic_fetch_add(&api->inflight, 1);
+        char *end = NULL;
+        unsigned long long v = cl != NULL ? strtoull(cl, &end, 10) : 0;
         if (strcmp(url, "/healthz") != 0 && !authorized(api, c)) {
-            rq->too_large = true; /* drop any body that follows */
-            return reply_unauthorized(c);
+            /* As for a 413: a client that writes its whole body before it
+             * reads gets the 401 only if the body was read, so it is read and
+             * dropped - but no more of it than an authorized request may
+             * send, and a body announced bigger is answered at once. */
+            rq->unauthorized = true;
+            rq->refused_us = tu_mono_us();
+            if ((cl != NULL && v > api->opt.max_body_bytes) ||
+                expects_continue(c, version))
+                return reply_unauthorized(c);
+            return MHD_YES; /* the 401 at the end of the body */
         }
         if (cl != NULL) {
-            char *end = NULL;
-            unsigned long long v = strtoull(cl, &end, 10);
             if (end != cl && v > api->opt.max_body_bytes) {
                 refuse_body(rq);
                 /* Answered now, and libmicrohttpd closes the connection. */
@@ -955,6 +964,14 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
     if (*upload_data_size > 0) { /* a body chunk */
         size_t n = *upload_data_size;
         *upload_data_size = 0;
+        if (rq->unauthorized) {
+            rq->dropped += n;
+            if (rq->dropped > api->opt.max_body_bytes ||
+                tu_mono_us() - rq->refused_us >
+                    (int64_t)api->opt.conn_timeout_s * 1000000)
+                return MHD_NO; /* over what it could send with a token */
+            return MHD_YES;
+        }
         if (rq->too_large || rq->len + n > api->opt.max_body_bytes) {
             if (!rq->too_large)
                 refuse_body(rq);
@@ -981,6 +998,8 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         rq->body[rq->len] = '\0';
         return MHD_YES;
     }
+    if (rq->unauthorized)
+        return reply_unauthorized(c);
     if (rq->state == RQ_WRITTEN)
         return reply_written(api, c, rq);
     return route(api, c, url, method, rq);

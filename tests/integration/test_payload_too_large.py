@@ -88,16 +88,16 @@ def _client_env():
     return e
 
 
-def run_program(argv, port, method, path, body_file):
+def run_program(argv, port, method, path, body_file, attempts=ATTEMPTS):
     """Outcomes of one of the clients/ programs: one dict per attempt."""
-    r = subprocess.run(argv + [str(port), method, path, body_file, str(ATTEMPTS)],
+    r = subprocess.run(argv + [str(port), method, path, body_file, str(attempts)],
                        capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S,
                        env=_client_env(), stdin=subprocess.DEVNULL)
     assert r.returncode == 0, f"{argv} exited {r.returncode}:\n{r.stderr[-2000:]}"
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
-def run_curl(port, method, path, body_file, expect=True):
+def run_curl(port, method, path, body_file, attempts=ATTEMPTS, expect=True):
     """curl with ATTEMPTS URLs in one process, its defaults otherwise;
     expect=False: without "Expect: 100-continue", so it sends every body."""
     curl = shutil.which("curl")
@@ -108,8 +108,8 @@ def run_curl(port, method, path, body_file, expect=True):
         [curl, "-sS", "--noproxy", "*", "--max-time", "30", "-X", method,
          "-H", "Content-Type: application/json", "--data-binary", "@" + body_file]
         + ([] if expect else ["-H", "Expect:"])
-        + ["-w", CURL_MARK + "%{http_code} %{exitcode} %{content_type}\\n"]
-        + [url] * ATTEMPTS,
+        + ["-w", CURL_MARK + "%{http_code} %{exitcode} %header{www-authenticate}\\t%{content_type}\\n"]
+        + [url] * attempts,
         capture_output=True, timeout=CLIENT_TIMEOUT_S, env=_client_env(),
         stdin=subprocess.DEVNULL)
     # the body of attempt i, then CURL_MARK and its outcome line
@@ -117,42 +117,47 @@ def run_curl(port, method, path, body_file, expect=True):
     outcomes = []
     for i in range(len(parts) - 1):
         body = parts[i] if i == 0 else parts[i].partition("\n")[2]
-        code, exitcode, ctype = (parts[i + 1].partition("\n")[0].split(" ", 2) + [""])[:3]
+        code, exitcode, rest = (parts[i + 1].partition("\n")[0].split(" ", 2) + [""])[:3]
+        auth, _, ctype = rest.partition("\t")
         if exitcode != "0":
             outcomes.append({"attempt": i, "error": f"curl exit {exitcode}"})
         else:
             outcomes.append({"attempt": i, "status": int(code),
-                             "content_type": ctype or None, "body": body})
+                             "content_type": ctype or None,
+                             "www_authenticate": auth or None, "body": body})
     return outcomes
 
 
 CLIENT_RUNNERS = {
-    "Node http": lambda *a: run_program(_node(), *a),
-    "Python urllib": lambda *a: run_program(_python(), *a),
+    "Node http": lambda *a, **kw: run_program(_node(), *a, **kw),
+    "Python urllib": lambda *a, **kw: run_program(_python(), *a, **kw),
     "curl": run_curl,
-    "curl, no Expect": lambda *a: run_curl(*a, expect=False),
-    "Go net/http": lambda *a: run_program(_go(), *a),
+    "curl, no Expect": lambda *a, **kw: run_curl(*a, expect=False, **kw),
+    "Go net/http": lambda *a, **kw: run_program(_go(), *a, **kw),
 }
 
 
 # --- judging an outcome --------------------------------------------------------------
 
-def problem(outcome, method, path):
-    """None if the attempt read the documented 413, else what it got."""
+def problem(outcome, method, path, status=413, code="payload_too_large"):
+    """None if the attempt read the documented error (413 by default), else
+    what it got."""
     if "error" in outcome:
         return outcome["error"]
-    if outcome["status"] != 413:
+    if outcome["status"] != status:
         return f"status {outcome['status']}: {outcome.get('body', '')[:200]!r}"
     headers = email.message.Message()
     if outcome.get("content_type"):
         headers["Content-Type"] = outcome["content_type"]
+    if outcome.get("www_authenticate"):
+        headers["WWW-Authenticate"] = outcome["www_authenticate"]
     try:
-        resp = Response(413, headers, outcome["body"].encode())
-        helpers.assert_error(resp, 413, "payload_too_large")
+        resp = Response(status, headers, outcome["body"].encode())
+        helpers.assert_error(resp, status, code)
         if helpers.RESPONSE_CHECK is not None:  # api/openapi.yaml
             helpers.RESPONSE_CHECK(method, path, resp)
     except AssertionError as e:
-        return f"not the documented 413: {e}"
+        return f"not the documented {status}: {e}"
     return None
 
 
@@ -341,3 +346,30 @@ def test_a_slow_refused_body_is_cut_off(service):
         f"still reading a refused body trickled for {timeout_s + 6} s ({sent} bytes)"
     assert closed_after <= timeout_s + 2.5, f"cut off after {closed_after:.1f} s"
     assert svc.list_all()[0] == []
+
+
+# --- the 401 has the same problem, and the same answer --------------------------------
+
+AUTH_ATTEMPTS = 50
+AUTH_BODY = 1_000_000  # under the default --max-body-bytes (1 MiB); curl sends
+                       # it without Expect (that starts above 1 MiB)
+
+
+@pytest.mark.parametrize("client", ["Node http", "Python urllib", "curl", "Go net/http"])
+def test_every_client_receives_the_401_when_it_sends_a_body_without_the_token(
+        service, tmp_path, client):
+    """A request without the token that carries a body (under the body limit)
+    is answered 401 once its body has been read, so a client that writes the
+    whole body before reading gets the JSON 401, not a reset. Nothing is
+    stored."""
+    svc = service(wait="health", extra_env={"RMQS_API_TOKEN": "secret-401-0123456789"})
+    body = tmp_path / "job.json"
+    body.write_bytes(job_body(AUTH_BODY, False))
+    outcomes = CLIENT_RUNNERS[client](svc.port, "POST", "/schedule", str(body),
+                                      attempts=AUTH_ATTEMPTS)
+    assert len(outcomes) == AUTH_ATTEMPTS
+    bad = [(o["attempt"], p) for o in outcomes
+           if (p := problem(o, "POST", "/schedule", 401, "unauthorized")) is not None]
+    assert not bad, f"{client}: {len(bad)} of {AUTH_ATTEMPTS} did not read the 401: {bad[:5]}"
+    listed = svc.get("/jobs", headers={"Authorization": "Bearer secret-401-0123456789"})
+    assert listed.status == 200 and listed.body["jobs"] == [], listed

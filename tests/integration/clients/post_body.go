@@ -5,7 +5,8 @@
 //
 // One fresh connection per attempt (no keep-alive, no proxy), one after
 // another; one JSON line per attempt on stdout: {"attempt", "status",
-// "content_type", "body"} or {"attempt", "error"} when no answer was read.
+// "content_type", "www_authenticate", "body"} or {"attempt", "error"} when no
+// answer was read.
 package main
 
 import (
@@ -23,6 +24,7 @@ type outcome struct {
 	Attempt     int     `json:"attempt"`
 	Status      int     `json:"status,omitempty"`
 	ContentType *string `json:"content_type,omitempty"`
+	WWWAuth     *string `json:"www_authenticate,omitempty"`
 	Body        *string `json:"body,omitempty"`
 	Error       string  `json:"error,omitempty"`
 }
@@ -68,6 +70,9 @@ func main() {
 			} else {
 				ct, text := resp.Header.Get("Content-Type"), string(data)
 				o.Status, o.ContentType, o.Body = resp.StatusCode, &ct, &text
+				if wa := resp.Header.Get("WWW-Authenticate"); wa != "" {
+					o.WWWAuth = &wa
+				}
 			}
 		}
 		if err := out.Encode(o); err != nil {

@@ -5,7 +5,7 @@
 //   node post_body.mjs PORT METHOD PATH BODY_FILE ATTEMPTS
 //
 // One fresh connection per attempt (agent: false), one after another; one
-// JSON line per attempt on stdout: {"attempt", "status", "content_type",
+// JSON line per attempt on stdout: {"attempt", "status", "content_type", "www_authenticate",
 // "body"} or {"attempt", "error"} when no answer was read.
 import fs from 'node:fs';
 import http from 'node:http';
@@ -24,6 +24,7 @@ function attempt() {
       res.on('end', () => resolve({
         status: res.statusCode,
         content_type: res.headers['content-type'] ?? null,
+        www_authenticate: res.headers['www-authenticate'] ?? null,
         body: Buffer.concat(chunks).toString('utf8'),
       }));
       res.on('error', (e) => resolve({ error: `response: ${e.code ?? e.message}` }));

@@ -5,7 +5,8 @@ For test_payload_too_large.py.
     python3 post_body.py PORT METHOD PATH BODY_FILE ATTEMPTS
 
 One fresh connection per attempt, no proxy, one after another; one JSON
-line per attempt on stdout: {"attempt", "status", "content_type", "body"}
+line per attempt on stdout: {"attempt", "status", "content_type",
+"www_authenticate", "body"}
 or {"attempt", "error"} when no answer was read.
 """
 
@@ -27,6 +28,7 @@ def attempt(opener, url, method, body):
     except (OSError, http.client.HTTPException) as e:
         return {"error": f"{type(e).__name__}: {e}"}
     return {"status": status, "content_type": headers.get("Content-Type"),
+            "www_authenticate": headers.get("WWW-Authenticate"),
             "body": raw.decode("utf-8", "replace")}
 
 

@@ -75,6 +75,7 @@ struct amqpc {
     int timeout_ms;
 
     amqp_connection_state_t conn; /* NULL while closed */
+    bool failed;                  /* the last open of urls[cur] failed */
     char version[32];
 };
 
@@ -298,6 +299,7 @@ size_t amqpc_url_index(const amqpc_t *c)
 void amqpc_next_url(amqpc_t *c)
 {
     c->cur = (c->cur + 1) % c->n_urls;
+    c->failed = false;
 }
 
 const char *amqpc_safe_url(const amqpc_t *c)
@@ -542,6 +544,10 @@ rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err)
 
     if (c->conn)
         return RMQS_OK;
+    if (c->failed) { /* the one that failed stayed current for the logs */
+        amqpc_next_url(c);
+        u = &c->urls[c->cur];
+    }
     tv.tv_sec = c->timeout_ms / 1000;
     tv.tv_usec = (c->timeout_ms % 1000) * 1000;
     conn = amqp_new_connection();
@@ -572,6 +578,7 @@ rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err)
         goto fail;
     }
     c->conn = conn;
+    c->failed = false;
     set_user_timeout(conn);
     read_version(c);
     return RMQS_OK;
@@ -579,7 +586,7 @@ rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err)
 fail:
     if (conn)
         amqp_destroy_connection(conn);
-    amqpc_next_url(c);
+    c->failed = true;
     return RMQS_EBROKER;
 }
 

@@ -14,8 +14,9 @@
  *
  * The URL option may name several brokers, separated by commas (a comma
  * followed by amqp:// or amqps://; any other comma belongs to the URL, as
- * in a password). One is current; a failed amqpc_open() moves on to the
- * next, so reconnecting tries them in turn.
+ * in a password). One is current; after a failed amqpc_open() it stays
+ * current (so the caller's log names it) and the next amqpc_open() moves
+ * on to the next URL: reconnecting tries them in turn.
  *
  * Passwords are copied once, used only for the login and wiped on free;
  * amqpc_safe_url() is what logs and error messages show.
@@ -60,10 +61,10 @@ amqpc_t *amqpc_new(const amqpc_options *opt, rmqs_error *err);
 void amqpc_free(amqpc_t *c);
 
 /*
- * Connect to the current URL and log in (no channel is opened). RMQS_OK,
- * or RMQS_EBROKER with err saying why (safe URL, never a password); then
- * the connection stays closed and the next URL becomes current. A no-op if
- * already open.
+ * Connect and log in (no channel is opened): to the current URL, or to the
+ * next one if the last attempt failed. RMQS_OK, or RMQS_EBROKER with err
+ * saying why (host and port, never a password); the connection stays
+ * closed. A no-op if already open.
  */
 rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err);
 

@@ -245,7 +245,17 @@ static int closed_port(void)
     return ntohs(a.sin_port);
 }
 
-Test(amqp_conn, a_failed_open_says_why_and_moves_to_the_next_url)
+static const char *url_port(int port)
+{
+    static char buf[4][32];
+    static int i;
+
+    i = (i + 1) % 4;
+    snprintf(buf[i], sizeof buf[i], "127.0.0.1:%d failed", port);
+    return buf[i];
+}
+
+Test(amqp_conn, a_failed_open_says_why_and_the_next_open_tries_the_next_url)
 {
     char url[160];
     int p1 = closed_port(), p2 = closed_port();
@@ -262,7 +272,11 @@ Test(amqp_conn, a_failed_open_says_why_and_moves_to_the_next_url)
               err.message);
     cr_expect(strstr(err.message, "SECRET") == NULL, "%s", err.message);
     cr_expect(amqpc_state(c) == NULL);
-    cr_expect_eq(amqpc_url_index(c), 1, "the next URL is current");
+    cr_expect_eq(amqpc_url_index(c), 0, "the failed URL stays current");
+    cr_expect(strstr(err.message, url_port(p1)) != NULL, "%s", err.message);
+    cr_expect_eq(amqpc_open(c, &err), RMQS_EBROKER);
+    cr_expect_eq(amqpc_url_index(c), 1, "the next open tried the next URL");
+    cr_expect(strstr(err.message, url_port(p2)) != NULL, "%s", err.message);
     cr_expect_eq(amqpc_open(c, &err), RMQS_EBROKER);
     cr_expect_eq(amqpc_url_index(c), 0, "and round again");
     amqpc_free(c);

@@ -595,8 +595,8 @@ static int cmp_str(const void *a, const void *b)
  */
 static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
 {
-    static const char *const reserved[] = {"x-scheduler-job-id",
-                                           "x-scheduled-at", "x-delay"};
+    static const char *const reserved[] = {
+        AMQPM_HDR_JOB_ID, AMQPM_HDR_SCHEDULED_AT, AMQPM_HDR_DELAY};
     const char *keys[JOB_MAX_HEADERS];
     const char *key;
     json_t *val;

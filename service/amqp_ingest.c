@@ -110,19 +110,14 @@
  * retried the same way: /readyz shows ingest down until an operator fixes
  * it.
  *
- * The password is copied once, used only for the login and wiped on free;
- * logs use the safe URL ("user:***@").
+ * The connection itself (URL, TLS with the same certificate checks as the
+ * publisher, login, TCP_USER_TIMEOUT, close) is amqp_conn.c's; logs use
+ * its safe URL ("user:***@").
  */
 #include "amqp_ingest.h"
 
-#include <amqp_ssl_socket.h>
-#include <amqp_tcp_socket.h>
-#include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/evp.h>
-#include <openssl/ssl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -132,6 +127,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "amqp_conn.h"
+#include "amqp_message.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -139,11 +136,6 @@
 #define CHANNEL 1
 #define QUEUE_PREFIX "rmq-scheduler.inbox."
 #define TAG_PREFIX "rmq-scheduler.ingest."
-#define HDR_DELAY "x-delay"
-#define HDR_DELIVER_AT "x-deliver-at"
-#define HDR_JOB_ID "x-scheduler-job-id"
-#define HDR_SCHEDULED_AT "x-scheduled-at"
-#define SHORTSTR_MAX 255
 #define POLL_MS 250           /* longest idle read: bounds the stop latency */
 #define COLLECT_GAP_MS 2      /* a batch closes after this much silence */
 #define COLLECT_MAX_MS 20     /* or this long after its first delivery */
@@ -188,10 +180,8 @@ typedef struct delivery {
 
 struct ingest {
     /* configuration, fixed after ingest_new */
-    char *host, *vhost, *user, *password, *safe_url;
-    int port;
-    bool tls;
-    char *ca_file, *cert_file, *key_file;
+    amqpc_t *link;            /* URL, TLS, login (amqp_conn.h); its
+                                 connection belongs to the thread */
     int heartbeat_s;
     mapping *maps;
     size_t n_maps;
@@ -212,7 +202,8 @@ struct ingest {
     atomic_bool connected;
 
     /* owned by the thread */
-    amqp_connection_state_t conn; /* NULL while disconnected */
+    amqp_connection_state_t conn; /* link's connection; NULL while
+                                     disconnected */
     delivery *batch;
     size_t cap, n;
     int64_t db_pause_ms;
@@ -313,42 +304,6 @@ static char *dup_bytes(amqp_bytes_t b)
         s[b.len] = '\0';
     }
     return s;
-}
-
-static void describe_rpc(amqp_rpc_reply_t r, char *out, size_t cap)
-{
-    const amqp_bytes_t *text = NULL;
-    unsigned code = 0;
-
-    switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        snprintf(out, cap, "ok");
-        return;
-    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-        snprintf(out, cap, "%s", amqp_error_string2(r.library_error));
-        return;
-    case AMQP_RESPONSE_SERVER_EXCEPTION:
-        if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            const amqp_connection_close_t *c = r.reply.decoded;
-            code = c->reply_code;
-            text = &c->reply_text;
-        } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            const amqp_channel_close_t *c = r.reply.decoded;
-            code = c->reply_code;
-            text = &c->reply_text;
-        }
-        break;
-    default:
-        break;
-    }
-    if (text) {
-        char t[200];
-        printable(t, sizeof t, text->bytes, text->len);
-        /* cut, not overflowed, when out is smaller than the reason */
-        snprintf(out, cap, "%u %.*s", code, (int)(cap > 8 ? cap - 8 : 0), t);
-    } else {
-        snprintf(out, cap, "no usable reply (type %d)", (int)r.reply_type);
-    }
 }
 
 /* The reply code of a server exception that closed the channel, else 0. */
@@ -527,15 +482,16 @@ static rmqs_rc convert_headers(const amqp_table_t *t, json_t **out,
         json_t *v;
         char *key;
 
-        if (bytes_eq(e->key, HDR_DELAY)) {
+        if (bytes_eq(e->key, AMQPM_HDR_DELAY)) {
             *delay = &e->value;
             continue;
         }
-        if (bytes_eq(e->key, HDR_DELIVER_AT)) {
+        if (bytes_eq(e->key, AMQPM_HDR_DELIVER_AT)) {
             *at = &e->value;
             continue;
         }
-        if (bytes_eq(e->key, HDR_JOB_ID) || bytes_eq(e->key, HDR_SCHEDULED_AT)) {
+        if (bytes_eq(e->key, AMQPM_HDR_JOB_ID) ||
+            bytes_eq(e->key, AMQPM_HDR_SCHEDULED_AT)) {
             continue;
         }
         printable(field, sizeof field, e->key.bytes, e->key.len);
@@ -570,30 +526,6 @@ fail:
     return rc;
 }
 
-static const struct {
-    const char *name;
-    amqp_flags_t flag;
-    size_t offset;
-} STR_PROPS[] = {
-    {"content_type", AMQP_BASIC_CONTENT_TYPE_FLAG,
-     offsetof(amqp_basic_properties_t, content_type)},
-    {"content_encoding", AMQP_BASIC_CONTENT_ENCODING_FLAG,
-     offsetof(amqp_basic_properties_t, content_encoding)},
-    {"correlation_id", AMQP_BASIC_CORRELATION_ID_FLAG,
-     offsetof(amqp_basic_properties_t, correlation_id)},
-    {"reply_to", AMQP_BASIC_REPLY_TO_FLAG,
-     offsetof(amqp_basic_properties_t, reply_to)},
-    {"message_id", AMQP_BASIC_MESSAGE_ID_FLAG,
-     offsetof(amqp_basic_properties_t, message_id)},
-    {"type", AMQP_BASIC_TYPE_FLAG, offsetof(amqp_basic_properties_t, type)},
-    {"app_id", AMQP_BASIC_APP_ID_FLAG,
-     offsetof(amqp_basic_properties_t, app_id)},
-    {"user_id", AMQP_BASIC_USER_ID_FLAG,
-     offsetof(amqp_basic_properties_t, user_id)},
-    {"expiration", AMQP_BASIC_EXPIRATION_FLAG,
-     offsetof(amqp_basic_properties_t, expiration)},
-};
-
 /* The job's properties object (NULL if it would be empty). */
 static rmqs_rc convert_properties(const amqp_basic_properties_t *p,
                                   json_t **out, rmqs_error *err)
@@ -603,20 +535,19 @@ static rmqs_rc convert_properties(const amqp_basic_properties_t *p,
     char field[64];
 
     *out = NULL;
-    for (size_t i = 0; ok && i < sizeof STR_PROPS / sizeof STR_PROPS[0]; i++) {
-        const amqp_bytes_t *b =
-            (const amqp_bytes_t *)(const void *)((const char *)p +
-                                                 STR_PROPS[i].offset);
-        if (!(p->_flags & STR_PROPS[i].flag)) {
+    for (size_t i = 0; ok && i < amqpm_n_str_props; i++) {
+        const amqp_bytes_t *b = amqpm_str_prop_cfield(p, i);
+        if (!(p->_flags & amqpm_str_props[i].flag)) {
             continue;
         }
         if (!plain_text(*b)) {
-            snprintf(field, sizeof field, "properties.%s", STR_PROPS[i].name);
+            snprintf(field, sizeof field, "properties.%s",
+                     amqpm_str_props[i].name);
             json_decref(obj);
             return cannot_carry(err, field, "%s: not UTF-8 text without NUL",
                                 field);
         }
-        ok = json_object_set_new(obj, STR_PROPS[i].name,
+        ok = json_object_set_new(obj, amqpm_str_props[i].name,
                                  json_stringn(b->len ? b->bytes : "",
                                               b->len)) == 0;
     }
@@ -863,76 +794,6 @@ fail:
 /* ------------------------------------------------------------------ */
 /* Configuration                                                       */
 
-static void pct_append(char *out, size_t cap, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t len = strlen(out);
-
-    for (; *s && len + 4 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
-            c == '~') {
-            out[len++] = (char)c;
-        } else {
-            out[len++] = '%';
-            out[len++] = hex[c >> 4];
-            out[len++] = hex[c & 15];
-        }
-    }
-    out[len] = '\0';
-}
-
-/* Copies of the URL's parts; the password is wiped from the scratch copy. */
-static rmqs_rc parse_url(ingest_t *in, const char *url, rmqs_error *err)
-{
-    struct amqp_connection_info ci;
-    size_t len, cap;
-    char *buf;
-    rmqs_rc rc = RMQS_OK;
-
-    if (!url || !*url) {
-        return rmqs_fail(err, RMQS_EINVAL, "amqp_url", "AMQP URL is empty");
-    }
-    len = strlen(url);
-    buf = strdup(url); /* amqp_parse_url writes into its input */
-    if (!buf) {
-        return rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-    }
-    if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK || !*ci.host) {
-        rc = rmqs_fail(err, RMQS_EINVAL, "amqp_url",
-                       "invalid AMQP URL (expected "
-                       "amqp[s]://user:password@host:port/vhost)");
-        goto out;
-    }
-    in->host = strdup(ci.host);
-    in->vhost = strdup(*ci.vhost ? ci.vhost : "/");
-    in->user = strdup(ci.user);
-    in->password = strdup(ci.password);
-    in->port = ci.port;
-    in->tls = ci.ssl != 0;
-    if (!in->host || !in->vhost || !in->user || !in->password) {
-        rc = rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto out;
-    }
-    cap = 3 * (strlen(in->user) + strlen(in->vhost)) + strlen(in->host) + 64;
-    in->safe_url = malloc(cap);
-    if (!in->safe_url) {
-        rc = rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto out;
-    }
-    snprintf(in->safe_url, cap, "%s://", in->tls ? "amqps" : "amqp");
-    pct_append(in->safe_url, cap, in->user);
-    snprintf(in->safe_url + strlen(in->safe_url), cap - strlen(in->safe_url),
-             ":***@%s%s%s:%d/", strchr(in->host, ':') ? "[" : "", in->host,
-             strchr(in->host, ':') ? "]" : "", in->port);
-    pct_append(in->safe_url, cap, in->vhost);
-out:
-    explicit_bzero(buf, len);
-    free(buf);
-    return rc;
-}
-
 static rmqs_rc check_name(const char *name, size_t max, const char *field,
                           const char *what, bool allow_empty, rmqs_error *err)
 {
@@ -954,31 +815,22 @@ static rmqs_rc check_name(const char *name, size_t max, const char *field,
 
 static rmqs_rc check_options(const ingest_options *opt, rmqs_error *err)
 {
-    size_t max_ingest = SHORTSTR_MAX - strlen(QUEUE_PREFIX);
+    size_t max_ingest = AMQPM_SHORTSTR_MAX - strlen(QUEUE_PREFIX);
     rmqs_rc rc;
 
     if (opt->n_mappings == 0 || !opt->mappings) {
         return rmqs_fail(err, RMQS_EINVAL, "ingest", "no ingest mapping");
     }
-    if (opt->heartbeat_s < 0 || opt->heartbeat_s > 65535) {
-        return rmqs_fail(err, RMQS_EINVAL, "heartbeat_s",
-                         "heartbeat must be between 0 and 65535 seconds");
-    }
     if (opt->prefetch < 1 || opt->prefetch > 65535) {
         return rmqs_fail(err, RMQS_EINVAL, "ingest-prefetch",
                          "ingest prefetch must be between 1 and 65535");
-    }
-    if ((opt->cert_file == NULL) != (opt->key_file == NULL)) {
-        return rmqs_fail(err, RMQS_EINVAL, "amqp-cert-file",
-                         "a client certificate needs both a certificate and "
-                         "a key file");
     }
     for (size_t i = 0; i < opt->n_mappings; i++) {
         const ingest_mapping *m = &opt->mappings[i];
         rc = check_name(m->ingest_exchange, max_ingest, "ingest",
                         "ingest exchange", false, err);
         if (rc == RMQS_OK) {
-            rc = check_name(m->target_exchange, SHORTSTR_MAX, "ingest",
+            rc = check_name(m->target_exchange, AMQPM_SHORTSTR_MAX, "ingest",
                             "target exchange", true, err);
         }
         if (rc != RMQS_OK) {
@@ -1006,7 +858,7 @@ static rmqs_rc check_options(const ingest_options *opt, rmqs_error *err)
         }
     }
     if (opt->invalid_rule == INGEST_INVALID_DEAD_LETTER) {
-        rc = check_name(opt->dead_letter_exchange, SHORTSTR_MAX,
+        rc = check_name(opt->dead_letter_exchange, AMQPM_SHORTSTR_MAX,
                         "ingest-dead-letter-exchange", "dead-letter exchange",
                         false, err);
         if (rc != RMQS_OK) {
@@ -1064,14 +916,19 @@ ingest_t *ingest_new(const ingest_options *opt, writer_t *w, disp_t *d,
     in->rule = opt->invalid_rule;
     in->limits = opt->limits;
     in->db_pause_ms = DB_PAUSE_MIN_MS;
-    if (parse_url(in, opt->url, err) != RMQS_OK) {
+    in->link = amqpc_new(&(amqpc_options){.url = opt->url,
+                                          .name = "rmq-scheduler ingest",
+                                          .heartbeat_s = opt->heartbeat_s,
+                                          .timeout_ms = TIMEOUT_MS,
+                                          .ca_file = opt->ca_file,
+                                          .cert_file = opt->cert_file,
+                                          .key_file = opt->key_file},
+                         err);
+    if (!in->link) {
         goto fail;
     }
-    if ((opt->ca_file && !(in->ca_file = strdup(opt->ca_file))) ||
-        (opt->cert_file && !(in->cert_file = strdup(opt->cert_file))) ||
-        (opt->key_file && !(in->key_file = strdup(opt->key_file))) ||
-        (opt->invalid_rule == INGEST_INVALID_DEAD_LETTER &&
-         !(in->dlx = strdup(opt->dead_letter_exchange)))) {
+    if (opt->invalid_rule == INGEST_INVALID_DEAD_LETTER &&
+        !(in->dlx = strdup(opt->dead_letter_exchange))) {
         goto nomem;
     }
     in->maps = calloc(opt->n_mappings, sizeof *in->maps);
@@ -1111,8 +968,8 @@ fail:
 
 static void log_connection_lost(ingest_t *in, const char *reason)
 {
-    log_warn(MOD, "connection dropped", "url=%s reason=\"%s\"", in->safe_url,
-             reason);
+    log_warn(MOD, "connection dropped", "url=%s reason=\"%s\"",
+             amqpc_safe_url(in->link), reason);
 }
 
 /* Drop the connection without a handshake (broken or not trusted). */
@@ -1127,70 +984,25 @@ static void drop(ingest_t *in, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    if (in->conn) {
-        amqp_destroy_connection(in->conn);
-        in->conn = NULL;
-    }
+    amqpc_drop(in->link);
+    in->conn = NULL;
     atomic_store(&in->connected, false);
     log_connection_lost(in, reason);
 }
 
-static amqp_socket_t *new_socket(ingest_t *in, amqp_connection_state_t conn,
-                                 char *why, size_t cap)
+/* Why the last RPC failed, as "<what> <name>: <reply>": RMQS_EBROKER. */
+static rmqs_rc rpc_failed(ingest_t *in, rmqs_error *err, const char *what,
+                          const char *name)
 {
-    amqp_socket_t *s;
-    SSL_CTX *ctx;
-
-    if (!in->tls) {
-        s = amqp_tcp_socket_new(conn);
-        if (!s) {
-            snprintf(why, cap, "cannot create a TCP socket");
-        }
-        return s;
-    }
-    s = amqp_ssl_socket_new(conn);
-    if (!s) {
-        snprintf(why, cap, "cannot create a TLS socket");
-        return NULL;
-    }
-    amqp_ssl_socket_set_verify_peer(s, 1);
-    amqp_ssl_socket_set_verify_hostname(s, 1);
-    ctx = amqp_ssl_socket_get_context(s);
-    if (!ctx || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
-        snprintf(why, cap, "cannot configure TLS");
-        return NULL;
-    }
-    if (in->ca_file ? amqp_ssl_socket_set_cacert(s, in->ca_file) !=
-                          AMQP_STATUS_OK
-                    : SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        snprintf(why, cap, "cannot load the trusted CA certificates");
-        return NULL;
-    }
-    if (in->cert_file &&
-        amqp_ssl_socket_set_key(s, in->cert_file, in->key_file) !=
-            AMQP_STATUS_OK) {
-        snprintf(why, cap, "cannot load the client certificate or key");
-        return NULL;
-    }
-    return s;
-}
-
-/* Why the last RPC failed, as "<what>: <reply>". */
-static void rpc_failed(ingest_t *in, char *why, size_t cap, const char *what,
-                       const char *name)
-{
-    char detail[200];
-
-    describe_rpc(amqp_get_rpc_reply(in->conn), detail, sizeof detail);
-    snprintf(why, cap, "%s %s: %s", what, name, detail);
+    return amqpc_rpc_fail(err, amqp_get_rpc_reply(in->conn), "%s %s", what,
+                          name);
 }
 
 /*
  * Whether exchange name exists (passive declare): 1 yes, 0 no (the 404
- * closed the channel; it is open again), -1 with why on any other failure.
+ * closed the channel; it is open again), -1 with err on any other failure.
  */
-static int exchange_exists(ingest_t *in, const char *name, char *why,
-                           size_t cap)
+static int exchange_exists(ingest_t *in, const char *name, rmqs_error *err)
 {
     amqp_channel_close_ok_t ok;
 
@@ -1200,14 +1012,14 @@ static int exchange_exists(ingest_t *in, const char *name, char *why,
         return 1;
     }
     if (channel_close_code(amqp_get_rpc_reply(in->conn)) != AMQP_NOT_FOUND) {
-        rpc_failed(in, why, cap, "exchange.declare (passive)", name);
+        rpc_failed(in, err, "exchange.declare (passive)", name);
         return -1;
     }
     memset(&ok, 0, sizeof ok);
     if (amqp_send_method(in->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
                          &ok) != AMQP_STATUS_OK ||
         !amqp_channel_open(in->conn, CHANNEL)) {
-        snprintf(why, cap, "reopening the channel failed");
+        rmqs_fail(err, RMQS_EBROKER, NULL, "reopening the channel failed");
         return -1;
     }
     return 0;
@@ -1215,9 +1027,9 @@ static int exchange_exists(ingest_t *in, const char *name, char *why,
 
 /* The dead-letter exchange must exist, or RabbitMQ drops dead letters: one
  * of any type is used as it is, a missing one is declared fanout, durable. */
-static int ensure_dlx(ingest_t *in, char *why, size_t cap)
+static int ensure_dlx(ingest_t *in, rmqs_error *err)
 {
-    int e = exchange_exists(in, in->dlx, why, cap);
+    int e = exchange_exists(in, in->dlx, err);
 
     if (e != 0) {
         return e < 0 ? -1 : 0;
@@ -1225,7 +1037,7 @@ static int ensure_dlx(ingest_t *in, char *why, size_t cap)
     if (!amqp_exchange_declare(in->conn, CHANNEL, amqp_cstring_bytes(in->dlx),
                                amqp_cstring_bytes("fanout"), 0, 1, 0, 0,
                                amqp_empty_table)) {
-        rpc_failed(in, why, cap, "exchange.declare", in->dlx);
+        rpc_failed(in, err, "exchange.declare", in->dlx);
         return -1;
     }
     log_info(MOD, "dead-letter exchange declared", "exchange=\"%s\" type=fanout",
@@ -1234,13 +1046,13 @@ static int ensure_dlx(ingest_t *in, char *why, size_t cap)
 }
 
 /* Exchanges, inboxes, bindings, qos and one consumer per inbox. */
-static int declare_and_consume(ingest_t *in, char *why, size_t cap)
+static int declare_and_consume(ingest_t *in, rmqs_error *err)
 {
     amqp_table_entry_t arg;
     amqp_table_t args = amqp_empty_table;
 
     if (in->dlx) {
-        if (ensure_dlx(in, why, cap) != 0) {
+        if (ensure_dlx(in, err) != 0) {
             return -1;
         }
         arg.key = amqp_cstring_bytes("x-dead-letter-exchange");
@@ -1252,7 +1064,7 @@ static int declare_and_consume(ingest_t *in, char *why, size_t cap)
     for (size_t i = 0; i < in->n_maps; i++) {
         mapping *m = &in->maps[i];
         int e = *m->target_exchange
-                    ? exchange_exists(in, m->target_exchange, why, cap)
+                    ? exchange_exists(in, m->target_exchange, err)
                     : 1; /* the default exchange always exists */
         if (e < 0) {
             return -1;
@@ -1267,24 +1079,24 @@ static int declare_and_consume(ingest_t *in, char *why, size_t cap)
                                    amqp_cstring_bytes(m->ingest_exchange),
                                    amqp_cstring_bytes("topic"), 0, 1, 0, 0,
                                    amqp_empty_table)) {
-            rpc_failed(in, why, cap, "exchange.declare", m->ingest_exchange);
+            rpc_failed(in, err, "exchange.declare", m->ingest_exchange);
             return -1;
         }
         if (!amqp_queue_declare(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
                                 0, 1, 0, 0, args)) {
-            rpc_failed(in, why, cap, "queue.declare", m->queue);
+            rpc_failed(in, err, "queue.declare", m->queue);
             return -1;
         }
         if (!amqp_queue_bind(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
                              amqp_cstring_bytes(m->ingest_exchange),
                              amqp_cstring_bytes("#"), amqp_empty_table)) {
-            rpc_failed(in, why, cap, "queue.bind", m->queue);
+            rpc_failed(in, err, "queue.bind", m->queue);
             return -1;
         }
     }
     /* Per consumer (global=0): applies to the consumers started below. */
     if (!amqp_basic_qos(in->conn, CHANNEL, 0, (uint16_t)in->prefetch, 0)) {
-        rpc_failed(in, why, cap, "basic.qos", "");
+        rpc_failed(in, err, "basic.qos", "");
         return -1;
     }
     for (size_t i = 0; i < in->n_maps; i++) {
@@ -1292,108 +1104,46 @@ static int declare_and_consume(ingest_t *in, char *why, size_t cap)
         if (!amqp_basic_consume(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
                                 amqp_cstring_bytes(m->tag), 0, 0, 0,
                                 amqp_empty_table)) {
-            rpc_failed(in, why, cap, "basic.consume", m->queue);
+            rpc_failed(in, err, "basic.consume", m->queue);
             return -1;
         }
     }
     return 0;
 }
 
-static rmqs_rc ingest_connect(ingest_t *in, char *why, size_t cap)
+static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
 {
-    amqp_connection_state_t conn;
-    amqp_socket_t *sock;
-    amqp_rpc_reply_t reply;
-    amqp_table_entry_t caps[2], props[2];
-    amqp_table_t props_table;
-    struct timeval tv = tv_ms(TIMEOUT_MS);
-    char detail[200];
-    unsigned int user_timeout;
-    int res, fd;
-
-    conn = amqp_new_connection();
-    if (!conn) {
-        snprintf(why, cap, "cannot create an AMQP connection: out of memory");
+    if (amqpc_open(in->link, err) != RMQS_OK) {
         return RMQS_EBROKER;
     }
-    sock = new_socket(in, conn, why, cap);
-    if (!sock) {
+    in->conn = amqpc_state(in->link);
+    if (!amqp_channel_open(in->conn, CHANNEL)) {
+        rpc_failed(in, err, "channel.open", "");
         goto fail;
     }
-    res = amqp_socket_open_noblock(sock, in->host, in->port, &tv);
-    if (res != AMQP_STATUS_OK) {
-        snprintf(why, cap, "connect to %s:%d failed: %s", in->host, in->port,
-                 amqp_error_string2(res));
-        goto fail;
-    }
-    amqp_set_handshake_timeout(conn, &tv);
-    amqp_set_rpc_timeout(conn, &tv);
-
-    caps[0].key = amqp_cstring_bytes("consumer_cancel_notify");
-    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps[0].value.value.boolean = 1;
-    caps[1].key = amqp_cstring_bytes("connection.blocked");
-    caps[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps[1].value.value.boolean = 1;
-    props[0].key = amqp_cstring_bytes("connection_name");
-    props[0].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[0].value.value.bytes = amqp_cstring_bytes("rmq-scheduler ingest");
-    props[1].key = amqp_cstring_bytes("capabilities");
-    props[1].value.kind = AMQP_FIELD_KIND_TABLE;
-    props[1].value.value.table.num_entries = 2;
-    props[1].value.value.table.entries = caps;
-    props_table.num_entries = 2;
-    props_table.entries = props;
-    reply = amqp_login_with_properties(conn, in->vhost, 0,
-                                       AMQP_DEFAULT_FRAME_SIZE, in->heartbeat_s,
-                                       &props_table, AMQP_SASL_METHOD_PLAIN,
-                                       in->user, in->password);
-    if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
-        describe_rpc(reply, detail, sizeof detail);
-        snprintf(why, cap, "login on %s:%d: %s", in->host, in->port, detail);
-        goto fail;
-    }
-    in->conn = conn;
-    /* A send stuck this long (dead peer, zero window) fails: see
-     * amqp_publisher.c, "Liveness". */
-    user_timeout = (unsigned int)amqp_get_heartbeat(conn) * 2000u;
-    fd = amqp_get_sockfd(conn);
-    if (user_timeout > 0 && fd >= 0 &&
-        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout,
-                   sizeof user_timeout) != 0) {
-        log_debug(MOD, "TCP_USER_TIMEOUT not set", "errno=%d", errno);
-    }
-    if (!amqp_channel_open(conn, CHANNEL)) {
-        rpc_failed(in, why, cap, "channel.open", "");
-        goto fail;
-    }
-    if (declare_and_consume(in, why, cap) != 0) {
+    if (declare_and_consume(in, err) != 0) {
         goto fail;
     }
     return RMQS_OK;
 
 fail:
-    amqp_destroy_connection(conn);
+    amqpc_drop(in->link);
     in->conn = NULL;
     return RMQS_EBROKER;
 }
 
 static void disconnect(ingest_t *in)
 {
-    struct timeval tv = tv_ms(CLOSE_TIMEOUT_MS);
-
     if (!in->conn) {
         return;
     }
     /* Short: the answer does not matter, and a stopped broker must not eat
      * the shutdown grace period. Unacknowledged deliveries (read ahead,
      * never stored) go back to the inbox either way. */
-    amqp_set_rpc_timeout(in->conn, &tv);
-    (void)amqp_connection_close(in->conn, AMQP_REPLY_SUCCESS);
-    amqp_destroy_connection(in->conn);
+    amqpc_close(in->link, CLOSE_TIMEOUT_MS);
     in->conn = NULL;
     atomic_store(&in->connected, false);
-    log_info(MOD, "disconnected", "url=%s", in->safe_url);
+    log_info(MOD, "disconnected", "url=%s", amqpc_safe_url(in->link));
 }
 
 /* While the thread does not read (waiting for the writer, pausing), the
@@ -1484,19 +1234,17 @@ static int on_other_frame(ingest_t *in)
     }
     switch (f.payload.method.id) {
     case AMQP_CONNECTION_CLOSE_METHOD: {
+        const amqp_connection_close_t *c = f.payload.method.decoded;
         amqp_connection_close_ok_t ok = {0};
-        amqp_rpc_reply_t r = {.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION,
-                              .reply = f.payload.method};
-        describe_rpc(r, reason, sizeof reason);
+        amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         (void)amqp_send_method(in->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD,
                                &ok);
         drop(in, "connection closed by the broker: %s", reason);
         return -1;
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
-        amqp_rpc_reply_t r = {.reply_type = AMQP_RESPONSE_SERVER_EXCEPTION,
-                              .reply = f.payload.method};
-        describe_rpc(r, reason, sizeof reason);
+        const amqp_channel_close_t *c = f.payload.method.decoded;
+        amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         /* A new connection declares and consumes again from scratch. */
         drop(in, "channel closed by the broker: %s", reason);
         return -1;
@@ -1506,11 +1254,11 @@ static int on_other_frame(ingest_t *in)
         return -1;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         log_warn(MOD, "broker blocked the connection (resource alarm)",
-                 "url=%s", in->safe_url);
+                 "url=%s", amqpc_safe_url(in->link));
         return 0;
     case AMQP_CONNECTION_UNBLOCKED_METHOD:
         log_info(MOD, "broker unblocked the connection", "url=%s",
-                 in->safe_url);
+                 amqpc_safe_url(in->link));
         return 0;
     default:
         log_debug(MOD, "ignored frame", "channel=%u method=%s",
@@ -1565,7 +1313,8 @@ static void fingerprint(const amqp_envelope_t *env, const job_t *job,
         bool above;
         double dv;
 
-        if (!bytes_eq(e->key, HDR_DELAY) && !bytes_eq(e->key, HDR_DELIVER_AT)) {
+        if (!bytes_eq(e->key, AMQPM_HDR_DELAY) &&
+            !bytes_eq(e->key, AMQPM_HDR_DELIVER_AT)) {
             continue;
         }
         memset(buf, 0, sizeof buf);
@@ -1769,7 +1518,7 @@ static long collect(ingest_t *in, int64_t wait_ms)
             }
             continue;
         }
-        describe_rpc(r, detail, sizeof detail);
+        amqpc_rpc_text(r, detail, sizeof detail);
         drop(in, "%s", detail);
         goto lost;
     }
@@ -2015,18 +1764,20 @@ static void *ingest_main(void *arg)
     int64_t reconnect_ms = RECONNECT_MIN_MS;
     int64_t idle_ms = POLL_MS < beat_ms(in) ? POLL_MS : beat_ms(in);
     bool down_logged = false;
-    char why[300];
+    rmqs_error e;
 
     while (!stopping(in)) {
         long n;
 
         if (!in->conn) {
             atomic_store(&in->connected, false);
-            if (ingest_connect(in, why, sizeof why) != RMQS_OK) {
-                if (!down_logged || strcmp(why, in->last_error) != 0) {
+            if (ingest_connect(in, &e) != RMQS_OK) {
+                if (!down_logged || strcmp(e.message, in->last_error) != 0) {
                     log_warn(MOD, "cannot consume the inboxes; retrying",
-                             "url=%s error=\"%s\"", in->safe_url, why);
-                    snprintf(in->last_error, sizeof in->last_error, "%s", why);
+                             "url=%s error=\"%s\"", amqpc_safe_url(in->link),
+                             e.message);
+                    snprintf(in->last_error, sizeof in->last_error, "%s",
+                             e.message);
                 }
                 down_logged = true;
                 if (pause_ms(in, tu_jitter_ms(reconnect_ms))) {
@@ -2045,7 +1796,7 @@ static void *ingest_main(void *arg)
                 log_info(MOD, "consuming",
                          "url=%s exchange=\"%s\" queue=\"%s\" target=\"%s\" "
                          "prefetch=%u invalid=%s heartbeat_s=%d",
-                         in->safe_url, in->maps[i].ingest_exchange,
+                         amqpc_safe_url(in->link), in->maps[i].ingest_exchange,
                          in->maps[i].queue, in->maps[i].target_exchange,
                          in->prefetch, in->dlx ? "dead-letter" : "route",
                          amqp_get_heartbeat(in->conn));
@@ -2098,9 +1849,7 @@ void ingest_free(ingest_t *in)
         return;
     }
     ingest_stop(in);
-    if (in->conn) {
-        amqp_destroy_connection(in->conn);
-    }
+    amqpc_free(in->link); /* and its connection, if any */
     if (in->batch) {
         clear_batch(in);
     }
@@ -2109,19 +1858,8 @@ void ingest_free(ingest_t *in)
         free(in->maps[i].target_exchange);
         free(in->maps[i].queue);
     }
-    if (in->password) {
-        explicit_bzero(in->password, strlen(in->password));
-    }
     free(in->maps);
     free(in->batch);
-    free(in->host);
-    free(in->vhost);
-    free(in->user);
-    free(in->password);
-    free(in->safe_url);
-    free(in->ca_file);
-    free(in->cert_file);
-    free(in->key_file);
     free(in->dlx);
     pthread_cond_destroy(&in->cv);
     pthread_cond_destroy(&in->done_cv);

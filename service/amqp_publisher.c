@@ -68,14 +68,13 @@
  *   block forever on a silent peer. Reads here always have a deadline.
  * - Sends have no deadline in 0.11 (#519), and a send still stuck when the
  *   heartbeat deadline passes falls into the same infinite read.
- *   TCP_USER_TIMEOUT (2 x heartbeat) makes the kernel fail a send stuck
+ *   TCP_USER_TIMEOUT (2 x heartbeat, amqp_conn.c) fails a send stuck
  *   that long, unacked or behind a zero window, so a stopped or vanished
  *   broker cannot hang the dispatcher thread (verified: SIGSTOP of the
  *   broker during a 128 MiB publish returns after ~4.3 s with heartbeat 2 s;
  *   without the option it hangs).
- * - amqps:// uses the system trust store (SSL_CTX_set_default_verify_paths,
- *   so SSL_CERT_FILE / SSL_CERT_DIR apply), peer and host name verified,
- *   TLS 1.2 at least. libssl comes with the rabbitmq::rabbitmq target.
+ * - The connection itself (URL, TLS, login, TCP_USER_TIMEOUT, close) is
+ *   amqp_conn.c's, shared with the ingest.
  *
  * Frame memory belongs to the connection's pools: everything needed is
  * copied (reply texts into fixed buffers) before amqp_maybe_release_buffers().
@@ -83,20 +82,13 @@
  * recycled after each message; the window is one array of `window` slots
  * allocated once. Nothing grows with the number of publishes.
  *
- * The password is copied once, used only for the login and wiped on free;
- * logs and error messages use the safe URL ("user:***@").
+ * Logs and error messages use the safe URL ("user:***@", amqp_conn.h).
  */
 #include "amqp_publisher.h"
 
 #include <amqp.h>
-#include <amqp_ssl_socket.h>
-#include <arpa/inet.h>
-#include <openssl/x509v3.h>
-#include <amqp_tcp_socket.h>
-#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/ssl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -105,6 +97,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "amqp_conn.h"
+#include "amqp_message.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -115,13 +109,7 @@
 #define FRAME_OVERHEAD 8         /* type, channel, size, end marker */
 #define HEADER_PAYLOAD_FIXED 14  /* class, weight, body size, flags */
 #define MAX_HEADER_DEPTH 8       /* nested tables/arrays in headers */
-#define DEFAULT_TIMEOUT_MS 10000 /* connect/handshake/RPC when not set */
 #define DEFAULT_CONFIRM_MS 30000 /* confirm_timeout_ms <= 0 */
-#define SHORTSTR_MAX 255
-
-#define HDR_JOB_ID "x-scheduler-job-id"
-#define HDR_SCHEDULED_AT "x-scheduled-at"
-#define HDR_DELAY "x-delay"
 
 #define BLOCKED_REASON "broker blocked publishing (resource alarm)"
 
@@ -147,18 +135,9 @@ typedef struct flight {
 } flight;
 
 struct amqpp {
-    char *host;
-    char *vhost;
-    char *user;
-    char *password; /* wiped on free */
-    int port;
-    bool tls;
-    char *safe_url;
-    char *ca_file, *cert_file, *key_file; /* amqps options, or NULL */
-    int heartbeat_s;
-    int timeout_ms; /* connect, handshake and RPC bound */
-
-    amqp_connection_state_t conn; /* NULL while disconnected */
+    amqpc_t *link;                /* URL, TLS, login (amqp_conn.h) */
+    amqp_connection_state_t conn; /* link's connection; NULL while
+                                     disconnected */
     int frame_max;
     bool blocked;
     uint64_t next_tag; /* delivery tag of the next publish on CHANNEL */
@@ -200,85 +179,6 @@ static void set_result(amqpp_result *r, amqpp_result_kind kind,
     va_start(ap, fmt);
     vsnprintf(r->reason, sizeof r->reason, fmt, ap);
     va_end(ap);
-}
-
-/* "<code> <text>" from a reply code and pool-owned, unterminated text. */
-static void format_reply(char *out, size_t cap, unsigned code, amqp_bytes_t text)
-{
-    int len = text.len > 200 ? 200 : (int)text.len;
-
-    snprintf(out, cap, "%u %.*s", code, len,
-             text.bytes ? (const char *)text.bytes : "");
-}
-
-static void describe_rpc(amqp_rpc_reply_t r, char *out, size_t cap)
-{
-    switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        snprintf(out, cap, "ok");
-        break;
-    case AMQP_RESPONSE_NONE:
-        snprintf(out, cap, "no RPC reply");
-        break;
-    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-        snprintf(out, cap, "%s", amqp_error_string2(r.library_error));
-        break;
-    case AMQP_RESPONSE_SERVER_EXCEPTION:
-        if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-            const amqp_connection_close_t *c = r.reply.decoded;
-            format_reply(out, cap, c->reply_code, c->reply_text);
-        } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-            const amqp_channel_close_t *c = r.reply.decoded;
-            format_reply(out, cap, c->reply_code, c->reply_text);
-        } else {
-            snprintf(out, cap, "unexpected %s", amqp_method_name(r.reply.id));
-        }
-        break;
-    default:
-        snprintf(out, cap, "unknown RPC reply type %d", (int)r.reply_type);
-        break;
-    }
-}
-
-/* Append s to out, percent-encoding what is not unreserved (RFC 3986). */
-static void pct_append(char *out, size_t cap, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t len = strlen(out);
-
-    for (; *s && len + 4 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-            (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
-            c == '~') {
-            out[len++] = (char)c;
-        } else {
-            out[len++] = '%';
-            out[len++] = hex[c >> 4];
-            out[len++] = hex[c & 15];
-        }
-    }
-    out[len] = '\0';
-}
-
-/* amqp[s]://user:***@host:port/vhost, rebuilt from the parsed parts so the
- * password cannot leak through any odd spelling of the original. */
-static char *make_safe_url(const amqpp_t *p)
-{
-    size_t cap = 3 * (strlen(p->user) + strlen(p->vhost)) + strlen(p->host) +
-                 64;
-    char *out = malloc(cap);
-    bool v6 = strchr(p->host, ':') != NULL;
-
-    if (!out) {
-        return NULL;
-    }
-    snprintf(out, cap, "%s://", p->tls ? "amqps" : "amqp");
-    pct_append(out, cap, p->user);
-    snprintf(out + strlen(out), cap - strlen(out), ":***@%s%s%s:%d/",
-             v6 ? "[" : "", p->host, v6 ? "]" : "", p->port);
-    pct_append(out, cap, p->vhost);
-    return out;
 }
 
 /* Whether 'name' appears, single-quoted, in text (RabbitMQ's reply texts
@@ -401,8 +301,8 @@ static void match_return(amqpp_t *p, const amqp_basic_properties_t *props,
     if (props && (props->_flags & AMQP_BASIC_HEADERS_FLAG)) {
         for (e = 0; e < props->headers.num_entries; e++) {
             const amqp_table_entry_t *h = &props->headers.entries[e];
-            if (h->key.len == strlen(HDR_JOB_ID) &&
-                memcmp(h->key.bytes, HDR_JOB_ID, h->key.len) == 0 &&
+            if (h->key.len == strlen(AMQPM_HDR_JOB_ID) &&
+                memcmp(h->key.bytes, AMQPM_HDR_JOB_ID, h->key.len) == 0 &&
                 (h->value.kind == AMQP_FIELD_KIND_UTF8 ||
                  h->value.kind == AMQP_FIELD_KIND_BYTES)) {
                 id = h->value.value.bytes;
@@ -528,149 +428,60 @@ static void drop(amqpp_t *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(p->lost_reason, sizeof p->lost_reason, fmt, ap);
     va_end(ap);
-    if (p->conn) {
-        amqp_destroy_connection(p->conn);
-    }
+    amqpc_drop(p->link);
     snprintf(lost, sizeof lost, "connection lost: %s", p->lost_reason);
     lose_window(p, lost);
     reset_state(p);
-    log_warn(MOD, "connection dropped", "url=%s reason=\"%s\"", p->safe_url,
-             p->lost_reason);
+    log_warn(MOD, "connection dropped", "url=%s reason=\"%s\"",
+             amqpc_safe_url(p->link), p->lost_reason);
 }
 
 /* Open CHANNEL and put it in confirm mode; tags restart at 1. */
-static int open_channel(amqpp_t *p, char *why, size_t cap)
+static rmqs_rc open_channel(amqpp_t *p, rmqs_error *err)
 {
-    char detail[200];
-
     if (!amqp_channel_open(p->conn, CHANNEL)) {
-        describe_rpc(amqp_get_rpc_reply(p->conn), detail, sizeof detail);
-        snprintf(why, cap, "channel.open failed: %s", detail);
-        return -1;
+        return amqpc_rpc_fail(err, amqp_get_rpc_reply(p->conn),
+                              "channel.open failed");
     }
     if (!amqp_confirm_select(p->conn, CHANNEL)) {
-        describe_rpc(amqp_get_rpc_reply(p->conn), detail, sizeof detail);
-        snprintf(why, cap, "confirm.select failed: %s", detail);
-        return -1;
+        return amqpc_rpc_fail(err, amqp_get_rpc_reply(p->conn),
+                              "confirm.select failed");
     }
     p->next_tag = 1; /* the window is empty here */
     p->low_tag = 1;
     p->return_cursor = 1;
     p->content = CONTENT_NONE;
-    return 0;
-}
-
-static void set_user_timeout(amqpp_t *p, int heartbeat_s)
-{
-    unsigned int ms = (unsigned int)heartbeat_s * 2000u;
-    int fd = amqp_get_sockfd(p->conn);
-
-    if (heartbeat_s <= 0 || fd < 0) {
-        return;
-    }
-    if (setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ms, sizeof ms) != 0) {
-        log_debug(MOD, "TCP_USER_TIMEOUT not set", "errno=%d", errno);
-    }
-}
-
-static void server_version(amqp_connection_state_t conn, char *out, size_t cap)
-{
-    const amqp_table_t *t = amqp_get_server_properties(conn);
-    int i;
-
-    snprintf(out, cap, "unknown");
-    for (i = 0; t && i < t->num_entries; i++) {
-        const amqp_table_entry_t *e = &t->entries[i];
-        if (e->key.len == 7 && memcmp(e->key.bytes, "version", 7) == 0 &&
-            (e->value.kind == AMQP_FIELD_KIND_UTF8 ||
-             e->value.kind == AMQP_FIELD_KIND_BYTES)) {
-            copy_bytes(out, cap, e->value.value.bytes);
-        }
-    }
+    return RMQS_OK;
 }
 
 amqpp_t *amqpp_new(const amqpp_options *opt, rmqs_error *err)
 {
-    struct amqp_connection_info ci;
-    amqpp_t *p = NULL;
-    char *buf = NULL;
-    size_t buf_len = 0;
+    amqpp_t *p;
 
     if (!opt || !opt->url || !*opt->url) {
         rmqs_fail(err, RMQS_EINVAL, "amqp_url", "AMQP URL is empty");
-        goto fail;
-    }
-    if (opt->heartbeat_s < 0 || opt->heartbeat_s > 65535) {
-        rmqs_fail(err, RMQS_EINVAL, "heartbeat_s",
-                  "heartbeat must be between 0 and 65535 seconds");
-        goto fail;
-    }
-    buf_len = strlen(opt->url);
-    buf = strdup(opt->url); /* amqp_parse_url writes into its input */
-    if (!buf) {
-        rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto fail;
-    }
-    /* Never echo the URL: it holds the password. */
-    if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK) {
-        rmqs_fail(err, RMQS_EINVAL, "amqp_url",
-                  "invalid AMQP URL (expected "
-                  "amqp[s]://user:password@host:port/vhost)");
-        goto fail;
-    }
-    if (!*ci.host) {
-        rmqs_fail(err, RMQS_EINVAL, "amqp_url", "AMQP URL has no host");
-        goto fail;
+        return NULL;
     }
     p = calloc(1, sizeof *p);
     if (!p) {
         rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto fail;
+        return NULL;
     }
     init_amqp_pool(&p->pool, 4096);
-    p->host = strdup(ci.host);
-    /* "amqp://host/" strictly names the vhost "", which RabbitMQ cannot
-     * have; like most clients, read it (and no path) as the default "/". */
-    p->vhost = strdup(*ci.vhost ? ci.vhost : "/");
-    p->user = strdup(ci.user);
-    p->password = strdup(ci.password);
-    p->port = ci.port;
-    p->tls = ci.ssl != 0;
-    p->heartbeat_s = opt->heartbeat_s;
-    if ((opt->ca_file && !(p->ca_file = strdup(opt->ca_file))) ||
-        (opt->cert_file && !(p->cert_file = strdup(opt->cert_file))) ||
-        (opt->key_file && !(p->key_file = strdup(opt->key_file)))) {
-        rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto fail;
-    }
-    if ((p->cert_file == NULL) != (p->key_file == NULL)) {
-        rmqs_fail(err, RMQS_EINVAL, "amqp-cert-file",
-                  "a client certificate needs both a certificate and a key file");
-        goto fail;
-    }
-    p->timeout_ms = opt->connect_timeout_ms > 0 ? opt->connect_timeout_ms
-                                                : DEFAULT_TIMEOUT_MS;
     reset_state(p);
-    if (!p->host || !p->vhost || !p->user || !p->password) {
-        rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto fail;
+    p->link = amqpc_new(&(amqpc_options){.url = opt->url,
+                                         .name = "rmq-scheduler dispatcher",
+                                         .heartbeat_s = opt->heartbeat_s,
+                                         .timeout_ms = opt->connect_timeout_ms,
+                                         .ca_file = opt->ca_file,
+                                         .cert_file = opt->cert_file,
+                                         .key_file = opt->key_file},
+                        err);
+    if (!p->link) {
+        amqpp_free(p);
+        return NULL;
     }
-    p->safe_url = make_safe_url(p);
-    if (!p->safe_url) {
-        rmqs_fail(err, RMQS_ENOMEM, "amqp_url", "out of memory");
-        goto fail;
-    }
-    explicit_bzero(buf, buf_len);
-    free(buf);
     return p;
-
-fail:
-    if (buf) {
-        explicit_bzero(buf, buf_len);
-        free(buf);
-    }
-    amqpp_free(p);
-    return NULL;
 }
 
 void amqpp_free(amqpp_t *p)
@@ -679,17 +490,7 @@ void amqpp_free(amqpp_t *p)
         return;
     }
     amqpp_disconnect(p);
-    if (p->password) {
-        explicit_bzero(p->password, strlen(p->password));
-    }
-    free(p->password);
-    free(p->host);
-    free(p->vhost);
-    free(p->ca_file);
-    free(p->cert_file);
-    free(p->key_file);
-    free(p->user);
-    free(p->safe_url);
+    amqpc_free(p->link);
     free(p->win);
     empty_amqp_pool(&p->pool);
     free(p);
@@ -702,170 +503,35 @@ bool amqpp_connected(const amqpp_t *p)
 
 const char *amqpp_safe_url(const amqpp_t *p)
 {
-    return p ? p->safe_url : "";
-}
-
-static bool is_ip_literal(const char *host)
-{
-    unsigned char buf[sizeof(struct in6_addr)];
-    return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
-}
-
-/* The socket for the URL's scheme. For amqps: peer and host name are
- * verified against the system trust store (SSL_CERT_FILE/SSL_CERT_DIR are
- * honoured), TLS 1.2 at least. */
-static amqp_socket_t *new_socket(amqpp_t *p, amqp_connection_state_t conn,
-                                 char *why, size_t cap)
-{
-    amqp_socket_t *s;
-    SSL_CTX *ctx;
-
-    if (!p->tls) {
-        s = amqp_tcp_socket_new(conn);
-        if (!s) {
-            snprintf(why, cap, "cannot create a TCP socket");
-        }
-        return s;
-    }
-    s = amqp_ssl_socket_new(conn);
-    if (!s) {
-        snprintf(why, cap, "cannot create a TLS socket");
-        return NULL;
-    }
-    amqp_ssl_socket_set_verify_peer(s, 1);
-    ctx = amqp_ssl_socket_get_context(s);
-    if (!ctx || SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION) != 1) {
-        snprintf(why, cap, "cannot configure TLS");
-        return NULL;
-    }
-    if (is_ip_literal(p->host)) {
-        /* rabbitmq-c 0.11 checks names against DNS entries only, so a
-         * certificate for IP:127.0.0.1 never matches: let OpenSSL check the
-         * IP address during verification instead. */
-        amqp_ssl_socket_set_verify_hostname(s, 0);
-        if (X509_VERIFY_PARAM_set1_ip_asc(SSL_CTX_get0_param(ctx), p->host) != 1) {
-            snprintf(why, cap, "cannot set up verification of %s", p->host);
-            return NULL;
-        }
-    } else {
-        amqp_ssl_socket_set_verify_hostname(s, 1);
-    }
-    if (p->ca_file != NULL) {
-        if (amqp_ssl_socket_set_cacert(s, p->ca_file) != AMQP_STATUS_OK) {
-            snprintf(why, cap, "cannot load the CA file %s", p->ca_file);
-            return NULL;
-        }
-    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-        snprintf(why, cap, "cannot load the system trust store");
-        return NULL;
-    }
-    if (p->cert_file != NULL &&
-        amqp_ssl_socket_set_key(s, p->cert_file, p->key_file) != AMQP_STATUS_OK) {
-        snprintf(why, cap, "cannot load the client certificate %s / key %s",
-                 p->cert_file, p->key_file);
-        return NULL;
-    }
-    return s;
+    return p ? amqpc_safe_url(p->link) : "";
 }
 
 rmqs_rc amqpp_connect(amqpp_t *p, rmqs_error *err)
 {
-    amqp_connection_state_t conn = NULL;
-    amqp_socket_t *sock;
-    amqp_rpc_reply_t reply;
-    amqp_table_entry_t caps[1], props[4];
-    amqp_table_t caps_table, props_table;
-    struct timeval tv;
-    char why[240], detail[200], version[32];
-    rmqs_rc rc = RMQS_EBROKER;
-    int res;
+    rmqs_error e = {{0}, {0}};
+    rmqs_rc rc;
 
     if (p->conn) {
         return RMQS_OK;
     }
-    tv.tv_sec = p->timeout_ms / 1000;
-    tv.tv_usec = (p->timeout_ms % 1000) * 1000;
-
-    conn = amqp_new_connection();
-    if (!conn) {
-        rc = rmqs_fail(err, RMQS_EBROKER, NULL,
-                       "cannot create an AMQP connection: out of memory");
-        goto fail;
+    rc = amqpc_open(p->link, &e);
+    if (rc == RMQS_OK) {
+        p->conn = amqpc_state(p->link);
+        rc = open_channel(p, &e);
     }
-    sock = new_socket(p, conn, why, sizeof why);
-    if (!sock) {
-        rc = rmqs_fail(err, RMQS_EBROKER, NULL, "%s", why);
-        goto fail;
+    if (rc != RMQS_OK) {
+        amqpc_drop(p->link);
+        reset_state(p);
+        snprintf(p->lost_reason, sizeof p->lost_reason, "%s", e.message);
+        return rmqs_fail(err, RMQS_EBROKER, NULL, "%s", e.message);
     }
-    res = amqp_socket_open_noblock(sock, p->host, p->port, &tv);
-    if (res != AMQP_STATUS_OK) {
-        /* errno is not meaningful here (non-blocking connect). */
-        rc = rmqs_fail(err, RMQS_EBROKER, NULL, "connect to %s:%d failed: %s",
-                       p->host, p->port, amqp_error_string2(res));
-        goto fail;
-    }
-    amqp_set_handshake_timeout(conn, &tv);
-    amqp_set_rpc_timeout(conn, &tv);
-
-    /* Merged by rabbitmq-c with its own (authentication_failure_close,
-     * exchange_exchange_bindings, product...): ours win. */
-    caps[0].key = amqp_cstring_bytes("connection.blocked");
-    caps[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps[0].value.value.boolean = 1;
-    caps_table.num_entries = 1;
-    caps_table.entries = caps;
-    props[0].key = amqp_cstring_bytes("product");
-    props[0].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[0].value.value.bytes = amqp_cstring_bytes("rmq-scheduler");
-    props[1].key = amqp_cstring_bytes("version");
-    props[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[1].value.value.bytes = amqp_cstring_bytes(RMQS_VERSION);
-    props[2].key = amqp_cstring_bytes("connection_name");
-    props[2].value.kind = AMQP_FIELD_KIND_UTF8;
-    props[2].value.value.bytes = amqp_cstring_bytes("rmq-scheduler dispatcher");
-    props[3].key = amqp_cstring_bytes("capabilities");
-    props[3].value.kind = AMQP_FIELD_KIND_TABLE;
-    props[3].value.value.table = caps_table;
-    props_table.num_entries = 4;
-    props_table.entries = props;
-
-    reply = amqp_login_with_properties(conn, p->vhost, 0,
-                                       AMQP_DEFAULT_FRAME_SIZE, p->heartbeat_s,
-                                       &props_table, AMQP_SASL_METHOD_PLAIN,
-                                       p->user, p->password);
-    if (reply.reply_type != AMQP_RESPONSE_NORMAL) {
-        describe_rpc(reply, detail, sizeof detail);
-        rc = rmqs_fail(err, RMQS_EBROKER, NULL, "login %s on %s:%d: %s",
-                       reply.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION
-                           ? "refused"
-                           : "failed",
-                       p->host, p->port, detail);
-        goto fail;
-    }
-    p->conn = conn;
-    if (open_channel(p, why, sizeof why) != 0) {
-        p->conn = NULL;
-        rc = rmqs_fail(err, RMQS_EBROKER, NULL, "%s", why);
-        goto fail;
-    }
-    p->frame_max = amqp_get_frame_max(conn);
+    p->frame_max = amqpc_frame_max(p->link);
     p->blocked = false;
-    set_user_timeout(p, amqp_get_heartbeat(conn));
-    server_version(conn, version, sizeof version);
     log_info(MOD, "connected",
              "url=%s heartbeat_s=%d frame_max=%d broker_version=%s",
-             p->safe_url, amqp_get_heartbeat(conn), p->frame_max, version);
+             amqpc_safe_url(p->link), amqpc_heartbeat_s(p->link), p->frame_max,
+             amqpc_broker_version(p->link));
     return RMQS_OK;
-
-fail:
-    if (conn) {
-        amqp_destroy_connection(conn);
-    }
-    reset_state(p);
-    if (err) {
-        snprintf(p->lost_reason, sizeof p->lost_reason, "%s", err->message);
-    }
-    return rc;
 }
 
 void amqpp_disconnect(amqpp_t *p)
@@ -873,13 +539,11 @@ void amqpp_disconnect(amqpp_t *p)
     if (!p || !p->conn) {
         return;
     }
-    /* Bounded by the RPC timeout; the answer does not matter. */
     cork(p, false);
-    (void)amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
-    amqp_destroy_connection(p->conn);
+    amqpc_close(p->link, 0);
     lose_window(p, "connection closed before the confirm");
     reset_state(p);
-    log_info(MOD, "disconnected", "url=%s", p->safe_url);
+    log_info(MOD, "disconnected", "url=%s", amqpc_safe_url(p->link));
 }
 
 /* ------------------------------------------------------------------ */
@@ -893,7 +557,7 @@ static void on_connection_method(amqpp_t *p, const amqp_method_t *m)
     case AMQP_CONNECTION_CLOSE_METHOD: {
         const amqp_connection_close_t *c = m->decoded;
         amqp_connection_close_ok_t ok = {0};
-        format_reply(reason, sizeof reason, c->reply_code, c->reply_text);
+        amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         (void)amqp_send_method(p->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD,
                                &ok);
         drop(p, "connection closed by the broker: %s", reason);
@@ -904,12 +568,13 @@ static void on_connection_method(amqpp_t *p, const amqp_method_t *m)
         copy_bytes(reason, sizeof reason, bl->reason);
         p->blocked = true;
         log_warn(MOD, "broker blocked publishing", "url=%s reason=\"%s\"",
-                 p->safe_url, reason);
+                 amqpc_safe_url(p->link), reason);
         break;
     }
     case AMQP_CONNECTION_UNBLOCKED_METHOD:
         p->blocked = false;
-        log_info(MOD, "broker unblocked publishing", "url=%s", p->safe_url);
+        log_info(MOD, "broker unblocked publishing", "url=%s",
+                 amqpc_safe_url(p->link));
         break;
     default:
         log_debug(MOD, "ignored frame", "channel=0 method=%s",
@@ -920,7 +585,8 @@ static void on_connection_method(amqpp_t *p, const amqp_method_t *m)
 
 static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
 {
-    char reason[256], why[240];
+    char reason[256];
+    rmqs_error e;
 
     if (p->content != CONTENT_NONE) { /* a method ends any content */
         p->content = CONTENT_NONE;
@@ -938,8 +604,8 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
     }
     case AMQP_BASIC_RETURN_METHOD: {
         const amqp_basic_return_t *r = m->decoded;
-        format_reply(p->return_reason, sizeof p->return_reason, r->reply_code,
-                     r->reply_text);
+        amqpc_reply_text(p->return_reason, sizeof p->return_reason,
+                         r->reply_code, r->reply_text);
         p->content = CONTENT_HEADER;
         break;
     }
@@ -947,7 +613,7 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
         const amqp_channel_close_t *c = m->decoded;
         amqp_channel_close_ok_t ok = {0};
         int res;
-        format_reply(reason, sizeof reason, c->reply_code, c->reply_text);
+        amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         res = amqp_send_method(p->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
                                &ok);
         log_warn(MOD, "channel closed by the broker", "channel=%d reason=\"%s\"",
@@ -956,8 +622,8 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
         if (res != AMQP_STATUS_OK) {
             drop(p, "sending channel.close-ok failed: %s",
                  amqp_error_string2(res));
-        } else if (open_channel(p, why, sizeof why) != 0) {
-            drop(p, "reopening the channel failed: %s", why);
+        } else if (open_channel(p, &e) != RMQS_OK) {
+            drop(p, "reopening the channel failed: %s", e.message);
         }
         break;
     }
@@ -1117,10 +783,10 @@ bool amqpp_buffered(const amqpp_t *p)
 /* Building a message                                                  */
 
 static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, size_t *size, char *why, size_t cap);
+                       int depth, char *why, size_t cap);
 
 static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
-                       int depth, size_t *size, char *why, size_t cap)
+                       int depth, char *why, size_t cap)
 {
     const char *key;
     json_t *v;
@@ -1128,7 +794,6 @@ static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
 
     out->num_entries = 0;
     out->entries = NULL;
-    *size += 4;
     if (json_object_size(obj) == 0) {
         return 0;
     }
@@ -1140,14 +805,13 @@ static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
     }
     json_object_foreach(obj, key, v) {
         size_t klen = strlen(key);
-        if (klen == 0 || klen > SHORTSTR_MAX) {
+        if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
             snprintf(why, cap, "header name of %zu bytes (1-255 allowed)",
                      klen);
             return -1;
         }
         out->entries[n].key = amqp_cstring_bytes(key);
-        *size += 1 + klen;
-        if (build_value(pool, v, &out->entries[n].value, depth + 1, size, why,
+        if (build_value(pool, v, &out->entries[n].value, depth + 1, why,
                         cap) != 0) {
             return -1;
         }
@@ -1158,7 +822,7 @@ static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
 }
 
 static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, size_t *size, char *why, size_t cap)
+                       int depth, char *why, size_t cap)
 {
     size_t i, n;
 
@@ -1167,42 +831,36 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
                  MAX_HEADER_DEPTH);
         return -1;
     }
-    *size += 1; /* kind */
     switch (json_typeof(v)) {
     case JSON_STRING:
         out->kind = AMQP_FIELD_KIND_UTF8;
         out->value.bytes.len = json_string_length(v);
         out->value.bytes.bytes = (void *)json_string_value(v);
-        *size += 4 + out->value.bytes.len;
         return 0;
     case JSON_INTEGER:
         out->kind = AMQP_FIELD_KIND_I64;
         out->value.i64 = (int64_t)json_integer_value(v);
-        *size += 8;
         return 0;
     case JSON_REAL:
         out->kind = AMQP_FIELD_KIND_F64;
         out->value.f64 = json_real_value(v);
-        *size += 8;
         return 0;
     case JSON_TRUE:
     case JSON_FALSE:
         out->kind = AMQP_FIELD_KIND_BOOLEAN;
         out->value.boolean = json_is_true(v);
-        *size += 1;
         return 0;
     case JSON_NULL:
         out->kind = AMQP_FIELD_KIND_VOID;
         return 0;
     case JSON_OBJECT:
         out->kind = AMQP_FIELD_KIND_TABLE;
-        return build_table(pool, v, &out->value.table, depth, size, why, cap);
+        return build_table(pool, v, &out->value.table, depth, why, cap);
     case JSON_ARRAY:
         out->kind = AMQP_FIELD_KIND_ARRAY;
         n = json_array_size(v);
         out->value.array.num_entries = (int)n;
         out->value.array.entries = NULL;
-        *size += 4;
         if (n == 0) {
             return 0;
         }
@@ -1214,7 +872,7 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
         }
         for (i = 0; i < n; i++) {
             if (build_value(pool, json_array_get(v, i),
-                            &out->value.array.entries[i], depth + 1, size, why,
+                            &out->value.array.entries[i], depth + 1, why,
                             cap) != 0) {
                 return -1;
             }
@@ -1225,41 +883,12 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
     return -1;
 }
 
-/* Short-string basic properties taken from job->properties as they are. */
-static const struct {
-    const char *name;
-    amqp_flags_t flag;
-    size_t offset;
-} STR_PROPS[] = {
-    {"content_type", AMQP_BASIC_CONTENT_TYPE_FLAG,
-     offsetof(amqp_basic_properties_t, content_type)},
-    {"content_encoding", AMQP_BASIC_CONTENT_ENCODING_FLAG,
-     offsetof(amqp_basic_properties_t, content_encoding)},
-    {"correlation_id", AMQP_BASIC_CORRELATION_ID_FLAG,
-     offsetof(amqp_basic_properties_t, correlation_id)},
-    {"reply_to", AMQP_BASIC_REPLY_TO_FLAG,
-     offsetof(amqp_basic_properties_t, reply_to)},
-    {"message_id", AMQP_BASIC_MESSAGE_ID_FLAG,
-     offsetof(amqp_basic_properties_t, message_id)},
-    {"type", AMQP_BASIC_TYPE_FLAG, offsetof(amqp_basic_properties_t, type)},
-    {"app_id", AMQP_BASIC_APP_ID_FLAG,
-     offsetof(amqp_basic_properties_t, app_id)},
-    {"user_id", AMQP_BASIC_USER_ID_FLAG,
-     offsetof(amqp_basic_properties_t, user_id)},
-};
-
 /* Per-message storage the properties point into. */
 typedef struct msg_buf {
     amqp_basic_properties_t props;
     char scheduled_at[TU_RFC3339_LEN + 1];
     char expiration[24];
 } msg_buf;
-
-static bool reserved_header(const char *key)
-{
-    return strcmp(key, HDR_JOB_ID) == 0 || strcmp(key, HDR_SCHEDULED_AT) == 0 ||
-           strcmp(key, HDR_DELAY) == 0;
-}
 
 /*
  * Fill m->props for job (pointers into the job, m and pool). Returns 0, or
@@ -1273,11 +902,11 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     json_t *props = job->properties, *v;
     amqp_table_entry_t *e;
     const char *key;
-    size_t size = 2, i, n = 0; /* property flags */
+    size_t size, i, n = 0;
 
     memset(pr, 0, sizeof *pr);
-    if ((job->exchange && strlen(job->exchange) > SHORTSTR_MAX) ||
-        (job->routing_key && strlen(job->routing_key) > SHORTSTR_MAX)) {
+    if ((job->exchange && strlen(job->exchange) > AMQPM_SHORTSTR_MAX) ||
+        (job->routing_key && strlen(job->routing_key) > AMQPM_SHORTSTR_MAX)) {
         snprintf(why, cap, "exchange or routing key longer than 255 bytes");
         return -1;
     }
@@ -1292,7 +921,6 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
 
     pr->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
     pr->delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    size += 1;
     v = props ? json_object_get(props, "persistent") : NULL;
     if (v && !json_is_boolean(v)) {
         snprintf(why, cap, "property persistent is not a boolean");
@@ -1302,31 +930,31 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
         pr->delivery_mode = AMQP_DELIVERY_NONPERSISTENT;
     }
 
-    for (i = 0; props && i < sizeof STR_PROPS / sizeof STR_PROPS[0]; i++) {
-        amqp_bytes_t *dst =
-            (amqp_bytes_t *)(void *)((char *)pr + STR_PROPS[i].offset);
-        v = json_object_get(props, STR_PROPS[i].name);
+    for (i = 0; props && i < amqpm_n_str_props; i++) {
+        amqp_bytes_t *dst = amqpm_str_prop_field(pr, i);
+        if (amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG) {
+            continue; /* a string or an integer: below */
+        }
+        v = json_object_get(props, amqpm_str_props[i].name);
         if (!v) {
             continue;
         }
-        if (!json_is_string(v) || json_string_length(v) > SHORTSTR_MAX) {
+        if (!json_is_string(v) || json_string_length(v) > AMQPM_SHORTSTR_MAX) {
             snprintf(why, cap, "property %s is not a string of at most 255 "
-                               "bytes", STR_PROPS[i].name);
+                               "bytes", amqpm_str_props[i].name);
             return -1;
         }
         dst->len = json_string_length(v);
         dst->bytes = (void *)json_string_value(v);
-        pr->_flags |= STR_PROPS[i].flag;
-        size += 1 + dst->len;
+        pr->_flags |= amqpm_str_props[i].flag;
     }
     if (!(pr->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)) {
         pr->message_id = amqp_cstring_bytes(job->id);
         pr->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-        size += 1 + pr->message_id.len;
     }
     v = props ? json_object_get(props, "expiration") : NULL;
     if (v) {
-        if (json_is_string(v) && json_string_length(v) <= SHORTSTR_MAX) {
+        if (json_is_string(v) && json_string_length(v) <= AMQPM_SHORTSTR_MAX) {
             pr->expiration.len = json_string_length(v);
             pr->expiration.bytes = (void *)json_string_value(v);
         } else if (json_is_integer(v) && json_integer_value(v) >= 0) {
@@ -1339,7 +967,6 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
             return -1;
         }
         pr->_flags |= AMQP_BASIC_EXPIRATION_FLAG;
-        size += 1 + pr->expiration.len;
     }
     v = props ? json_object_get(props, "priority") : NULL;
     if (v) {
@@ -1350,7 +977,6 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
         }
         pr->priority = (uint8_t)json_integer_value(v);
         pr->_flags |= AMQP_BASIC_PRIORITY_FLAG;
-        size += 1;
     }
 
     /* Headers: the job's own, then ours (which win over same-named ones). */
@@ -1360,32 +986,30 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
         snprintf(why, cap, "out of memory");
         return -1;
     }
-    size += 4;
     if (job->headers) {
         json_object_foreach(job->headers, key, v) {
             size_t klen = strlen(key);
-            if (reserved_header(key)) {
+            if (amqpm_reserved_header(key)) {
                 continue;
             }
-            if (klen == 0 || klen > SHORTSTR_MAX) {
+            if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
                 snprintf(why, cap, "header name of %zu bytes (1-255 allowed)",
                          klen);
                 return -1;
             }
             e[n].key = amqp_cstring_bytes(key);
-            size += 1 + klen;
-            if (build_value(pool, v, &e[n].value, 1, &size, why, cap) != 0) {
+            if (build_value(pool, v, &e[n].value, 1, why, cap) != 0) {
                 return -1;
             }
             n++;
         }
     }
     tu_format_rfc3339(job->deliver_at, m->scheduled_at);
-    e[n].key = amqp_cstring_bytes(HDR_JOB_ID);
+    e[n].key = amqp_cstring_bytes(AMQPM_HDR_JOB_ID);
     e[n].value.kind = AMQP_FIELD_KIND_UTF8;
     e[n].value.value.bytes = amqp_cstring_bytes(job->id);
     n++;
-    e[n].key = amqp_cstring_bytes(HDR_SCHEDULED_AT);
+    e[n].key = amqp_cstring_bytes(AMQPM_HDR_SCHEDULED_AT);
     e[n].value.kind = AMQP_FIELD_KIND_UTF8;
     e[n].value.value.bytes = amqp_cstring_bytes(m->scheduled_at);
     n++;
@@ -1393,26 +1017,23 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
      * a signed 32-bit integer ("I"), which every client decodes alike
      * (python3-pika 1.2 reads a 64-bit "l" as unsigned); only a delay
      * beyond int32 (2^31 ms, about 24.9 days) needs a 64-bit long. */
-    e[n].key = amqp_cstring_bytes(HDR_DELAY);
+    e[n].key = amqp_cstring_bytes(AMQPM_HDR_DELAY);
     if (job->delay_ms >= -(int64_t)INT32_MAX &&
         job->delay_ms <= -(int64_t)INT32_MIN) {
         e[n].value.kind = AMQP_FIELD_KIND_I32;
         e[n].value.value.i32 = (int32_t)-job->delay_ms;
-        size += 1 + strlen(HDR_DELAY) + 1 + 4;
     } else {
         e[n].value.kind = AMQP_FIELD_KIND_I64;
         e[n].value.value.i64 = -job->delay_ms;
-        size += 1 + strlen(HDR_DELAY) + 1 + 8;
     }
     n++;
-    size += (1 + strlen(HDR_JOB_ID) + 1 + 4 + strlen(job->id)) +
-            (1 + strlen(HDR_SCHEDULED_AT) + 1 + 4 + strlen(m->scheduled_at));
     pr->headers.num_entries = (int)n;
     pr->headers.entries = e;
     pr->_flags |= AMQP_BASIC_HEADERS_FLAG;
 
     /* The content header must fit in one frame, or the encoder fails after
      * the publish method went out (and the connection is unusable). */
+    size = amqpm_encoded_size(job->headers, props, strlen(job->id));
     if (size + HEADER_PAYLOAD_FIXED + FRAME_OVERHEAD > (size_t)p->frame_max) {
         snprintf(why, cap, "headers and properties take %zu bytes, more than "
                            "the frame size %d allows", size, p->frame_max);

@@ -71,7 +71,8 @@ static const opt_def opt_table[] = {
      "SQLite database file (its folder is created)", NULL},
     {"amqp-url", "RMQS_AMQP_URL", OPT_STR, F(amqp_url),
      "amqp://guest:guest@localhost:5672/", 0, 0,
-     "RabbitMQ URL, amqp://user:pass@host:port/vhost", NULL},
+     "RabbitMQ URL, amqp://user:pass@host:port/vhost; several separated by "
+     "commas are tried in turn", NULL},
     {"max-attempts", "RMQS_MAX_ATTEMPTS", OPT_INT, F(max_attempts), "10", 1,
      CONFIG_MAX_ATTEMPTS_MAX, "default max_attempts of a job", NULL},
     {"backoff-base-ms", "RMQS_BACKOFF_BASE_MS", OPT_INT, F(backoff_base_ms),

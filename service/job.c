@@ -35,6 +35,7 @@
 #include <strings.h>
 #include <sys/random.h>
 
+#include "amqp_message.h"
 #include "timeutil.h"
 
 #define JOB_MAX_HEADERS 128
@@ -46,8 +47,9 @@
  * connection's frame_max (rabbitmq-c asks 131072): a job whose headers take
  * more would be accepted and then never be publishable, so the total is
  * capped at half a frame, computed as the AMQP encoder counts it
- * (amqp_encoded_size()). A JSON body is published as compact JSON; nesting
- * deeper than JOB_MAX_BODY_DEPTH levels of arrays/objects is refused, since
+ * (amqpm_encoded_size(), shared with the publisher). A JSON body is
+ * published as compact JSON; nesting deeper than JOB_MAX_BODY_DEPTH levels
+ * of arrays/objects is refused, since
  * consumers' parsers commonly stop far below jansson's 2048.
  */
 #define JOB_MAX_PROPS_BYTES 65536
@@ -593,8 +595,8 @@ static int cmp_str(const void *a, const void *b)
  */
 static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
 {
-    static const char *const reserved[] = {"x-scheduler-job-id",
-                                           "x-scheduled-at", "x-delay"};
+    static const char *const reserved[] = {
+        AMQPM_HDR_JOB_ID, AMQPM_HDR_SCHEDULED_AT, AMQPM_HDR_DELAY};
     const char *keys[JOB_MAX_HEADERS];
     const char *key;
     json_t *val;
@@ -758,55 +760,6 @@ static bool nested_deeper_than(json_t *v, int max)
     return false;
 }
 
-/*
- * Bytes the message properties take in the AMQP content header, counted as
- * the encoder does (AMQP 0-9-1 section 4.2.5, as amqp_publisher.c sends
- * them): property flags, delivery mode, each short string (1 + length),
- * priority, and the header table (4 + per entry 1 + name + 1 + value: a
- * long string 4 + length, an integer or a double 8, a boolean 1), plus the
- * x-scheduler-job-id, x-scheduled-at and x-delay headers and the default
- * message_id the publisher adds. Inputs are validated headers/properties.
- */
-static size_t amqp_encoded_size(json_t *headers, json_t *props)
-{
-    static const char *const strings[] = {
-        "content_type", "content_encoding", "correlation_id", "reply_to",
-        "message_id",   "type",             "app_id",         "user_id",
-        "expiration"};
-    const char *key;
-    json_t *v;
-    size_t size = 2 + 1; /* flags, delivery_mode */
-
-    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-        v = props != NULL ? json_object_get(props, strings[i]) : NULL;
-        if (json_is_string(v))
-            size += 1 + json_string_length(v);
-    }
-    if (props == NULL || json_object_get(props, "message_id") == NULL)
-        size += 1 + JOB_ID_LEN;
-    if (props != NULL && json_object_get(props, "priority") != NULL)
-        size += 1;
-
-    size += 4; /* table length */
-    size += 1 + strlen("x-scheduler-job-id") + 1 + 4 + JOB_ID_LEN;
-    size += 1 + strlen("x-scheduled-at") + 1 + 4 + TU_RFC3339_LEN;
-    /* x-delay goes out as a 32-bit integer while -delay_ms fits, else 64;
-     * count 8: a PATCH may lengthen the delay after this check. */
-    size += 1 + strlen("x-delay") + 1 + 8;
-    if (headers != NULL) {
-        json_object_foreach(headers, key, v) {
-            size += 1 + strlen(key) + 1;
-            if (json_is_string(v))
-                size += 4 + json_string_length(v);
-            else if (json_is_boolean(v))
-                size += 1;
-            else
-                size += 8; /* integer or real */
-        }
-    }
-    return size;
-}
-
 /* Fill job's body from "body" / "body_base64". */
 static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
 {
@@ -942,7 +895,8 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
     if (rc != RMQS_OK)
         goto out;
 
-    size_t props_bytes = amqp_encoded_size(job.headers, job.properties);
+    size_t props_bytes =
+        amqpm_encoded_size(job.headers, job.properties, JOB_ID_LEN);
     if (props_bytes > JOB_MAX_PROPS_BYTES) {
         rc = rmqs_fail(err, RMQS_EINVAL, "headers",
                        "headers: headers and properties take %zu bytes in the "

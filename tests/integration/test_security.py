@@ -10,7 +10,10 @@ files.
   use and that nothing else can.
 - amqps:// with --amqp-ca-file (and a client certificate): a second, private
   RabbitMQ node with a TLS listener is started by this module (its own name,
-  ports, epmd and data folder) and always stopped at the end.
+  ports, epmd and data folder) and always stopped at the end. For an IP
+  literal in the URL, both AMQP connections (publisher and --ingest) must
+  find that IP in the certificate's subjectAltName (a third node presents a
+  certificate that names the IP only in its CN).
 
 Certificates are made with the openssl command line in temporary folders.
 Everything talks to 127.0.0.1 only; every wait has a deadline.
@@ -118,7 +121,9 @@ def openssl(*args, cwd):
 
 class Pki:
     """A private CA, a server certificate for 127.0.0.1 (SAN IP:127.0.0.1
-    and DNS:localhost) and a client certificate, all PEM, EC P-256."""
+    and DNS:localhost), a server certificate without the IP in a SAN (no
+    subjectAltName, CN=127.0.0.1: what RFC 6125 clients refuse for an IP)
+    and a client certificate, all PEM, EC P-256."""
 
     def __init__(self, folder):
         self.dir = folder
@@ -135,6 +140,8 @@ class Pki:
             "server", "/CN=127.0.0.1",
             "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
             "extendedKeyUsage=serverAuth\n")
+        self.noip_cert, self.noip_key = self._issue(
+            "server-noip", "/CN=127.0.0.1", "extendedKeyUsage=serverAuth\n")
         self.client_cert, self.client_key = self._issue(
             "client", f"/CN={self.client_cn}", "extendedKeyUsage=clientAuth\n")
 
@@ -220,7 +227,7 @@ class TlsBroker:
     logs, config and a copy of the certificates) belongs to the rabbitmq
     user, which the node drops to."""
 
-    def __init__(self, pki, require_client_cert):
+    def __init__(self, pki, require_client_cert, ip_in_cert=True):
         self.require_client_cert = require_client_cert
         self.node = f"rmqs-sectls-{os.getpid()}-{uuid.uuid4().hex[:6]}@localhost"
         self.dir = tempfile.mkdtemp(prefix="rmqs-sectls-", dir="/tmp")
@@ -229,8 +236,9 @@ class TlsBroker:
         self.pid = None
         self.launched = False
         for name in ("ca.pem", "server.pem", "server.key"):
-            src = {"ca.pem": pki.ca, "server.pem": pki.server_cert,
-                   "server.key": pki.server_key}[name]
+            src = {"ca.pem": pki.ca,
+                   "server.pem": pki.server_cert if ip_in_cert else pki.noip_cert,
+                   "server.key": pki.server_key if ip_in_cert else pki.noip_key}[name]
             shutil.copy(src, os.path.join(self.dir, name))
         with open(os.path.join(self.dir, "enabled_plugins"), "w") as f:
             f.write("[].\n")
@@ -314,9 +322,11 @@ class TlsBroker:
         return r.stdout
 
     def tls_connections(self):
-        """Connections to the TLS listener, as rabbitmqctl sees them."""
+        """Connections to the TLS listener, as rabbitmqctl sees them
+        (client_properties as [name, type, value] triples)."""
         out = self.ctl("list_connections", "port", "ssl", "ssl_protocol",
-                       "peer_cert_subject", "user", "--formatter", "json", "-q")
+                       "peer_cert_subject", "user", "client_properties",
+                       "--formatter", "json", "-q")
         return [c for c in json.loads(out) if c.get("port") == self.tls_port]
 
     def stop(self):
@@ -347,18 +357,21 @@ class TlsBroker:
 
 @pytest.fixture(scope="module")
 def tls_broker(pki):
-    """tls_broker(require_client_cert=False): the module's TLS node of that
-    kind. On first use both kinds are launched at once (booting side by side
-    is much quicker than one after the other); all are stopped, in parallel,
-    at the end of the module."""
+    """tls_broker(require_client_cert=False, ip_in_cert=True): the module's
+    TLS node of that kind. On first use both client-certificate kinds are
+    launched at once (booting side by side is much quicker than one after
+    the other), and with them the node whose certificate lacks the IP if
+    that is what is asked for; all are stopped, in parallel, at the end of
+    the module."""
     nodes = {}
 
-    def get(require_client_cert=False):
-        if not nodes:
-            for kind in (False, True):
-                nodes[kind] = TlsBroker(pki, kind)
+    def get(require_client_cert=False, ip_in_cert=True):
+        want = (require_client_cert, ip_in_cert)
+        for kind in ((False, True), (True, True), want):
+            if kind not in nodes:
+                nodes[kind] = TlsBroker(pki, *kind)
                 nodes[kind].launch()
-        return nodes[require_client_cert].wait_up()
+        return nodes[want].wait_up()
     yield get
     stoppers = [threading.Thread(target=b.stop) for b in nodes.values()]
     for t in stoppers:
@@ -954,3 +967,72 @@ def test_amqps_unreadable_tls_files_stop_the_start(pki, tmp_path, missing):
     assert nope in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "db"), "it went on starting"
     assert_no_sanitizer(r.stdout + r.stderr)
+
+
+def _connection_named(broker, name):
+    """The TLS-listener connection whose client properties carry this
+    connection_name, or None."""
+    for c in broker.tls_connections():
+        props = {p[0]: p[2] for p in c.get("client_properties") or []
+                 if isinstance(p, list) and len(p) == 3}
+        if props.get("connection_name") == name:
+            return c
+    return None
+
+
+def test_amqps_ingest_to_an_ip_literal_verifies_the_ip(service, pki, tls_broker,
+                                                       tls_consumers):
+    """--ingest over amqps://127.0.0.1 checks the certificate's IP address,
+    as the publisher does: a certificate with IP:127.0.0.1 in its
+    subjectAltName is accepted (a delayed message goes in through the ingest
+    connection and comes out when due), one that names the IP only in its CN
+    is refused by both connections (the ingest used to ask rabbitmq-c for a
+    DNS-name check, which refuses the first and, by its CN fallback, accepts
+    the second)."""
+    noip = tls_broker(ip_in_cert=False)
+    broker = tls_broker()
+    consumer = tls_consumers(broker)
+    ingest = f"rmqs-test-ingest-tls-{uuid.uuid4().hex[:8]}"
+    # (the ingest exchange and inbox live on the module's private nodes)
+
+    svc = service("--ingest", f"{ingest}={consumer.exchange}",
+                  "--amqp-ca-file", pki.ca,
+                  amqp_url=broker.tls_url("127.0.0.1"), wait="health")
+    wait_ready(svc, timeout=20)
+    st, _, ready = svc.get("/readyz")
+    assert (st, ready.get("broker"), ready.get("ingest")) == (200, "up", "up"), ready
+    conn = wait_until(lambda: _connection_named(broker, "rmq-scheduler ingest"),
+                      10, "the ingest connection on the TLS listener")
+    assert conn["ssl"] is True and conn["ssl_protocol"] in ("tlsv1.2", "tlsv1.3"), conn
+    # A message through the ingest: published on the node's plain listener,
+    # consumed over TLS by the service, stored, published when due.
+    mid = f"tls-ingest-{uuid.uuid4().hex}"
+    pub = pika.BlockingConnection(amqp_params(broker.plain_url))
+    try:
+        ch = pub.channel()
+        ch.confirm_delivery()
+        ch.basic_publish(ingest, consumer.routing_key, b"via amqps ingest",
+                         pika.BasicProperties(headers={"x-delay": 200},
+                                              message_id=mid, delivery_mode=2))
+    finally:
+        pub.close()
+    msgs = consumer.wait_for(1, timeout=20)
+    assert [(m.body, m.properties.message_id) for m in msgs] == \
+        [(b"via amqps ingest", mid)], msgs
+
+    refused = service("--ingest", f"{ingest}={consumer.exchange}",
+                      "--amqp-ca-file", pki.ca,
+                      amqp_url=noip.tls_url("127.0.0.1"), wait="health")
+    line = wait_until(
+        lambda: next((ln for ln in refused.log().splitlines()
+                      if "cannot consume the inboxes" in ln), None),
+        20, "the ingest's refused TLS handshake to be logged")
+    assert "cert" in line.lower() and "verif" in line.lower(), line
+    assert "amqps://guest:***@127.0.0.1:" in line and "guest:guest" not in line, line
+    wait_until(lambda: "broker unreachable" in refused.log(), 20,
+               "the publisher's refused TLS handshake to be logged")
+    for _ in range(10):  # and both stay down
+        st, _, body = refused.get("/readyz")
+        assert (st, body["broker"], body["ingest"]) == (503, "down", "down"), body
+        time.sleep(0.2)
+    assert noip.tls_connections() == [], "a connection got through"

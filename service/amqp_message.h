@@ -1,0 +1,71 @@
+/*
+ * amqp_message.h - what a job's message is on the AMQP wire: the names of
+ * the basic properties and headers this service reads and writes, and the
+ * size they take in the message's content header.
+ *
+ * Why a module of its own: three places speak about the same names and
+ * bytes. The HTTP validation (job.c) refuses a job whose properties could
+ * never fit in one content-header frame, the publisher (amqp_publisher.c)
+ * builds that frame and checks it against the broker's frame_max, and the
+ * ingest (amqp_ingest.c) turns a delivery's properties back into a job's.
+ * With one table and one calculator they cannot drift apart.
+ *
+ * Pure: no socket, no connection, no allocation; it needs rabbitmq-c's
+ * headers for the property layout but none of its functions, so job.c stays
+ * fuzzable on its own (tests/fuzz).
+ */
+#ifndef RMQS_AMQP_MESSAGE_H
+#define RMQS_AMQP_MESSAGE_H
+
+#include <amqp.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define AMQPM_SHORTSTR_MAX 255 /* an AMQP short string: names, properties */
+
+/* Headers the publisher sets on every message (a job's own header of the
+ * same name is dropped), and the timing headers the ingest consumes. */
+#define AMQPM_HDR_JOB_ID "x-scheduler-job-id"
+#define AMQPM_HDR_SCHEDULED_AT "x-scheduled-at"
+#define AMQPM_HDR_DELAY "x-delay"
+#define AMQPM_HDR_DELIVER_AT "x-deliver-at"
+
+/* One short-string basic property, by its name in a job's "properties". */
+typedef struct amqpm_str_prop {
+    const char *name;   /* "content_type", ... */
+    amqp_flags_t flag;  /* AMQP_BASIC_..._FLAG */
+    size_t offset;      /* of its amqp_bytes_t in amqp_basic_properties_t */
+} amqpm_str_prop;
+
+/* Every short-string property a job carries; expiration is the last entry
+ * (the publisher also takes it as an integer, so it treats it apart). */
+extern const amqpm_str_prop amqpm_str_props[];
+extern const size_t amqpm_n_str_props;
+
+/* The amqp_bytes_t of property i inside props (borrowed from props). */
+amqp_bytes_t *amqpm_str_prop_field(amqp_basic_properties_t *props, size_t i);
+const amqp_bytes_t *amqpm_str_prop_cfield(const amqp_basic_properties_t *props,
+                                          size_t i);
+
+/* Whether a header of this name is one the publisher sets itself (exact
+ * match, as the broker and the publisher compare names). */
+bool amqpm_reserved_header(const char *name);
+
+/*
+ * Bytes the properties and headers of a job's message take in its content
+ * header, counted as rabbitmq-c's encoder writes them (AMQP 0-9-1 section
+ * 4.2.5, as amqp_publisher.c builds them): property flags, delivery mode,
+ * each short-string property (1 + length; an integer expiration as its
+ * decimal text), priority, the default message_id (id_len bytes, the job
+ * id) when props has none, and the header table: 4, then per entry
+ * 1 + name + 1 (kind) + value (a long string 4 + length, an integer or a
+ * double 8, a boolean 1, null nothing, a table or array 4 + its entries),
+ * plus the three headers the publisher adds, x-delay counted as a 64-bit
+ * integer (the most it takes). A job header with a reserved name is not
+ * counted (it is not sent). headers and props may be NULL; nesting is
+ * bounded by the caller's validation.
+ */
+size_t amqpm_encoded_size(json_t *headers, json_t *props, size_t id_len);
+
+#endif

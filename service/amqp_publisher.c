@@ -7,8 +7,9 @@
  * that was routed (mandatory=1, so an unroutable one comes back first as
  * basic.return). rabbitmq-c 0.11 has no helper to wait for confirms
  * (amqp_publisher_confirm_wait arrived in 0.15), so this module reads every
- * frame itself with amqp_simple_wait_frame_noblock() and keeps the
- * bookkeeping of the publishes still unconfirmed (the window).
+ * frame itself with amqp_simple_wait_frame_noblock() and turns them into
+ * events for the window of publishes still unconfirmed (confirm_window.c
+ * keeps those books and decides each job's outcome).
  *
  * DESIGN
  * - Pipelined: amqpp_send() writes a message and returns; confirms are read
@@ -18,26 +19,22 @@
  *   still unconfirmed, and the broker, not a round trip per batch, sets the
  *   pace (the window bounds memory and what a lost connection repeats).
  * - One connection, one channel (1) in confirm mode. The broker numbers the
- *   publishes on a channel 1, 2, 3... from confirm.select on; p->next_tag
- *   mirrors that counter and starts again at 1 whenever the channel is
- *   (re)opened, which only happens with an empty window. Tag t lives in
- *   win[(t - 1) % cap]; low_tag is the oldest tag not yet reported, so a
- *   run of multiple acks costs O(window) in total.
- * - basic.ack / basic.nack settle one tag, or with multiple=1 every
- *   unsettled tag up to it.
+ *   publishes on a channel 1, 2, 3... from confirm.select on; the window
+ *   hands out the same tags and starts again at 1 whenever the channel is
+ *   (re)opened, which only happens with an empty window.
+ * - basic.ack / basic.nack go to the window as they come.
  * - basic.return carries no delivery tag. It is followed by the returned
  *   message's content header (and body frames); the header's
- *   x-scheduler-job-id (or, failing that, message_id) names the job. Returns
- *   come in publish order, always before the ack of the same message, so the
- *   search starts after the previous match. A returned job is reported
- *   AMQPP_RETURNED when its ack arrives (the broker acks unroutable mandatory
- *   messages). The content state machine (p->content) is independent of the
- *   window, so a return split across two reads is skipped correctly.
+ *   x-scheduler-job-id (or, failing that, message_id) names the job, and
+ *   the window reports it AMQPP_RETURNED when its ack arrives (the broker
+ *   acks unroutable mandatory messages). The content state machine
+ *   (p->content) is independent of the window, so a return split across
+ *   two reads is skipped correctly.
  * - channel.close (e.g. 404 NOT_FOUND no exchange 'x'): the broker drops
- *   every later publish on the channel. Unconfirmed jobs whose exchange is
- *   quoted in the reply text get AMQPP_CLOSED; if none is, all of them do;
- *   the others get AMQPP_UNSENT (publish again). The channel is reopened and
- *   confirm.select sent again (tags restart at 1). Measured: a job published
+ *   every later publish on the channel. The window reports the jobs whose
+ *   exchange is quoted in the reply text AMQPP_CLOSED (all of them if none
+ *   is) and the others AMQPP_UNSENT (publish again). The channel is
+ *   reopened and confirm.select sent again. Measured: a job published
  *   before the culprit is usually enqueued already, but its confirm dies
  *   with the channel, so publishing it again duplicates it (at-least-once;
  *   consumers dedupe on message_id / x-scheduler-job-id).
@@ -45,7 +42,7 @@
  *   does not come within the confirm timeout drop the connection:
  *   unconfirmed jobs become AMQPP_LOST. A late ack can never be credited to
  *   the wrong job: tags die with the channel, and on a kept channel they
- *   only grow (acks below low_tag are ignored).
+ *   only grow (the window ignores acks for tags it has reported).
  * - connection.blocked (resource alarm) is remembered; while blocked,
  *   amqpp_can_send() is false and a send is reported AMQPP_UNSENT at once.
  *   RabbitMQ only sends connection.blocked to a connection that publishes,
@@ -79,8 +76,8 @@
  * Frame memory belongs to the connection's pools: everything needed is
  * copied (reply texts into fixed buffers) before amqp_maybe_release_buffers().
  * Header tables for a message are built in the publisher's amqp_pool_t,
- * recycled after each message; the window is one array of `window` slots
- * allocated once. Nothing grows with the number of publishes.
+ * recycled after each message; the window is allocated once. Nothing grows
+ * with the number of publishes.
  *
  * Logs and error messages use the safe URL ("user:***@", amqp_conn.h).
  */
@@ -99,6 +96,7 @@
 
 #include "amqp_conn.h"
 #include "amqp_message.h"
+#include "confirm_window.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -119,42 +117,19 @@ typedef enum content_state {
     CONTENT_BODY    /* skipping body_left bytes of body frames */
 } content_state;
 
-/* One unconfirmed publish. */
-enum flight_state {
-    FL_FREE = 0,  /* slot unused (reported) */
-    FL_INFLIGHT,  /* published, not settled */
-    FL_RETURNED   /* published, returned, its ack still due */
-};
-
-typedef struct flight {
-    const job_t *job;  /* borrowed from the caller until reported */
-    void *ctx;         /* the caller's, given back in the report */
-    int64_t sent_ms;   /* monotonic */
-    unsigned char state;
-    char reason[256];  /* FL_RETURNED: "312 NO_ROUTE" */
-} flight;
-
 struct amqpp {
     amqpc_t *link;                /* URL, TLS, login (amqp_conn.h) */
     amqp_connection_state_t conn; /* link's connection; NULL while
                                      disconnected */
     int frame_max;
     bool blocked;
-    uint64_t next_tag; /* delivery tag of the next publish on CHANNEL */
 
     content_state content;
     uint64_t body_left;
     char return_reason[256]; /* "312 NO_ROUTE" */
     char lost_reason[256];   /* why the connection was last dropped */
 
-    /* The window: publishes not yet confirmed, by delivery tag. Tags
-     * low_tag..next_tag-1 live in win[(tag - 1) % cap]; every tag below
-     * low_tag has been reported. */
-    flight *win;
-    size_t cap;
-    uint64_t low_tag;
-    uint64_t return_cursor;  /* where the next basic.return match starts */
-    size_t unconfirmed;      /* slots not FL_FREE */
+    cwin_t *win;             /* owned; publishes not yet confirmed */
     size_t sent_since_poll;
     bool corked;             /* TCP_CORK set: sends are held until flushed */
     int confirm_timeout_ms;
@@ -181,21 +156,6 @@ static void set_result(amqpp_result *r, amqpp_result_kind kind,
     va_end(ap);
 }
 
-/* Whether 'name' appears, single-quoted, in text (RabbitMQ's reply texts
- * quote names: "NOT_FOUND - no exchange 'x' in vhost '/'"). */
-static bool quoted_in(const char *text, const char *name)
-{
-    size_t len = strlen(name);
-    const char *q;
-
-    for (q = strchr(text, '\''); q; q = strchr(q + 1, '\'')) {
-        if (strncmp(q + 1, name, len) == 0 && q[1 + len] == '\'') {
-            return true;
-        }
-    }
-    return false;
-}
-
 static void copy_bytes(char *out, size_t cap, amqp_bytes_t b)
 {
     size_t len = b.len < cap - 1 ? b.len : cap - 1;
@@ -207,95 +167,13 @@ static void copy_bytes(char *out, size_t cap, amqp_bytes_t b)
 }
 
 /* ------------------------------------------------------------------ */
-/* The window of unconfirmed publishes                                 */
+/* Feeding the window                                                  */
 
-static flight *slot(amqpp_t *p, uint64_t tag)
-{
-    return &p->win[(tag - 1) % p->cap];
-}
-
-/* Tell the owner what became of f's job and free the slot. */
-static void report(amqpp_t *p, flight *f, const amqpp_result *r)
-{
-    void *ctx = f->ctx;
-
-    f->state = FL_FREE;
-    f->job = NULL;
-    f->ctx = NULL;
-    p->unconfirmed--;
-    p->on_report(p->report_cls, ctx, r);
-}
-
-static void report_kind(amqpp_t *p, flight *f, amqpp_result_kind kind,
-                        const char *reason)
-{
-    amqpp_result r;
-
-    set_result(&r, kind, "%s", reason);
-    report(p, f, &r);
-}
-
-/* Move low_tag past the slots already reported. */
-static void advance_low(amqpp_t *p)
-{
-    while (p->low_tag < p->next_tag && slot(p, p->low_tag)->state == FL_FREE) {
-        p->low_tag++;
-    }
-}
-
-static void settle_one(amqpp_t *p, flight *f, bool ack)
-{
-    switch (f->state) {
-    case FL_INFLIGHT:
-        report_kind(p, f, ack ? AMQPP_ACKED : AMQPP_NACKED,
-                    ack ? "" : "nacked by the broker");
-        break;
-    case FL_RETURNED:
-        /* The broker acks an unroutable mandatory message after returning
-         * it: the return is the answer. A nack still wins. */
-        report_kind(p, f, ack ? AMQPP_RETURNED : AMQPP_NACKED,
-                    ack ? f->reason : "nacked by the broker");
-        break;
-    default:
-        break;
-    }
-}
-
-static void settle_tags(amqpp_t *p, uint64_t tag, bool multiple, bool ack)
-{
-    uint64_t lo, hi, t;
-
-    if (p->low_tag >= p->next_tag) {
-        return; /* nothing unconfirmed */
-    }
-    if (multiple && tag == 0) { /* AMQP: "all outstanding" */
-        hi = p->next_tag - 1;
-    } else if (tag < p->low_tag) {
-        return; /* settled already (or given up on: confirm timeout) */
-    } else if (tag >= p->next_tag) {
-        if (!multiple) {
-            log_debug(MOD, "confirm for an unknown delivery tag", "tag=%llu",
-                      (unsigned long long)tag);
-            return;
-        }
-        hi = p->next_tag - 1;
-    } else {
-        hi = tag;
-    }
-    lo = multiple ? p->low_tag : hi;
-    for (t = lo; t <= hi; t++) {
-        settle_one(p, slot(p, t), ack);
-    }
-    advance_low(p);
-}
-
-/* A basic.return's content header arrived: find its publish. Returns come
- * in publish order, so the search starts after the previous match. */
+/* A basic.return's content header arrived: tell the window whose it is. */
 static void match_return(amqpp_t *p, const amqp_basic_properties_t *props,
                          const char *reason)
 {
     amqp_bytes_t id = {0, NULL};
-    uint64_t span = p->next_tag - p->low_tag, c, t;
     int e;
 
     if (props && (props->_flags & AMQP_BASIC_HEADERS_FLAG)) {
@@ -313,73 +191,25 @@ static void match_return(amqpp_t *p, const amqp_basic_properties_t *props,
     if (!id.len && props && (props->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)) {
         id = props->message_id;
     }
-    if (p->return_cursor < p->low_tag || p->return_cursor >= p->next_tag) {
-        p->return_cursor = p->low_tag;
+    if (!p->win || !cwin_return(p->win, id.bytes, id.len, reason)) {
+        log_warn(MOD, "basic.return matches no unconfirmed publish",
+                 "reason=\"%s\" id_len=%zu", reason, id.len);
     }
-    for (c = 0; id.len && c < span; c++) {
-        flight *f;
-        t = p->low_tag + (p->return_cursor - p->low_tag + c) % span;
-        f = slot(p, t);
-        if (f->state == FL_INFLIGHT && strlen(f->job->id) == id.len &&
-            memcmp(f->job->id, id.bytes, id.len) == 0) {
-            f->state = FL_RETURNED;
-            snprintf(f->reason, sizeof f->reason, "%s", reason);
-            p->return_cursor = t + 1;
-            return;
-        }
-    }
-    log_warn(MOD, "basic.return matches no unconfirmed publish",
-             "reason=\"%s\" id_len=%zu", reason, id.len);
 }
 
-/* The broker closed the channel: every unconfirmed publish gets its result
- * (the culprits AMQPP_CLOSED, the others AMQPP_UNSENT: publish again). */
-static void close_window(amqpp_t *p, const char *reason)
+/* A confirm from the broker (ack, or nack when !ack). */
+static void on_confirm(amqpp_t *p, uint64_t tag, bool multiple, bool ack)
 {
-    char unsent[300];
-    size_t matched = 0;
-    uint64_t t;
+    size_t n = 0;
 
-    for (t = p->low_tag; t < p->next_tag; t++) {
-        flight *f = slot(p, t);
-        if (f->state == FL_INFLIGHT &&
-            quoted_in(reason, f->job->exchange ? f->job->exchange : "")) {
-            report_kind(p, f, AMQPP_CLOSED, reason);
-            matched++;
-        }
+    if (p->win) {
+        n = ack ? cwin_ack(p->win, tag, multiple)
+                : cwin_nack(p->win, tag, multiple);
     }
-    snprintf(unsent, sizeof unsent,
-             "channel closed by the broker before the confirm: %.200s", reason);
-    for (t = p->low_tag; t < p->next_tag; t++) {
-        flight *f = slot(p, t);
-        if (f->state == FL_INFLIGHT) {
-            report_kind(p, f, matched ? AMQPP_UNSENT : AMQPP_CLOSED,
-                        matched ? unsent : reason);
-        } else if (f->state == FL_RETURNED) {
-            report_kind(p, f, AMQPP_RETURNED, f->reason);
-        }
+    if (n == 0) {
+        log_debug(MOD, "confirm settled no publish", "tag=%llu multiple=%d",
+                  (unsigned long long)tag, multiple);
     }
-    p->low_tag = p->next_tag;
-}
-
-/* The connection is gone (or the confirms will not come): unconfirmed
- * publishes are lost, returned ones keep the broker's answer. */
-static void lose_window(amqpp_t *p, const char *reason)
-{
-    uint64_t t;
-
-    if (!p->win) {
-        return;
-    }
-    for (t = p->low_tag; t < p->next_tag; t++) {
-        flight *f = slot(p, t);
-        if (f->state == FL_INFLIGHT) {
-            report_kind(p, f, AMQPP_LOST, reason);
-        } else if (f->state == FL_RETURNED) {
-            report_kind(p, f, AMQPP_RETURNED, f->reason);
-        }
-    }
-    p->low_tag = p->next_tag;
 }
 
 /* Hold (TCP_CORK) or push out what was sent. A message is three writes
@@ -406,9 +236,6 @@ static void reset_state(amqpp_t *p)
 {
     p->conn = NULL;
     p->blocked = false;
-    p->next_tag = 1;
-    p->low_tag = 1;
-    p->return_cursor = 1;
     p->content = CONTENT_NONE;
     p->body_left = 0;
     p->corked = false;
@@ -430,13 +257,16 @@ static void drop(amqpp_t *p, const char *fmt, ...)
     va_end(ap);
     amqpc_drop(p->link);
     snprintf(lost, sizeof lost, "connection lost: %s", p->lost_reason);
-    lose_window(p, lost);
+    if (p->win) {
+        cwin_connection_lost(p->win, lost);
+    }
     reset_state(p);
     log_warn(MOD, "connection dropped", "url=%s reason=\"%s\"",
              amqpc_safe_url(p->link), p->lost_reason);
 }
 
-/* Open CHANNEL and put it in confirm mode; tags restart at 1. */
+/* Open CHANNEL and put it in confirm mode (a new channel: the window is
+ * empty, its tags start again at 1). */
 static rmqs_rc open_channel(amqpp_t *p, rmqs_error *err)
 {
     if (!amqp_channel_open(p->conn, CHANNEL)) {
@@ -447,9 +277,6 @@ static rmqs_rc open_channel(amqpp_t *p, rmqs_error *err)
         return amqpc_rpc_fail(err, amqp_get_rpc_reply(p->conn),
                               "confirm.select failed");
     }
-    p->next_tag = 1; /* the window is empty here */
-    p->low_tag = 1;
-    p->return_cursor = 1;
     p->content = CONTENT_NONE;
     return RMQS_OK;
 }
@@ -491,7 +318,7 @@ void amqpp_free(amqpp_t *p)
     }
     amqpp_disconnect(p);
     amqpc_free(p->link);
-    free(p->win);
+    cwin_free(p->win);
     empty_amqp_pool(&p->pool);
     free(p);
 }
@@ -541,7 +368,9 @@ void amqpp_disconnect(amqpp_t *p)
     }
     cork(p, false);
     amqpc_close(p->link, 0);
-    lose_window(p, "connection closed before the confirm");
+    if (p->win) {
+        cwin_connection_lost(p->win, "connection closed before the confirm");
+    }
     reset_state(p);
     log_info(MOD, "disconnected", "url=%s", amqpc_safe_url(p->link));
 }
@@ -594,12 +423,12 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
     switch (m->id) {
     case AMQP_BASIC_ACK_METHOD: {
         const amqp_basic_ack_t *a = m->decoded;
-        settle_tags(p, a->delivery_tag, a->multiple != 0, true);
+        on_confirm(p, a->delivery_tag, a->multiple != 0, true);
         break;
     }
     case AMQP_BASIC_NACK_METHOD: {
         const amqp_basic_nack_t *a = m->decoded;
-        settle_tags(p, a->delivery_tag, a->multiple != 0, false);
+        on_confirm(p, a->delivery_tag, a->multiple != 0, false);
         break;
     }
     case AMQP_BASIC_RETURN_METHOD: {
@@ -618,7 +447,9 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
                                &ok);
         log_warn(MOD, "channel closed by the broker", "channel=%d reason=\"%s\"",
                  CHANNEL, reason);
-        close_window(p, reason);
+        if (p->win) {
+            cwin_channel_closed(p->win, reason);
+        }
         if (res != AMQP_STATUS_OK) {
             drop(p, "sending channel.close-ok failed: %s",
                  amqp_error_string2(res));
@@ -716,19 +547,10 @@ static rmqs_rc pump(amqpp_t *p, int wait_ms)
 static rmqs_rc check_confirm_deadline(amqpp_t *p)
 {
     char lost[300];
-    uint64_t t;
+    int64_t sent_ms;
 
-    for (t = p->low_tag; t < p->next_tag; t++) {
-        flight *f = slot(p, t);
-        if (f->state == FL_FREE) {
-            continue;
-        }
-        if (tu_mono_ms() - f->sent_ms < p->confirm_timeout_ms) {
-            return RMQS_OK;
-        }
-        break;
-    }
-    if (t == p->next_tag) {
+    if (!p->win || !cwin_oldest(p->win, &sent_ms) ||
+        tu_mono_ms() - sent_ms < p->confirm_timeout_ms) {
         return RMQS_OK;
     }
     snprintf(lost, sizeof lost, "no confirm within %d ms%s%s",
@@ -741,8 +563,8 @@ static rmqs_rc check_confirm_deadline(amqpp_t *p)
          * Tags only grow, so late acks for these are ignored, never
          * credited to a later job. */
         log_warn(MOD, "confirms withheld by a blocked broker",
-                 "unconfirmed=%zu", p->unconfirmed);
-        lose_window(p, lost);
+                 "unconfirmed=%zu", cwin_unconfirmed(p->win));
+        cwin_give_up(p->win, lost);
         return RMQS_OK;
     }
     drop(p, "%s", lost);
@@ -762,7 +584,7 @@ rmqs_rc amqpp_poll(amqpp_t *p, int wait_ms)
         return RMQS_EBROKER;
     }
     rc = pump(p, wait_ms);
-    if (rc == RMQS_OK && p->unconfirmed > 0) {
+    if (rc == RMQS_OK && amqpp_unconfirmed(p) > 0) {
         rc = check_confirm_deadline(p);
     }
     return rc;
@@ -1087,19 +909,18 @@ static int send_message(amqpp_t *p, const job_t *job,
 rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
                          amqpp_report_fn fn, void *cls)
 {
-    flight *win;
+    rmqs_error e;
+    cwin_t *win;
 
-    if (window == 0 || !fn || p->unconfirmed > 0) {
+    if (window == 0 || !fn || (p->win && p->conn)) {
         return RMQS_EINVAL;
     }
-    win = calloc(window, sizeof *win);
+    win = cwin_new(window, fn, cls, &e);
     if (!win) {
         return RMQS_ENOMEM;
     }
-    free(p->win);
+    cwin_free(p->win); /* disconnected: empty */
     p->win = win;
-    p->cap = window;
-    p->low_tag = p->next_tag;
     p->confirm_timeout_ms = confirm_timeout_ms > 0 ? confirm_timeout_ms
                                                    : DEFAULT_CONFIRM_MS;
     p->on_report = fn;
@@ -1109,13 +930,12 @@ rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
 
 bool amqpp_can_send(const amqpp_t *p)
 {
-    return p->conn && p->win && !p->blocked &&
-           p->next_tag - p->low_tag < p->cap;
+    return p->conn && p->win && !p->blocked && !cwin_full(p->win);
 }
 
 size_t amqpp_unconfirmed(const amqpp_t *p)
 {
-    return p->unconfirmed;
+    return p->win ? cwin_unconfirmed(p->win) : 0;
 }
 
 bool amqpp_blocked(const amqpp_t *p)
@@ -1128,7 +948,6 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
     amqpp_result r;
     msg_buf m;
     char why[240];
-    flight *f;
     int res;
 
     if (!amqpp_can_send(p)) {
@@ -1157,14 +976,7 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
         return RMQS_OK;
     }
     cork(p, true);
-    f = slot(p, p->next_tag);
-    f->job = job;
-    f->ctx = ctx;
-    f->state = FL_INFLIGHT;
-    f->sent_ms = tu_mono_ms();
-    f->reason[0] = '\0';
-    p->next_tag++;
-    p->unconfirmed++;
+    (void)cwin_publish(p->win, job->id, job->exchange, ctx, tu_mono_ms());
     p->sent_since_poll++;
     res = send_message(p, job, &m.props);
     recycle_amqp_pool(&p->pool);

@@ -6,7 +6,8 @@
  * mandatory=true on a confirm channel and reports, per job, what the broker
  * said: acked, returned (no queue bound), nacked, lost with the channel
  * (e.g. 404 exchange not found) or with the connection. rabbitmq-c 0.11 has
- * no confirm-wait helper: this module reads the frames itself.
+ * no confirm-wait helper: this module reads the frames itself and hands
+ * them to its confirm window (confirm_window.h), which keeps the books.
  *
  * Heartbeats are only serviced while this module reads frames, so the owner
  * must call amqpp_poll() at least every heartbeat/2 when idle.
@@ -18,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "confirm_window.h"
 #include "job.h"
 #include "rmqs.h"
 
@@ -32,22 +34,16 @@ typedef struct amqpp_options {
     const char *key_file;   /* amqps: its private key (PEM) or NULL */
 } amqpp_options;
 
-typedef enum amqpp_result_kind {
-    AMQPP_ACKED,    /* confirmed and routed: sent */
-    AMQPP_RETURNED, /* basic.return (e.g. 312 NO_ROUTE): attempt failed */
-    AMQPP_NACKED,   /* basic.nack: attempt failed */
-    AMQPP_CLOSED,   /* the channel was closed by the broker because of this
-                       job (e.g. 404 NOT_FOUND no exchange): attempt failed */
-    AMQPP_LOST,     /* the connection died or the confirm timed out before
-                       the broker settled it: attempt failed */
-    AMQPP_UNSENT    /* never reached the broker because an earlier job broke
-                       the channel: not an attempt, publish again */
-} amqpp_result_kind;
-
-typedef struct amqpp_result {
-    amqpp_result_kind kind;
-    char reason[256]; /* human-readable, e.g. "312 NO_ROUTE"; "" if acked */
-} amqpp_result;
+/* What the broker said about a job: the confirm window's outcomes
+ * (confirm_window.h documents each), under this module's names. */
+typedef cwin_outcome amqpp_result_kind;
+#define AMQPP_ACKED CWIN_ACKED
+#define AMQPP_RETURNED CWIN_RETURNED
+#define AMQPP_NACKED CWIN_NACKED
+#define AMQPP_CLOSED CWIN_CLOSED
+#define AMQPP_LOST CWIN_LOST
+#define AMQPP_UNSENT CWIN_UNSENT
+typedef cwin_result amqpp_result; /* kind, and reason ("" if acked) */
 
 /* Parse options (the URL) and return a disconnected publisher, or NULL with
  * err filled (RMQS_EINVAL for a bad URL). Never logs the password. */
@@ -72,7 +68,8 @@ void amqpp_disconnect(amqpp_t *p);
  */
 typedef void (*amqpp_report_fn)(void *cls, void *ctx, const amqpp_result *r);
 
-/* Set up the window (before the first send). RMQS_EINVAL, RMQS_ENOMEM. */
+/* Set up the window (before the first send; it can be replaced only while
+ * disconnected). RMQS_EINVAL, RMQS_ENOMEM. */
 rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
                          amqpp_report_fn fn, void *cls);
 

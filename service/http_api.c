@@ -23,10 +23,9 @@
  * 100-continue" (the client waits for our word before it sends the body,
  * and the 413 is that word).
  *
- * A job is answered as JSON written straight into one buffer
- * (job_write_json), not as a jansson tree; POST /schedule and
- * /schedule/batch honour "Prefer: return=minimal" (RFC 7240) with only each
- * job's id, status and deliver_at, a quarter of the bytes of a batch answer.
+ * Every answer goes out through respond(), the one place a response is
+ * made, given its headers and queued. The job endpoints are http_jobs.c
+ * (what the two files share: http_internal.h).
  */
 #include "http_api.h"
 
@@ -43,114 +42,56 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "http_internal.h"
 #include "log.h"
 #include "netaddr.h"
 #include "metrics.h"
 #include "timeutil.h"
 #include "writer.h"
 
-#define LIST_LIMIT_DEFAULT 100
-#define LIST_LIMIT_MAX 1000
-#define IDEM_KEY_MAX 200
-#define BATCH_MAX 1000      /* jobs per POST /schedule/batch */
-#define BATCH_ERRORS_MAX 50 /* per-item errors listed in a 400 */
 /* Past the body limit, bytes are read and dropped so the client gets its
  * 413; past this many more, the connection is closed instead. */
 #define DISCARD_MAX ((size_t)64 << 20)
 
-struct http_api {
-    struct MHD_Daemon *daemon;
-    store_t *st;       /* borrowed */
-    disp_t *disp;      /* borrowed */
-    writer_t *writer;  /* borrowed */
-    http_api_options opt;
-    atomic_long inflight; /* requests begun and not yet completed */
-    char *token;          /* owned copy of opt.api_token, or NULL */
-    char **allow;         /* owned NULL-terminated list, or NULL: any */
-    char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
-    MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
-                                 MHD_stop_daemon, as the library requires */
-};
-
 /* The status of the response this thread queued last (for metrics). */
 static __thread unsigned tl_status;
 
-typedef enum rq_state {
-    RQ_READING, /* headers and body arriving */
-    RQ_WAITING, /* suspended: the writer holds wr */
-    RQ_WRITTEN  /* resumed: wr.ins holds the outcome */
-} rq_state;
-
-/* Per-request state, owned by libmicrohttpd's *con_cls slot. */
-typedef struct http_req {
-    struct MHD_Connection *conn;
-    char *body;        /* accumulated body (NUL-terminated), owned */
-    size_t len, cap;
-    bool too_large;    /* the body passed max_body_bytes: answer 413 */
-    bool unauthorized; /* no valid token: drop the body, answer 401 */
-    size_t dropped;    /* body bytes dropped since then */
-    int64_t refused_us; /* monotonic, when too_large was set */
-    rq_state state;
-    bool batch;        /* POST /schedule/batch */
-    bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
-    writer_req wr;     /* the insert handed to the writer */
-    writer_waiter waiter; /* queued for admission (see writer.h) */
-    size_t admitted;   /* body bytes admitted by the writer; given back
-                          when the request completes */
-    job_t *jobs;       /* owned; what wr.ins.jobs points to */
-    size_t njobs;
-    char *canonical;   /* owned; the Idempotency-Key fingerprint */
-    char *idem_key;    /* owned copy of the header */
-    metrics_route route;
-    unsigned status;   /* of the response queued, 0 until then */
-    int64_t start_us;  /* monotonic, when the headers arrived */
-} http_req;
-
-static void rq_free_jobs(http_req *rq)
-{
-    for (size_t i = 0; i < rq->njobs; i++)
-        job_clear(&rq->jobs[i]);
-    free(rq->jobs);
-    rq->jobs = NULL;
-    rq->njobs = 0;
-    job_clear(&rq->wr.ins.existing);
-    free(rq->canonical);
-    rq->canonical = NULL;
-    free(rq->idem_key);
-    rq->idem_key = NULL;
-}
-
 /* ---- responses --------------------------------------------------------- */
 
-/* Queue resp_json (stolen) with status; extra header pairs may follow. */
-static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
-                                  json_t *resp_json, const char *h1,
-                                  const char *v1)
+#define CONTENT_JSON "application/json"
+/* The answer to Prefer: return=minimal says it was honoured (RFC 7240). */
+#define PREFERENCE_APPLIED "Preference-Applied"
+
+/*
+ * The one path that queues an answer. text (len bytes, malloc'd) is taken
+ * over, also on failure; NULL means it could not be made, and a JSON 500
+ * goes out instead. hdrs: NULL, or name/value pairs ended by a NULL name,
+ * added after Content-Type. Notes the status for metrics.
+ */
+static enum MHD_Result respond(struct MHD_Connection *c, unsigned status,
+                               const char *content_type, char *text, size_t len,
+                               const char *const *hdrs)
 {
+    static const char oom[] =
+        "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
     struct MHD_Response *r;
     enum MHD_Result ret;
-    char *text = NULL;
 
-    if (resp_json != NULL)
-        text = json_dumps(resp_json, JSON_COMPACT);
-    json_decref(resp_json);
     if (text == NULL) {
-        static const char oom[] =
-            "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
         status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        content_type = CONTENT_JSON;
         r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
                                             MHD_RESPMEM_PERSISTENT);
     } else {
-        r = MHD_create_response_from_buffer(strlen(text), text,
-                                            MHD_RESPMEM_MUST_FREE);
+        r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     }
     if (r == NULL) {
         free(text);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    if (h1 != NULL)
-        MHD_add_response_header(r, h1, v1);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    for (; hdrs != NULL && hdrs[0] != NULL; hdrs += 2)
+        MHD_add_response_header(r, hdrs[0], hdrs[1]);
     ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     if (ret == MHD_YES)
@@ -158,9 +99,21 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, unsigned status,
     return ret;
 }
 
-/* A JSON string of s, with bytes that are not valid UTF-8 (e.g. a
- * truncated character quoted in a parser message) replaced by '?'. */
-static json_t *safe_string(const char *s)
+enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
+                                json_t *resp_json, const char *h1,
+                                const char *v1)
+{
+    const char *hdrs[] = {h1, v1, NULL};
+    char *text = NULL;
+
+    if (resp_json != NULL)
+        text = json_dumps(resp_json, JSON_COMPACT);
+    json_decref(resp_json);
+    return respond(c, status, CONTENT_JSON, text, text != NULL ? strlen(text) : 0,
+                   hdrs);
+}
+
+json_t *http_safe_string(const char *s)
 {
     json_t *v = json_string(s);
     char *copy;
@@ -178,147 +131,82 @@ static json_t *safe_string(const char *s)
     return v;
 }
 
-static enum MHD_Result reply_error_h(struct MHD_Connection *c, unsigned status,
-                                     const char *code, const char *field,
-                                     const char *message, const char *h1,
-                                     const char *v1)
+enum MHD_Result http_reply_error_h(struct MHD_Connection *c, unsigned status,
+                                   const char *code, const char *field,
+                                   const char *message, const char *h1,
+                                   const char *v1)
 {
     json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
-                          safe_string(message));
+                          http_safe_string(message));
     if (e != NULL && field != NULL && *field != '\0')
-        json_object_set_new(e, "field", safe_string(field));
-    return reply_json(c, status, e ? json_pack("{s:o}", "error", e) : NULL, h1,
-                      v1);
+        json_object_set_new(e, "field", http_safe_string(field));
+    return http_reply_json(c, status, e ? json_pack("{s:o}", "error", e) : NULL,
+                           h1, v1);
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status,
-                                   const char *code, const char *field,
-                                   const char *message)
+enum MHD_Result http_reply_error(struct MHD_Connection *c, unsigned status,
+                                 const char *code, const char *field,
+                                 const char *message)
 {
-    return reply_error_h(c, status, code, field, message, NULL, NULL);
+    return http_reply_error_h(c, status, code, field, message, NULL, NULL);
 }
 
-/* Map a store/validation failure to its documented status and code. */
-static enum MHD_Result reply_rc(struct MHD_Connection *c, rmqs_rc rc,
-                                const rmqs_error *err, const char *what)
+enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
+                              const rmqs_error *err, const char *what)
 {
     const char *field = err != NULL ? err->field : NULL;
     const char *msg = err != NULL && err->message[0] ? err->message : what;
 
     switch (rc) {
     case RMQS_EINVAL:
-        return reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument", field, msg);
+        return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                                field, msg);
     case RMQS_ENOTFOUND:
-        return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such job");
+        return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,
+                                "no such job");
     case RMQS_ECONFLICT:
-        return reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
+        return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
     case RMQS_EFULL:
-        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "storage_full", NULL,
-                           "the database is full; nothing was stored");
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "storage_full",
+                                NULL, "the database is full; nothing was stored");
     case RMQS_EDB:
-        return reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", NULL,
-                           "the database is unavailable; nothing was stored");
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+                                NULL,
+                                "the database is unavailable; nothing was stored");
     default:
-        return reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
-                           "internal error");
+        return http_reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
+                                NULL, "internal error");
     }
 }
 
-/* The answer to Prefer: return=minimal says it was honoured (RFC 7240). */
-#define PREFERENCE_APPLIED "Preference-Applied"
-
-/*
- * Queue the JSON text in b (taken over: b is left empty) with status, the
- * Location of job_id if not NULL, and Preference-Applied if minimal. A
- * buffer that ran out of memory gives a 500.
- */
-static enum MHD_Result reply_buf(struct MHD_Connection *c, unsigned status,
-                                 job_buf *b, const char *job_id, bool minimal)
+enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
+                               job_buf *b, const char *job_id, bool minimal)
 {
     char loc[sizeof("/jobs/") + JOB_ID_LEN];
-    struct MHD_Response *r;
-    enum MHD_Result ret;
+    const char *hdrs[5];
+    size_t k = 0;
+    char *text = b->data;
+    size_t len = b->len;
 
     if (b->oom || b->data == NULL) {
         job_buf_free(b);
-        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     }
-    r = MHD_create_response_from_buffer(b->len, b->data, MHD_RESPMEM_MUST_FREE);
-    if (r == NULL) {
-        job_buf_free(b);
-        return MHD_NO;
-    }
-    memset(b, 0, sizeof(*b)); /* the response owns the text now */
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    memset(b, 0, sizeof(*b)); /* respond() owns the text now */
     if (job_id != NULL) {
         snprintf(loc, sizeof(loc), "/jobs/%.36s", job_id);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, loc);
+        hdrs[k++] = MHD_HTTP_HEADER_LOCATION;
+        hdrs[k++] = loc;
     }
-    if (minimal)
-        MHD_add_response_header(r, PREFERENCE_APPLIED, "return=minimal");
-    ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    if (ret == MHD_YES)
-        tl_status = status;
-    return ret;
-}
-
-/* One job; flags as job_write_json (JOB_WRITE_MINIMAL is announced). */
-static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
-                                 const job_t *job, bool location, unsigned flags)
-{
-    job_buf b = {0};
-
-    job_write_json(&b, job, flags);
-    return reply_buf(c, status, &b, location ? job->id : NULL,
-                     (flags & JOB_WRITE_MINIMAL) != 0);
+    if (minimal) {
+        hdrs[k++] = PREFERENCE_APPLIED;
+        hdrs[k++] = "return=minimal";
+    }
+    hdrs[k] = NULL;
+    return respond(c, status, CONTENT_JSON, text, len, hdrs);
 }
 
 /* ---- request checks ----------------------------------------------------- */
-
-static bool is_json_content(struct MHD_Connection *c)
-{
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
-    size_t n = strlen("application/json");
-
-    if (ct == NULL)
-        return false;
-    while (*ct == ' ')
-        ct++;
-    if (strncasecmp(ct, "application/json", n) != 0)
-        return false;
-    ct += n;
-    while (*ct == ' ')
-        ct++;
-    return *ct == '\0' || *ct == ';';
-}
-
-/* Collect query arguments not in allowed[] (first one wins). */
-typedef struct query_check {
-    const char *const *allowed;
-    const char *unknown;
-} query_check;
-
-static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value)
-{
-    query_check *q = cls;
-    for (const char *const *a = q->allowed; *a != NULL; a++)
-        if (strcmp(*a, key) == 0)
-            return MHD_YES;
-    if (q->unknown == NULL)
-        q->unknown = key;
-    return MHD_YES;
-}
-
-static const char *query_unknown(struct MHD_Connection *c,
-                                 const char *const *allowed)
-{
-    query_check q = {allowed, NULL};
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
-    return q.unknown;
-}
 
 /* Compare in time that depends only on the expected token's length. */
 static bool token_matches(const char *given, const char *expected)
@@ -349,445 +237,11 @@ static bool authorized(http_api_t *api, struct MHD_Connection *c)
 
 static enum MHD_Result reply_unauthorized(struct MHD_Connection *c)
 {
-    return reply_error_h(c, MHD_HTTP_UNAUTHORIZED, "unauthorized", NULL,
-                         "missing or wrong bearer token (Authorization: "
-                         "Bearer <token>)",
-                         MHD_HTTP_HEADER_WWW_AUTHENTICATE,
-                         "Bearer realm=\"rmq-scheduler\"");
-}
-
-static bool exchange_allowed(const http_api_t *api, const char *name)
-{
-    if (api->allow == NULL)
-        return true;
-    for (char **a = api->allow; *a != NULL; a++) {
-        size_t n = strlen(*a);
-        if (n > 0 && (*a)[n - 1] == '*') {
-            if (strncmp(name, *a, n - 1) == 0)
-                return true;
-        } else if (strcmp(name, *a) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
-static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
-                                                const char *name, long index)
-{
-    char msg[320], field[64];
-
-    if (index >= 0)
-        snprintf(field, sizeof(field), "jobs[%ld].exchange", index);
-    else
-        snprintf(field, sizeof(field), "exchange");
-    snprintf(msg, sizeof(msg), "exchange '%.255s' is not in the allowed list",
-             name);
-    return reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", field, msg);
-}
-
-/* ---- handlers ----------------------------------------------------------- */
-
-/* Writer thread: the insert is committed (or failed); wake the request. */
-static void on_written(writer_req *wr, void *cls)
-{
-    http_req *rq = cls;
-    rq->state = RQ_WRITTEN;
-    MHD_resume_connection(rq->conn); /* thread-safe; handler runs again */
-}
-
-/* Writer side: the request waiting for admission may go on. */
-static void on_admitted(void *cls)
-{
-    http_req *rq = cls;
-    MHD_resume_connection(rq->conn); /* the handler runs route() again */
-}
-
-/*
- * Admission before parsing (writer.h): whether rq may be parsed and handed
- * to the writer now. If not, the connection is suspended until the writer
- * has room; route() runs again then. Parsed jobs waiting for the writer are
- * what a flood of batch clients would otherwise grow memory with.
- */
-static bool admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
-{
-    size_t bytes = rq->len > 0 ? rq->len : 1;
-
-    if (rq->admitted > 0)
-        return true;
-    if (rq->waiter.granted) {
-        rq->admitted = rq->waiter.bytes;
-        return true;
-    }
-    if (writer_admit(api->writer, bytes, NULL)) { /* the usual case */
-        rq->admitted = bytes;
-        return true;
-    }
-    rq->waiter = (writer_waiter){.wake = on_admitted, .cls = rq};
-    /* Suspend first: the wake may come at once from another thread. */
-    MHD_suspend_connection(c);
-    if (writer_admit(api->writer, bytes, &rq->waiter)) { /* room meanwhile */
-        rq->admitted = bytes;
-        MHD_resume_connection(c);
-    }
-    return false;
-}
-
-/* Suspend the connection and hand rq's jobs to the writer. */
-static enum MHD_Result submit(http_api_t *api, struct MHD_Connection *c,
-                              http_req *rq)
-{
-    rq->wr = (writer_req){.ins = {.jobs = rq->jobs, .n = rq->njobs,
-                                  .idem_key = rq->idem_key,
-                                  .idem_request = rq->canonical},
-                          .done = on_written,
-                          .cls = rq};
-    rq->state = RQ_WAITING;
-    /* Suspend first: resuming a connection not yet suspended is undefined. */
-    MHD_suspend_connection(c);
-    if (writer_submit(api->writer, &rq->wr) != RMQS_OK) {
-        rq->wr.ins.rc = RMQS_EDB;
-        rq->state = RQ_WRITTEN;
-        MHD_resume_connection(c);
-    }
-    return MHD_YES;
-}
-
-static enum MHD_Result reply_written(http_api_t *api, struct MHD_Connection *c,
-                                     http_req *rq)
-{
-    const store_insert_req *ins = &rq->wr.ins;
-    unsigned minimal = rq->minimal ? JOB_WRITE_MINIMAL : 0;
-    job_buf b = {0};
-
-    if (ins->rc == RMQS_ECONFLICT && rq->idem_key != NULL)
-        return reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
-                           "Idempotency-Key was used before with a different "
-                           "request");
-    if (ins->rc != RMQS_OK) {
-        if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
-            ins->rc != RMQS_EFULL) /* the writer logs those */
-            log_error("http", "cannot store job", "jobs=%zu error=%s", rq->njobs,
-                      rmqs_rc_name(ins->rc));
-        return reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
-                        "cannot store the job");
-    }
-    if (ins->existed) /* stored by an earlier request: read back */
-        return reply_job(c, MHD_HTTP_OK, &ins->existing, true, minimal);
-    /* These jobs were validated here, so their JSON bodies are jansson's
-     * compact text already (JOB_WRITE_OWN_BODY). */
-    if (!rq->batch) {
-        log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
-                  rq->jobs[0].id, rq->jobs[0].exchange,
-                  (long long)rq->jobs[0].deliver_at);
-        return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true,
-                         minimal | JOB_WRITE_OWN_BODY);
-    }
-    /* One allocation for the usual answer: a minimal item is about 100
-     * bytes, a full one with a short body about 400. */
-    job_buf_reserve(&b, rq->njobs * (minimal ? 110 : 420) + 16);
-    job_buf_append(&b, "{\"jobs\":[", 9);
-    for (size_t i = 0; i < rq->njobs; i++) {
-        if (i > 0)
-            job_buf_append(&b, ",", 1);
-        job_write_json(&b, &rq->jobs[i], minimal | JOB_WRITE_OWN_BODY);
-    }
-    job_buf_append(&b, "]}", 2);
-    log_debug("http", "scheduled batch", "jobs=%zu", rq->njobs);
-    return reply_buf(c, MHD_HTTP_CREATED, &b, NULL, rq->minimal);
-}
-
-/* Prefer header lines are read in order until one has a return=. */
-static enum MHD_Result prefer_visit(void *cls, enum MHD_ValueKind kind,
-                                    const char *key, const char *value)
-{
-    job_prefer_return *ret = cls;
-
-    if (strcasecmp(key, "Prefer") != 0)
-        return MHD_YES;
-    *ret = job_prefer_return_of(value);
-    return *ret == JOB_RETURN_UNSET ? MHD_YES : MHD_NO;
-}
-
-/* Whether the client asked for Prefer: return=minimal (RFC 7240). */
-static bool prefers_minimal(struct MHD_Connection *c)
-{
-    job_prefer_return ret = JOB_RETURN_UNSET;
-
-    MHD_get_connection_values(c, MHD_HEADER_KIND, prefer_visit, &ret);
-    return ret == JOB_RETURN_MINIMAL;
-}
-
-static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
-                                  http_req *rq)
-{
-    rmqs_error err = {0};
-    const char *key;
-    int64_t now = tu_now_ms();
-    rmqs_rc rc;
-
-    key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
-    if (key != NULL) {
-        size_t kl = strlen(key);
-        bool ok = kl >= 1 && kl <= IDEM_KEY_MAX;
-        for (size_t i = 0; ok && i < kl; i++)
-            ok = key[i] > 0x20 && key[i] < 0x7f;
-        if (!ok)
-            return reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
-                               "Idempotency-Key",
-                               "Idempotency-Key: 1 to 200 printable ASCII "
-                               "characters without spaces");
-        rq->idem_key = strdup(key);
-        if (rq->idem_key == NULL)
-            return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    }
-    rq->minimal = prefers_minimal(c);
-    rq->jobs = calloc(1, sizeof(*rq->jobs));
-    if (rq->jobs == NULL)
-        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
-                          now, &rq->jobs[0], key != NULL ? &rq->canonical : NULL,
-                          &err);
-    if (rc != RMQS_OK)
-        return reply_rc(c, rc, &err, "invalid request");
-    rq->njobs = 1;
-    if (!exchange_allowed(api, rq->jobs[0].exchange))
-        return reply_forbidden_exchange(c, rq->jobs[0].exchange, -1);
-    rc = job_id_generate(now, rq->jobs[0].id);
-    if (rc != RMQS_OK)
-        return reply_rc(c, rc, NULL, "cannot generate a job id");
-    return submit(api, c, rq);
-}
-
-/* POST /schedule/batch: a JSON array of up to BATCH_MAX jobs, stored all or
- * nothing; a 400 lists every invalid item (up to BATCH_ERRORS_MAX). */
-static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *c,
-                                        http_req *rq)
-{
-    json_error_t jerr;
-    json_t *root = NULL, *errors = NULL;
-    rmqs_error err = {0};
-    enum MHD_Result ret;
-    int64_t now = tu_now_ms();
-    size_t n, bad = 0;
-
-    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")) {
-        return reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
-                           "Idempotency-Key",
-                           "Idempotency-Key is only supported on POST /schedule");
-    }
-    if (rq->len > 0 && memchr(rq->body, '\0', rq->len) != NULL) {
-        rmqs_fail(&err, RMQS_EINVAL, "", "request body contains a NUL byte");
-        return reply_rc(c, RMQS_EINVAL, &err, NULL);
-    }
-    root = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES,
-                      &jerr);
-    if (root == NULL) {
-        rmqs_fail(&err, RMQS_EINVAL, "", "invalid JSON: %s (line %d, column %d)",
-                  jerr.text, jerr.line, jerr.column);
-        return reply_rc(c, RMQS_EINVAL, &err, NULL);
-    }
-    n = json_is_array(root) ? json_array_size(root) : 0;
-    if (!json_is_array(root) || n == 0 || n > BATCH_MAX) {
-        rmqs_fail(&err, RMQS_EINVAL, "", "request body must be a JSON array of "
-                  "1 to %d jobs", BATCH_MAX);
-        ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
-        goto out;
-    }
-    rq->batch = true;
-    rq->minimal = prefers_minimal(c);
-    rq->jobs = calloc(n, sizeof(*rq->jobs));
-    errors = json_array();
-    if (rq->jobs == NULL || errors == NULL) {
-        ret = reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-        goto out;
-    }
-    rq->njobs = n;
-    for (size_t i = 0; i < n; i++) {
-        rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits, now,
-                                   &rq->jobs[i], NULL, &err);
-        if (rc == RMQS_OK)
-            rc = job_id_generate(now, rq->jobs[i].id);
-        if (rc == RMQS_EINVAL) {
-            if (++bad <= BATCH_ERRORS_MAX) {
-                json_t *item = json_pack("{s:I, s:o}", "index", (json_int_t)i,
-                                         "message", safe_string(err.message));
-                if (item != NULL && err.field[0] != '\0')
-                    json_object_set_new(item, "field", safe_string(err.field));
-                json_array_append_new(errors, item);
-            }
-        } else if (rc != RMQS_OK) {
-            ret = reply_rc(c, rc, NULL, "cannot read the batch");
-            goto out;
-        }
-    }
-    for (size_t i = 0; bad == 0 && i < n; i++) {
-        if (!exchange_allowed(api, rq->jobs[i].exchange)) {
-            ret = reply_forbidden_exchange(c, rq->jobs[i].exchange, (long)i);
-            goto out;
-        }
-    }
-    if (bad > 0) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "%zu of %zu jobs are invalid; none was stored",
-                 bad, n);
-        ret = reply_json(c, MHD_HTTP_BAD_REQUEST,
-                         json_pack("{s:{s:s, s:s, s:s}, s:o}", "error", "code",
-                                   "invalid_argument", "message", msg, "field",
-                                   "jobs", "errors", errors),
-                         NULL, NULL);
-        errors = NULL;
-        goto out;
-    }
-    ret = submit(api, c, rq);
-out:
-    json_decref(errors);
-    json_decref(root);
-    return ret;
-}
-
-static enum MHD_Result h_list(http_api_t *api, struct MHD_Connection *c)
-{
-    static const char *const allowed[] = {"status", "limit", "after", "source",
-                                          "message_id", NULL};
-    const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source");
-    const char *message_id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                         "message_id");
-    store_filter filter = {.status = -1, .source = -1, .message_id = message_id};
-    const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
-    const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    const char *unknown = query_unknown(c, allowed);
-    job_t *jobs = NULL;
-    size_t n = 0, limit = LIST_LIMIT_DEFAULT;
-    char *next = NULL;
-    json_t *arr = NULL, *resp;
-    enum MHD_Result ret;
-    rmqs_error err = {0};
-    rmqs_rc rc;
-
-    if (unknown != NULL) {
-        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
-        ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
-        goto out;
-    }
-    if (status != NULL) {
-        job_status s;
-        if (job_status_parse(status, &s) != RMQS_OK) {
-            rmqs_fail(&err, RMQS_EINVAL, "status",
-                      "status: one of pending, publishing, sent, failed, cancelled");
-            ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
-            goto out;
-        }
-        filter.status = (int)s;
-    }
-    if (source != NULL) {
-        if (strcmp(source, "http") == 0) {
-            filter.source = JOB_SOURCE_HTTP;
-        } else if (strcmp(source, "amqp") == 0) {
-            filter.source = JOB_SOURCE_AMQP;
-        } else {
-            rmqs_fail(&err, RMQS_EINVAL, "source", "source: http or amqp");
-            ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
-            goto out;
-        }
-    }
-    if (limit_s != NULL) {
-        size_t v = 0, i = 0;
-        for (; limit_s[i] >= '0' && limit_s[i] <= '9' && i < 5; i++)
-            v = v * 10 + (size_t)(limit_s[i] - '0');
-        if (i == 0 || limit_s[i] != '\0' || v < 1 || v > LIST_LIMIT_MAX) {
-            rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
-                      LIST_LIMIT_MAX);
-            ret = reply_rc(c, RMQS_EINVAL, &err, NULL);
-            goto out;
-        }
-        limit = v;
-    }
-    rc = store_list(api->st, &filter, limit, after, &jobs, &n, &next);
-    if (rc == RMQS_EINVAL) {
-        rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
-        ret = reply_rc(c, rc, &err, NULL);
-        goto out;
-    }
-    if (rc != RMQS_OK) {
-        ret = reply_rc(c, rc, NULL, "cannot list jobs");
-        goto out;
-    }
-    arr = json_array();
-    for (size_t i = 0; arr != NULL && i < n; i++) {
-        if (json_array_append_new(arr, job_to_json(&jobs[i])) != 0) {
-            json_decref(arr);
-            arr = NULL;
-        }
-    }
-    resp = arr ? json_pack("{s:o, s:s?}", "jobs", arr, "next", next) : NULL;
-    if (resp != NULL && next == NULL)
-        json_object_set_new(resp, "next", json_null());
-    ret = resp ? reply_json(c, MHD_HTTP_OK, resp, NULL, NULL)
-               : reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-out:
-    for (size_t i = 0; i < n; i++)
-        job_clear(&jobs[i]);
-    free(jobs);
-    free(next);
-    return ret;
-}
-
-static enum MHD_Result h_job(http_api_t *api, struct MHD_Connection *c,
-                             const char *method, const char *id, http_req *rq)
-{
-    job_t job = {0};
-    rmqs_error err = {0};
-    enum MHD_Result ret;
-    rmqs_rc rc;
-
-    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
-        rc = store_get(api->st, id, &job);
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : reply_rc(c, rc, NULL, "cannot read the job");
-    } else if (strcmp(method, "DELETE") == 0) {
-        rc = store_cancel(api->st, id, tu_now_ms(), &job);
-        if (rc == RMQS_ECONFLICT) {
-            store_get(api->st, id, &job);
-            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
-                      job.id[0] ? job_status_name(job.status) : "not pending");
-        } else if (rc == RMQS_OK) {
-            log_info("http", "cancelled", "job_id=%s", job.id);
-        }
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : reply_rc(c, rc, &err, "cannot cancel the job");
-    } else if (strcmp(method, "PATCH") == 0) {
-        int64_t now = tu_now_ms(), deliver_at, delay_ms;
-        if (!is_json_content(c)) {
-            ret = reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                              "unsupported_media_type", NULL,
-                              "Content-Type must be application/json");
-            goto out;
-        }
-        rc = job_parse_reschedule(rq->body ? rq->body : "", rq->len,
-                                  &api->opt.limits, now, &deliver_at, &delay_ms,
-                                  &err);
-        if (rc == RMQS_OK)
-            rc = store_reschedule(api->st, id, deliver_at, delay_ms, now, &job);
-        if (rc == RMQS_ECONFLICT) {
-            job_clear(&job);
-            store_get(api->st, id, &job);
-            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be rescheduled",
-                      job.id[0] ? job_status_name(job.status) : "not pending");
-        }
-        if (rc == RMQS_OK)
-            disp_notify(api->disp, job.due_at);
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : reply_rc(c, rc, &err, "cannot reschedule the job");
-    } else {
-        ret = reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                            NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW,
-                            "GET, PATCH, DELETE");
-    }
-out:
-    job_clear(&job);
-    return ret;
+    return http_reply_error_h(c, MHD_HTTP_UNAUTHORIZED, "unauthorized", NULL,
+                              "missing or wrong bearer token (Authorization: "
+                              "Bearer <token>)",
+                              MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                              "Bearer realm=\"rmq-scheduler\"");
 }
 
 static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
@@ -804,11 +258,11 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
                   !db ? "down" : full ? "full" : "up", "broker",
                   broker ? "up" : "down");
     if (j == NULL)
-        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (has_ingest)
         json_object_set_new(j, "ingest", json_string(ingest ? "up" : "down"));
     if (db && !full && broker && (!has_ingest || ingest))
-        return reply_json(c, MHD_HTTP_OK, j, NULL, NULL);
+        return http_reply_json(c, MHD_HTTP_OK, j, NULL, NULL);
     snprintf(msg, sizeof(msg), "down:%s%s%s%s", db ? "" : " database",
              full ? " disk full (new jobs refused; stored jobs still delivered)"
                   : "",
@@ -817,14 +271,12 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
     json_object_set_new(j, "status", json_string("unavailable"));
     json_object_set_new(j, "error", json_pack("{s:s, s:s}", "code", "unavailable",
                                               "message", msg));
-    return reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
+    return http_reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
 }
 
 static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 {
     metrics_sources src = {0};
-    struct MHD_Response *r;
-    enum MHD_Result ret;
     char *text;
 
     src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
@@ -833,19 +285,9 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     src.requests_waiting = (int64_t)writer_waiting(api->writer);
     text = metrics_render(&src);
     if (text == NULL)
-        return reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (r == NULL) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8");
-    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    if (ret == MHD_YES)
-        tl_status = MHD_HTTP_OK;
-    return ret;
+        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+                   text, strlen(text), NULL);
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -853,8 +295,8 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 static enum MHD_Result method_not_allowed(struct MHD_Connection *c,
                                           const char *allow)
 {
-    return reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                         NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW, allow);
+    return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                              NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW, allow);
 }
 
 static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
@@ -863,14 +305,14 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
     if (rq->too_large) /* the connection is not worth keeping */
-        return reply_error_h(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
-                             NULL, "request body is over the configured limit",
-                             MHD_HTTP_HEADER_CONNECTION, "close");
+        return http_reply_error_h(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
+                                  NULL, "request body is over the configured limit",
+                                  MHD_HTTP_HEADER_CONNECTION, "close");
     if (strcmp(url, "/healthz") == 0) {
         if (!get)
             return method_not_allowed(c, "GET");
-        return reply_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"),
-                          NULL, NULL);
+        return http_reply_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"),
+                               NULL, NULL);
     }
     if (strcmp(url, "/readyz") == 0)
         return get ? h_readyz(api, c) : method_not_allowed(c, "GET");
@@ -879,20 +321,13 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     if (strcmp(url, "/schedule") == 0 || strcmp(url, "/schedule/batch") == 0) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, "POST");
-        if (!is_json_content(c))
-            return reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                               "unsupported_media_type", NULL,
-                               "Content-Type must be application/json");
-        if (!admit(api, c, rq))
-            return MHD_YES; /* suspended until the writer has room */
-        return url[9] == '\0' ? h_schedule(api, c, rq)
-                              : h_schedule_batch(api, c, rq);
+        return http_jobs_schedule(api, c, rq, url[9] != '\0');
     }
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
-        return get ? h_list(api, c) : method_not_allowed(c, "GET");
+        return get ? http_jobs_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/jobs/", 6) == 0 && strchr(url + 6, '/') == NULL)
-        return h_job(api, c, method, url + 6, rq);
-    return reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
+        return http_jobs_one(api, c, method, url + 6, rq);
+    return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
 }
 
 /* The body is over the limit: what was kept of it goes, the rest will be
@@ -1001,7 +436,7 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
     if (rq->unauthorized)
         return reply_unauthorized(c);
     if (rq->state == RQ_WRITTEN)
-        return reply_written(api, c, rq);
+        return http_jobs_written(api, c, rq);
     return route(api, c, url, method, rq);
 }
 
@@ -1035,7 +470,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         if (rq->status != 0)
             metrics_http(rq->route, rq->status, tu_mono_us() - rq->start_us);
         /* A suspended request is never completed before its resume. */
-        rq_free_jobs(rq);
+        http_jobs_release(rq);
         free(rq->body);
         free(rq);
         *con_cls = NULL;

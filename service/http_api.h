@@ -2,10 +2,11 @@
  * http_api.h - the HTTP contract of api/openapi.yaml: routing, request
  * limits and handlers, on libmicrohttpd's epoll thread pool.
  *
- * Handlers validate with job.c; new jobs go to the group-commit writer
- * (the connection is suspended until the commit), reads and changes of
- * existing jobs go to store.c directly;
- * errors are JSON {"error": {"code", "message", "field"}}.
+ * The job endpoints (http_jobs.c) validate with job.c; new jobs go to the
+ * group-commit writer (the connection is suspended until the commit),
+ * reads and changes of existing jobs go to store.c directly; jobs are
+ * answered as job_json.c writes them, errors as JSON
+ * {"error": {"code", "message", "field"}}.
  */
 #ifndef RMQS_HTTP_API_H
 #define RMQS_HTTP_API_H

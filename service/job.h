@@ -2,9 +2,9 @@
  * job.h - the job: what a client asked to deliver, when, and where it is now.
  *
  * This module is pure: it turns request bodies (JSON bytes) into validated
- * jobs and jobs into the JSON the API answers with. It touches no database,
- * socket or clock (the caller passes "now"), so every rule here is unit
- * tested in isolation (tests/unit/test_job.c).
+ * jobs. It touches no database, socket or clock (the caller passes "now"),
+ * so every rule here is unit tested in isolation (tests/unit/test_job.c).
+ * A job as the JSON the API answers with is job_json.h.
  *
  * Ownership: a job_t owns every pointer inside it. job_clear() releases
  * them and leaves a zeroed job; job_t values are moved between modules by
@@ -50,8 +50,9 @@ typedef struct job {
     char *exchange;           /* owned; "" is the default exchange */
     char *routing_key;        /* owned; <= 255 bytes */
     int64_t deliver_at;       /* ms since the Unix epoch (UTC): requested time */
-    int64_t due_at;           /* ms: when the dispatcher next tries it; equals
-                                 deliver_at until a failed attempt backs off */
+    int64_t due_at;           /* ms: when the dispatcher next tries it; the
+                                 later of deliver_at and acceptance (or
+                                 reschedule) until a failed attempt backs off */
     int64_t delay_ms;         /* requested delay (deliver_at - creation, >= 0),
                                  published negated as x-delay */
     int64_t created_at;       /* ms */
@@ -93,12 +94,12 @@ void job_id_format(const unsigned char in[JOB_ID_BYTES],
 
 /*
  * Validate a POST /schedule body and fill *out (status pending, created_at =
- * updated_at = now_ms, due_at = deliver_at, sent_at = -1, attempts = 0; id
- * left empty). On success, if canonical_out is not NULL it receives a
- * malloc'd canonical form of the request (sorted keys, compact) that two
- * equal requests share: the idempotency fingerprint. On failure returns
- * RMQS_EINVAL (or RMQS_ENOMEM), fills err with field and message, and leaves
- * *out zeroed.
+ * updated_at = now_ms, due_at = the later of deliver_at and now_ms, sent_at
+ * = -1, attempts = 0; id left empty). On success, if canonical_out is not
+ * NULL it receives a malloc'd canonical form of the request (sorted keys,
+ * compact) that two equal requests share: the idempotency fingerprint. On
+ * failure returns RMQS_EINVAL (or RMQS_ENOMEM), fills err with field and
+ * message, and leaves *out zeroed.
  */
 rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
                          int64_t now_ms, job_t *out, char **canonical_out,
@@ -118,69 +119,5 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
 rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
                              int64_t now_ms, int64_t *deliver_at_out,
                              int64_t *delay_ms_out, rmqs_error *err);
-
-/*
- * The API representation of a job (new reference), with the body as it was
- * given: "body" (string or JSON value) or "body_base64". NULL on ENOMEM.
- */
-json_t *job_to_json(const job_t *job);
-
-/*
- * A growing text buffer, for answers written without a jansson tree.
- * Zero-initialise it. data is malloc'd and NUL-terminated (NULL while
- * nothing was appended); the owner frees it (job_buf_free) or takes it
- * over. After a failed allocation oom stays set, appends do nothing and the
- * text is incomplete: do not use it.
- */
-typedef struct job_buf {
-    char *data;
-    size_t len;
-    size_t cap;
-    bool oom;
-} job_buf;
-
-/* Make room for len + extra bytes; RMQS_ENOMEM (and oom) if that fails.
- * Appending grows the buffer anyway: this only saves reallocations. */
-rmqs_rc job_buf_reserve(job_buf *b, size_t extra);
-rmqs_rc job_buf_append(job_buf *b, const char *s, size_t n);
-void job_buf_free(job_buf *b);
-
-/* Flags of job_write_json. */
-#define JOB_WRITE_MINIMAL 0x1u  /* only "id", "status" and "deliver_at" */
-#define JOB_WRITE_OWN_BODY 0x2u /* the job was made by job_from_json in this
-                                   process, so a JSON body is the compact
-                                   text jansson wrote: copied as it is
-                                   rather than parsed and written again */
-
-/*
- * Append the API representation of job to b as compact JSON: the same text
- * as json_dumps(job_to_json(job), JSON_COMPACT), byte for byte. With
- * JOB_WRITE_MINIMAL, {"id":...,"status":...,"deliver_at":...} instead (the
- * answer to "Prefer: return=minimal"). RMQS_OK or RMQS_ENOMEM.
- */
-rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags);
-
-/* The "return" preference of a Prefer header (RFC 7240). */
-typedef enum job_prefer_return {
-    JOB_RETURN_UNSET = 0,          /* no return preference */
-    JOB_RETURN_MINIMAL = 1,        /* return=minimal */
-    JOB_RETURN_REPRESENTATION = 2, /* return=representation */
-    JOB_RETURN_OTHER = 3           /* return= a value we do not know */
-} job_prefer_return;
-
-/*
- * Read the first "return" preference of one Prefer header value (NULL:
- * none), e.g. "respond-async, return=minimal; x=1". Names and values are
- * compared without regard to case; a value may be quoted. As RFC 7240
- * section 2 says, only the first return= counts, and what cannot be parsed
- * is ignored.
- */
-job_prefer_return job_prefer_return_of(const char *prefer);
-
-/* Standard base64 (RFC 4648, with padding). decode returns RMQS_EINVAL on
- * bad input; *out is malloc'd (non-NULL even when *out_len == 0). */
-rmqs_rc job_base64_decode(const char *in, size_t len, unsigned char **out,
-                          size_t *out_len);
-char *job_base64_encode(const unsigned char *in, size_t len);
 
 #endif

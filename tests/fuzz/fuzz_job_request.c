@@ -4,11 +4,11 @@
  * The input bytes are an HTTP request body, fed as they are to:
  * - job_from_request() (POST /schedule), at several values of "now"
  *   including the extremes of int64, so the time arithmetic is exercised
- *   where it could overflow; on success job_to_json() + json_dumps();
+ *   where it could overflow; on success job_write_json() (job_json.c);
  * - job_from_json() on each element when the bytes are a JSON array
  *   (POST /schedule/batch);
  * - job_parse_reschedule() (PATCH /jobs/{id});
- * - job_base64_decode()/job_base64_encode() (strict: one encoding per byte
+ * - base64_decode()/base64_encode() (strict: one encoding per byte
  *   string, so decode then encode must give the input back).
  *
  * What must hold, or abort() (a crash for libFuzzer): no sanitizer report
@@ -16,7 +16,9 @@
  * one after a number); on failure an error field and message that are
  * valid UTF-8 (they go into the JSON answer), a zeroed job and no
  * canonical text; on success a job within every documented limit, whose
- * API JSON dumps and parses back.
+ * API JSON parses back and is exactly what jansson dumps for what it
+ * parsed (the compact form the API has always answered in), whether the
+ * body is copied (JOB_WRITE_OWN_BODY) or parsed again.
  */
 #include <jansson.h>
 #include <stddef.h>
@@ -25,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
 #include "job.h"
+#include "job_json.h"
 
 #define MS_PER_DAY 86400000LL
 #define BATCH_ITEMS_MAX 64 /* elements of an array input validated per run */
@@ -111,20 +115,34 @@ static bool within_horizon(int64_t deliver_at, int64_t now)
            ahead <= LIM.max_delay_ms;
 }
 
-/* The API JSON of an accepted job dumps, and the dump parses back. */
+/* job_write_json(job, flags) as a malloc'd string, in jansson's form. */
+static char *api_json(const job_t *job, unsigned flags)
+{
+    job_buf b = {0};
+    CHECK(job_write_json(&b, job, flags) == RMQS_OK && b.data != NULL,
+          "job_write_json failed on an accepted job");
+    json_t *back = json_loads(b.data, 0, NULL);
+    CHECK(back != NULL, "the API JSON of a job does not parse back");
+    CHECK(json_is_object(back), "the API JSON of a job is not an object");
+    char *again = json_dumps(back, JSON_COMPACT);
+    CHECK(again != NULL && strcmp(again, b.data) == 0,
+          "the API JSON of a job is not jansson's compact form");
+    free(again);
+    json_decref(back);
+    return b.data;
+}
+
+/* The API JSON of an accepted job parses back, in jansson's form, the same
+ * with the body copied or parsed again; the minimal form too. */
 static void check_api_json(job_t *job)
 {
     strcpy(job->id, "01890a5d-ac96-774b-bcce-b302099a8057");
-    json_t *j = job_to_json(job);
-    CHECK(j != NULL, "job_to_json failed on an accepted job");
-    char *text = json_dumps(j, JSON_COMPACT);
-    CHECK(text != NULL, "json_dumps failed on a job");
-    json_t *back = json_loads(text, 0, NULL);
-    CHECK(back != NULL, "the API JSON of a job does not parse back");
-    CHECK(json_is_object(back), "the API JSON of a job is not an object");
-    json_decref(back);
-    free(text);
-    json_decref(j);
+    char *full = api_json(job, 0);
+    char *own = api_json(job, JOB_WRITE_OWN_BODY);
+    CHECK(strcmp(full, own) == 0, "a copied JSON body reads unlike one parsed again");
+    free(own);
+    free(full);
+    free(api_json(job, JOB_WRITE_MINIMAL));
 }
 
 /* Everything an accepted job promises (job.h, README "Request fields"). */
@@ -142,7 +160,8 @@ static void check_accepted(job_t *job, int64_t now)
           "routing_key missing or too long");
     CHECK(job->delay_ms >= 0 && job->delay_ms <= LIM.max_delay_ms,
           "delay_ms out of [0, horizon]");
-    CHECK(job->due_at == job->deliver_at, "due_at differs from deliver_at");
+    CHECK(job->due_at == (job->deliver_at > now ? job->deliver_at : now),
+          "due_at is not the later of deliver_at and now");
     CHECK(within_horizon(job->deliver_at, now), "deliver_at beyond the horizon");
     CHECK(job->created_at == now && job->updated_at == now, "timestamps");
     CHECK(job->sent_at == -1 && job->attempts == 0 && job->last_error == NULL,
@@ -262,9 +281,9 @@ static void fuzz_base64(const char *buf, size_t len)
     unsigned char *dec = NULL;
     size_t dlen = 0;
 
-    if (job_base64_decode(buf, len, &dec, &dlen) == RMQS_OK) {
+    if (base64_decode(buf, len, &dec, &dlen) == RMQS_OK) {
         CHECK(dec != NULL, "decode gave NULL");
-        char *enc = job_base64_encode(dec, dlen);
+        char *enc = base64_encode(dec, dlen);
         CHECK(enc != NULL && strlen(enc) == len && memcmp(enc, buf, len) == 0,
               "base64 decode then encode does not give the input back");
         free(enc);
@@ -273,9 +292,9 @@ static void fuzz_base64(const char *buf, size_t len)
     }
     free(dec);
 
-    char *enc = job_base64_encode((const unsigned char *)buf, len);
+    char *enc = base64_encode((const unsigned char *)buf, len);
     CHECK(enc != NULL, "encode failed");
-    CHECK(job_base64_decode(enc, strlen(enc), &dec, &dlen) == RMQS_OK,
+    CHECK(base64_decode(enc, strlen(enc), &dec, &dlen) == RMQS_OK,
           "encoded text does not decode");
     CHECK(dlen == len && (len == 0 || memcmp(dec, buf, len) == 0),
           "base64 encode then decode does not give the input back");

@@ -511,7 +511,7 @@ def test_batch_with_idempotency_key_is_refused(hostile):
     hostile.assert_unchanged("batch with Idempotency-Key")
 
 
-# POST /schedule/batch parses its body in http_api.c, not through job.c: the
+# POST /schedule/batch parses its body in http_jobs.c, not through job.c: the
 # same two traps, on a service of their own (a job wrongly stored there must
 # not disturb the module's checks).
 

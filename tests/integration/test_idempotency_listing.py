@@ -122,3 +122,55 @@ def test_listing_filters_by_status(service):
     assert svc.list_all(status="sent")[0] == []
     assert svc.list_all(status="failed")[0] == []
     assert len(svc.list_all()[0]) == 12
+
+
+def test_a_job_reads_the_same_in_every_answer(service):
+    """One serializer: the POST /schedule answer, GET /jobs/{id} and a GET
+    /jobs page show a job in the same bytes, and a page is exactly
+    {"jobs":[<GET /jobs/{id}>,...],"next":<cursor or null>}."""
+    svc = service()
+    base = time.time() + 3600
+    reqs = [
+        {"exchange": "", "routing_key": "q", "body": "caf\u00e9 \u20ac \U0001f600 "
+         "\"quoted\" back\\slash /slash \u0001\u001f\t\n", "deliver_at": format_ts(base)},
+        {"exchange": "", "routing_key": "q.json", "delay_ms": 3_600_001,
+         "body": {"n": [1, -0.0, 2.5, 1e300, 0.1, None, True], "s": "\u00e9\n",
+                  "deep": {"a": [{"b": {}}]}},
+         "headers": {"h": 1, "s": "v\n", "f": 2.5, "b": False},
+         "properties": {"priority": 5, "app_id": "z", "correlation_id": "c\u00e9"}},
+        {"exchange": "", "routing_key": "q.bin", "body_base64": "AAEC/w==",
+         "deliver_at": format_ts(base + 2), "max_attempts": 7},
+        {"exchange": "", "routing_key": "q.empty", "body": "",
+         "deliver_at": format_ts(base + 3)},
+    ]
+    posted = []
+    for r in reqs:
+        answer = svc.post("/schedule", r)
+        assert answer.status == 201, answer
+        posted.append(answer)
+    cancelled = svc.delete(f"/jobs/{posted[3].body['id']}")
+    assert cancelled.status == 200, cancelled
+
+    single = {}
+    for answer in posted:
+        jid = answer.body["id"]
+        got = svc.get(f"/jobs/{jid}")
+        assert got.status == 200, got
+        single[jid] = got.raw
+        if jid != posted[3].body["id"]:
+            assert got.raw == answer.raw, "POST /schedule and GET /jobs/{id} differ"
+    assert single[posted[3].body["id"]] == cancelled.raw
+
+    listed, after = [], None
+    for _ in range(5):
+        page = svc.get("/jobs?limit=3" + (f"&after={after}" if after else ""))
+        assert page.status == 200, page
+        after = page.body["next"]
+        ids = [j["id"] for j in page.body["jobs"]]
+        want = (b'{"jobs":[' + b",".join(single[i] for i in ids) + b'],"next":'
+                + json.dumps(after).encode() + b"}")
+        assert page.raw == want
+        listed.extend(ids)
+        if after is None:
+            break
+    assert sorted(listed) == sorted(single), "every job listed once"

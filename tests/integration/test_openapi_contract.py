@@ -27,6 +27,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SPEC = os.path.join(ROOT, "api", "openapi.yaml")
 HTTP_API_C = os.path.join(ROOT, "service", "http_api.c")
+# The HTTP layer: http_api.c (routing, transport errors) and http_jobs.c
+# (the job endpoints' errors).
+HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c")]
 METRICS_C = os.path.join(ROOT, "service", "metrics.c")
 REDOCLY = "@redocly/cli@2.77.0"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -195,7 +198,7 @@ MHD_STATUS = {"BAD_REQUEST": 400, "UNAUTHORIZED": 401, "FORBIDDEN": 403,
 
 
 def test_error_codes_of_the_server_and_of_the_file_are_the_same(contract):
-    text = source(HTTP_API_C)
+    text = "".join(source(p) for p in HTTP_LAYER_C)
     pairs = {(MHD_STATUS[s], code) for s, code in re.findall(
         r'reply_error(?:_h)?\(\s*c,\s*MHD_HTTP_([A-Z_]+),\s*"([a-z_]+)"', text)}
     pairs |= {(500, c) for c in re.findall(r'\\"code\\":\\"([a-z_]+)\\"', text)}

@@ -15,6 +15,7 @@
 
 #include "amqp_ingest.h"
 #include "job.h"
+#include "job_json.h"
 #include "testutil.h"
 
 #define NOW 1767225600000LL /* 2026-01-01T00:00:00Z */
@@ -821,17 +822,20 @@ Test(amqp_ingest, job_reads_back_as_json)
     msg m;
     job_t job;
     rmqs_error err;
+    job_buf b = {0};
     json_t *j;
 
     msg_init(&m, "k", "payload");
     add_i64(&m, "x-delay", 1000);
     cr_assert_eq(convert(&m, &job, &err), RMQS_OK);
     cr_assert_eq(job_id_generate(NOW, job.id), RMQS_OK);
-    j = job_to_json(&job);
-    cr_assert_not_null(j);
+    cr_assert_eq(job_write_json(&b, &job, 0), RMQS_OK);
+    j = json_loads(b.data, 0, NULL);
+    cr_assert_not_null(j, "%s", b.data);
     cr_expect_str_eq(json_string_value(json_object_get(j, "source")), "amqp");
     cr_expect_str_eq(json_string_value(json_object_get(j, "body_base64")),
                      "cGF5bG9hZA==");
     json_decref(j);
+    job_buf_free(&b);
     job_clear(&job);
 }

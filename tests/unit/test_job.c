@@ -1,5 +1,6 @@
 /*
- * test_job.c - request validation, ids, base64 and the API representation.
+ * test_job.c - request validation and ids (the API representation of a job
+ * is tested in test_job_json.c, base64 in test_base64.c).
  *
  * Request bodies in the tables are written with ' in place of " so they stay
  * readable; req() swaps them back before parsing (no test body needs a
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "job.h"
+#include "job_json.h"
 #include "testutil.h"
 #include "timeutil.h"
 
@@ -31,20 +33,9 @@ static const job_limits LIM = {
 #define S255 S64 S64 S64 S16 S16 S16 "aaaaaaaaaaaaaaa"
 #define S256 S255 "a"
 
-/* A body with ' for ", as malloc'd JSON text. */
-static char *req_text(const char *s)
-{
-    char *t = strdup(s);
-    cr_assert_not_null(t);
-    for (char *p = t; *p != '\0'; p++)
-        if (*p == '\'')
-            *p = '"';
-    return t;
-}
-
 static rmqs_rc req(const char *s, job_t *job, char **canonical, rmqs_error *err)
 {
-    char *t = req_text(s);
+    char *t = ut_json_quotes(s);
     rmqs_rc rc = job_from_request(t, strlen(t), &LIM, NOW, job, canonical, err);
     free(t);
     return rc;
@@ -52,7 +43,7 @@ static rmqs_rc req(const char *s, job_t *job, char **canonical, rmqs_error *err)
 
 static rmqs_rc resched(const char *s, int64_t *at, int64_t *delay, rmqs_error *err)
 {
-    char *t = req_text(s);
+    char *t = ut_json_quotes(s);
     rmqs_rc rc = job_parse_reschedule(t, strlen(t), &LIM, NOW, at, delay, err);
     free(t);
     return rc;
@@ -182,106 +173,10 @@ Test(job, id_parse_rejects)
 }
 
 /* ------------------------------------------------------------------------ */
-/* base64                                                                    */
-
-struct b64_case {
-    const char *raw;
-    size_t raw_len;
-    const char *enc;
-};
-#define RAW(s) s, sizeof(s) - 1
-
-Test(job, base64_vectors)
-{
-    static const struct b64_case cases[] = {
-        /* RFC 4648 section 10 */
-        {RAW(""), ""},
-        {RAW("f"), "Zg=="},
-        {RAW("fo"), "Zm8="},
-        {RAW("foo"), "Zm9v"},
-        {RAW("foob"), "Zm9vYg=="},
-        {RAW("fooba"), "Zm9vYmE="},
-        {RAW("foobar"), "Zm9vYmFy"},
-        /* both non-letter characters and binary bytes */
-        {RAW("\x00\x01\x02\xff"), "AAEC/w=="},
-        {RAW("\xfb\xff\xbf"), "+/+/"},
-        {RAW("\x00"), "AA=="},
-        {RAW("\x00\x00\x00"), "AAAA"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char *enc = job_base64_encode((const unsigned char *)cases[i].raw,
-                                      cases[i].raw_len);
-        cr_assert_not_null(enc);
-        cr_expect_str_eq(enc, cases[i].enc, "case %zu", i);
-        free(enc);
-
-        unsigned char *dec = NULL;
-        size_t dec_len = 99;
-        cr_assert_eq(job_base64_decode(cases[i].enc, strlen(cases[i].enc), &dec,
-                                       &dec_len),
-                     RMQS_OK, "%s", cases[i].enc);
-        cr_assert_not_null(dec, "%s: non-NULL even when empty", cases[i].enc);
-        cr_expect_eq(dec_len, cases[i].raw_len, "%s", cases[i].enc);
-        cr_expect_eq(memcmp(dec, cases[i].raw, dec_len), 0, "%s", cases[i].enc);
-        free(dec);
-    }
-}
-
-Test(job, base64_round_trip_all_lengths)
-{
-    unsigned char raw[300];
-    for (size_t i = 0; i < sizeof raw; i++)
-        raw[i] = (unsigned char)(i * 151 + 7);
-    for (size_t n = 0; n <= sizeof raw; n++) {
-        char *enc = job_base64_encode(raw, n);
-        cr_assert_not_null(enc);
-        cr_assert_eq(strlen(enc), (n + 2) / 3 * 4);
-        unsigned char *dec;
-        size_t dec_len;
-        cr_assert_eq(job_base64_decode(enc, strlen(enc), &dec, &dec_len), RMQS_OK);
-        cr_assert_eq(dec_len, n);
-        cr_assert_eq(memcmp(dec, raw, n), 0);
-        free(dec);
-        free(enc);
-    }
-}
-
-Test(job, base64_invalid)
-{
-    static const char *const bad[] = {
-        "Zg",        /* unpadded */
-        "Zg=",       /* length 3 */
-        "Zm9vY",     /* length 5 */
-        "Z===",      /* too much padding */
-        "====",
-        "=Zg=",
-        "Zg=a",      /* data after padding */
-        "Zg==Zg==",  /* padding in the middle */
-        "Zm=v",
-        "Zm9 Yg==",  /* whitespace */
-        "Zm9vYg==\n",
-        "Zm9vYg=\n",
-        "Zm9-",      /* base64url alphabet */
-        "Zm9_",
-        "Zm9v\x80YmE",
-        "Zh==",      /* non-zero bits under the padding (non-canonical) */
-        "Zm9=",
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        unsigned char *dec = (unsigned char *)"sentinel";
-        size_t dec_len = 99;
-        cr_expect_eq(job_base64_decode(bad[i], strlen(bad[i]), &dec, &dec_len),
-                     RMQS_EINVAL, "\"%s\" accepted", bad[i]);
-        cr_expect_null(dec, "\"%s\": *out must be NULL on failure", bad[i]);
-    }
-    /* a NUL inside the given length is just another invalid character */
-    unsigned char *dec;
-    size_t dec_len;
-    cr_expect_eq(job_base64_decode("Zm9v\0\0\0\0", 8, &dec, &dec_len), RMQS_EINVAL);
-}
-
-/* ------------------------------------------------------------------------ */
 /* job_from_request: valid bodies                                            */
+
+/* A string literal and its length (without the NUL). */
+#define RAW(s) s, sizeof(s) - 1
 
 struct valid_req {
     const char *json;
@@ -770,157 +665,6 @@ Test(job, canonical_does_not_include_defaults)
 }
 
 /* ------------------------------------------------------------------------ */
-/* job_to_json                                                               */
-
-static const char *const api_keys[] = {
-    "id", "status", "source", "exchange", "routing_key", "deliver_at", "next_attempt_at",
-    "created_at", "updated_at", "sent_at", "attempts", "max_attempts",
-    "last_error", "headers", "properties",
-};
-
-static void expect_common_keys(json_t *o, const char *body_key)
-{
-    size_t n = sizeof api_keys / sizeof api_keys[0];
-    for (size_t i = 0; i < n; i++)
-        cr_expect_not_null(json_object_get(o, api_keys[i]), "missing %s", api_keys[i]);
-    cr_expect_not_null(json_object_get(o, body_key), "missing %s", body_key);
-    cr_expect_eq(json_object_size(o), n + 1, "unexpected extra keys");
-}
-
-static job_t job_of(const char *s)
-{
-    job_t j;
-    rmqs_error err;
-    cr_assert_eq(req(s, &j, NULL, &err), RMQS_OK, "%s: %s", s, err.message);
-    memcpy(j.id, "017f22e2-79b0-7cc3-98c4-dc0c0c07398f", JOB_ID_LEN + 1);
-    return j;
-}
-
-static const char *str_of(json_t *o, const char *key)
-{
-    const char *s = json_string_value(json_object_get(o, key));
-    return s != NULL ? s : "(not a string)";
-}
-
-Test(job, to_json_text_pending)
-{
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}");
-    json_t *o = job_to_json(&j);
-    cr_assert_not_null(o);
-    expect_common_keys(o, "body");
-    cr_expect_str_eq(str_of(o, "id"), "017f22e2-79b0-7cc3-98c4-dc0c0c07398f");
-    cr_expect_str_eq(str_of(o, "status"), "pending");
-    cr_expect_str_eq(str_of(o, "exchange"), "e");
-    cr_expect_str_eq(str_of(o, "routing_key"), "r");
-    cr_expect_str_eq(str_of(o, "deliver_at"), "2026-01-01T00:00:01.500Z");
-    cr_expect_str_eq(str_of(o, "next_attempt_at"), "2026-01-01T00:00:01.500Z");
-    cr_expect_str_eq(str_of(o, "created_at"), "2026-01-01T00:00:00.000Z");
-    cr_expect_str_eq(str_of(o, "updated_at"), "2026-01-01T00:00:00.000Z");
-    cr_expect(json_is_null(json_object_get(o, "sent_at")));
-    cr_expect(json_is_null(json_object_get(o, "last_error")));
-    cr_expect_eq(json_integer_value(json_object_get(o, "attempts")), 0);
-    cr_expect_eq(json_integer_value(json_object_get(o, "max_attempts")), 5);
-    cr_expect(json_is_object(json_object_get(o, "headers")));
-    cr_expect_eq(json_object_size(json_object_get(o, "headers")), 0);
-    cr_expect_eq(json_object_size(json_object_get(o, "properties")), 0);
-    cr_expect_str_eq(str_of(o, "body"), "hello");
-    cr_expect_null(json_object_get(o, "body_base64"));
-    json_decref(o);
-    job_clear(&j);
-}
-
-Test(job, to_json_json_body)
-{
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}]},"
-                     "'delay_ms':0,'headers':{'h':1}}");
-    json_t *o = job_to_json(&j);
-    cr_assert_not_null(o);
-    expect_common_keys(o, "body");
-    json_t *want = json_pack("{s:[i,{s:n}]}", "a", 1, "b");
-    cr_expect(json_equal(json_object_get(o, "body"), want), "body is the JSON value");
-    json_decref(want);
-    cr_expect_str_eq(str_of(json_object_get(o, "properties"), "content_type"),
-                     "application/json");
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "headers"), "h")), 1);
-
-    /* the answer is independent of the job */
-    json_object_set_new(json_object_get(o, "headers"), "added", json_true());
-    cr_expect_eq(json_object_size(j.headers), 1);
-    json_decref(o);
-    job_clear(&j);
-}
-
-Test(job, to_json_binary_body)
-{
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':0}");
-    json_t *o = job_to_json(&j);
-    cr_assert_not_null(o);
-    expect_common_keys(o, "body_base64");
-    cr_expect_str_eq(str_of(o, "body_base64"), "AAEC/w==");
-    cr_expect_null(json_object_get(o, "body"));
-    json_decref(o);
-    job_clear(&j);
-}
-
-Test(job, to_json_sent_and_failed)
-{
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
-    j.status = JOB_SENT;
-    j.sent_at = NOW + 2;
-    j.attempts = 1;
-    j.updated_at = NOW + 2;
-    json_t *o = job_to_json(&j);
-    cr_assert_not_null(o);
-    cr_expect_str_eq(str_of(o, "status"), "sent");
-    cr_expect(json_is_null(json_object_get(o, "next_attempt_at")), "not pending");
-    cr_expect_str_eq(str_of(o, "sent_at"), "2026-01-01T00:00:00.002Z");
-    cr_expect_str_eq(str_of(o, "updated_at"), "2026-01-01T00:00:00.002Z");
-    cr_expect_eq(json_integer_value(json_object_get(o, "attempts")), 1);
-    json_decref(o);
-
-    j.status = JOB_FAILED;
-    j.sent_at = -1;
-    j.last_error = strdup("NOT_FOUND - no exchange 'e' \xff");
-    o = job_to_json(&j);
-    cr_assert_not_null(o);
-    cr_expect_str_eq(str_of(o, "status"), "failed");
-    cr_expect(json_is_null(json_object_get(o, "sent_at")));
-    cr_expect_str_eq(str_of(o, "last_error"), "NOT_FOUND - no exchange 'e' ?",
-                     "invalid UTF-8 replaced, not an error");
-    json_decref(o);
-    job_clear(&j);
-}
-
-Test(job, to_json_zeroed_job)
-{
-    job_t j = {0};
-    j.sent_at = -1;
-    json_t *o = job_to_json(&j);
-    cr_assert_not_null(o);
-    expect_common_keys(o, "body");
-    cr_expect_str_eq(str_of(o, "id"), "");
-    cr_expect_str_eq(str_of(o, "exchange"), "");
-    cr_expect_str_eq(str_of(o, "body"), "");
-    cr_expect_str_eq(str_of(o, "deliver_at"), "1970-01-01T00:00:00.000Z");
-    json_decref(o);
-}
-
-Test(job, to_json_damaged_body_shown_as_base64)
-{
-    job_t j = {0};
-    j.sent_at = -1;
-    j.body_kind = JOB_BODY_JSON;
-    j.body = (unsigned char *)strdup("{not json");
-    j.body_len = 9;
-    json_t *o = job_to_json(&j);
-    cr_assert_not_null(o);
-    cr_expect_null(json_object_get(o, "body"));
-    cr_expect_str_eq(str_of(o, "body_base64"), "e25vdCBqc29u");
-    json_decref(o);
-    job_clear(&j);
-}
-
-/* ------------------------------------------------------------------------ */
 /* job_parse_reschedule                                                      */
 
 struct resched_ok {
@@ -1181,9 +925,11 @@ Test(job, hostile_time_arithmetic_does_not_overflow)
                                   &err), RMQS_OK, "%s", err.message);
     cr_expect_eq(j.deliver_at, -62135596800000);
     cr_expect_eq(j.delay_ms, 0);
-    json_t *api = job_to_json(&j);
-    cr_expect_not_null(api);
-    json_decref(api);
+    job_buf api = {0};
+    cr_expect_eq(job_write_json(&api, &j, 0), RMQS_OK);
+    cr_expect(strstr(api.data, "\"deliver_at\":\"0001-01-01T00:00:00.000Z\"") != NULL,
+              "%s", api.data);
+    job_buf_free(&api);
     job_clear(&j);
 
     /* a delay exactly at the configured horizon is still fine */
@@ -1437,7 +1183,7 @@ Test(job, hostile_error_text_is_valid_utf8)
         cr_expect(strncmp(err.message, "invalid JSON: ", 14) == 0, "%s", err.message);
         cr_expect(utf8_ok(err.message), "message not UTF-8: %s", err.message);
         int64_t at, delay;
-        char *t = req_text(bad_escapes[i]);
+        char *t = ut_json_quotes(bad_escapes[i]);
         cr_expect_eq(job_parse_reschedule(t, strlen(t), &LIM, NOW, &at, &delay, &err),
                      RMQS_EINVAL);
         cr_expect(utf8_ok(err.message), "PATCH message not UTF-8: %s", err.message);
@@ -1517,189 +1263,4 @@ Test(job, id_generate_child_process_does_not_repeat_the_parent)
     for (int i = 0; i < N; i++)
         for (int k = 0; k < N; k++)
             cr_assert_str_neq(mine[i], theirs[k], "parent %d == child %d", i, k);
-}
-
-/* ------------------------------------------------------------------------ */
-/* job_write_json: the same text as json_dumps(job_to_json(job))             */
-
-/* The compact dump of job_to_json, malloc'd. */
-static char *dumped(const job_t *j)
-{
-    json_t *o = job_to_json(j);
-    cr_assert_not_null(o);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    cr_assert_not_null(s);
-    return s;
-}
-
-static void expect_written_as_dumped(const job_t *j, unsigned flags, const char *what)
-{
-    job_buf b = {0};
-    char *want = dumped(j);
-    cr_expect_eq(job_write_json(&b, j, flags), RMQS_OK, "%s", what);
-    cr_assert_not_null(b.data, "%s", what);
-    cr_expect_eq(b.len, strlen(b.data), "%s: len", what);
-    cr_expect_str_eq(b.data, want, "%s (flags %u)", what, flags);
-    free(want);
-    job_buf_free(&b);
-    cr_expect_null(b.data);
-}
-
-Test(job, write_json_is_job_to_json_for_requests)
-{
-    static const char *const reqs[] = {
-        "{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}",
-        "{'exchange':'','routing_key':'','body':'','delay_ms':0}",
-        /* every escape jansson writes, and characters it does not escape */
-        "{'exchange':'e/\\\\x','routing_key':'q\\\"t','body':"
-        "'\\u0001\\b\\f\\n\\r\\t\\u001f\\u007f/\\u00e9\\u20ac\\ud83d\\ude00','delay_ms':0}",
-        "{'exchange':'caf\xc3\xa9','routing_key':'\xe2\x82\xac.\xf0\x9f\x98\x80',"
-        "'body':'x','delay_ms':0}",
-        "{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}],'c':true,"
-        "'d':-0.0,'e':1.5e300,'f':0.1,'g':-12,'h':'\\u0001\\\"'},'delay_ms':0,"
-        "'headers':{'h':1,'s':'v\\n','b':false,'r':2.5},'properties':{'priority':5,"
-        "'app_id':'z','persistent':false}}",
-        "{'exchange':'e','routing_key':'r','body':[],'deliver_at':'2025-06-01T00:00:00Z'}",
-        "{'exchange':'e','routing_key':'r','body':{},'delay_ms':3,"
-        "'properties':{'content_type':'text/x'}}",
-        "{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':0,"
-        "'max_attempts':7}",
-        "{'exchange':'e','routing_key':'r','body_base64':'','delay_ms':0}",
-    };
-    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
-        job_t j = job_of(reqs[i]);
-        expect_written_as_dumped(&j, 0, reqs[i]);
-        expect_written_as_dumped(&j, JOB_WRITE_OWN_BODY, reqs[i]);
-        job_clear(&j);
-    }
-}
-
-Test(job, write_json_is_job_to_json_for_stored_jobs)
-{
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
-    j.status = JOB_SENT;
-    j.sent_at = NOW + 2;
-    j.attempts = 3;
-    j.source = JOB_SOURCE_AMQP;
-    expect_written_as_dumped(&j, 0, "sent, from amqp");
-
-    j.status = JOB_FAILED;
-    j.sent_at = -1;
-    j.last_error = strdup("NOT_FOUND - no exchange 'e' \xff \"q\"\n");
-    expect_written_as_dumped(&j, 0, "failed, invalid UTF-8 in last_error");
-    free(j.exchange);
-    j.exchange = strdup("bad\xc3(");
-    expect_written_as_dumped(&j, 0, "invalid UTF-8 in exchange");
-    job_clear(&j);
-
-    job_t z = {0};
-    z.sent_at = -1;
-    expect_written_as_dumped(&z, 0, "zeroed job");
-    z.body_kind = JOB_BODY_JSON;
-    expect_written_as_dumped(&z, 0, "JSON body without bytes");
-
-    /* damaged bodies read back from storage: shown as base64 */
-    z.body_kind = JOB_BODY_JSON;
-    z.body = (unsigned char *)strdup("{not json");
-    z.body_len = 9;
-    expect_written_as_dumped(&z, 0, "damaged JSON body");
-    free(z.body);
-    z.body_kind = JOB_BODY_TEXT;
-    z.body = (unsigned char *)strdup("a\xff");
-    z.body_len = 2;
-    expect_written_as_dumped(&z, 0, "text body that is not UTF-8");
-    z.body[1] = '\0'; /* text bodies may hold NUL (from AMQP ingest) */
-    expect_written_as_dumped(&z, 0, "text body with a NUL");
-    z.body_kind = JOB_BODY_BINARY;
-    expect_written_as_dumped(&z, 0, "binary body");
-    /* a JSON body that jansson writes differently is written again */
-    free(z.body);
-    z.body_kind = JOB_BODY_JSON;
-    z.body = (unsigned char *)strdup("{ \"a\" : 1.50 }");
-    z.body_len = strlen((char *)z.body);
-    expect_written_as_dumped(&z, 0, "JSON body not in jansson's form");
-    job_clear(&z);
-}
-
-Test(job, write_json_appends_and_minimal)
-{
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}");
-    job_buf b = {0};
-
-    cr_assert_eq(job_buf_append(&b, "[", 1), RMQS_OK);
-    cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL), RMQS_OK);
-    cr_assert_eq(job_buf_append(&b, ",", 1), RMQS_OK);
-    j.status = JOB_CANCELLED;
-    cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL | JOB_WRITE_OWN_BODY), RMQS_OK);
-    cr_assert_eq(job_buf_append(&b, "]", 1), RMQS_OK);
-    cr_expect_str_eq(b.data,
-                     "[{\"id\":\"017f22e2-79b0-7cc3-98c4-dc0c0c07398f\",\"status\":"
-                     "\"pending\",\"deliver_at\":\"2026-01-01T00:00:01.500Z\"},"
-                     "{\"id\":\"017f22e2-79b0-7cc3-98c4-dc0c0c07398f\",\"status\":"
-                     "\"cancelled\",\"deliver_at\":\"2026-01-01T00:00:01.500Z\"}]");
-    cr_expect_eq(b.len, strlen(b.data));
-    cr_expect(!b.oom);
-    job_buf_free(&b);
-
-    /* reserve only saves reallocations; the text is the same */
-    cr_assert_eq(job_buf_reserve(&b, 100000), RMQS_OK);
-    cr_expect_geq(b.cap, 100001);
-    cr_assert_eq(job_write_json(&b, &j, 0), RMQS_OK);
-    char *want = dumped(&j);
-    cr_expect_str_eq(b.data, want);
-    free(want);
-    job_buf_free(&b);
-    job_clear(&j);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Prefer (RFC 7240)                                                         */
-
-struct prefer_case {
-    const char *header;
-    job_prefer_return want;
-};
-
-Test(job, prefer_return)
-{
-    static const struct prefer_case cases[] = {
-        {NULL, JOB_RETURN_UNSET},
-        {"", JOB_RETURN_UNSET},
-        {"return=minimal", JOB_RETURN_MINIMAL},
-        {"return=representation", JOB_RETURN_REPRESENTATION},
-        {"RETURN=Minimal", JOB_RETURN_MINIMAL},
-        {"return = minimal", JOB_RETURN_MINIMAL},
-        {"return=\"minimal\"", JOB_RETURN_MINIMAL},
-        {"return=\"mini\\mal\"", JOB_RETURN_MINIMAL},
-        {"return=minimal; foo=bar", JOB_RETURN_MINIMAL},
-        {"respond-async, return=minimal", JOB_RETURN_MINIMAL},
-        {"respond-async,return=minimal", JOB_RETURN_MINIMAL},
-        {" , ,return=minimal", JOB_RETURN_MINIMAL},
-        {"wait=10, respond-async; x=\"a,b\", return=minimal", JOB_RETURN_MINIMAL},
-        {"handling=lenient; return=minimal", JOB_RETURN_UNSET}, /* a parameter */
-        /* only the first return= counts (RFC 7240 section 2) */
-        {"return=representation, return=minimal", JOB_RETURN_REPRESENTATION},
-        {"return=minimal, return=representation", JOB_RETURN_MINIMAL},
-        {"return=whatever, return=minimal", JOB_RETURN_OTHER},
-        {"return, return=minimal", JOB_RETURN_OTHER},
-        {"return=minimalist", JOB_RETURN_OTHER},
-        {"returns=minimal", JOB_RETURN_UNSET},
-        {"xreturn=minimal", JOB_RETURN_UNSET},
-        {"return=minimal-ish", JOB_RETURN_OTHER},
-        /* what cannot be parsed is skipped */
-        {"\"return=minimal\"", JOB_RETURN_UNSET},
-        {"@@, return=minimal", JOB_RETURN_MINIMAL},
-        {"foo=\"unterminated, return=minimal", JOB_RETURN_UNSET},
-        {"foo=, return=minimal", JOB_RETURN_MINIMAL},
-        {"return=, return=minimal", JOB_RETURN_MINIMAL},
-        {"return=\"minimal", JOB_RETURN_UNSET},
-        {"foo=\"a\\\"b, c\", return=minimal", JOB_RETURN_MINIMAL},
-        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1, return=minimal", JOB_RETURN_MINIMAL},
-        {"return=minimalaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", JOB_RETURN_OTHER},
-        {"returnaaaaaaaaaaaaaaaaaaaaaaaa=minimal", JOB_RETURN_UNSET},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        cr_expect_eq(job_prefer_return_of(cases[i].header), cases[i].want,
-                     "Prefer: %s", cases[i].header ? cases[i].header : "(none)");
 }

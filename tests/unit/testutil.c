@@ -18,6 +18,12 @@
 
 #include "timeutil.h"
 
+const job_limits ut_limits = {
+    .default_max_attempts = 5,
+    .max_max_attempts = 10,
+    .max_delay_ms = 30 * UT_DAY,
+};
+
 bool ut_is_zero(const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -34,6 +40,16 @@ char *ut_strdup(const char *s)
 
     cr_assert_not_null(d);
     return d;
+}
+
+char *ut_json_quotes(const char *s)
+{
+    char *t = ut_strdup(s);
+
+    for (char *p = t; *p != '\0'; p++)
+        if (*p == '\'')
+            *p = '"';
+    return t;
 }
 
 void ut_tmpdir(char dir[UT_PATH_MAX], const char *tag)

@@ -28,6 +28,10 @@
 #define UT_HOUR 3600000LL
 #define UT_DAY 86400000LL
 
+/* Limits to validate requests with: 5 attempts by default, at most 10, up
+ * to 30 days ahead. */
+extern const job_limits ut_limits;
+
 /* Room for a folder from ut_tmpdir plus a file name in it. */
 #define UT_PATH_MAX 128
 
@@ -36,6 +40,10 @@ bool ut_is_zero(const void *p, size_t n);
 
 /* strdup that fails the test instead of returning NULL (caller frees). */
 char *ut_strdup(const char *s);
+
+/* A JSON text written with ' in place of " (readable in C tables): a
+ * malloc'd copy with each ' turned back into ". The caller frees it. */
+char *ut_json_quotes(const char *s);
 
 /* Make a fresh folder /tmp/rmqs-<tag>-XXXXXX; its path goes to dir. */
 void ut_tmpdir(char dir[UT_PATH_MAX], const char *tag);

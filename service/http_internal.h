@@ -1,0 +1,116 @@
+/*
+ * http_internal.h - what the files of the HTTP layer share; not a contract
+ * for any other module (that is http_api.h).
+ *
+ * The layer is two rooms: http_api.c (the daemon, reading bodies, limits,
+ * authentication, routing, health and metrics, and the one path that
+ * queues a response) and http_jobs.c (the job endpoints: POST /schedule,
+ * /schedule/batch, GET /jobs, /jobs/{id}, PATCH, DELETE). Both see the
+ * daemon's state and a request's state, defined here.
+ */
+#ifndef RMQS_HTTP_INTERNAL_H
+#define RMQS_HTTP_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "http_api.h"
+#include "job_json.h"
+#include "metrics.h"
+
+struct http_api {
+    struct MHD_Daemon *daemon;
+    store_t *st;       /* borrowed */
+    disp_t *disp;      /* borrowed */
+    writer_t *writer;  /* borrowed */
+    http_api_options opt;
+    atomic_long inflight; /* requests begun and not yet completed */
+    char *token;          /* owned copy of opt.api_token, or NULL */
+    char **allow;         /* owned NULL-terminated list, or NULL: any */
+    char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
+    MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
+                                 MHD_stop_daemon, as the library requires */
+};
+
+typedef enum rq_state {
+    RQ_READING, /* headers and body arriving */
+    RQ_WAITING, /* suspended: the writer holds wr */
+    RQ_WRITTEN  /* resumed: wr.ins holds the outcome */
+} rq_state;
+
+/* Per-request state, owned by libmicrohttpd's *con_cls slot. */
+typedef struct http_req {
+    struct MHD_Connection *conn;
+    char *body;        /* accumulated body (NUL-terminated), owned */
+    size_t len, cap;
+    bool too_large;    /* the body passed max_body_bytes: answer 413 */
+    bool unauthorized; /* no valid token: drop the body, answer 401 */
+    size_t dropped;    /* body bytes dropped since then */
+    int64_t refused_us; /* monotonic, when too_large was set */
+    rq_state state;
+    bool batch;        /* POST /schedule/batch */
+    bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
+    writer_req wr;     /* the insert handed to the writer */
+    writer_waiter waiter; /* queued for admission (see writer.h) */
+    size_t admitted;   /* body bytes admitted by the writer; given back
+                          when the request completes */
+    job_t *jobs;       /* owned; what wr.ins.jobs points to */
+    size_t njobs;
+    char *canonical;   /* owned; the Idempotency-Key fingerprint */
+    char *idem_key;    /* owned copy of the header */
+    metrics_route route;
+    unsigned status;   /* of the response queued, 0 until then */
+    int64_t start_us;  /* monotonic, when the headers arrived */
+} http_req;
+
+/* ---- responses (http_api.c) ---------------------------------------------
+ * Each queues one answer on c and returns libmicrohttpd's result. Extra
+ * header pairs (h1, v1) may be NULL. */
+
+/* resp_json (stolen, NULL: out of memory) as compact JSON with status. */
+enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
+                                json_t *resp_json, const char *h1,
+                                const char *v1);
+/* {"error":{"code","message"[,"field"]}}; field NULL or "" leaves it out. */
+enum MHD_Result http_reply_error(struct MHD_Connection *c, unsigned status,
+                                 const char *code, const char *field,
+                                 const char *message);
+enum MHD_Result http_reply_error_h(struct MHD_Connection *c, unsigned status,
+                                   const char *code, const char *field,
+                                   const char *message, const char *h1,
+                                   const char *v1);
+/* A store/validation failure as its documented status and code; err (may
+ * be NULL) gives field and message, what the message otherwise. */
+enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
+                              const rmqs_error *err, const char *what);
+/* The JSON text in b (taken over: b is left empty) with status, the
+ * Location of job_id if not NULL, and Preference-Applied if minimal. A
+ * buffer that ran out of memory gives a 500. */
+enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
+                               job_buf *b, const char *job_id, bool minimal);
+/* A JSON string of s (new reference), bytes that are not UTF-8 as '?'. */
+json_t *http_safe_string(const char *s);
+
+/* ---- the job endpoints (http_jobs.c) ----------------------------------- */
+
+/* POST /schedule (batch false) or /schedule/batch: checks the content
+ * type, waits for admission by the writer, validates, hands the jobs to
+ * the writer (the connection is suspended until the commit). */
+enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
+                                   http_req *rq, bool batch);
+/* The answer once the writer has committed (rq->state == RQ_WRITTEN). */
+enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
+                                  http_req *rq);
+/* GET /jobs. */
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c);
+/* GET, PATCH, DELETE /jobs/{id}. */
+enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
+                              const char *method, const char *id, http_req *rq);
+/* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
+void http_jobs_release(http_req *rq);
+
+#endif

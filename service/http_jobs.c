@@ -1,0 +1,528 @@
+/*
+ * http_jobs.c - the job endpoints of the HTTP contract (api/openapi.yaml):
+ * POST /schedule and /schedule/batch, GET /jobs, GET/PATCH/DELETE
+ * /jobs/{id}.
+ *
+ * Why a room of its own: http_api.c is the transport (the daemon, bodies,
+ * limits, authentication, routing, the one path that queues a response);
+ * this file is what the API does with jobs. Requests are validated by
+ * job.c, new jobs go to the group-commit writer (the connection is
+ * suspended until the commit, after admission by the writer), reads and
+ * changes of existing jobs go to the store directly, and every job in an
+ * answer is written by job_json.c. POST /schedule and /schedule/batch
+ * honour "Prefer: return=minimal" (RFC 7240, http_prefer.c) with only each
+ * job's id, status and deliver_at, a quarter of the bytes of a batch
+ * answer.
+ */
+#include "http_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http_prefer.h"
+#include "log.h"
+#include "timeutil.h"
+#include "writer.h"
+
+#define LIST_LIMIT_DEFAULT 100
+#define LIST_LIMIT_MAX 1000
+#define IDEM_KEY_MAX 200
+#define BATCH_MAX 1000      /* jobs per POST /schedule/batch */
+#define BATCH_ERRORS_MAX 50 /* per-item errors listed in a 400 */
+
+void http_jobs_release(http_req *rq)
+{
+    for (size_t i = 0; i < rq->njobs; i++)
+        job_clear(&rq->jobs[i]);
+    free(rq->jobs);
+    rq->jobs = NULL;
+    rq->njobs = 0;
+    job_clear(&rq->wr.ins.existing);
+    free(rq->canonical);
+    rq->canonical = NULL;
+    free(rq->idem_key);
+    rq->idem_key = NULL;
+}
+
+
+/* One job; flags as job_write_json (JOB_WRITE_MINIMAL is announced). */
+static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
+                                 const job_t *job, bool location, unsigned flags)
+{
+    job_buf b = {0};
+
+    job_write_json(&b, job, flags);
+    return http_reply_buf(c, status, &b, location ? job->id : NULL,
+                          (flags & JOB_WRITE_MINIMAL) != 0);
+}
+
+static bool is_json_content(struct MHD_Connection *c)
+{
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
+    size_t n = strlen("application/json");
+
+    if (ct == NULL)
+        return false;
+    while (*ct == ' ')
+        ct++;
+    if (strncasecmp(ct, "application/json", n) != 0)
+        return false;
+    ct += n;
+    while (*ct == ' ')
+        ct++;
+    return *ct == '\0' || *ct == ';';
+}
+
+/* Collect query arguments not in allowed[] (first one wins). */
+typedef struct query_check {
+    const char *const *allowed;
+    const char *unknown;
+} query_check;
+
+static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
+{
+    query_check *q = cls;
+    for (const char *const *a = q->allowed; *a != NULL; a++)
+        if (strcmp(*a, key) == 0)
+            return MHD_YES;
+    if (q->unknown == NULL)
+        q->unknown = key;
+    return MHD_YES;
+}
+
+static const char *query_unknown(struct MHD_Connection *c,
+                                 const char *const *allowed)
+{
+    query_check q = {allowed, NULL};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
+    return q.unknown;
+}
+
+static bool exchange_allowed(const http_api_t *api, const char *name)
+{
+    if (api->allow == NULL)
+        return true;
+    for (char **a = api->allow; *a != NULL; a++) {
+        size_t n = strlen(*a);
+        if (n > 0 && (*a)[n - 1] == '*') {
+            if (strncmp(name, *a, n - 1) == 0)
+                return true;
+        } else if (strcmp(name, *a) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
+                                                const char *name, long index)
+{
+    char msg[320], field[64];
+
+    if (index >= 0)
+        snprintf(field, sizeof(field), "jobs[%ld].exchange", index);
+    else
+        snprintf(field, sizeof(field), "exchange");
+    snprintf(msg, sizeof(msg), "exchange '%.255s' is not in the allowed list",
+             name);
+    return http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", field, msg);
+}
+
+/* Writer thread: the insert is committed (or failed); wake the request. */
+static void on_written(writer_req *wr, void *cls)
+{
+    http_req *rq = cls;
+    rq->state = RQ_WRITTEN;
+    MHD_resume_connection(rq->conn); /* thread-safe; handler runs again */
+}
+
+/* Writer side: the request waiting for admission may go on. */
+static void on_admitted(void *cls)
+{
+    http_req *rq = cls;
+    MHD_resume_connection(rq->conn); /* the handler runs route() again */
+}
+
+/*
+ * Admission before parsing (writer.h): whether rq may be parsed and handed
+ * to the writer now. If not, the connection is suspended until the writer
+ * has room; route() runs again then. Parsed jobs waiting for the writer are
+ * what a flood of batch clients would otherwise grow memory with.
+ */
+static bool admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
+{
+    size_t bytes = rq->len > 0 ? rq->len : 1;
+
+    if (rq->admitted > 0)
+        return true;
+    if (rq->waiter.granted) {
+        rq->admitted = rq->waiter.bytes;
+        return true;
+    }
+    if (writer_admit(api->writer, bytes, NULL)) { /* the usual case */
+        rq->admitted = bytes;
+        return true;
+    }
+    rq->waiter = (writer_waiter){.wake = on_admitted, .cls = rq};
+    /* Suspend first: the wake may come at once from another thread. */
+    MHD_suspend_connection(c);
+    if (writer_admit(api->writer, bytes, &rq->waiter)) { /* room meanwhile */
+        rq->admitted = bytes;
+        MHD_resume_connection(c);
+    }
+    return false;
+}
+
+/* Suspend the connection and hand rq's jobs to the writer. */
+static enum MHD_Result submit(http_api_t *api, struct MHD_Connection *c,
+                              http_req *rq)
+{
+    rq->wr = (writer_req){.ins = {.jobs = rq->jobs, .n = rq->njobs,
+                                  .idem_key = rq->idem_key,
+                                  .idem_request = rq->canonical},
+                          .done = on_written,
+                          .cls = rq};
+    rq->state = RQ_WAITING;
+    /* Suspend first: resuming a connection not yet suspended is undefined. */
+    MHD_suspend_connection(c);
+    if (writer_submit(api->writer, &rq->wr) != RMQS_OK) {
+        rq->wr.ins.rc = RMQS_EDB;
+        rq->state = RQ_WRITTEN;
+        MHD_resume_connection(c);
+    }
+    return MHD_YES;
+}
+
+enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
+                                  http_req *rq)
+{
+    const store_insert_req *ins = &rq->wr.ins;
+    unsigned minimal = rq->minimal ? JOB_WRITE_MINIMAL : 0;
+    job_buf b = {0};
+
+    if (ins->rc == RMQS_ECONFLICT && rq->idem_key != NULL)
+        return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
+                                "Idempotency-Key was used before with a different "
+                                "request");
+    if (ins->rc != RMQS_OK) {
+        if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
+            ins->rc != RMQS_EFULL) /* the writer logs those */
+            log_error("http", "cannot store job", "jobs=%zu error=%s", rq->njobs,
+                      rmqs_rc_name(ins->rc));
+        return http_reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
+                             "cannot store the job");
+    }
+    if (ins->existed) /* stored by an earlier request: read back */
+        return reply_job(c, MHD_HTTP_OK, &ins->existing, true, minimal);
+    /* These jobs were validated here, so their JSON bodies are jansson's
+     * compact text already (JOB_WRITE_OWN_BODY). */
+    if (!rq->batch) {
+        log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
+                  rq->jobs[0].id, rq->jobs[0].exchange,
+                  (long long)rq->jobs[0].deliver_at);
+        return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true,
+                         minimal | JOB_WRITE_OWN_BODY);
+    }
+    job_write_batch(&b, rq->jobs, rq->njobs, minimal | JOB_WRITE_OWN_BODY);
+    log_debug("http", "scheduled batch", "jobs=%zu", rq->njobs);
+    return http_reply_buf(c, MHD_HTTP_CREATED, &b, NULL, rq->minimal);
+}
+
+/* Prefer header lines are read in order until one has a return=. */
+static enum MHD_Result prefer_visit(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, const char *value)
+{
+    http_prefer_return *ret = cls;
+
+    if (strcasecmp(key, "Prefer") != 0)
+        return MHD_YES;
+    *ret = http_prefer_return_of(value);
+    return *ret == HTTP_RETURN_UNSET ? MHD_YES : MHD_NO;
+}
+
+/* Whether the client asked for Prefer: return=minimal (RFC 7240). */
+static bool prefers_minimal(struct MHD_Connection *c)
+{
+    http_prefer_return ret = HTTP_RETURN_UNSET;
+
+    MHD_get_connection_values(c, MHD_HEADER_KIND, prefer_visit, &ret);
+    return ret == HTTP_RETURN_MINIMAL;
+}
+
+static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
+                                  http_req *rq)
+{
+    rmqs_error err = {0};
+    const char *key;
+    int64_t now = tu_now_ms();
+    rmqs_rc rc;
+
+    key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
+    if (key != NULL) {
+        size_t kl = strlen(key);
+        bool ok = kl >= 1 && kl <= IDEM_KEY_MAX;
+        for (size_t i = 0; ok && i < kl; i++)
+            ok = key[i] > 0x20 && key[i] < 0x7f;
+        if (!ok)
+            return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                                    "Idempotency-Key",
+                                    "Idempotency-Key: 1 to 200 printable ASCII "
+                                    "characters without spaces");
+        rq->idem_key = strdup(key);
+        if (rq->idem_key == NULL)
+            return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    }
+    rq->minimal = prefers_minimal(c);
+    rq->jobs = calloc(1, sizeof(*rq->jobs));
+    if (rq->jobs == NULL)
+        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
+                          now, &rq->jobs[0], key != NULL ? &rq->canonical : NULL,
+                          &err);
+    if (rc != RMQS_OK)
+        return http_reply_rc(c, rc, &err, "invalid request");
+    rq->njobs = 1;
+    if (!exchange_allowed(api, rq->jobs[0].exchange))
+        return reply_forbidden_exchange(c, rq->jobs[0].exchange, -1);
+    rc = job_id_generate(now, rq->jobs[0].id);
+    if (rc != RMQS_OK)
+        return http_reply_rc(c, rc, NULL, "cannot generate a job id");
+    return submit(api, c, rq);
+}
+
+/* POST /schedule/batch: a JSON array of up to BATCH_MAX jobs, stored all or
+ * nothing; a 400 lists every invalid item (up to BATCH_ERRORS_MAX). */
+static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *c,
+                                        http_req *rq)
+{
+    json_error_t jerr;
+    json_t *root = NULL, *errors = NULL;
+    rmqs_error err = {0};
+    enum MHD_Result ret;
+    int64_t now = tu_now_ms();
+    size_t n, bad = 0;
+
+    if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")) {
+        return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                                "Idempotency-Key",
+                                "Idempotency-Key is only supported on POST /schedule");
+    }
+    if (rq->len > 0 && memchr(rq->body, '\0', rq->len) != NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, "", "request body contains a NUL byte");
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
+    root = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES,
+                      &jerr);
+    if (root == NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, "", "invalid JSON: %s (line %d, column %d)",
+                  jerr.text, jerr.line, jerr.column);
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
+    n = json_is_array(root) ? json_array_size(root) : 0;
+    if (!json_is_array(root) || n == 0 || n > BATCH_MAX) {
+        rmqs_fail(&err, RMQS_EINVAL, "", "request body must be a JSON array of "
+                  "1 to %d jobs", BATCH_MAX);
+        ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+        goto out;
+    }
+    rq->batch = true;
+    rq->minimal = prefers_minimal(c);
+    rq->jobs = calloc(n, sizeof(*rq->jobs));
+    errors = json_array();
+    if (rq->jobs == NULL || errors == NULL) {
+        ret = http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    rq->njobs = n;
+    for (size_t i = 0; i < n; i++) {
+        rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits, now,
+                                   &rq->jobs[i], NULL, &err);
+        if (rc == RMQS_OK)
+            rc = job_id_generate(now, rq->jobs[i].id);
+        if (rc == RMQS_EINVAL) {
+            if (++bad <= BATCH_ERRORS_MAX) {
+                json_t *item = json_pack("{s:I, s:o}", "index", (json_int_t)i,
+                                         "message", http_safe_string(err.message));
+                if (item != NULL && err.field[0] != '\0')
+                    json_object_set_new(item, "field", http_safe_string(err.field));
+                json_array_append_new(errors, item);
+            }
+        } else if (rc != RMQS_OK) {
+            ret = http_reply_rc(c, rc, NULL, "cannot read the batch");
+            goto out;
+        }
+    }
+    for (size_t i = 0; bad == 0 && i < n; i++) {
+        if (!exchange_allowed(api, rq->jobs[i].exchange)) {
+            ret = reply_forbidden_exchange(c, rq->jobs[i].exchange, (long)i);
+            goto out;
+        }
+    }
+    if (bad > 0) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "%zu of %zu jobs are invalid; none was stored",
+                 bad, n);
+        ret = http_reply_json(c, MHD_HTTP_BAD_REQUEST,
+                              json_pack("{s:{s:s, s:s, s:s}, s:o}", "error", "code",
+                                   "invalid_argument", "message", msg, "field",
+                                   "jobs", "errors", errors),
+                              NULL, NULL);
+        errors = NULL;
+        goto out;
+    }
+    ret = submit(api, c, rq);
+out:
+    json_decref(errors);
+    json_decref(root);
+    return ret;
+}
+
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
+{
+    static const char *const allowed[] = {"status", "limit", "after", "source",
+                                          "message_id", NULL};
+    const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source");
+    const char *message_id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                         "message_id");
+    store_filter filter = {.status = -1, .source = -1, .message_id = message_id};
+    const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
+    const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    const char *unknown = query_unknown(c, allowed);
+    job_t *jobs = NULL;
+    size_t n = 0, limit = LIST_LIMIT_DEFAULT;
+    char *next = NULL;
+    job_buf b = {0};
+    enum MHD_Result ret;
+    rmqs_error err = {0};
+    rmqs_rc rc;
+
+    if (unknown != NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
+        ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+        goto out;
+    }
+    if (status != NULL) {
+        job_status s;
+        if (job_status_parse(status, &s) != RMQS_OK) {
+            rmqs_fail(&err, RMQS_EINVAL, "status",
+                      "status: one of pending, publishing, sent, failed, cancelled");
+            ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+            goto out;
+        }
+        filter.status = (int)s;
+    }
+    if (source != NULL) {
+        if (strcmp(source, "http") == 0) {
+            filter.source = JOB_SOURCE_HTTP;
+        } else if (strcmp(source, "amqp") == 0) {
+            filter.source = JOB_SOURCE_AMQP;
+        } else {
+            rmqs_fail(&err, RMQS_EINVAL, "source", "source: http or amqp");
+            ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+            goto out;
+        }
+    }
+    if (limit_s != NULL) {
+        size_t v = 0, i = 0;
+        for (; limit_s[i] >= '0' && limit_s[i] <= '9' && i < 5; i++)
+            v = v * 10 + (size_t)(limit_s[i] - '0');
+        if (i == 0 || limit_s[i] != '\0' || v < 1 || v > LIST_LIMIT_MAX) {
+            rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
+                      LIST_LIMIT_MAX);
+            ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+            goto out;
+        }
+        limit = v;
+    }
+    rc = store_list(api->st, &filter, limit, after, &jobs, &n, &next);
+    if (rc == RMQS_EINVAL) {
+        rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
+        ret = http_reply_rc(c, rc, &err, NULL);
+        goto out;
+    }
+    if (rc != RMQS_OK) {
+        ret = http_reply_rc(c, rc, NULL, "cannot list jobs");
+        goto out;
+    }
+    job_write_page(&b, jobs, n, next);
+    ret = http_reply_buf(c, MHD_HTTP_OK, &b, NULL, false);
+out:
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+    free(next);
+    return ret;
+}
+
+enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
+                              const char *method, const char *id, http_req *rq)
+{
+    job_t job = {0};
+    rmqs_error err = {0};
+    enum MHD_Result ret;
+    rmqs_rc rc;
+
+    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
+        rc = store_get(api->st, id, &job);
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
+                            : http_reply_rc(c, rc, NULL, "cannot read the job");
+    } else if (strcmp(method, "DELETE") == 0) {
+        rc = store_cancel(api->st, id, tu_now_ms(), &job);
+        if (rc == RMQS_ECONFLICT) {
+            store_get(api->st, id, &job);
+            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
+                      job.id[0] ? job_status_name(job.status) : "not pending");
+        } else if (rc == RMQS_OK) {
+            log_info("http", "cancelled", "job_id=%s", job.id);
+        }
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
+                            : http_reply_rc(c, rc, &err, "cannot cancel the job");
+    } else if (strcmp(method, "PATCH") == 0) {
+        int64_t now = tu_now_ms(), deliver_at, delay_ms;
+        if (!is_json_content(c)) {
+            ret = http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                   "unsupported_media_type", NULL,
+                                   "Content-Type must be application/json");
+            goto out;
+        }
+        rc = job_parse_reschedule(rq->body ? rq->body : "", rq->len,
+                                  &api->opt.limits, now, &deliver_at, &delay_ms,
+                                  &err);
+        if (rc == RMQS_OK)
+            rc = store_reschedule(api->st, id, deliver_at, delay_ms, now, &job);
+        if (rc == RMQS_ECONFLICT) {
+            job_clear(&job);
+            store_get(api->st, id, &job);
+            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be rescheduled",
+                      job.id[0] ? job_status_name(job.status) : "not pending");
+        }
+        if (rc == RMQS_OK)
+            disp_notify(api->disp, job.due_at);
+        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
+                            : http_reply_rc(c, rc, &err, "cannot reschedule the job");
+    } else {
+        ret = http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
+                                 NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW,
+                                 "GET, PATCH, DELETE");
+    }
+out:
+    job_clear(&job);
+    return ret;
+}
+
+enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
+                                   http_req *rq, bool batch)
+{
+    if (!is_json_content(c))
+        return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                "unsupported_media_type", NULL,
+                                "Content-Type must be application/json");
+    if (!admit(api, c, rq))
+        return MHD_YES; /* suspended until the writer has room */
+    return batch ? h_schedule_batch(api, c, rq) : h_schedule(api, c, rq);
+}

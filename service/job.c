@@ -37,6 +37,7 @@
 
 #include "amqp_message.h"
 #include "timeutil.h"
+#include "utf8.h"
 
 #define JOB_MAX_HEADERS 128
 #define MS_PER_DAY 86400000LL
@@ -499,52 +500,6 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
     *deliver_at_out = deliver_at;
     *delay_out = d;
     return RMQS_OK;
-}
-
-/* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if none. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    size_t len;
-    uint32_t cp;
-
-    if (s[0] < 0x80)
-        return 1;
-    if (s[0] >= 0xC2 && s[0] <= 0xDF) {
-        len = 2;
-        cp = s[0] & 0x1Fu;
-    } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
-        len = 3;
-        cp = s[0] & 0x0Fu;
-    } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
-        len = 4;
-        cp = s[0] & 0x07u;
-    } else {
-        return 0;
-    }
-    if (len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3Fu);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-        (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return len;
-}
-
-/* Replace each byte of s that is not part of valid UTF-8 with '?'. */
-static void utf8_sanitize(char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
-        if (k == 0)
-            s[i++] = '?';
-        else
-            i += k;
-    }
 }
 
 /* Parse buf into an object; on failure err says why. *root_out is new. */
@@ -1147,18 +1102,6 @@ void job_buf_free(job_buf *b)
 }
 
 #define PUT_LIT(b, lit) job_buf_append((b), (lit), sizeof(lit) - 1)
-
-/* Whether s[0..len) is valid UTF-8, as jansson's utf8_check_string. */
-static bool utf8_valid(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, len - i);
-        if (k == 0)
-            return false;
-        i += k;
-    }
-    return true;
-}
 
 /*
  * s[0..len) as a JSON string, escaped as jansson's dump_string does without

@@ -11,16 +11,14 @@
  *
  * DESIGN
  * - One thread, one connection, one channel (CHANNEL) in manual-ack mode
- *   (rabbitmq-c connections are not shared between threads). For each
- *   mapping it declares, idempotently: the ingest exchange (topic, durable)
- *   and the inbox queue "rmq-scheduler.inbox.<ingest exchange>" (durable,
- *   classic) bound to it with "#". With --ingest-invalid dead-letter the
- *   inbox carries x-dead-letter-exchange = the dead-letter exchange, which
- *   is made to exist first: a passive declare, and if that says 404 a
- *   declare as fanout, durable (an existing exchange of any type is used as
- *   it is; RabbitMQ would silently drop dead letters sent to a missing one).
- *   basic.qos(prefetch) is per consumer, so with several mappings up to
- *   prefetch x mappings deliveries are unacknowledged at once.
+ *   (rabbitmq-c connections are not shared between threads). On every
+ *   connection ingest_inbox.c declares, idempotently, per mapping the
+ *   ingest exchange (topic, durable) and the inbox queue
+ *   "rmq-scheduler.inbox.<ingest exchange>" (durable, classic; with
+ *   --ingest-invalid dead-letter it carries x-dead-letter-exchange) bound
+ *   to it with "#", and consumes. basic.qos(prefetch) is per consumer, so
+ *   with several mappings up to prefetch x mappings deliveries are
+ *   unacknowledged at once.
  * - The loop: amqp_consume_message() with a short timeout (which also
  *   services heartbeats while idle); once a delivery arrives, keep reading
  *   while more follow within COLLECT_GAP_MS (at most COLLECT_MAX_MS, at most
@@ -44,49 +42,45 @@
  *
  * Idempotency and what a crash does
  * - A delivery with a message_id is stored with the idempotency key
- *   "amqp:<ingest exchange>:<message_id>" and, as the key's request, a
- *   SHA-256 fingerprint of the message (routing key, body, headers,
- *   properties, timing header; ingest_map_idempotency). A crash (or a lost
- *   connection) between the commit and the ack redelivers the message; the
- *   copy finds its key with the same fingerprint (existed) and is
- *   acknowledged without being stored again. A *different* message that reuses a message_id (some publishers
- *   set a constant one) finds the key with another fingerprint (conflict):
- *   it is stored anyway, without a key, and a warning says so. A reused id
- *   therefore never loses a message; it only loses the duplicate
- *   protection. Keys live as long as their job (--retention-s after it
- *   finished).
+ *   "amqp:<ingest exchange>:<message_id>" and a SHA-256 fingerprint of the
+ *   message as the key's request (ingest_map_idempotency). A crash (or a
+ *   lost connection) between the commit and the ack redelivers the
+ *   message; the copy finds its key with the same fingerprint (existed)
+ *   and is acknowledged without being stored again. A *different* message
+ *   that reuses a message_id (some publishers set a constant one) finds the
+ *   key with another fingerprint (conflict): it is stored anyway, without a
+ *   key, and a warning says so. A reused id never loses a message, only
+ *   the duplicate protection. Keys live as long as their job
+ *   (--retention-s after it finished).
  * - Without a message_id (or with an empty one) there is nothing to
  *   recognise a copy by: a crash between commit and ack stores the
  *   redelivered message a second time, so it is published twice. Delivery
  *   is at least once; publishers that care set message_id.
  *
- * What a message means (timing, headers, properties, what cannot be
- *   carried) and its fingerprint are ingest_map.c's (pure, unit-tested).
- *   Here: invalid timing follows --ingest-invalid: "route" stores the job
- *   due at once (like the plugin, which routes such messages at once),
- *   "dead-letter" rejects it (requeue=false) to the dead-letter exchange.
- *   A message the job model cannot carry is rejected (requeue=false)
- *   whatever the rule, so with "route" it is dropped unless the inbox has
- *   a dead-letter exchange (e.g. by policy). Either way a warning with
- *   exchange, routing key, message_id and reason is logged and counted.
- *   Note: while the service is down messages wait in the inbox, and their
- *   x-delay then counts from when the service comes back.
- * - Caveat: an "expiration" property meant for the final queue already
- *   applies in the inbox; a message that waits there longer (service down)
- *   expires (and is dead-lettered if the inbox has a dead-letter exchange).
+ * Invalid messages. What a message means (timing, headers, properties) is
+ * ingest_map.c's. Invalid timing follows --ingest-invalid: "route" stores
+ * the job due at once (as the plugin routes such messages), "dead-letter"
+ * rejects it (requeue=false) to the dead-letter exchange. A message the
+ * job model cannot carry is rejected whatever the rule (with "route" it is
+ * dropped unless the inbox has a dead-letter exchange, e.g. by policy).
+ * Either way a warning with exchange, routing key, message_id and reason
+ * is logged and counted. Caveats: while the service is down messages wait
+ * in the inbox, and their x-delay then counts from when it comes back; an
+ * "expiration" property meant for the final queue already applies in the
+ * inbox (an expired message is dead-lettered if the inbox has a
+ * dead-letter exchange).
  *
- * Liveness (rabbitmq-c 0.11; its traps are listed in amqp_publisher.c) as
- * there: every read has a deadline (the frames of a message
- * that has begun arriving, the heartbeat timeout), heartbeats are sent by
- * hand while the thread waits for the writer or pauses, TCP_USER_TIMEOUT
- * (2 x heartbeat) bounds stuck sends, RPCs and the handshake have timeouts
- * (5 s; 1 s for the polite close at stop). Lost
- * connections are rebuilt with jittered backoff (0.1 s to 5 s); the broker
- * requeues whatever was not acknowledged. A 406 on a declare (an exchange
- * of another type, an inbox declared with other arguments, e.g. after
- * switching --ingest-invalid) is logged with the broker's reason and
- * retried the same way: /readyz shows ingest down until an operator fixes
- * it.
+ * Liveness (rabbitmq-c 0.11; its traps are listed in amqp_publisher.c):
+ * every read has a deadline (the frames of a message that has begun
+ * arriving, the heartbeat timeout), heartbeats are sent by hand while the
+ * thread waits for the writer or pauses, TCP_USER_TIMEOUT (2 x heartbeat)
+ * bounds stuck sends, RPCs and the handshake have timeouts (5 s; 1 s for
+ * the polite close at stop). Lost connections are rebuilt with jittered
+ * backoff (0.1 s to 5 s); the broker requeues whatever was not
+ * acknowledged. A 406 on a declare (an exchange of another type, an inbox
+ * declared with other arguments, e.g. after switching --ingest-invalid) is
+ * logged with the broker's reason and retried the same way: /readyz shows
+ * ingest down until an operator fixes it.
  *
  * The connection itself (URL, TLS with the same certificate checks as the
  * publisher, login, TCP_USER_TIMEOUT, close) is amqp_conn.c's; logs use
@@ -100,17 +94,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "amqp_conn.h"
+#include "ingest_inbox.h"
 #include "ingest_map.h"
 #include "log.h"
 #include "timeutil.h"
 
 #define MOD "ingest"
 #define CHANNEL 1
-#define TAG_PREFIX "rmq-scheduler.ingest."
 #define POLL_MS 250           /* longest idle read: bounds the stop latency */
 #define COLLECT_GAP_MS 2      /* a batch closes after this much silence */
 #define COLLECT_MAX_MS 20     /* or this long after its first delivery */
@@ -120,13 +113,6 @@
 #define DB_PAUSE_MAX_MS 5000
 #define TIMEOUT_MS 5000       /* connect, handshake, RPCs */
 #define CLOSE_TIMEOUT_MS 1000 /* the polite close at stop */
-
-typedef struct mapping {
-    char *ingest_exchange;
-    char *target_exchange;
-    char *queue;
-    char tag[48];             /* consumer tag: TAG_PREFIX + index */
-} mapping;
 
 /* What settling does with a delivery. */
 typedef enum action {
@@ -156,7 +142,7 @@ struct ingest {
     amqpc_t *link;            /* URL, TLS, login (amqp_conn.h); its
                                  connection belongs to the thread */
     int heartbeat_s;
-    mapping *maps;
+    ingest_inbox *maps;       /* one per --ingest mapping */
     size_t n_maps;
     unsigned prefetch;
     ingest_invalid_rule rule;
@@ -187,16 +173,6 @@ struct ingest {
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
-
-/* The reply code of a server exception that closed the channel, else 0. */
-static unsigned channel_close_code(amqp_rpc_reply_t r)
-{
-    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-        r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        return ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
-    }
-    return 0;
-}
 
 static struct timeval tv_ms(int64_t ms)
 {
@@ -283,18 +259,9 @@ ingest_t *ingest_new(const ingest_options *opt, writer_t *w, rmqs_error *err)
     }
     in->n_maps = opt->n_mappings;
     for (size_t i = 0; i < in->n_maps; i++) {
-        mapping *m = &in->maps[i];
-        size_t qlen = strlen(INGEST_MAP_INBOX_PREFIX) +
-                      strlen(opt->mappings[i].ingest_exchange) + 1;
-        m->ingest_exchange = strdup(opt->mappings[i].ingest_exchange);
-        m->target_exchange = strdup(opt->mappings[i].target_exchange);
-        m->queue = malloc(qlen);
-        if (!m->ingest_exchange || !m->target_exchange || !m->queue) {
+        if (ingest_inbox_init(&in->maps[i], &opt->mappings[i], i) != RMQS_OK) {
             goto nomem;
         }
-        snprintf(m->queue, qlen, "%s%s", INGEST_MAP_INBOX_PREFIX,
-                 m->ingest_exchange);
-        snprintf(m->tag, sizeof m->tag, "%s%zu", TAG_PREFIX, i);
     }
     in->cap = (size_t)in->prefetch * in->n_maps;
     in->batch = calloc(in->cap, sizeof *in->batch);
@@ -337,127 +304,6 @@ static void drop(ingest_t *in, const char *fmt, ...)
     log_connection_lost(in, reason);
 }
 
-/* Why the last RPC failed, as "<what> <name>: <reply>": RMQS_EBROKER. */
-static rmqs_rc rpc_failed(ingest_t *in, rmqs_error *err, const char *what,
-                          const char *name)
-{
-    return amqpc_rpc_fail(err, amqp_get_rpc_reply(in->conn), "%s %s", what,
-                          name);
-}
-
-/*
- * Whether exchange name exists (passive declare): 1 yes, 0 no (the 404
- * closed the channel; it is open again), -1 with err on any other failure.
- */
-static int exchange_exists(ingest_t *in, const char *name, rmqs_error *err)
-{
-    amqp_channel_close_ok_t ok;
-
-    if (amqp_exchange_declare(in->conn, CHANNEL, amqp_cstring_bytes(name),
-                              amqp_cstring_bytes("fanout"), 1, 0, 0, 0,
-                              amqp_empty_table)) {
-        return 1;
-    }
-    if (channel_close_code(amqp_get_rpc_reply(in->conn)) != AMQP_NOT_FOUND) {
-        rpc_failed(in, err, "exchange.declare (passive)", name);
-        return -1;
-    }
-    memset(&ok, 0, sizeof ok);
-    if (amqp_send_method(in->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
-                         &ok) != AMQP_STATUS_OK ||
-        !amqp_channel_open(in->conn, CHANNEL)) {
-        rmqs_fail(err, RMQS_EBROKER, NULL, "reopening the channel failed");
-        return -1;
-    }
-    return 0;
-}
-
-/* The dead-letter exchange must exist, or RabbitMQ drops dead letters: one
- * of any type is used as it is, a missing one is declared fanout, durable. */
-static int ensure_dlx(ingest_t *in, rmqs_error *err)
-{
-    int e = exchange_exists(in, in->dlx, err);
-
-    if (e != 0) {
-        return e < 0 ? -1 : 0;
-    }
-    if (!amqp_exchange_declare(in->conn, CHANNEL, amqp_cstring_bytes(in->dlx),
-                               amqp_cstring_bytes("fanout"), 0, 1, 0, 0,
-                               amqp_empty_table)) {
-        rpc_failed(in, err, "exchange.declare", in->dlx);
-        return -1;
-    }
-    log_info(MOD, "dead-letter exchange declared", "exchange=\"%s\" type=fanout",
-             in->dlx);
-    return 0;
-}
-
-/* Exchanges, inboxes, bindings, qos and one consumer per inbox. */
-static int declare_and_consume(ingest_t *in, rmqs_error *err)
-{
-    amqp_table_entry_t arg;
-    amqp_table_t args = amqp_empty_table;
-
-    if (in->dlx) {
-        if (ensure_dlx(in, err) != 0) {
-            return -1;
-        }
-        arg.key = amqp_cstring_bytes("x-dead-letter-exchange");
-        arg.value.kind = AMQP_FIELD_KIND_UTF8;
-        arg.value.value.bytes = amqp_cstring_bytes(in->dlx);
-        args.num_entries = 1;
-        args.entries = &arg;
-    }
-    for (size_t i = 0; i < in->n_maps; i++) {
-        mapping *m = &in->maps[i];
-        int e = *m->target_exchange
-                    ? exchange_exists(in, m->target_exchange, err)
-                    : 1; /* the default exchange always exists */
-        if (e < 0) {
-            return -1;
-        }
-        if (e == 0) { /* not ours to declare: its type and bindings */
-            log_warn(MOD, "target exchange does not exist (yet); due "
-                          "messages will fail until it does",
-                     "exchange=\"%s\" target=\"%s\"", m->ingest_exchange,
-                     m->target_exchange);
-        }
-        if (!amqp_exchange_declare(in->conn, CHANNEL,
-                                   amqp_cstring_bytes(m->ingest_exchange),
-                                   amqp_cstring_bytes("topic"), 0, 1, 0, 0,
-                                   amqp_empty_table)) {
-            rpc_failed(in, err, "exchange.declare", m->ingest_exchange);
-            return -1;
-        }
-        if (!amqp_queue_declare(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
-                                0, 1, 0, 0, args)) {
-            rpc_failed(in, err, "queue.declare", m->queue);
-            return -1;
-        }
-        if (!amqp_queue_bind(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
-                             amqp_cstring_bytes(m->ingest_exchange),
-                             amqp_cstring_bytes("#"), amqp_empty_table)) {
-            rpc_failed(in, err, "queue.bind", m->queue);
-            return -1;
-        }
-    }
-    /* Per consumer (global=0): applies to the consumers started below. */
-    if (!amqp_basic_qos(in->conn, CHANNEL, 0, (uint16_t)in->prefetch, 0)) {
-        rpc_failed(in, err, "basic.qos", "");
-        return -1;
-    }
-    for (size_t i = 0; i < in->n_maps; i++) {
-        mapping *m = &in->maps[i];
-        if (!amqp_basic_consume(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
-                                amqp_cstring_bytes(m->tag), 0, 0, 0,
-                                amqp_empty_table)) {
-            rpc_failed(in, err, "basic.consume", m->queue);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
 {
     if (amqpc_open(in->link, err) != RMQS_OK) {
@@ -465,10 +311,11 @@ static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
     }
     in->conn = amqpc_state(in->link);
     if (!amqp_channel_open(in->conn, CHANNEL)) {
-        rpc_failed(in, err, "channel.open", "");
+        amqpc_rpc_fail(err, amqp_get_rpc_reply(in->conn), "channel.open ");
         goto fail;
     }
-    if (declare_and_consume(in, err) != 0) {
+    if (ingest_inbox_declare(in->conn, CHANNEL, in->maps, in->n_maps, in->dlx,
+                             in->prefetch, err) != RMQS_OK) {
         goto fail;
     }
     return RMQS_OK;
@@ -649,7 +496,7 @@ static void take(ingest_t *in, const amqp_envelope_t *env)
     const amqp_basic_properties_t *p = &env->message.properties;
     rmqs_error err = {{0}, {0}};
     int64_t received = tu_now_ms();
-    const mapping *m = NULL;
+    const ingest_inbox *m = NULL;
     rmqs_rc rc;
 
     memset(d, 0, sizeof *d);
@@ -662,9 +509,7 @@ static void take(ingest_t *in, const amqp_envelope_t *env)
                              p->message_id.bytes, p->message_id.len);
     }
     for (size_t i = 0; i < in->n_maps && !m; i++) {
-        size_t tl = strlen(in->maps[i].tag);
-        if (env->consumer_tag.len == tl &&
-            memcmp(env->consumer_tag.bytes, in->maps[i].tag, tl) == 0) {
+        if (ingest_inbox_has_tag(&in->maps[i], env->consumer_tag)) {
             m = &in->maps[i];
             d->map = i;
         }
@@ -1099,9 +944,7 @@ void ingest_free(ingest_t *in)
         clear_batch(in);
     }
     for (size_t i = 0; in->maps && i < in->n_maps; i++) {
-        free(in->maps[i].ingest_exchange);
-        free(in->maps[i].target_exchange);
-        free(in->maps[i].queue);
+        ingest_inbox_clear(&in->maps[i]);
     }
     free(in->maps);
     free(in->batch);

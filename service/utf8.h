@@ -2,8 +2,8 @@
  * utf8.h - the one UTF-8 validator of rmq-scheduler.
  *
  * Why a module of its own: request validation (job.c) and the AMQP ingest
- * (ingest_map.c, and amqp_ingest.c for its exchange names) both have to
- * tell valid UTF-8 from bytes that are not, and each once carried its own
+ * (ingest_map.c: delivery text and the --ingest exchange names) both have
+ * to tell valid UTF-8 from bytes that are not, and each once carried its own
  * copy of the same decoder. One definition keeps them agreeing with each
  * other and with jansson, which refuses to encode anything this rejects.
  *

@@ -3,7 +3,8 @@
  * exchange (built by hand as an amqp_envelope_t, as amqp_consume_message
  * would hand it over) becomes a job (ingest_map_job): timing headers, every
  * AMQP field type in headers, properties, and what cannot be carried; and
- * its idempotency key and fingerprint (ingest_map_idempotency).
+ * its idempotency key and fingerprint (ingest_map_idempotency); and the
+ * checks of the --ingest mappings themselves (ingest_map_check).
  *
  * "received" is fixed at 2026-01-01T00:00:00Z; the horizon is 30 days. The
  * functions are pure and take "received" from the caller, so a fixed
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amqp_message.h"
 #include "ingest_map.h"
 #include "job.h"
 #include "testutil.h"
@@ -986,3 +988,78 @@ Test(ingest_map, printable_copy_for_logs)
     cr_expect(strncmp(out, "abcdef", strlen(out)) == 0, "%s", out);
 }
 
+
+/* ------------------------------------------------------------------ */
+/* The --ingest mappings                                               */
+
+#define MAPS(...) ((const ingest_mapping[]){__VA_ARGS__})
+
+static void expect_refused(const ingest_mapping *maps, size_t n,
+                           ingest_invalid_rule rule, const char *dlx,
+                           const char *field, const char *text)
+{
+    rmqs_error err = {{0}, {0}};
+
+    cr_expect_eq(ingest_map_check(maps, n, rule, dlx, &err), RMQS_EINVAL,
+                 "accepted; want: %s", text);
+    cr_expect_str_eq(err.field, field, "%s", text);
+    cr_expect(strstr(err.message, text) != NULL, "%s: got %s", text,
+              err.message);
+}
+
+Test(ingest_map, mappings_that_are_accepted)
+{
+    rmqs_error err = {{0}, {0}};
+    char longest[AMQPM_SHORTSTR_MAX + 1];
+    size_t room = AMQPM_SHORTSTR_MAX - strlen(INGEST_MAP_INBOX_PREFIX);
+
+    memset(longest, 'x', room);
+    longest[room] = '\0'; /* its inbox name is exactly 255 bytes */
+    cr_expect_eq(ingest_map_check(MAPS({"delayed", "orders"},
+                                       {"caf\xc3\xa9", ""}, /* default exch. */
+                                       {longest, "t"}),
+                                  3, INGEST_INVALID_ROUTE, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    cr_expect_eq(ingest_map_check(MAPS({"delayed", "orders"}), 1,
+                                  INGEST_INVALID_DEAD_LETTER, "dead", &err),
+                 RMQS_OK, "%s", err.message);
+}
+
+Test(ingest_map, mappings_that_are_refused)
+{
+    char too_long[AMQPM_SHORTSTR_MAX + 2];
+    size_t room = AMQPM_SHORTSTR_MAX - strlen(INGEST_MAP_INBOX_PREFIX);
+
+    expect_refused(NULL, 0, INGEST_INVALID_ROUTE, NULL, "ingest",
+                   "no ingest mapping");
+    expect_refused(MAPS({"", "t"}), 1, INGEST_INVALID_ROUTE, NULL, "ingest",
+                   "ingest exchange: an exchange name is required");
+    memset(too_long, 'x', room + 1);
+    too_long[room + 1] = '\0';
+    expect_refused(MAPS({too_long, "t"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "longer than 235 bytes");
+    memset(too_long, 'x', AMQPM_SHORTSTR_MAX + 1);
+    too_long[AMQPM_SHORTSTR_MAX + 1] = '\0';
+    expect_refused(MAPS({"a", too_long}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange: exchange name longer than 255");
+    expect_refused(MAPS({"a\xc0\xaf", "t"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "ingest exchange: not valid UTF-8");
+    expect_refused(MAPS({"a", "\xed\xa0\x80"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange: not valid UTF-8");
+    expect_refused(MAPS({"amq.delayed", "t"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "reserved by the broker");
+    expect_refused(MAPS({"a", "b"}, {"a", "c"}), 2, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "ingest exchange a is mapped twice");
+    expect_refused(MAPS({"loop", "loop"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange loop is also an ingest exchange");
+    expect_refused(MAPS({"a", "b"}, {"b", "c"}), 2, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange b is also an ingest exchange");
+    expect_refused(MAPS({"a", "t"}), 1, INGEST_INVALID_DEAD_LETTER, NULL,
+                   "ingest-dead-letter-exchange",
+                   "dead-letter exchange: an exchange name is required");
+    expect_refused(MAPS({"a", "t"}), 1, INGEST_INVALID_DEAD_LETTER, "a",
+                   "ingest-dead-letter-exchange",
+                   "dead-letter exchange a is an ingest exchange");
+    expect_refused(MAPS({"a", "t"}), 1, (ingest_invalid_rule)7, NULL,
+                   "ingest-invalid", "must be route or dead-letter");
+}

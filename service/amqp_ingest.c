@@ -11,21 +11,19 @@
  *
  * DESIGN
  * - One thread, one connection, one channel (CHANNEL) in manual-ack mode
- *   (rabbitmq-c connections are not shared between threads). For each
- *   mapping it declares, idempotently: the ingest exchange (topic, durable)
- *   and the inbox queue "rmq-scheduler.inbox.<ingest exchange>" (durable,
- *   classic) bound to it with "#". With --ingest-invalid dead-letter the
- *   inbox carries x-dead-letter-exchange = the dead-letter exchange, which
- *   is made to exist first: a passive declare, and if that says 404 a
- *   declare as fanout, durable (an existing exchange of any type is used as
- *   it is; RabbitMQ would silently drop dead letters sent to a missing one).
- *   basic.qos(prefetch) is per consumer, so with several mappings up to
- *   prefetch x mappings deliveries are unacknowledged at once.
+ *   (rabbitmq-c connections are not shared between threads). On every
+ *   connection ingest_inbox.c declares, idempotently, per mapping the
+ *   ingest exchange (topic, durable) and the inbox queue
+ *   "rmq-scheduler.inbox.<ingest exchange>" (durable, classic; with
+ *   --ingest-invalid dead-letter it carries x-dead-letter-exchange) bound
+ *   to it with "#", and consumes. basic.qos(prefetch) is per consumer, so
+ *   with several mappings up to prefetch x mappings deliveries are
+ *   unacknowledged at once.
  * - The loop: amqp_consume_message() with a short timeout (which also
  *   services heartbeats while idle); once a delivery arrives, keep reading
  *   while more follow within COLLECT_GAP_MS (at most COLLECT_MAX_MS, at most
  *   the prefetch). Each delivery is turned into a job at once
- *   (ingest_job_from_message), its envelope destroyed and the connection's
+ *   (ingest_map_job), its envelope destroyed and the connection's
  *   buffers released, so frame memory never outlives one delivery.
  * - Every valid delivery becomes its own writer_req (one bad row cannot
  *   take the others with it) in the writer's group commit; the thread waits
@@ -44,71 +42,45 @@
  *
  * Idempotency and what a crash does
  * - A delivery with a message_id is stored with the idempotency key
- *   "amqp:<ingest exchange>:<message_id>" and, as the key's request, a
- *   SHA-256 fingerprint of the message (routing key, body, headers,
- *   properties, timing header). A crash (or a lost connection) between the
- *   commit and the ack redelivers the message; the copy finds its key with
- *   the same fingerprint (existed) and is acknowledged without being stored
- *   again. A *different* message that reuses a message_id (some publishers
- *   set a constant one) finds the key with another fingerprint (conflict):
- *   it is stored anyway, without a key, and a warning says so. A reused id
- *   therefore never loses a message; it only loses the duplicate
- *   protection. Keys live as long as their job (--retention-s after it
- *   finished).
+ *   "amqp:<ingest exchange>:<message_id>" and a SHA-256 fingerprint of the
+ *   message as the key's request (ingest_map_idempotency). A crash (or a
+ *   lost connection) between the commit and the ack redelivers the
+ *   message; the copy finds its key with the same fingerprint (existed)
+ *   and is acknowledged without being stored again. A *different* message
+ *   that reuses a message_id (some publishers set a constant one) finds the
+ *   key with another fingerprint (conflict): it is stored anyway, without a
+ *   key, and a warning says so. A reused id never loses a message, only
+ *   the duplicate protection. Keys live as long as their job
+ *   (--retention-s after it finished).
  * - Without a message_id (or with an empty one) there is nothing to
  *   recognise a copy by: a crash between commit and ack stores the
  *   redelivered message a second time, so it is published twice. Delivery
  *   is at least once; publishers that care set message_id.
  *
- * Mapping a message to a job (ingest_job_from_message)
- * - Timing: x-delay in ms, counted from when this service takes the
- *   message off the inbox, read as the plugin's get_delay/1 reads it (see
- *   delay_value): any integer type, a float/double truncated toward zero,
- *   or a string of an optional sign and digits; zero or negative is due at
- *   once (the plugin routes those undelayed). Or x-deliver-at (RFC 3339
- *   string, integer ms since the epoch, or an AMQP timestamp in seconds).
- *   Both headers are consumed; a time in the past is due at once.
- *   Note: while the service is down messages wait in the inbox, and their
- *   x-delay then counts from when the service comes back.
- * - Invalid timing (missing, both given, another type, a string that is
- *   not an integer, NaN/infinity, beyond the --max-delay-days horizon)
- *   follows --ingest-invalid: "route" stores the
- *   job due at once (like the plugin, which routes such messages at once),
- *   "dead-letter" rejects it (requeue=false) to the dead-letter exchange.
- *   Either way a warning with exchange, routing key, message_id and reason
- *   is logged and counted.
- * - Headers: strings and byte arrays that are valid UTF-8 become JSON
- *   strings, every integer type an integer (an unsigned 64-bit value above
- *   2^63-1 cannot be carried), float/double a real (finite only), boolean a
- *   bool, timestamp an integer (seconds). Tables, arrays, decimals, void
- *   and anything else cannot be carried by the job model: such a message is
- *   rejected (requeue=false) whatever the rule, so with "route" it is
- *   dropped unless the inbox has a dead-letter exchange (e.g. by policy).
- *   x-scheduler-job-id and x-scheduled-at are dropped (set on publish).
- *   Names are matched exactly, as the plugin does.
- * - Properties: content_type, content_encoding, correlation_id, reply_to,
- *   message_id, type, app_id, user_id and expiration as strings (valid
- *   UTF-8 without NUL, or the message cannot be carried), priority as an
- *   integer. RabbitMQ treats a message as persistent only with
- *   delivery_mode 2; anything else (1 or absent) is "persistent": false,
- *   so the published copy keeps the durability it was sent with. The
- *   timestamp and cluster_id properties are dropped.
- * - Caveat: an "expiration" property meant for the final queue already
- *   applies in the inbox; a message that waits there longer (service down)
- *   expires (and is dead-lettered if the inbox has a dead-letter exchange).
+ * Invalid messages. What a message means (timing, headers, properties) is
+ * ingest_map.c's. Invalid timing follows --ingest-invalid: "route" stores
+ * the job due at once (as the plugin routes such messages), "dead-letter"
+ * rejects it (requeue=false) to the dead-letter exchange. A message the
+ * job model cannot carry is rejected whatever the rule (with "route" it is
+ * dropped unless the inbox has a dead-letter exchange, e.g. by policy).
+ * Either way a warning with exchange, routing key, message_id and reason
+ * is logged and counted. Caveats: while the service is down messages wait
+ * in the inbox, and their x-delay then counts from when it comes back; an
+ * "expiration" property meant for the final queue already applies in the
+ * inbox (an expired message is dead-lettered if the inbox has a
+ * dead-letter exchange).
  *
- * Liveness (rabbitmq-c 0.11; its traps are listed in amqp_publisher.c) as
- * there: every read has a deadline (the frames of a message
- * that has begun arriving, the heartbeat timeout), heartbeats are sent by
- * hand while the thread waits for the writer or pauses, TCP_USER_TIMEOUT
- * (2 x heartbeat) bounds stuck sends, RPCs and the handshake have timeouts
- * (5 s; 1 s for the polite close at stop). Lost
- * connections are rebuilt with jittered backoff (0.1 s to 5 s); the broker
- * requeues whatever was not acknowledged. A 406 on a declare (an exchange
- * of another type, an inbox declared with other arguments, e.g. after
- * switching --ingest-invalid) is logged with the broker's reason and
- * retried the same way: /readyz shows ingest down until an operator fixes
- * it.
+ * Liveness (rabbitmq-c 0.11; its traps are listed in amqp_publisher.c):
+ * every read has a deadline (the frames of a message that has begun
+ * arriving, the heartbeat timeout), heartbeats are sent by hand while the
+ * thread waits for the writer or pauses, TCP_USER_TIMEOUT (2 x heartbeat)
+ * bounds stuck sends, RPCs and the handshake have timeouts (5 s; 1 s for
+ * the polite close at stop). Lost connections are rebuilt with jittered
+ * backoff (0.1 s to 5 s); the broker requeues whatever was not
+ * acknowledged. A 406 on a declare (an exchange of another type, an inbox
+ * declared with other arguments, e.g. after switching --ingest-invalid) is
+ * logged with the broker's reason and retried the same way: /readyz shows
+ * ingest down until an operator fixes it.
  *
  * The connection itself (URL, TLS with the same certificate checks as the
  * publisher, login, TCP_USER_TIMEOUT, close) is amqp_conn.c's; logs use
@@ -116,26 +88,22 @@
  */
 #include "amqp_ingest.h"
 
-#include <math.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "amqp_conn.h"
-#include "amqp_message.h"
+#include "ingest_inbox.h"
+#include "ingest_map.h"
 #include "log.h"
 #include "timeutil.h"
 
 #define MOD "ingest"
 #define CHANNEL 1
-#define QUEUE_PREFIX "rmq-scheduler.inbox."
-#define TAG_PREFIX "rmq-scheduler.ingest."
 #define POLL_MS 250           /* longest idle read: bounds the stop latency */
 #define COLLECT_GAP_MS 2      /* a batch closes after this much silence */
 #define COLLECT_MAX_MS 20     /* or this long after its first delivery */
@@ -145,15 +113,6 @@
 #define DB_PAUSE_MAX_MS 5000
 #define TIMEOUT_MS 5000       /* connect, handshake, RPCs */
 #define CLOSE_TIMEOUT_MS 1000 /* the polite close at stop */
-#define LOG_TEXT 96           /* bytes of a routing key / message_id in logs */
-#define FINGERPRINT_LEN 64    /* SHA-256 in hex */
-
-typedef struct mapping {
-    char *ingest_exchange;
-    char *target_exchange;
-    char *queue;
-    char tag[48];             /* consumer tag: TAG_PREFIX + index */
-} mapping;
 
 /* What settling does with a delivery. */
 typedef enum action {
@@ -172,9 +131,9 @@ typedef struct delivery {
     bool redelivered;
     bool retry;               /* store again without the key (conflict) */
     char *idem_key;           /* malloc'd, or NULL */
-    char idem_request[8 + FINGERPRINT_LEN];
-    char routing_key[LOG_TEXT + 4]; /* printable copies, for logs */
-    char message_id[LOG_TEXT + 4];
+    char idem_request[INGEST_MAP_REQUEST_LEN + 1];
+    char routing_key[INGEST_MAP_LOG_TEXT + 4]; /* printable copies, for logs */
+    char message_id[INGEST_MAP_LOG_TEXT + 4];
     char reason[256];
 } delivery;
 
@@ -183,14 +142,14 @@ struct ingest {
     amqpc_t *link;            /* URL, TLS, login (amqp_conn.h); its
                                  connection belongs to the thread */
     int heartbeat_s;
-    mapping *maps;
+    ingest_inbox *maps;       /* one per --ingest mapping */
     size_t n_maps;
     unsigned prefetch;
     ingest_invalid_rule rule;
     char *dlx;
     job_limits limits;
-    writer_t *writer;         /* borrowed */
-    disp_t *disp;             /* borrowed; the writer wakes it after commits */
+    writer_t *writer;         /* borrowed; it wakes the dispatcher after
+                                 commits */
 
     pthread_t thread;
     bool started;
@@ -215,107 +174,6 @@ struct ingest {
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
 
-/* RFC 3629 UTF-8: no overlongs, no surrogates, nothing above U+10FFFF. */
-static bool utf8_valid(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-
-    while (i < n) {
-        unsigned char c = s[i];
-        size_t len;
-        uint32_t cp;
-
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xC2 && c <= 0xDF) {
-            len = 2;
-            cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            cp = c & 0x07;
-        } else {
-            return false;
-        }
-        if (n - i < len) {
-            return false;
-        }
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) {
-                return false;
-            }
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-            return false;
-        }
-        i += len;
-    }
-    return true;
-}
-
-/* Text a job can hold: valid UTF-8 without NUL. */
-static bool plain_text(amqp_bytes_t b)
-{
-    return (b.len == 0 || memchr(b.bytes, '\0', b.len) == NULL) &&
-           utf8_valid(b.bytes, b.len);
-}
-
-static bool bytes_eq(amqp_bytes_t b, const char *s)
-{
-    size_t len = strlen(s);
-    return b.len == len && (len == 0 || memcmp(b.bytes, s, len) == 0);
-}
-
-/* A copy for a log line: printable ASCII only ('?' for the rest, no
- * quotes), cut at LOG_TEXT bytes with "...". */
-static void printable(char *out, size_t cap, const void *p, size_t len)
-{
-    const unsigned char *s = p;
-    size_t n = 0;
-
-    for (size_t i = 0; i < len && n + 4 < cap; i++) {
-        if (n >= LOG_TEXT) {
-            memcpy(out + n, "...", 3);
-            n += 3;
-            break;
-        }
-        out[n++] = (s[i] < 0x20 || s[i] >= 0x7F || s[i] == '"' ||
-                    s[i] == '\\')
-                       ? '?'
-                       : (char)s[i];
-    }
-    out[n] = '\0';
-}
-
-static char *dup_bytes(amqp_bytes_t b)
-{
-    char *s = malloc(b.len + 1);
-
-    if (s) {
-        if (b.len) {
-            memcpy(s, b.bytes, b.len);
-        }
-        s[b.len] = '\0';
-    }
-    return s;
-}
-
-/* The reply code of a server exception that closed the channel, else 0. */
-static unsigned channel_close_code(amqp_rpc_reply_t r)
-{
-    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-        r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-        return ((const amqp_channel_close_t *)r.reply.decoded)->reply_code;
-    }
-    return 0;
-}
-
 static struct timeval tv_ms(int64_t ms)
 {
     struct timeval tv;
@@ -329,554 +187,20 @@ static struct timeval tv_ms(int64_t ms)
 }
 
 /* ------------------------------------------------------------------ */
-/* From a delivery to a job (pure)                                     */
-
-static rmqs_rc cannot_carry(rmqs_error *err, const char *field,
-                            const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static rmqs_rc cannot_carry(rmqs_error *err, const char *field,
-                            const char *fmt, ...)
-{
-    char msg[200];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return rmqs_fail(err, RMQS_EINVAL, field, "cannot be carried: %s", msg);
-}
-
-/* An AMQP integer of any width; false if v is not an integer. *above is
- * set for an unsigned value that does not fit in int64. */
-static bool field_integer(const amqp_field_value_t *v, int64_t *out,
-                          bool *above)
-{
-    *above = false;
-    switch (v->kind) {
-    case AMQP_FIELD_KIND_I8:
-        *out = v->value.i8;
-        return true;
-    case AMQP_FIELD_KIND_U8:
-        *out = v->value.u8;
-        return true;
-    case AMQP_FIELD_KIND_I16:
-        *out = v->value.i16;
-        return true;
-    case AMQP_FIELD_KIND_U16:
-        *out = v->value.u16;
-        return true;
-    case AMQP_FIELD_KIND_I32:
-        *out = v->value.i32;
-        return true;
-    case AMQP_FIELD_KIND_U32:
-        *out = v->value.u32;
-        return true;
-    case AMQP_FIELD_KIND_I64:
-        *out = v->value.i64;
-        return true;
-    case AMQP_FIELD_KIND_U64:
-        *above = v->value.u64 > (uint64_t)INT64_MAX;
-        *out = *above ? INT64_MAX : (int64_t)v->value.u64;
-        return true;
-    default:
-        return false;
-    }
-}
-
-static const char *kind_name(uint8_t kind)
-{
-    switch (kind) {
-    case AMQP_FIELD_KIND_BOOLEAN: return "a boolean";
-    case AMQP_FIELD_KIND_F32: return "a float";
-    case AMQP_FIELD_KIND_F64: return "a double";
-    case AMQP_FIELD_KIND_DECIMAL: return "a decimal";
-    case AMQP_FIELD_KIND_UTF8: return "a string";
-    case AMQP_FIELD_KIND_BYTES: return "a byte array";
-    case AMQP_FIELD_KIND_ARRAY: return "an array";
-    case AMQP_FIELD_KIND_TABLE: return "a table";
-    case AMQP_FIELD_KIND_TIMESTAMP: return "a timestamp";
-    case AMQP_FIELD_KIND_VOID: return "void";
-    default: return "an unknown field type";
-    }
-}
-
-/*
- * One header value as JSON (new reference in *out). RMQS_EINVAL with err
- * when the job model cannot carry it, RMQS_ENOMEM.
- */
-static rmqs_rc header_value(const amqp_field_value_t *v, const char *field,
-                            json_t **out, rmqs_error *err)
-{
-    int64_t i;
-    bool above;
-    double d;
-
-    *out = NULL;
-    if (field_integer(v, &i, &above)) {
-        if (above) {
-            return cannot_carry(err, field, "%s: an unsigned 64-bit integer "
-                                            "above 2^63-1", field);
-        }
-        *out = json_integer(i);
-    } else {
-        switch (v->kind) {
-        case AMQP_FIELD_KIND_BOOLEAN:
-            *out = json_boolean(v->value.boolean);
-            break;
-        case AMQP_FIELD_KIND_TIMESTAMP:
-            if (v->value.u64 > (uint64_t)INT64_MAX) {
-                return cannot_carry(err, field, "%s: a timestamp above 2^63-1",
-                                    field);
-            }
-            *out = json_integer((json_int_t)v->value.u64);
-            break;
-        case AMQP_FIELD_KIND_F32:
-        case AMQP_FIELD_KIND_F64:
-            d = v->kind == AMQP_FIELD_KIND_F32 ? (double)v->value.f32
-                                               : v->value.f64;
-            if (!isfinite(d)) {
-                return cannot_carry(err, field, "%s: not a finite number",
-                                    field);
-            }
-            *out = json_real(d);
-            break;
-        case AMQP_FIELD_KIND_UTF8:
-        case AMQP_FIELD_KIND_BYTES:
-            if (!utf8_valid(v->value.bytes.bytes, v->value.bytes.len)) {
-                return cannot_carry(err, field, "%s: %s that is not valid "
-                                                "UTF-8", field,
-                                    kind_name(v->kind));
-            }
-            *out = json_stringn(v->value.bytes.len ? v->value.bytes.bytes : "",
-                                v->value.bytes.len);
-            break;
-        default:
-            return cannot_carry(err, field, "%s: %s", field,
-                                kind_name(v->kind));
-        }
-    }
-    return *out ? RMQS_OK
-                : rmqs_fail(err, RMQS_ENOMEM, field, "out of memory");
-}
-
-/*
- * The message's headers as a JSON object (NULL when none are left), minus
- * the timing headers, whose values go to *delay / *at (last one wins, like
- * the JSON object), and minus the headers the publisher sets itself.
- */
-static rmqs_rc convert_headers(const amqp_table_t *t, json_t **out,
-                               const amqp_field_value_t **delay,
-                               const amqp_field_value_t **at, rmqs_error *err)
-{
-    json_t *obj = json_object();
-    char field[64];
-    rmqs_rc rc = RMQS_OK;
-
-    *out = NULL;
-    if (!obj) {
-        return rmqs_fail(err, RMQS_ENOMEM, "headers", "out of memory");
-    }
-    for (int i = 0; i < t->num_entries; i++) {
-        const amqp_table_entry_t *e = &t->entries[i];
-        json_t *v;
-        char *key;
-
-        if (bytes_eq(e->key, AMQPM_HDR_DELAY)) {
-            *delay = &e->value;
-            continue;
-        }
-        if (bytes_eq(e->key, AMQPM_HDR_DELIVER_AT)) {
-            *at = &e->value;
-            continue;
-        }
-        if (bytes_eq(e->key, AMQPM_HDR_JOB_ID) ||
-            bytes_eq(e->key, AMQPM_HDR_SCHEDULED_AT)) {
-            continue;
-        }
-        printable(field, sizeof field, e->key.bytes, e->key.len);
-        if (e->key.len == 0 || !plain_text(e->key)) {
-            rc = cannot_carry(err, "headers", "a header name that is empty, "
-                                              "not UTF-8 or holds NUL");
-            goto fail;
-        }
-        rc = header_value(&e->value, field, &v, err);
-        if (rc != RMQS_OK) {
-            goto fail;
-        }
-        key = dup_bytes(e->key);
-        if (!key || json_object_set_new(obj, key, v) != 0) {
-            if (!key) {
-                json_decref(v);
-            }
-            free(key);
-            rc = rmqs_fail(err, RMQS_ENOMEM, "headers", "out of memory");
-            goto fail;
-        }
-        free(key);
-    }
-    if (json_object_size(obj) > 0) {
-        *out = obj;
-    } else {
-        json_decref(obj);
-    }
-    return RMQS_OK;
-fail:
-    json_decref(obj);
-    return rc;
-}
-
-/* The job's properties object (NULL if it would be empty). */
-static rmqs_rc convert_properties(const amqp_basic_properties_t *p,
-                                  json_t **out, rmqs_error *err)
-{
-    json_t *obj = json_object();
-    bool ok = obj != NULL;
-    char field[64];
-
-    *out = NULL;
-    for (size_t i = 0; ok && i < amqpm_n_str_props; i++) {
-        const amqp_bytes_t *b = amqpm_str_prop_cfield(p, i);
-        if (!(p->_flags & amqpm_str_props[i].flag)) {
-            continue;
-        }
-        if (!plain_text(*b)) {
-            snprintf(field, sizeof field, "properties.%s",
-                     amqpm_str_props[i].name);
-            json_decref(obj);
-            return cannot_carry(err, field, "%s: not UTF-8 text without NUL",
-                                field);
-        }
-        ok = json_object_set_new(obj, amqpm_str_props[i].name,
-                                 json_stringn(b->len ? b->bytes : "",
-                                              b->len)) == 0;
-    }
-    if (ok && (p->_flags & AMQP_BASIC_PRIORITY_FLAG)) {
-        ok = json_object_set_new(obj, "priority",
-                                 json_integer(p->priority)) == 0;
-    }
-    /* RabbitMQ persists a message only with delivery_mode 2. */
-    if (ok && !((p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG) &&
-                p->delivery_mode == AMQP_DELIVERY_PERSISTENT)) {
-        ok = json_object_set_new(obj, "persistent", json_false()) == 0;
-    }
-    if (!ok) {
-        json_decref(obj);
-        return rmqs_fail(err, RMQS_ENOMEM, "properties", "out of memory");
-    }
-    if (json_object_size(obj) > 0) {
-        *out = obj;
-    } else {
-        json_decref(obj);
-    }
-    return RMQS_OK;
-}
-
-/*
- * The delay an x-delay header asks for, read as the delayed-message plugin
- * reads it (rabbit_delayed_message_utils:get_delay/1): any integer type as
- * it is; a float or double truncated toward zero (1500.7 -> 1500); a
- * string (or byte array) that Erlang's binary_to_integer/1 takes, an
- * optional sign and one or more ASCII digits ("500", "+500", "-500",
- * "0500"), as that integer. *above when it exceeds int64 (beyond any
- * horizon). false with *why for anything else: a string with spaces, an
- * exponent, a fraction or no digits (" 500", "5e2", "500.0", ""), NaN or
- * infinity, and every other type (decimal, boolean, timestamp, void,
- * table, array; *why NULL). The sign is the caller's business.
- */
-static bool delay_value(const amqp_field_value_t *v, int64_t *out, bool *above,
-                        const char **why)
-{
-    *above = false;
-    *why = NULL;
-    if (field_integer(v, out, above)) {
-        return true;
-    }
-    if (v->kind == AMQP_FIELD_KIND_F32 || v->kind == AMQP_FIELD_KIND_F64) {
-        double d = v->kind == AMQP_FIELD_KIND_F32 ? (double)v->value.f32
-                                                  : v->value.f64;
-        if (!isfinite(d)) {
-            *why = "not a finite number";
-            return false;
-        }
-        /* 2^63 is exact as a double; anything at or past it is out. In
-         * range, the conversion truncates toward zero, like Erlang's trunc. */
-        if (d >= 9223372036854775808.0) {
-            *above = true;
-            *out = INT64_MAX;
-        } else {
-            *out = d < -9223372036854775808.0 ? INT64_MIN : (int64_t)d;
-        }
-        return true;
-    }
-    if (v->kind == AMQP_FIELD_KIND_UTF8 || v->kind == AMQP_FIELD_KIND_BYTES) {
-        const char *s = v->value.bytes.bytes;
-        size_t len = v->value.bytes.len, i = 0;
-        bool neg = false;
-        int64_t n = 0;
-
-        if (len > 0 && (s[0] == '+' || s[0] == '-')) {
-            neg = s[0] == '-';
-            i = 1;
-        }
-        if (i == len) {
-            *why = "a string without digits";
-            return false;
-        }
-        for (; i < len; i++) {
-            if (s[i] < '0' || s[i] > '9') {
-                *why = "a string that is not a decimal integer (an "
-                       "optional sign and digits only)";
-                return false;
-            }
-            if (!*above && (__builtin_mul_overflow(n, 10, &n) ||
-                            __builtin_add_overflow(n, s[i] - '0', &n))) {
-                *above = true;
-            }
-        }
-        if (neg) { /* at once, however far below zero */
-            *out = *above ? INT64_MIN : -n;
-            *above = false;
-        } else {
-            *out = *above ? INT64_MAX : n;
-        }
-        return true;
-    }
-    return false; /* a type the plugin does not take: *why stays NULL */
-}
-
-/*
- * deliver_at from the timing headers. RMQS_EINVAL with err when missing or
- * invalid (the caller then makes the job due at received_ms).
- */
-static rmqs_rc convert_timing(const amqp_field_value_t *delay,
-                              const amqp_field_value_t *at,
-                              int64_t received_ms, const job_limits *lim,
-                              int64_t *deliver_at, rmqs_error *err)
-{
-    int64_t v, t;
-    bool above = false;
-
-    if (!delay && !at) {
-        return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                         "no x-delay or x-deliver-at header");
-    }
-    if (delay && at) {
-        return rmqs_fail(err, RMQS_EINVAL, "headers.x-deliver-at",
-                         "both x-delay and x-deliver-at; give one");
-    }
-    if (delay) {
-        const char *why;
-
-        if (!delay_value(delay, &v, &above, &why)) {
-            if (why) {
-                return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                                 "x-delay: %s", why);
-            }
-            return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                             "x-delay: must be an integer, a float or a "
-                             "string of digits (ms), not %s",
-                             kind_name(delay->kind));
-        }
-        if (v <= 0) { /* the plugin delivers these at once, as valid */
-            *deliver_at = received_ms;
-            return RMQS_OK;
-        }
-        if (above || v > lim->max_delay_ms ||
-            __builtin_add_overflow(received_ms, v, deliver_at)) {
-            return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                             "x-delay: beyond the scheduling horizon of %lld ms",
-                             (long long)lim->max_delay_ms);
-        }
-        return RMQS_OK;
-    }
-    if (at->kind == AMQP_FIELD_KIND_UTF8 || at->kind == AMQP_FIELD_KIND_BYTES) {
-        if (tu_parse_rfc3339(at->value.bytes.bytes, at->value.bytes.len, &t) !=
-            RMQS_OK) {
-            return rmqs_fail(err, RMQS_EINVAL, "headers.x-deliver-at",
-                             "x-deliver-at: not an RFC 3339 timestamp");
-        }
-    } else if (at->kind == AMQP_FIELD_KIND_TIMESTAMP) {
-        if (at->value.u64 > (uint64_t)(INT64_MAX / 1000)) {
-            goto horizon;
-        }
-        t = (int64_t)at->value.u64 * 1000;
-    } else if (field_integer(at, &t, &above)) {
-        if (above) {
-            goto horizon;
-        }
-    } else {
-        return rmqs_fail(err, RMQS_EINVAL, "headers.x-deliver-at",
-                         "x-deliver-at: must be an RFC 3339 string or integer "
-                         "ms since the epoch, not %s", kind_name(at->kind));
-    }
-    /* The past, however far, is due at once; only the future has a bound. */
-    if (t > received_ms &&
-        (__builtin_sub_overflow(t, received_ms, &v) || v > lim->max_delay_ms)) {
-        goto horizon;
-    }
-    *deliver_at = t;
-    return RMQS_OK;
-horizon:
-    return rmqs_fail(err, RMQS_EINVAL, "headers.x-deliver-at",
-                     "x-deliver-at: beyond the scheduling horizon of %lld ms",
-                     (long long)lim->max_delay_ms);
-}
-
-rmqs_rc ingest_job_from_message(const amqp_envelope_t *env,
-                                const char *target_exchange,
-                                int64_t received_ms, const job_limits *lim,
-                                job_t *out, rmqs_error *err)
-{
-    const amqp_basic_properties_t *p = &env->message.properties;
-    const amqp_field_value_t *delay = NULL, *at = NULL;
-    amqp_bytes_t body = env->message.body;
-    job_t job;
-    rmqs_rc rc, timing;
-    int64_t deliver_at = received_ms;
-    rmqs_error terr = {{0}, {0}};
-
-    memset(out, 0, sizeof *out);
-    memset(&job, 0, sizeof job);
-    if (!plain_text(env->routing_key)) {
-        return cannot_carry(err, "routing_key",
-                            "routing key is not UTF-8 text without NUL");
-    }
-    job.status = JOB_PENDING;
-    job.source = JOB_SOURCE_AMQP;
-    job.exchange = strdup(target_exchange ? target_exchange : "");
-    job.routing_key = dup_bytes(env->routing_key);
-    job.created_at = job.updated_at = received_ms;
-    job.sent_at = -1;
-    job.attempts = 0;
-    job.max_attempts = lim->default_max_attempts;
-    job.body_kind = JOB_BODY_BINARY;
-    job.body_len = body.len;
-    if (body.len > 0) {
-        job.body = malloc(body.len);
-        if (job.body) {
-            memcpy(job.body, body.bytes, body.len);
-        }
-    }
-    if (!job.exchange || !job.routing_key || (body.len > 0 && !job.body)) {
-        rc = rmqs_fail(err, RMQS_ENOMEM, "", "out of memory");
-        goto fail;
-    }
-    rc = convert_properties(p, &job.properties, err);
-    if (rc != RMQS_OK) {
-        goto fail;
-    }
-    if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
-        rc = convert_headers(&p->headers, &job.headers, &delay, &at, err);
-        if (rc != RMQS_OK) {
-            goto fail;
-        }
-    }
-
-    timing = convert_timing(delay, at, received_ms, lim, &deliver_at, &terr);
-    if (timing != RMQS_OK) {
-        deliver_at = received_ms; /* "route at once" */
-        if (err) {
-            *err = terr;
-        }
-    }
-    job.deliver_at = deliver_at;
-    job.due_at = deliver_at > received_ms ? deliver_at : received_ms;
-    job.delay_ms = deliver_at > received_ms ? deliver_at - received_ms : 0;
-    *out = job;
-    return timing;
-
-fail:
-    job_clear(&job);
-    return rc;
-}
-
-/* ------------------------------------------------------------------ */
 /* Configuration                                                       */
-
-static rmqs_rc check_name(const char *name, size_t max, const char *field,
-                          const char *what, bool allow_empty, rmqs_error *err)
-{
-    size_t len = name ? strlen(name) : 0;
-
-    if (!name || (!allow_empty && len == 0)) {
-        return rmqs_fail(err, RMQS_EINVAL, field, "%s: an exchange name is "
-                                                  "required", what);
-    }
-    if (len > max) {
-        return rmqs_fail(err, RMQS_EINVAL, field,
-                         "%s: exchange name longer than %zu bytes", what, max);
-    }
-    if (!utf8_valid((const unsigned char *)name, len)) {
-        return rmqs_fail(err, RMQS_EINVAL, field, "%s: not valid UTF-8", what);
-    }
-    return RMQS_OK;
-}
 
 static rmqs_rc check_options(const ingest_options *opt, rmqs_error *err)
 {
-    size_t max_ingest = AMQPM_SHORTSTR_MAX - strlen(QUEUE_PREFIX);
-    rmqs_rc rc;
+    rmqs_rc rc = ingest_map_check(opt->mappings, opt->n_mappings,
+                                  opt->invalid_rule, opt->dead_letter_exchange,
+                                  err);
 
-    if (opt->n_mappings == 0 || !opt->mappings) {
-        return rmqs_fail(err, RMQS_EINVAL, "ingest", "no ingest mapping");
+    if (rc != RMQS_OK) {
+        return rc;
     }
     if (opt->prefetch < 1 || opt->prefetch > 65535) {
         return rmqs_fail(err, RMQS_EINVAL, "ingest-prefetch",
                          "ingest prefetch must be between 1 and 65535");
-    }
-    for (size_t i = 0; i < opt->n_mappings; i++) {
-        const ingest_mapping *m = &opt->mappings[i];
-        rc = check_name(m->ingest_exchange, max_ingest, "ingest",
-                        "ingest exchange", false, err);
-        if (rc == RMQS_OK) {
-            rc = check_name(m->target_exchange, AMQPM_SHORTSTR_MAX, "ingest",
-                            "target exchange", true, err);
-        }
-        if (rc != RMQS_OK) {
-            return rc;
-        }
-        if (strncmp(m->ingest_exchange, "amq.", 4) == 0) {
-            return rmqs_fail(err, RMQS_EINVAL, "ingest",
-                             "ingest exchange %s: names starting with amq. "
-                             "are reserved by the broker", m->ingest_exchange);
-        }
-        for (size_t k = 0; k < opt->n_mappings; k++) {
-            if (k != i && strcmp(m->ingest_exchange,
-                                 opt->mappings[k].ingest_exchange) == 0) {
-                return rmqs_fail(err, RMQS_EINVAL, "ingest",
-                                 "ingest exchange %s is mapped twice",
-                                 m->ingest_exchange);
-            }
-            /* Due messages would come straight back in, forever. */
-            if (strcmp(m->target_exchange, opt->mappings[k].ingest_exchange) ==
-                0) {
-                return rmqs_fail(err, RMQS_EINVAL, "ingest",
-                                 "target exchange %s is also an ingest "
-                                 "exchange (a loop)", m->target_exchange);
-            }
-        }
-    }
-    if (opt->invalid_rule == INGEST_INVALID_DEAD_LETTER) {
-        rc = check_name(opt->dead_letter_exchange, AMQPM_SHORTSTR_MAX,
-                        "ingest-dead-letter-exchange", "dead-letter exchange",
-                        false, err);
-        if (rc != RMQS_OK) {
-            return rc;
-        }
-        for (size_t k = 0; k < opt->n_mappings; k++) {
-            if (strcmp(opt->dead_letter_exchange,
-                       opt->mappings[k].ingest_exchange) == 0) {
-                return rmqs_fail(err, RMQS_EINVAL,
-                                 "ingest-dead-letter-exchange",
-                                 "dead-letter exchange %s is an ingest "
-                                 "exchange (a loop)",
-                                 opt->dead_letter_exchange);
-            }
-        }
-    } else if (opt->invalid_rule != INGEST_INVALID_ROUTE) {
-        return rmqs_fail(err, RMQS_EINVAL, "ingest-invalid",
-                         "ingest-invalid must be route or dead-letter");
     }
     if (opt->limits.default_max_attempts < 1 || opt->limits.max_delay_ms < 0) {
         return rmqs_fail(err, RMQS_EINVAL, "max_attempts",
@@ -885,8 +209,7 @@ static rmqs_rc check_options(const ingest_options *opt, rmqs_error *err)
     return RMQS_OK;
 }
 
-ingest_t *ingest_new(const ingest_options *opt, writer_t *w, disp_t *d,
-                     rmqs_error *err)
+ingest_t *ingest_new(const ingest_options *opt, writer_t *w, rmqs_error *err)
 {
     ingest_t *in = NULL;
     pthread_condattr_t ca;
@@ -910,7 +233,6 @@ ingest_t *ingest_new(const ingest_options *opt, writer_t *w, disp_t *d,
     pthread_condattr_destroy(&ca);
     atomic_init(&in->connected, false);
     in->writer = w;
-    in->disp = d;
     in->heartbeat_s = opt->heartbeat_s;
     in->prefetch = opt->prefetch;
     in->rule = opt->invalid_rule;
@@ -937,17 +259,9 @@ ingest_t *ingest_new(const ingest_options *opt, writer_t *w, disp_t *d,
     }
     in->n_maps = opt->n_mappings;
     for (size_t i = 0; i < in->n_maps; i++) {
-        mapping *m = &in->maps[i];
-        size_t qlen = strlen(QUEUE_PREFIX) +
-                      strlen(opt->mappings[i].ingest_exchange) + 1;
-        m->ingest_exchange = strdup(opt->mappings[i].ingest_exchange);
-        m->target_exchange = strdup(opt->mappings[i].target_exchange);
-        m->queue = malloc(qlen);
-        if (!m->ingest_exchange || !m->target_exchange || !m->queue) {
+        if (ingest_inbox_init(&in->maps[i], &opt->mappings[i], i) != RMQS_OK) {
             goto nomem;
         }
-        snprintf(m->queue, qlen, "%s%s", QUEUE_PREFIX, m->ingest_exchange);
-        snprintf(m->tag, sizeof m->tag, "%s%zu", TAG_PREFIX, i);
     }
     in->cap = (size_t)in->prefetch * in->n_maps;
     in->batch = calloc(in->cap, sizeof *in->batch);
@@ -990,127 +304,6 @@ static void drop(ingest_t *in, const char *fmt, ...)
     log_connection_lost(in, reason);
 }
 
-/* Why the last RPC failed, as "<what> <name>: <reply>": RMQS_EBROKER. */
-static rmqs_rc rpc_failed(ingest_t *in, rmqs_error *err, const char *what,
-                          const char *name)
-{
-    return amqpc_rpc_fail(err, amqp_get_rpc_reply(in->conn), "%s %s", what,
-                          name);
-}
-
-/*
- * Whether exchange name exists (passive declare): 1 yes, 0 no (the 404
- * closed the channel; it is open again), -1 with err on any other failure.
- */
-static int exchange_exists(ingest_t *in, const char *name, rmqs_error *err)
-{
-    amqp_channel_close_ok_t ok;
-
-    if (amqp_exchange_declare(in->conn, CHANNEL, amqp_cstring_bytes(name),
-                              amqp_cstring_bytes("fanout"), 1, 0, 0, 0,
-                              amqp_empty_table)) {
-        return 1;
-    }
-    if (channel_close_code(amqp_get_rpc_reply(in->conn)) != AMQP_NOT_FOUND) {
-        rpc_failed(in, err, "exchange.declare (passive)", name);
-        return -1;
-    }
-    memset(&ok, 0, sizeof ok);
-    if (amqp_send_method(in->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
-                         &ok) != AMQP_STATUS_OK ||
-        !amqp_channel_open(in->conn, CHANNEL)) {
-        rmqs_fail(err, RMQS_EBROKER, NULL, "reopening the channel failed");
-        return -1;
-    }
-    return 0;
-}
-
-/* The dead-letter exchange must exist, or RabbitMQ drops dead letters: one
- * of any type is used as it is, a missing one is declared fanout, durable. */
-static int ensure_dlx(ingest_t *in, rmqs_error *err)
-{
-    int e = exchange_exists(in, in->dlx, err);
-
-    if (e != 0) {
-        return e < 0 ? -1 : 0;
-    }
-    if (!amqp_exchange_declare(in->conn, CHANNEL, amqp_cstring_bytes(in->dlx),
-                               amqp_cstring_bytes("fanout"), 0, 1, 0, 0,
-                               amqp_empty_table)) {
-        rpc_failed(in, err, "exchange.declare", in->dlx);
-        return -1;
-    }
-    log_info(MOD, "dead-letter exchange declared", "exchange=\"%s\" type=fanout",
-             in->dlx);
-    return 0;
-}
-
-/* Exchanges, inboxes, bindings, qos and one consumer per inbox. */
-static int declare_and_consume(ingest_t *in, rmqs_error *err)
-{
-    amqp_table_entry_t arg;
-    amqp_table_t args = amqp_empty_table;
-
-    if (in->dlx) {
-        if (ensure_dlx(in, err) != 0) {
-            return -1;
-        }
-        arg.key = amqp_cstring_bytes("x-dead-letter-exchange");
-        arg.value.kind = AMQP_FIELD_KIND_UTF8;
-        arg.value.value.bytes = amqp_cstring_bytes(in->dlx);
-        args.num_entries = 1;
-        args.entries = &arg;
-    }
-    for (size_t i = 0; i < in->n_maps; i++) {
-        mapping *m = &in->maps[i];
-        int e = *m->target_exchange
-                    ? exchange_exists(in, m->target_exchange, err)
-                    : 1; /* the default exchange always exists */
-        if (e < 0) {
-            return -1;
-        }
-        if (e == 0) { /* not ours to declare: its type and bindings */
-            log_warn(MOD, "target exchange does not exist (yet); due "
-                          "messages will fail until it does",
-                     "exchange=\"%s\" target=\"%s\"", m->ingest_exchange,
-                     m->target_exchange);
-        }
-        if (!amqp_exchange_declare(in->conn, CHANNEL,
-                                   amqp_cstring_bytes(m->ingest_exchange),
-                                   amqp_cstring_bytes("topic"), 0, 1, 0, 0,
-                                   amqp_empty_table)) {
-            rpc_failed(in, err, "exchange.declare", m->ingest_exchange);
-            return -1;
-        }
-        if (!amqp_queue_declare(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
-                                0, 1, 0, 0, args)) {
-            rpc_failed(in, err, "queue.declare", m->queue);
-            return -1;
-        }
-        if (!amqp_queue_bind(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
-                             amqp_cstring_bytes(m->ingest_exchange),
-                             amqp_cstring_bytes("#"), amqp_empty_table)) {
-            rpc_failed(in, err, "queue.bind", m->queue);
-            return -1;
-        }
-    }
-    /* Per consumer (global=0): applies to the consumers started below. */
-    if (!amqp_basic_qos(in->conn, CHANNEL, 0, (uint16_t)in->prefetch, 0)) {
-        rpc_failed(in, err, "basic.qos", "");
-        return -1;
-    }
-    for (size_t i = 0; i < in->n_maps; i++) {
-        mapping *m = &in->maps[i];
-        if (!amqp_basic_consume(in->conn, CHANNEL, amqp_cstring_bytes(m->queue),
-                                amqp_cstring_bytes(m->tag), 0, 0, 0,
-                                amqp_empty_table)) {
-            rpc_failed(in, err, "basic.consume", m->queue);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
 {
     if (amqpc_open(in->link, err) != RMQS_OK) {
@@ -1118,10 +311,11 @@ static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
     }
     in->conn = amqpc_state(in->link);
     if (!amqp_channel_open(in->conn, CHANNEL)) {
-        rpc_failed(in, err, "channel.open", "");
+        amqpc_rpc_fail(err, amqp_get_rpc_reply(in->conn), "channel.open ");
         goto fail;
     }
-    if (declare_and_consume(in, err) != 0) {
+    if (ingest_inbox_declare(in->conn, CHANNEL, in->maps, in->n_maps, in->dlx,
+                             in->prefetch, err) != RMQS_OK) {
         goto fail;
     }
     return RMQS_OK;
@@ -1267,98 +461,6 @@ static int on_other_frame(ingest_t *in)
     }
 }
 
-/* The fingerprint of a delivery: what makes two messages with one
- * message_id the same message. */
-static void fingerprint(const amqp_envelope_t *env, const job_t *job,
-                        char out[FINGERPRINT_LEN + 1])
-{
-    static const char hex[] = "0123456789abcdef";
-    const amqp_basic_properties_t *p = &env->message.properties;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    char *h = NULL, *pr = NULL;
-    uint64_t len;
-    bool ok;
-
-    out[0] = '\0';
-    if (!ctx) {
-        return;
-    }
-    h = job->headers ? json_dumps(job->headers, JSON_COMPACT | JSON_SORT_KEYS)
-                     : NULL;
-    pr = job->properties
-             ? json_dumps(job->properties, JSON_COMPACT | JSON_SORT_KEYS)
-             : NULL;
-    ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1;
-    len = env->routing_key.len;
-    ok = ok && EVP_DigestUpdate(ctx, &len, sizeof len) == 1 &&
-         (len == 0 || EVP_DigestUpdate(ctx, env->routing_key.bytes, len) == 1);
-    len = env->message.body.len;
-    ok = ok && EVP_DigestUpdate(ctx, &len, sizeof len) == 1 &&
-         (len == 0 || EVP_DigestUpdate(ctx, env->message.body.bytes, len) == 1);
-    ok = ok && EVP_DigestUpdate(ctx, h ? h : "-", strlen(h ? h : "-") + 1) == 1;
-    ok = ok && EVP_DigestUpdate(ctx, pr ? pr : "-", strlen(pr ? pr : "-") + 1) ==
-                   1;
-    /* The timing headers as sent (they are not in job->headers), by value
-     * only: the rest of the field union is not initialised. */
-    for (int i = 0; ok && (p->_flags & AMQP_BASIC_HEADERS_FLAG) &&
-                    i < p->headers.num_entries;
-         i++) {
-        const amqp_table_entry_t *e = &p->headers.entries[i];
-        const amqp_field_value_t *v = &e->value;
-        unsigned char buf[16];
-        size_t n = 0;
-        int64_t iv;
-        bool above;
-        double dv;
-
-        if (!bytes_eq(e->key, AMQPM_HDR_DELAY) &&
-            !bytes_eq(e->key, AMQPM_HDR_DELIVER_AT)) {
-            continue;
-        }
-        memset(buf, 0, sizeof buf);
-        buf[n++] = v->kind;
-        if (field_integer(v, &iv, &above)) {
-            memcpy(buf + n, &iv, sizeof iv);
-            n += sizeof iv;
-            buf[n++] = above;
-        } else if (v->kind == AMQP_FIELD_KIND_TIMESTAMP) {
-            memcpy(buf + n, &v->value.u64, sizeof v->value.u64);
-            n += sizeof v->value.u64;
-        } else if (v->kind == AMQP_FIELD_KIND_F32 ||
-                   v->kind == AMQP_FIELD_KIND_F64) {
-            dv = v->kind == AMQP_FIELD_KIND_F32 ? (double)v->value.f32
-                                                : v->value.f64;
-            memcpy(buf + n, &dv, sizeof dv);
-            n += sizeof dv;
-        } else if (v->kind == AMQP_FIELD_KIND_BOOLEAN) {
-            buf[n++] = v->value.boolean != 0;
-        }
-        ok = EVP_DigestUpdate(ctx, e->key.bytes, e->key.len) == 1 &&
-             EVP_DigestUpdate(ctx, buf, n) == 1;
-        if (ok && (v->kind == AMQP_FIELD_KIND_UTF8 ||
-                   v->kind == AMQP_FIELD_KIND_BYTES)) {
-            len = v->value.bytes.len;
-            ok = EVP_DigestUpdate(ctx, &len, sizeof len) == 1 &&
-                 (len == 0 ||
-                  EVP_DigestUpdate(ctx, v->value.bytes.bytes, len) == 1);
-        }
-    }
-    ok = ok && EVP_DigestFinal_ex(ctx, md, &md_len) == 1 && md_len * 2 <=
-                                                              FINGERPRINT_LEN;
-    if (ok) {
-        for (unsigned int i = 0; i < md_len; i++) {
-            out[2 * i] = hex[md[i] >> 4];
-            out[2 * i + 1] = hex[md[i] & 15];
-        }
-        out[2 * md_len] = '\0';
-    }
-    free(h);
-    free(pr);
-    EVP_MD_CTX_free(ctx);
-}
-
 static void on_done(writer_req *req, void *cls)
 {
     ingest_t *in = cls;
@@ -1392,23 +494,22 @@ static void take(ingest_t *in, const amqp_envelope_t *env)
 {
     delivery *d = &in->batch[in->n++];
     const amqp_basic_properties_t *p = &env->message.properties;
-    json_t *mid;
     rmqs_error err = {{0}, {0}};
     int64_t received = tu_now_ms();
-    const mapping *m = NULL;
+    const ingest_inbox *m = NULL;
     rmqs_rc rc;
 
     memset(d, 0, sizeof *d);
     d->tag = env->delivery_tag;
     d->redelivered = env->redelivered != 0;
-    printable(d->routing_key, sizeof d->routing_key, env->routing_key.bytes,
-              env->routing_key.len);
+    ingest_map_printable(d->routing_key, sizeof d->routing_key,
+                         env->routing_key.bytes, env->routing_key.len);
     if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
-        printable(d->message_id, sizeof d->message_id, p->message_id.bytes,
-                  p->message_id.len);
+        ingest_map_printable(d->message_id, sizeof d->message_id,
+                             p->message_id.bytes, p->message_id.len);
     }
     for (size_t i = 0; i < in->n_maps && !m; i++) {
-        if (bytes_eq(env->consumer_tag, in->maps[i].tag)) {
+        if (ingest_inbox_has_tag(&in->maps[i], env->consumer_tag)) {
             m = &in->maps[i];
             d->map = i;
         }
@@ -1419,8 +520,8 @@ static void take(ingest_t *in, const amqp_envelope_t *env)
         return;
     }
 
-    rc = ingest_job_from_message(env, m->target_exchange, received,
-                                 &in->limits, &d->job, &err);
+    rc = ingest_map_job(env, m->target_exchange, received, &in->limits,
+                        &d->job, &err);
     d->act = ACT_STORE;
     if (rc == RMQS_EINVAL) {
         d->invalid = true;
@@ -1440,22 +541,11 @@ static void take(ingest_t *in, const amqp_envelope_t *env)
         snprintf(d->reason, sizeof d->reason, "no randomness for a job id");
         return;
     }
-    mid = d->job.properties ? json_object_get(d->job.properties, "message_id")
-                            : NULL;
-    if (json_string_length(mid) > 0) {
-        size_t len = strlen("amqp::") + strlen(m->ingest_exchange) +
-                     json_string_length(mid) + 1;
-        char fp[FINGERPRINT_LEN + 1];
-        fingerprint(env, &d->job, fp);
-        d->idem_key = malloc(len);
-        if (!d->idem_key || !fp[0]) {
-            d->act = ACT_REQUEUE;
-            snprintf(d->reason, sizeof d->reason, "out of memory");
-            return;
-        }
-        snprintf(d->idem_key, len, "amqp:%s:%s", m->ingest_exchange,
-                 json_string_value(mid));
-        snprintf(d->idem_request, sizeof d->idem_request, "amqp:%s", fp);
+    if (ingest_map_idempotency(env, &d->job, m->ingest_exchange,
+                               &d->idem_key, d->idem_request) != RMQS_OK) {
+        d->act = ACT_REQUEUE;
+        snprintf(d->reason, sizeof d->reason, "out of memory");
+        return;
     }
     d->req.ins.jobs = &d->job;
     d->req.ins.n = 1;
@@ -1854,9 +944,7 @@ void ingest_free(ingest_t *in)
         clear_batch(in);
     }
     for (size_t i = 0; in->maps && i < in->n_maps; i++) {
-        free(in->maps[i].ingest_exchange);
-        free(in->maps[i].target_exchange);
-        free(in->maps[i].queue);
+        ingest_inbox_clear(&in->maps[i]);
     }
     free(in->maps);
     free(in->batch);

@@ -11,18 +11,16 @@
  * together are handed to the group-commit writer together; each delivery is
  * acknowledged only after its job is committed, so a crash in between
  * redelivers it, and the (ingest exchange, message_id) idempotency key keeps
- * a redelivered message from being stored twice.
+ * a redelivered message from being stored twice. What a delivery becomes
+ * (the job, its fingerprint) is ingest_map.h's.
  */
 #ifndef RMQS_AMQP_INGEST_H
 #define RMQS_AMQP_INGEST_H
 
-#include <amqp.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
 #include "config.h"
-#include "dispatcher.h"
 #include "job.h"
 #include "rmqs.h"
 #include "writer.h"
@@ -45,9 +43,9 @@ typedef struct ingest_options {
     job_limits limits;         /* horizon and default max_attempts */
 } ingest_options;
 
-/* NULL with err on a bad URL or option, or ENOMEM. w and d are borrowed. */
-ingest_t *ingest_new(const ingest_options *opt, writer_t *w, disp_t *d,
-                     rmqs_error *err);
+/* NULL with err on a bad URL or option, or ENOMEM. w is borrowed (it
+ * wakes the dispatcher after each commit, so ingest needs no link to it). */
+ingest_t *ingest_new(const ingest_options *opt, writer_t *w, rmqs_error *err);
 rmqs_rc ingest_start(ingest_t *in);
 
 /* Whether the ingest connection is up and consuming (for /readyz). */
@@ -57,28 +55,5 @@ bool ingest_connected(ingest_t *in);
  * close the connection, join the thread. */
 void ingest_stop(ingest_t *in);
 void ingest_free(ingest_t *in);
-
-/*
- * Pure: build a job (source AMQP, status pending, id not yet assigned) from
- * one delivery, to be published to target_exchange with the delivery's
- * routing key. received_ms is when it arrived; header x-delay (ms: any
- * AMQP integer type, a float/double truncated, or a string of an optional
- * sign and digits, as the delayed-message plugin reads it; <= 0 is due at
- * once) or x-deliver-at (RFC 3339 string, integer ms since the epoch, or an
- * AMQP timestamp in seconds) sets deliver_at;
- * both are removed from the stored headers. Body bytes are kept as binary;
- * properties map to the job's properties (a delivery_mode other than 2, or
- * none, -> persistent false, as the broker would treat it).
- *
- * RMQS_OK, or RMQS_EINVAL with err saying why: no or invalid x-delay /
- * x-deliver-at (then *out is still a valid job due at received_ms, for the
- * plugin's "route at once" rule), or a header the job model cannot carry
- * (table, array, bytes, decimal, void: *out is zeroed: the message can only
- * be dead-lettered). Exposed for unit tests.
- */
-rmqs_rc ingest_job_from_message(const amqp_envelope_t *env,
-                                const char *target_exchange,
-                                int64_t received_ms, const job_limits *lim,
-                                job_t *out, rmqs_error *err);
 
 #endif

@@ -7,7 +7,7 @@
  * bytes. The HTTP validation (job.c) refuses a job whose properties could
  * never fit in one content-header frame, the publisher (amqp_publisher.c)
  * builds that frame and checks it against the broker's frame_max, and the
- * ingest (amqp_ingest.c) turns a delivery's properties back into a job's.
+ * ingest (ingest_map.c) turns a delivery's properties back into a job's.
  * With one table and one calculator they cannot drift apart.
  *
  * Pure: no socket, no connection, no allocation; it needs rabbitmq-c's

@@ -105,7 +105,7 @@ void config_usage(FILE *out);
  * Parse "INGEST=TARGET[,INGEST=TARGET...]" (one --ingest value or
  * RMQS_INGEST) and append the mappings to *list. Each item splits at its
  * first '='; both sides must be non-empty (the exchange names themselves
- * are checked by amqp_ingest). An empty text adds nothing. RMQS_EINVAL
+ * are checked by ingest_map_check). An empty text adds nothing. RMQS_EINVAL
  * (field "ingest") or RMQS_ENOMEM with err; *list is unchanged then.
  */
 rmqs_rc config_parse_ingest(const char *text, config_ingest_list *list,

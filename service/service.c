@@ -243,7 +243,7 @@ static rmqs_rc start_ingest(service_t *svc, const job_limits *limits)
                           .invalid_rule = cfg->ingest_invalid,
                           .dead_letter_exchange = cfg->ingest_dlx,
                           .limits = *limits},
-        svc->writer, svc->disp, &err);
+        svc->writer, &err);
     if (svc->ingest == NULL) {
         log_error(MOD, "bad ingest settings", "error=\"%s\"", err.message);
         return RMQS_EINVAL;

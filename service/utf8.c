@@ -1,17 +1,21 @@
 /*
- * utf8.c - UTF-8 validation (see utf8.h).
+ * utf8.c - RFC 3629 UTF-8 validation (see utf8.h).
  *
- * One decoder of sequence lengths, used by the validity check and by the
- * sanitizer that makes parser messages safe to quote in a JSON answer.
+ * A character is decoded from its lead byte: 0x00-0x7F stands alone,
+ * 0xC2-0xDF opens two bytes (0xC0/0xC1 could only start overlong forms),
+ * 0xE0-0xEF three, 0xF0-0xF4 four (0xF5 and up would pass U+10FFFF); every
+ * following byte must be a continuation (10xxxxxx). The decoded value then
+ * rules out the overlong three- and four-byte forms, the surrogates and
+ * anything above U+10FFFF.
  */
 #include "utf8.h"
 
 #include <stdint.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if none. */
-size_t utf8_seq_len(const unsigned char *s, size_t n)
+size_t utf8_char_len(const void *p, size_t n)
 {
+    const unsigned char *s = p;
     size_t len;
     uint32_t cp;
 
@@ -42,26 +46,33 @@ size_t utf8_seq_len(const unsigned char *s, size_t n)
     return len;
 }
 
-/* Replace each byte of s that is not part of valid UTF-8 with '?'. */
-void utf8_sanitize(char *s)
+bool utf8_valid(const void *p, size_t n)
 {
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, n - i);
-        if (k == 0)
-            s[i++] = '?';
-        else
-            i += k;
-    }
-}
+    const unsigned char *s = p;
 
-bool utf8_valid(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq_len((const unsigned char *)s + i, len - i);
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_char_len(s + i, n - i);
         if (k == 0)
             return false;
         i += k;
     }
     return true;
+}
+
+bool utf8_text(const void *s, size_t n)
+{
+    return (n == 0 || memchr(s, '\0', n) == NULL) && utf8_valid(s, n);
+}
+
+void utf8_sanitize(char *s)
+{
+    size_t n = strlen(s);
+
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_char_len(s + i, n - i);
+        if (k == 0)
+            s[i++] = '?';
+        else
+            i += k;
+    }
 }

@@ -1,67 +1,125 @@
 /*
- * test_utf8.c - the UTF-8 rules of the API (utf8.c): what jansson accepts
- * is valid, nothing else; the sanitizer keeps valid text and replaces each
- * stray byte with '?'.
+ * test_utf8.c - service/utf8.c, the one UTF-8 validator (job.c and the
+ * ingest use it): RFC 3629's boundaries one by one (overlongs, surrogates,
+ * beyond U+10FFFF, truncated sequences, stray continuation bytes), NUL as
+ * each caller needs it, and the '?' replacement job.c applies to parser
+ * messages. Where it applies, the verdict is checked against jansson's own
+ * (json_stringn), which refuses to encode what is not valid UTF-8: the
+ * service's answers go through jansson, so the two must agree.
  */
 #include <criterion/criterion.h>
 
+#include <jansson.h>
 #include <string.h>
 
 #include "utf8.h"
 
-struct utf8_case {
+typedef struct sample {
+    const char *what;
     const char *s;
-    size_t len;
+    size_t n;
     bool valid;
+} sample;
+
+#define S(what, lit, valid) {what, lit, sizeof(lit) - 1, valid}
+
+static const sample samples[] = {
+    S("empty", "", true),
+    S("ASCII", "order.created", true),
+    S("2 bytes: U+0080, the first", "\xc2\x80", true),
+    S("2 bytes: U+07FF, the last", "\xdf\xbf", true),
+    S("3 bytes: U+0800, the first", "\xe0\xa0\x80", true),
+    S("3 bytes: U+D7FF, below the surrogates", "\xed\x9f\xbf", true),
+    S("3 bytes: U+E000, above the surrogates", "\xee\x80\x80", true),
+    S("3 bytes: U+FFFF", "\xef\xbf\xbf", true),
+    S("4 bytes: U+10000, the first", "\xf0\x90\x80\x80", true),
+    S("4 bytes: U+10FFFF, the last", "\xf4\x8f\xbf\xbf", true),
+    S("mixed text", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", true),
+
+    S("overlong '/' in 2 bytes (C0)", "\xc0\xaf", false),
+    S("overlong U+007F in 2 bytes (C1)", "\xc1\xbf", false),
+    S("overlong U+07FF in 3 bytes", "\xe0\x9f\xbf", false),
+    S("overlong NUL in 3 bytes", "\xe0\x80\x80", false),
+    S("overlong U+FFFF in 4 bytes", "\xf0\x8f\xbf\xbf", false),
+    S("surrogate U+D800, the first", "\xed\xa0\x80", false),
+    S("surrogate U+DFFF, the last", "\xed\xbf\xbf", false),
+    S("surrogate pair as CESU-8", "\xed\xa0\xbd\xed\xb8\x80", false),
+    S("U+110000, past the last", "\xf4\x90\x80\x80", false),
+    S("lead F5 (would be past U+10FFFF)", "\xf5\x80\x80\x80", false),
+    S("lead FF", "\xff", false),
+    S("lone continuation byte", "\x80", false),
+    S("continuation after ASCII", "a\xbf", false),
+    S("2-byte sequence cut short", "\xc3", false),
+    S("3-byte sequence cut short", "\xe2\x82", false),
+    S("4-byte sequence cut short", "\xf0\x9f\x98", false),
+    S("cut short before ASCII", "\xe2\x82z", false),
+    S("valid text then a cut sequence", "ok \xc3", false),
+    S("5-byte form (F8)", "\xf8\x88\x80\x80\x80", false),
 };
-#define S(x) x, sizeof(x) - 1
 
-Test(utf8, valid_is_what_jansson_accepts)
+Test(utf8, rfc3629_boundaries_as_jansson_sees_them)
 {
-    static const struct utf8_case cases[] = {
-        {S(""), true},
-        {S("plain ascii"), true},
-        {S("\x00"), true},                 /* NUL is a character */
-        {S("caf\xc3\xa9"), true},          /* U+00E9 */
-        {S("\xe2\x82\xac"), true},         /* U+20AC */
-        {S("\xf0\x9f\x98\x80"), true},     /* U+1F600 */
-        {S("\xf4\x8f\xbf\xbf"), true},     /* U+10FFFF, the last */
-        {S("\xed\x9f\xbf"), true},         /* U+D7FF, before the surrogates */
-        {S("\xc3"), false},                /* truncated */
-        {S("\xe2\x82"), false},
-        {S("\xf0\x9f\x98"), false},
-        {S("\x80"), false},                /* a continuation byte alone */
-        {S("\xc0\xaf"), false},            /* overlong '/' */
-        {S("\xc1\xbf"), false},
-        {S("\xe0\x80\xaf"), false},        /* overlong, 3 bytes */
-        {S("\xf0\x80\x80\xaf"), false},    /* overlong, 4 bytes */
-        {S("\xed\xa0\x80"), false},        /* U+D800, a surrogate */
-        {S("\xed\xbf\xbf"), false},        /* U+DFFF */
-        {S("\xf4\x90\x80\x80"), false},    /* U+110000 */
-        {S("\xf5\x80\x80\x80"), false},
-        {S("\xff"), false},
-        {S("ok\xc3("), false},             /* a lead byte, then ASCII */
+    for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
+        const sample *c = &samples[i];
+        json_t *j = json_stringn(c->s, c->n);
+
+        cr_expect_eq(utf8_valid(c->s, c->n), c->valid, "%s", c->what);
+        cr_expect_eq(utf8_text(c->s, c->n), c->valid, "%s (text)", c->what);
+        cr_expect_eq(j != NULL, c->valid, "%s: jansson disagrees", c->what);
+        json_decref(j);
+    }
+}
+
+Test(utf8, char_len_of_each_form)
+{
+    cr_expect_eq(utf8_char_len("a", 1), 1);
+    cr_expect_eq(utf8_char_len("\0", 1), 1);
+    cr_expect_eq(utf8_char_len("\xc3\xa9x", 3), 2);
+    cr_expect_eq(utf8_char_len("\xe2\x82\xac", 3), 3);
+    cr_expect_eq(utf8_char_len("\xf0\x9f\x98\x80", 4), 4);
+    /* n bounds the read: a character that does not fit is none */
+    cr_expect_eq(utf8_char_len("\xe2\x82\xac", 2), 0);
+    cr_expect_eq(utf8_char_len("\xed\xa0\x80", 3), 0);
+    cr_expect_eq(utf8_char_len("\xc0\x80", 2), 0);
+    cr_expect_eq(utf8_char_len("\x80", 1), 0);
+}
+
+Test(utf8, nul_is_a_character_but_not_text)
+{
+    /* JSON strings ("\u0000") and AMQP header values may hold NUL ... */
+    cr_expect(utf8_valid("a\0b", 3));
+    cr_expect(utf8_valid("\0", 1));
+    cr_expect(utf8_valid("caf\xc3\xa9\0", 6));
+    /* ... names and the AMQP short strings a job keeps as text may not */
+    cr_expect_not(utf8_text("a\0b", 3));
+    cr_expect_not(utf8_text("\0", 1));
+    cr_expect_not(utf8_text("caf\xc3\xa9\0", 6));
+    cr_expect(utf8_text("caf\xc3\xa9", 5));
+    /* a NUL does not hide what follows it */
+    cr_expect_not(utf8_valid("a\0\xff", 3));
+    /* NULL is fine when there is nothing to read */
+    cr_expect(utf8_valid(NULL, 0));
+    cr_expect(utf8_text(NULL, 0));
+}
+
+Test(utf8, sanitize_replaces_each_bad_byte)
+{
+    static const struct { const char *in, *out; } cases[] = {
+        {"plain", "plain"},
+        {"caf\xc3\xa9", "caf\xc3\xa9"},                 /* valid: kept */
+        {"near '\"\\u00e\xc3'", "near '\"\\u00e?'"}, /* cut by jansson */
+        {"\xff\xfe", "??"},
+        {"\xe2\x82", "??"},                   /* lead and continuation */
+        {"a\xed\xa0\x80z", "a???z"},          /* a surrogate, byte by byte */
+        {"\xc0\xaf/", "?" "?/"}, /* (split: "??/" is a trigraph) */
+        {"\xf0\x9f\x98\x80\x80", "\xf0\x9f\x98\x80?"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        cr_expect_eq(utf8_valid(cases[i].s, cases[i].len), cases[i].valid,
-                     "case %zu", i);
-}
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[64];
 
-Test(utf8, sequence_lengths)
-{
-    cr_expect_eq(utf8_seq_len((const unsigned char *)"a", 1), 1);
-    cr_expect_eq(utf8_seq_len((const unsigned char *)"\xc3\xa9x", 3), 2);
-    cr_expect_eq(utf8_seq_len((const unsigned char *)"\xe2\x82\xac", 3), 3);
-    cr_expect_eq(utf8_seq_len((const unsigned char *)"\xf0\x9f\x98\x80", 4), 4);
-    /* a sequence longer than what is left is not one */
-    cr_expect_eq(utf8_seq_len((const unsigned char *)"\xf0\x9f\x98\x80", 3), 0);
-    cr_expect_eq(utf8_seq_len((const unsigned char *)"\xbf", 1), 0);
-}
-
-Test(utf8, sanitize_replaces_each_stray_byte)
-{
-    char s[] = "ok \xc3\xa9 \xff\xfe end \xe2\x82";
-    utf8_sanitize(s);
-    cr_expect_str_eq(s, "ok \xc3\xa9 ?? end ??");
-    cr_expect(utf8_valid(s, strlen(s)));
+        snprintf(buf, sizeof buf, "%s", cases[i].in);
+        utf8_sanitize(buf);
+        cr_expect_str_eq(buf, cases[i].out, "case %zu", i);
+        cr_expect(utf8_valid(buf, strlen(buf)), "case %zu", i);
+    }
 }

@@ -1,10 +1,14 @@
 /*
- * test_amqp_ingest.c - ingest_job_from_message: a delivery from an ingest
+ * test_ingest_map.c - service/ingest_map.c: a delivery from an ingest
  * exchange (built by hand as an amqp_envelope_t, as amqp_consume_message
- * would hand it over) becomes a job. Timing headers, every AMQP field type
- * in headers, properties, and what cannot be carried.
+ * would hand it over) becomes a job (ingest_map_job): timing headers, every
+ * AMQP field type in headers, properties, and what cannot be carried; and
+ * its idempotency key and fingerprint (ingest_map_idempotency); and the
+ * checks of the --ingest mappings themselves (ingest_map_check).
  *
- * "received" is fixed at 2026-01-01T00:00:00Z; the horizon is 30 days.
+ * "received" is fixed at 2026-01-01T00:00:00Z; the horizon is 30 days. The
+ * functions are pure and take "received" from the caller, so a fixed
+ * instant keeps the expected times exact without depending on today.
  */
 #include <criterion/criterion.h>
 
@@ -13,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amqp_ingest.h"
+#include "amqp_message.h"
+#include "ingest_map.h"
 #include "job.h"
 #include "job_json.h"
 #include "testutil.h"
@@ -70,13 +75,13 @@ static void add_str(msg *m, const char *key, const char *s)
 static rmqs_rc convert(const msg *m, job_t *job, rmqs_error *err)
 {
     memset(err, 0, sizeof *err);
-    return ingest_job_from_message(&m->env, TARGET, NOW, &LIM, job, err);
+    return ingest_map_job(&m->env, TARGET, NOW, &LIM, job, err);
 }
 
 /* ------------------------------------------------------------------ */
 /* Timing                                                              */
 
-Test(amqp_ingest, x_delay_sets_deliver_at_and_the_rest_of_the_job)
+Test(ingest_map, x_delay_sets_deliver_at_and_the_rest_of_the_job)
 {
     msg m;
     job_t job;
@@ -116,7 +121,7 @@ Test(amqp_ingest, x_delay_sets_deliver_at_and_the_rest_of_the_job)
     job_clear(&job);
 }
 
-Test(amqp_ingest, x_delay_any_integer_type)
+Test(ingest_map, x_delay_any_integer_type)
 {
     static const struct {
         uint8_t kind;
@@ -157,7 +162,7 @@ Test(amqp_ingest, x_delay_any_integer_type)
     }
 }
 
-Test(amqp_ingest, x_delay_zero_is_due_at_once)
+Test(ingest_map, x_delay_zero_is_due_at_once)
 {
     msg m;
     job_t job;
@@ -192,7 +197,7 @@ static void expect_invalid_timing(msg *m, const char *field, const char *text)
     job_clear(&job);
 }
 
-Test(amqp_ingest, no_timing_header_is_invalid)
+Test(ingest_map, no_timing_header_is_invalid)
 {
     msg m;
 
@@ -294,7 +299,7 @@ static void set_case_value(amqp_field_value_t *v, const struct xdelay_case *c)
     }
 }
 
-Test(amqp_ingest, x_delay_every_field_type_as_the_plugin_reads_it)
+Test(ingest_map, x_delay_every_field_type_as_the_plugin_reads_it)
 {
     for (size_t i = 0; i < sizeof XDELAY_CASES / sizeof XDELAY_CASES[0]; i++) {
         const struct xdelay_case *c = &XDELAY_CASES[i];
@@ -330,7 +335,7 @@ Test(amqp_ingest, x_delay_every_field_type_as_the_plugin_reads_it)
     }
 }
 
-Test(amqp_ingest, x_delay_beyond_the_horizon_is_invalid)
+Test(ingest_map, x_delay_beyond_the_horizon_is_invalid)
 {
     msg m;
     job_t job;
@@ -354,7 +359,7 @@ Test(amqp_ingest, x_delay_beyond_the_horizon_is_invalid)
     expect_invalid_timing(&m, "headers.x-delay", "horizon");
 }
 
-Test(amqp_ingest, both_timing_headers_are_invalid)
+Test(ingest_map, both_timing_headers_are_invalid)
 {
     msg m;
 
@@ -364,7 +369,7 @@ Test(amqp_ingest, both_timing_headers_are_invalid)
     expect_invalid_timing(&m, "headers.x-deliver-at", "both");
 }
 
-Test(amqp_ingest, x_deliver_at_rfc3339_string_or_bytes)
+Test(ingest_map, x_deliver_at_rfc3339_string_or_bytes)
 {
     msg m;
     job_t job;
@@ -387,7 +392,7 @@ Test(amqp_ingest, x_deliver_at_rfc3339_string_or_bytes)
     job_clear(&job);
 }
 
-Test(amqp_ingest, x_deliver_at_integer_ms_and_timestamp_seconds)
+Test(ingest_map, x_deliver_at_integer_ms_and_timestamp_seconds)
 {
     msg m;
     job_t job;
@@ -408,7 +413,7 @@ Test(amqp_ingest, x_deliver_at_integer_ms_and_timestamp_seconds)
     job_clear(&job);
 }
 
-Test(amqp_ingest, x_deliver_at_in_the_past_is_due_at_once)
+Test(ingest_map, x_deliver_at_in_the_past_is_due_at_once)
 {
     msg m;
     job_t job;
@@ -429,7 +434,7 @@ Test(amqp_ingest, x_deliver_at_in_the_past_is_due_at_once)
     job_clear(&job);
 }
 
-Test(amqp_ingest, bad_x_deliver_at_is_invalid)
+Test(ingest_map, bad_x_deliver_at_is_invalid)
 {
     msg m;
 
@@ -454,7 +459,7 @@ Test(amqp_ingest, bad_x_deliver_at_is_invalid)
     expect_invalid_timing(&m, "headers.x-deliver-at", "horizon");
 }
 
-Test(amqp_ingest, timing_names_are_exact)
+Test(ingest_map, timing_names_are_exact)
 {
     msg m;
     job_t job;
@@ -472,7 +477,7 @@ Test(amqp_ingest, timing_names_are_exact)
 /* ------------------------------------------------------------------ */
 /* Headers                                                             */
 
-Test(amqp_ingest, header_types_that_are_carried)
+Test(ingest_map, header_types_that_are_carried)
 {
     msg m;
     job_t job;
@@ -521,7 +526,7 @@ Test(amqp_ingest, header_types_that_are_carried)
     job_clear(&job);
 }
 
-Test(amqp_ingest, header_string_with_nul_is_carried)
+Test(ingest_map, header_string_with_nul_is_carried)
 {
     msg m;
     job_t job;
@@ -554,7 +559,7 @@ static void expect_uncarriable(msg *m, const char *text)
     cr_expect(strstr(err.message, text) != NULL, "message: %s", err.message);
 }
 
-Test(amqp_ingest, header_types_that_cannot_be_carried)
+Test(ingest_map, header_types_that_cannot_be_carried)
 {
     static const struct {
         uint8_t kind;
@@ -575,7 +580,7 @@ Test(amqp_ingest, header_types_that_cannot_be_carried)
     }
 }
 
-Test(amqp_ingest, unsigned_64_above_int64_cannot_be_carried)
+Test(ingest_map, unsigned_64_above_int64_cannot_be_carried)
 {
     msg m;
 
@@ -590,7 +595,7 @@ Test(amqp_ingest, unsigned_64_above_int64_cannot_be_carried)
     expect_uncarriable(&m, "ts: a timestamp");
 }
 
-Test(amqp_ingest, non_finite_numbers_cannot_be_carried)
+Test(ingest_map, non_finite_numbers_cannot_be_carried)
 {
     msg m;
 
@@ -605,7 +610,7 @@ Test(amqp_ingest, non_finite_numbers_cannot_be_carried)
     expect_uncarriable(&m, "not a finite number");
 }
 
-Test(amqp_ingest, invalid_utf8_cannot_be_carried)
+Test(ingest_map, invalid_utf8_cannot_be_carried)
 {
     msg m;
 
@@ -636,7 +641,7 @@ Test(amqp_ingest, invalid_utf8_cannot_be_carried)
     expect_uncarriable(&m, "header name");
 }
 
-Test(amqp_ingest, uncarriable_wins_over_invalid_timing)
+Test(ingest_map, uncarriable_wins_over_invalid_timing)
 {
     msg m;
 
@@ -645,7 +650,7 @@ Test(amqp_ingest, uncarriable_wins_over_invalid_timing)
     expect_uncarriable(&m, "a table");
 }
 
-Test(amqp_ingest, routing_key_must_be_text)
+Test(ingest_map, routing_key_must_be_text)
 {
     msg m;
 
@@ -660,7 +665,7 @@ Test(amqp_ingest, routing_key_must_be_text)
     expect_uncarriable(&m, "routing key");
 }
 
-Test(amqp_ingest, scheduler_headers_are_dropped)
+Test(ingest_map, scheduler_headers_are_dropped)
 {
     msg m;
     job_t job;
@@ -680,7 +685,7 @@ Test(amqp_ingest, scheduler_headers_are_dropped)
 /* ------------------------------------------------------------------ */
 /* Properties and body                                                 */
 
-Test(amqp_ingest, properties_are_mapped)
+Test(ingest_map, properties_are_mapped)
 {
     msg m;
     job_t job;
@@ -741,7 +746,7 @@ Test(amqp_ingest, properties_are_mapped)
     job_clear(&job);
 }
 
-Test(amqp_ingest, delivery_mode_decides_persistent)
+Test(ingest_map, delivery_mode_decides_persistent)
 {
     msg m;
     job_t job;
@@ -765,7 +770,7 @@ Test(amqp_ingest, delivery_mode_decides_persistent)
     job_clear(&job);
 }
 
-Test(amqp_ingest, property_that_is_not_text_cannot_be_carried)
+Test(ingest_map, property_that_is_not_text_cannot_be_carried)
 {
     msg m;
 
@@ -783,7 +788,7 @@ Test(amqp_ingest, property_that_is_not_text_cannot_be_carried)
     expect_uncarriable(&m, "properties.correlation_id");
 }
 
-Test(amqp_ingest, binary_body_is_kept_byte_for_byte)
+Test(ingest_map, binary_body_is_kept_byte_for_byte)
 {
     static const unsigned char bytes[] = {0x00, 0xff, 0x10, 0x00, 0x7f};
     msg m;
@@ -800,7 +805,7 @@ Test(amqp_ingest, binary_body_is_kept_byte_for_byte)
     job_clear(&job);
 }
 
-Test(amqp_ingest, empty_target_and_routing_key)
+Test(ingest_map, empty_target_and_routing_key)
 {
     msg m;
     job_t job;
@@ -809,7 +814,7 @@ Test(amqp_ingest, empty_target_and_routing_key)
     msg_init(&m, "", "");
     add_i64(&m, "x-delay", 1);
     memset(&err, 0, sizeof err);
-    cr_assert_eq(ingest_job_from_message(&m.env, "", NOW, &LIM, &job, &err),
+    cr_assert_eq(ingest_map_job(&m.env, "", NOW, &LIM, &job, &err),
                  RMQS_OK);
     cr_expect_str_eq(job.exchange, "");
     cr_expect_str_eq(job.routing_key, "");
@@ -817,7 +822,7 @@ Test(amqp_ingest, empty_target_and_routing_key)
     job_clear(&job);
 }
 
-Test(amqp_ingest, job_reads_back_as_json)
+Test(ingest_map, job_reads_back_as_json)
 {
     msg m;
     job_t job;
@@ -838,4 +843,227 @@ Test(amqp_ingest, job_reads_back_as_json)
     json_decref(j);
     job_buf_free(&b);
     job_clear(&job);
+}
+
+/* ------------------------------------------------------------------ */
+/* Idempotency key and fingerprint                                     */
+
+/* The delivery of the fingerprint's reference value (see below). */
+static void reference_msg(msg *m)
+{
+    amqp_basic_properties_t *p = &m->env.message.properties;
+
+    msg_init(m, "order.created", "hello");
+    add_str(m, "tenant", "acme");
+    add_i64(m, "x-delay", 5000);
+    p->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    p->message_id = amqp_cstring_bytes("m-1");
+}
+
+/* Key and request of m (the job is made and cleared here). */
+static void idem(const msg *m, char **key, char req[INGEST_MAP_REQUEST_LEN + 1])
+{
+    job_t job;
+    rmqs_error err;
+
+    cr_assert_eq(convert(m, &job, &err), RMQS_OK, "%s", err.message);
+    cr_assert_eq(ingest_map_idempotency(&m->env, &job, "delayed", key, req),
+                 RMQS_OK);
+    job_clear(&job);
+}
+
+/*
+ * The fingerprint is stored with every keyed job, so it must not change
+ * from one version to the next: a message redelivered after an upgrade
+ * would otherwise look like another message reusing its id, and be stored
+ * twice. The reference value was computed apart from this code, in Python,
+ * from the layout ingest_map.c documents (lengths as little-endian 64-bit):
+ *   d = pack('<Q', 13) + b'order.created' + pack('<Q', 5) + b'hello'
+ *       + b'{"tenant":"acme"}\0' + b'{"message_id":"m-1","persistent":false}\0'
+ *       + b'x-delay' + b'l' + pack('<q', 5000) + b'\0'
+ *   hashlib.sha256(d).hexdigest()
+ */
+Test(ingest_map, idempotency_key_and_stable_fingerprint)
+{
+    msg m;
+    char *key;
+    char req[INGEST_MAP_REQUEST_LEN + 1];
+
+    reference_msg(&m);
+    idem(&m, &key, req);
+    cr_assert_not_null(key);
+    cr_expect_str_eq(key, "amqp:delayed:m-1");
+    cr_expect_str_eq(req, "amqp:a5b92563671d35e17272c5a870e837993595377d"
+                          "2843f77f751d202221e25991");
+    free(key);
+}
+
+Test(ingest_map, no_message_id_no_key)
+{
+    msg m;
+    char *key = (char *)"unset";
+    char req[INGEST_MAP_REQUEST_LEN + 1] = "unset";
+
+    msg_init(&m, "k", "b");
+    add_i64(&m, "x-delay", 1);
+    idem(&m, &key, req);
+    cr_expect_null(key);
+    cr_expect_str_eq(req, "");
+
+    /* an empty message_id recognises nothing either */
+    key = (char *)"unset";
+    m.env.message.properties._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    m.env.message.properties.message_id = amqp_cstring_bytes("");
+    idem(&m, &key, req);
+    cr_expect_null(key);
+    cr_expect_str_eq(req, "");
+}
+
+Test(ingest_map, fingerprint_tells_messages_with_one_id_apart)
+{
+    char *ref_key, *key;
+    char ref[INGEST_MAP_REQUEST_LEN + 1], req[INGEST_MAP_REQUEST_LEN + 1];
+    msg m;
+
+    reference_msg(&m);
+    idem(&m, &ref_key, ref);
+
+    /* The same message again (a redelivery): the same key and request. */
+    reference_msg(&m);
+    idem(&m, &key, req);
+    cr_expect_str_eq(key, ref_key);
+    cr_expect_str_eq(req, ref);
+    free(key);
+
+    /* Each part of the message counts; the key stays the same. */
+    for (int change = 0; change < 6; change++) {
+        reference_msg(&m);
+        switch (change) {
+        case 0: m.env.routing_key = amqp_cstring_bytes("order.paid"); break;
+        case 1: m.env.message.body = amqp_cstring_bytes("hellO"); break;
+        case 2: m.h[0].value.value.bytes = amqp_cstring_bytes("acmf"); break;
+        case 3: /* the timing header is not among the job's headers */
+            m.h[1].value.value.i64 = 5001;
+            break;
+        case 4: /* the same delay, written as a string */
+            m.h[1].value.kind = AMQP_FIELD_KIND_UTF8;
+            m.h[1].value.value.bytes = amqp_cstring_bytes("5000");
+            break;
+        case 5:
+            m.env.message.properties._flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
+            m.env.message.properties.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+            break;
+        }
+        idem(&m, &key, req);
+        cr_expect_str_eq(key, ref_key, "change %d", change);
+        cr_expect_str_neq(req, ref, "change %d: the same fingerprint", change);
+        free(key);
+    }
+
+    /* Header order does not: the converted headers are hashed sorted. */
+    msg_init(&m, "order.created", "hello");
+    add_i64(&m, "x-delay", 5000);
+    add_str(&m, "tenant", "acme");
+    m.env.message.properties._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    m.env.message.properties.message_id = amqp_cstring_bytes("m-1");
+    idem(&m, &key, req);
+    cr_expect_str_eq(req, ref);
+    free(key);
+    free(ref_key);
+}
+
+Test(ingest_map, printable_copy_for_logs)
+{
+    char out[INGEST_MAP_LOG_TEXT + 4];
+    char long_text[200];
+
+    ingest_map_printable(out, sizeof out, "a\"b\\c\n\xc3\xa9", 8);
+    cr_expect_str_eq(out, "a?b?c???");
+
+    memset(long_text, 'x', sizeof long_text);
+    ingest_map_printable(out, sizeof out, long_text, sizeof long_text);
+    cr_expect_eq(strlen(out), INGEST_MAP_LOG_TEXT + 3);
+    cr_expect_str_eq(out + INGEST_MAP_LOG_TEXT, "...");
+
+    /* a small buffer: cut, and still terminated inside it */
+    memset(out, 'z', sizeof out);
+    ingest_map_printable(out, 4, "abcdef", 6);
+    cr_expect_lt(strlen(out), 4);
+    cr_expect(strncmp(out, "abcdef", strlen(out)) == 0, "%s", out);
+}
+
+
+/* ------------------------------------------------------------------ */
+/* The --ingest mappings                                               */
+
+#define MAPS(...) ((const ingest_mapping[]){__VA_ARGS__})
+
+static void expect_refused(const ingest_mapping *maps, size_t n,
+                           ingest_invalid_rule rule, const char *dlx,
+                           const char *field, const char *text)
+{
+    rmqs_error err = {{0}, {0}};
+
+    cr_expect_eq(ingest_map_check(maps, n, rule, dlx, &err), RMQS_EINVAL,
+                 "accepted; want: %s", text);
+    cr_expect_str_eq(err.field, field, "%s", text);
+    cr_expect(strstr(err.message, text) != NULL, "%s: got %s", text,
+              err.message);
+}
+
+Test(ingest_map, mappings_that_are_accepted)
+{
+    rmqs_error err = {{0}, {0}};
+    char longest[AMQPM_SHORTSTR_MAX + 1];
+    size_t room = AMQPM_SHORTSTR_MAX - strlen(INGEST_MAP_INBOX_PREFIX);
+
+    memset(longest, 'x', room);
+    longest[room] = '\0'; /* its inbox name is exactly 255 bytes */
+    cr_expect_eq(ingest_map_check(MAPS({"delayed", "orders"},
+                                       {"caf\xc3\xa9", ""}, /* default exch. */
+                                       {longest, "t"}),
+                                  3, INGEST_INVALID_ROUTE, NULL, &err),
+                 RMQS_OK, "%s", err.message);
+    cr_expect_eq(ingest_map_check(MAPS({"delayed", "orders"}), 1,
+                                  INGEST_INVALID_DEAD_LETTER, "dead", &err),
+                 RMQS_OK, "%s", err.message);
+}
+
+Test(ingest_map, mappings_that_are_refused)
+{
+    char too_long[AMQPM_SHORTSTR_MAX + 2];
+    size_t room = AMQPM_SHORTSTR_MAX - strlen(INGEST_MAP_INBOX_PREFIX);
+
+    expect_refused(NULL, 0, INGEST_INVALID_ROUTE, NULL, "ingest",
+                   "no ingest mapping");
+    expect_refused(MAPS({"", "t"}), 1, INGEST_INVALID_ROUTE, NULL, "ingest",
+                   "ingest exchange: an exchange name is required");
+    memset(too_long, 'x', room + 1);
+    too_long[room + 1] = '\0';
+    expect_refused(MAPS({too_long, "t"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "longer than 235 bytes");
+    memset(too_long, 'x', AMQPM_SHORTSTR_MAX + 1);
+    too_long[AMQPM_SHORTSTR_MAX + 1] = '\0';
+    expect_refused(MAPS({"a", too_long}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange: exchange name longer than 255");
+    expect_refused(MAPS({"a\xc0\xaf", "t"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "ingest exchange: not valid UTF-8");
+    expect_refused(MAPS({"a", "\xed\xa0\x80"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange: not valid UTF-8");
+    expect_refused(MAPS({"amq.delayed", "t"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "reserved by the broker");
+    expect_refused(MAPS({"a", "b"}, {"a", "c"}), 2, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "ingest exchange a is mapped twice");
+    expect_refused(MAPS({"loop", "loop"}), 1, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange loop is also an ingest exchange");
+    expect_refused(MAPS({"a", "b"}, {"b", "c"}), 2, INGEST_INVALID_ROUTE, NULL,
+                   "ingest", "target exchange b is also an ingest exchange");
+    expect_refused(MAPS({"a", "t"}), 1, INGEST_INVALID_DEAD_LETTER, NULL,
+                   "ingest-dead-letter-exchange",
+                   "dead-letter exchange: an exchange name is required");
+    expect_refused(MAPS({"a", "t"}), 1, INGEST_INVALID_DEAD_LETTER, "a",
+                   "ingest-dead-letter-exchange",
+                   "dead-letter exchange a is an ingest exchange");
+    expect_refused(MAPS({"a", "t"}), 1, (ingest_invalid_rule)7, NULL,
+                   "ingest-invalid", "must be route or dead-letter");
 }

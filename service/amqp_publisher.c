@@ -605,10 +605,10 @@ bool amqpp_buffered(const amqpp_t *p)
 /* Building a message                                                  */
 
 static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, char *why, size_t cap);
+                       int depth, rmqs_error *err);
 
 static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
-                       int depth, char *why, size_t cap)
+                       int depth, rmqs_error *err)
 {
     const char *key;
     json_t *v;
@@ -622,19 +622,19 @@ static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
     out->entries = amqp_pool_alloc(pool, json_object_size(obj) *
                                              sizeof(amqp_table_entry_t));
     if (!out->entries) {
-        snprintf(why, cap, "out of memory");
+        rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
         return -1;
     }
     json_object_foreach(obj, key, v) {
         size_t klen = strlen(key);
         if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
-            snprintf(why, cap, "header name of %zu bytes (1-255 allowed)",
+            rmqs_fail(err, RMQS_EINVAL, NULL, "header name of %zu bytes (1-255 allowed)",
                      klen);
             return -1;
         }
         out->entries[n].key = amqp_cstring_bytes(key);
-        if (build_value(pool, v, &out->entries[n].value, depth + 1, why,
-                        cap) != 0) {
+        if (build_value(pool, v, &out->entries[n].value, depth + 1,
+                        err) != 0) {
             return -1;
         }
         n++;
@@ -644,12 +644,12 @@ static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
 }
 
 static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, char *why, size_t cap)
+                       int depth, rmqs_error *err)
 {
     size_t i, n;
 
     if (depth > MAX_HEADER_DEPTH) {
-        snprintf(why, cap, "headers nested deeper than %d levels",
+        rmqs_fail(err, RMQS_EINVAL, NULL, "headers nested deeper than %d levels",
                  MAX_HEADER_DEPTH);
         return -1;
     }
@@ -677,7 +677,7 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
         return 0;
     case JSON_OBJECT:
         out->kind = AMQP_FIELD_KIND_TABLE;
-        return build_table(pool, v, &out->value.table, depth, why, cap);
+        return build_table(pool, v, &out->value.table, depth, err);
     case JSON_ARRAY:
         out->kind = AMQP_FIELD_KIND_ARRAY;
         n = json_array_size(v);
@@ -689,19 +689,19 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
         out->value.array.entries =
             amqp_pool_alloc(pool, n * sizeof(amqp_field_value_t));
         if (!out->value.array.entries) {
-            snprintf(why, cap, "out of memory");
+            rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
             return -1;
         }
         for (i = 0; i < n; i++) {
             if (build_value(pool, json_array_get(v, i),
-                            &out->value.array.entries[i], depth + 1, why,
-                            cap) != 0) {
+                            &out->value.array.entries[i], depth + 1,
+                            err) != 0) {
                 return -1;
             }
         }
         return 0;
     }
-    snprintf(why, cap, "unsupported header value");
+    rmqs_fail(err, RMQS_EINVAL, NULL, "unsupported header value");
     return -1;
 }
 
@@ -714,11 +714,11 @@ typedef struct msg_buf {
 
 /*
  * Fill m->props for job (pointers into the job, m and pool). Returns 0, or
- * -1 with why when the job cannot be encoded (its result is then decided
+ * -1 with err filled when the job cannot be encoded (its result is then decided
  * without the broker).
  */
 static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
-                         msg_buf *m, char *why, size_t cap)
+                         msg_buf *m, rmqs_error *err)
 {
     amqp_basic_properties_t *pr = &m->props;
     json_t *props = job->properties, *v;
@@ -729,15 +729,15 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     memset(pr, 0, sizeof *pr);
     if ((job->exchange && strlen(job->exchange) > AMQPM_SHORTSTR_MAX) ||
         (job->routing_key && strlen(job->routing_key) > AMQPM_SHORTSTR_MAX)) {
-        snprintf(why, cap, "exchange or routing key longer than 255 bytes");
+        rmqs_fail(err, RMQS_EINVAL, NULL, "exchange or routing key longer than 255 bytes");
         return -1;
     }
     if (props && !json_is_object(props)) {
-        snprintf(why, cap, "properties is not an object");
+        rmqs_fail(err, RMQS_EINVAL, NULL, "properties is not an object");
         return -1;
     }
     if (job->headers && !json_is_object(job->headers)) {
-        snprintf(why, cap, "headers is not an object");
+        rmqs_fail(err, RMQS_EINVAL, NULL, "headers is not an object");
         return -1;
     }
 
@@ -745,7 +745,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     pr->delivery_mode = AMQP_DELIVERY_PERSISTENT;
     v = props ? json_object_get(props, "persistent") : NULL;
     if (v && !json_is_boolean(v)) {
-        snprintf(why, cap, "property persistent is not a boolean");
+        rmqs_fail(err, RMQS_EINVAL, NULL, "property persistent is not a boolean");
         return -1;
     }
     if (v && json_is_false(v)) {
@@ -762,7 +762,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
             continue;
         }
         if (!json_is_string(v) || json_string_length(v) > AMQPM_SHORTSTR_MAX) {
-            snprintf(why, cap, "property %s is not a string of at most 255 "
+            rmqs_fail(err, RMQS_EINVAL, NULL, "property %s is not a string of at most 255 "
                                "bytes", amqpm_str_props[i].name);
             return -1;
         }
@@ -784,7 +784,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
                      json_integer_value(v));
             pr->expiration = amqp_cstring_bytes(m->expiration);
         } else {
-            snprintf(why, cap, "property expiration is not a string or a "
+            rmqs_fail(err, RMQS_EINVAL, NULL, "property expiration is not a string or a "
                                "non-negative integer");
             return -1;
         }
@@ -794,7 +794,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     if (v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > 255) {
-            snprintf(why, cap, "property priority is not an integer 0-255");
+            rmqs_fail(err, RMQS_EINVAL, NULL, "property priority is not an integer 0-255");
             return -1;
         }
         pr->priority = (uint8_t)json_integer_value(v);
@@ -805,7 +805,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     e = amqp_pool_alloc(pool, (json_object_size(job->headers) + 3) *
                                   sizeof(amqp_table_entry_t));
     if (!e) {
-        snprintf(why, cap, "out of memory");
+        rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
         return -1;
     }
     if (job->headers) {
@@ -815,12 +815,12 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
                 continue;
             }
             if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
-                snprintf(why, cap, "header name of %zu bytes (1-255 allowed)",
+                rmqs_fail(err, RMQS_EINVAL, NULL, "header name of %zu bytes (1-255 allowed)",
                          klen);
                 return -1;
             }
             e[n].key = amqp_cstring_bytes(key);
-            if (build_value(pool, v, &e[n].value, 1, why, cap) != 0) {
+            if (build_value(pool, v, &e[n].value, 1, err) != 0) {
                 return -1;
             }
             n++;
@@ -857,7 +857,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
      * the publish method went out (and the connection is unusable). */
     size = amqpm_encoded_size(job->headers, props, strlen(job->id));
     if (size + HEADER_PAYLOAD_FIXED + FRAME_OVERHEAD > (size_t)p->frame_max) {
-        snprintf(why, cap, "headers and properties take %zu bytes, more than "
+        rmqs_fail(err, RMQS_EINVAL, NULL, "headers and properties take %zu bytes, more than "
                            "the frame size %d allows", size, p->frame_max);
         return -1;
     }
@@ -947,7 +947,7 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
 {
     amqpp_result r;
     msg_buf m;
-    char why[240];
+    rmqs_error err;
     int res;
 
     if (!amqpp_can_send(p)) {
@@ -967,11 +967,11 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
         }
     }
     recycle_amqp_pool(&p->pool);
-    if (build_message(p, &p->pool, job, &m, why, sizeof why) != 0) {
+    if (build_message(p, &p->pool, job, &m, &err) != 0) {
         /* Retrying cannot help; let the attempt fail like a nack. */
         log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"",
-                 job->id, why);
-        set_result(&r, AMQPP_NACKED, "not publishable: %s", why);
+                 job->id, err.message);
+        set_result(&r, AMQPP_NACKED, "not publishable: %s", err.message);
         p->on_report(p->report_cls, ctx, &r);
         return RMQS_OK;
     }

@@ -32,6 +32,8 @@ typedef struct disp_options {
     int confirm_timeout_ms;    /* a publish not confirmed by then:
                                   connection presumed dead */
     int heartbeat_s;           /* to bound idle sleeps (service heartbeats) */
+    int rt_priority;           /* SCHED_FIFO priority of the publisher
+                                  thread, best effort; 0: normal */
 } disp_options;
 
 /* Create a dispatcher over st (borrowed) that owns pub (freed by

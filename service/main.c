@@ -311,6 +311,7 @@ int main(int argc, char **argv)
                                  .batch_size = (int)cfg.batch_size,
                                  .window = (int)cfg.publish_window,
                                  .lookahead_ms = cfg.dispatch_lookahead_ms,
+                                 .rt_priority = (int)cfg.dispatch_rt_priority,
                                  .backoff_base_ms = cfg.backoff_base_ms,
                                  .backoff_cap_ms = cfg.backoff_cap_ms,
                                  .confirm_timeout_ms = (int)cfg.confirm_timeout_ms,

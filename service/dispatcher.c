@@ -153,7 +153,18 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->next_claim_at = INT64_MIN; /* claim at once */
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
-    pthread_mutex_init(&d->mu, NULL);
+    {
+        /* The publisher runs at real-time priority and shares d->mu with
+         * the feeder and the recorder: a normal thread preempted while
+         * holding it would hold the publisher up (priority inversion).
+         * With inheritance the holder runs at the publisher's priority
+         * until it lets go. */
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+        (void)pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+        pthread_mutex_init(&d->mu, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&d->cv, &ca);

@@ -445,6 +445,25 @@ static void ahead_merge_locked(disp_t *d, item **in, size_t n)
     d->ahead_n += n;
 }
 
+/* Room for k more claims in d->claims. d->mu held (the recorder swaps the
+ * array out under it). */
+static bool claims_reserve_locked(disp_t *d, size_t k)
+{
+    size_t ncap = d->claims_cap ? d->claims_cap : 64;
+    void *nc;
+
+    if (d->claims_n + k <= d->claims_cap)
+        return true;
+    while (ncap < d->claims_n + k)
+        ncap *= 2;
+    nc = realloc(d->claims, ncap * sizeof(*d->claims));
+    if (nc == NULL)
+        return false;
+    d->claims = nc;
+    d->claims_cap = ncap;
+    return true;
+}
+
 /*
  * Claim what falls due before now + lookahead, as far as `ahead` has room.
  * Returns how many were claimed, or -1 on a store error (logged).
@@ -476,24 +495,30 @@ static long feed(disp_t *d, size_t room, bool *more)
         items[k]->job = jobs[k]; /* moves the job's allocations */
         items[k]->sent_ms = -1;
     }
+    /* One critical section from the room for the claims to the merge: the
+     * recorder takes the claims array whenever it holds d->mu. */
     pthread_mutex_lock(&d->mu);
-    if (k > 0 && d->claims_n + k > d->claims_cap) { /* room for the claims */
-        size_t ncap = d->claims_cap ? d->claims_cap : 64;
-        void *nc;
-        while (ncap < d->claims_n + k)
-            ncap *= 2;
-        nc = realloc(d->claims, ncap * sizeof(*d->claims));
-        if (nc != NULL) {
-            d->claims = nc;
-            d->claims_cap = ncap;
-        } else {
-            for (size_t i = 0; i < k; i++) /* the jobs go back below */
-                jobs[i] = items[i]->job;
-            for (size_t i = 0; i < k; i++)
-                free(items[i]);
-            k = 0;
+    if (k > 0 && !claims_reserve_locked(d, k)) {
+        for (size_t i = 0; i < k; i++) { /* the jobs go back below */
+            jobs[i] = items[i]->job;
+            free(items[i]);
         }
+        k = 0;
     }
+    /* The claims first: the recorder writes each before its outcome. */
+    for (size_t i = 0; i < k; i++)
+        memcpy(d->claims[d->claims_n++], items[i]->job.id, JOB_ID_LEN + 1);
+    if (d->stop) { /* the publisher has handed back `ahead` already */
+        for (size_t i = 0; i < k; i++) {
+            items[i]->out = (store_outcome){.id = items[i]->job.id,
+                                            .kind = STORE_OUT_RELEASE};
+            done_push_locked(d, items[i]);
+        }
+    } else if (k > 0) {
+        ahead_merge_locked(d, items, k);
+    }
+    if (k > 0)
+        pthread_cond_signal(&d->rec_cv);
     pthread_mutex_unlock(&d->mu);
     if (k < n) { /* out of memory: give the rest back untouched */
         store_outcome o;
@@ -506,22 +531,6 @@ static long feed(disp_t *d, size_t room, bool *more)
                   n - k);
         n = k;
     }
-    pthread_mutex_lock(&d->mu);
-    /* The claims first: the recorder writes each before its outcome. */
-    for (size_t i = 0; i < n; i++)
-        memcpy(d->claims[d->claims_n++], items[i]->job.id, JOB_ID_LEN + 1);
-    if (d->stop) { /* the publisher has handed back `ahead` already */
-        for (size_t i = 0; i < n; i++) {
-            items[i]->out = (store_outcome){.id = items[i]->job.id,
-                                            .kind = STORE_OUT_RELEASE};
-            done_push_locked(d, items[i]);
-        }
-    } else {
-        ahead_merge_locked(d, items, n);
-    }
-    if (n > 0)
-        pthread_cond_signal(&d->rec_cv);
-    pthread_mutex_unlock(&d->mu);
     if (n > 0)
         wake_publisher(d);
     free(items);

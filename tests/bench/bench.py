@@ -1895,6 +1895,9 @@ def main():
     signal.signal(signal.SIGTERM, on_sigterm)
     b = Bench(a)
     status = 0
+    # the commit and dirty files as built (run.sh builds just before this);
+    # read at the end they could name a later commit
+    at_start = meta(a)
     try:
         b.run()
         if b.failed:
@@ -1910,7 +1913,7 @@ def main():
     finally:
         b.cleanup()
     rows = table(b.results, a) if status != 130 else []
-    doc = {"meta": meta(a), "table": rows, "results": b.results}
+    doc = {"meta": at_start, "table": rows, "results": b.results}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)

@@ -371,6 +371,7 @@ class Service:
         self.amqp_url = amqp_url
         self.args = list(args)
         self.proc = None
+        self.env = None  # None: this process's environment
 
     @property
     def pid(self):
@@ -386,7 +387,7 @@ class Service:
             lf.flush()
             t0 = time.monotonic()
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                         stdout=lf, stderr=lf)
+                                         stdout=lf, stderr=lf, env=self.env)
         healthz = None
         deadline = t0 + timeout
         while True:
@@ -751,6 +752,12 @@ class Bench:
     # plumbing
     def service(self, name, args=()):
         svc = Service(self.a.bin, self.work, name, self.url, args)
+        if self.a.stall_fsync_ms > 0:
+            # every Nth fsync/fdatasync of the service sleeps first: an exact,
+            # repeatable disk stall (tests/bench/stall_fsync.c)
+            svc.env = dict(os.environ, LD_PRELOAD=os.path.join(self.a.tools, "stall_fsync.so"),
+                           RMQS_STALL_MS=str(self.a.stall_fsync_ms),
+                           RMQS_STALL_EVERY=str(self.a.stall_every))
         self.services.append(svc)
         return svc
 
@@ -1844,7 +1851,9 @@ def meta(a):
             "sqlite": sqlite3.sqlite_version, "wrk": cmd("dpkg-query", "-W", "-f=${Version}", "wrk"),
             "mode": a.mode, "backlog": a.backlog,
             "service_built_from": f"commit {a.rev}" if a.rev else "work tree (see git_dirty_files)",
-            "service_settings": "defaults (sync=full, batch-size 500, http-threads 2)"}
+            "service_settings": "defaults (sync=full, batch-size 500, http-threads 2)",
+            "fsync_stall": (f"every {a.stall_every}th fsync of the service sleeps "
+                            f"{a.stall_fsync_ms} ms first") if a.stall_fsync_ms else None}
 
 
 def main():
@@ -1888,6 +1897,10 @@ def main():
                     help="run the RabbitMQ node and the consumer at this nice value "
                     "(e.g. -10), so other work on a shared machine delays them less; "
                     "the service keeps its own scheduling")
+    ap.add_argument("--stall-fsync-ms", type=int, default=0,
+                    help="make every --stall-every-th fsync/fdatasync of the service "
+                    "sleep this long first (LD_PRELOAD tests/bench/stall_fsync.c)")
+    ap.add_argument("--stall-every", type=int, default=100)
     ap.add_argument("--wait-quiet", type=int, default=0,
                     help="wait up to this many seconds for other processes "
                     "to calm down (< 25%% of a core) before starting")

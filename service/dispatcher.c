@@ -198,7 +198,7 @@ bool disp_broker_connected(disp_t *d)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Outcomes (publisher thread -> feeder thread)                             */
+/* Outcomes (publisher thread -> recorder thread)                           */
 
 /* Queue an answered item for the recorder, and wake it when the first one
  * arrives (to time SETTLE_DELAY_MS) or a full batch is there. Outcomes are

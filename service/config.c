@@ -99,6 +99,11 @@ static const opt_def opt_table[] = {
      F(dispatch_lookahead_ms), "500", 0, 60000,
      "jobs are claimed this long before they are due (then 409 to cancel)",
      NULL},
+    {"dispatch-rt-priority", "RMQS_DISPATCH_RT_PRIORITY", OPT_INT,
+     F(dispatch_rt_priority), "1", 0, 99,
+     "SCHED_FIFO priority of the publisher thread, so a busy CPU does not "
+     "delay a due job (needs CAP_SYS_NICE, else normal scheduling); 0: off",
+     NULL},
     {"http-threads", "RMQS_HTTP_THREADS", OPT_INT, F(http_threads), "2", 1, 64,
      "HTTP worker threads", NULL},
     {"http-timeout-s", "RMQS_HTTP_TIMEOUT_S", OPT_INT, F(http_timeout_s), "30",

@@ -1,25 +1,34 @@
 /*
  * dispatcher.c - the timing loop between the store and the broker.
  *
- * Why two threads: a job must leave the moment it is due, and the two
- * things that take time between the store and the broker - a transaction
- * (it waits for the store lock, which the writer holds through its fsync)
+ * Why three threads: a job must leave the moment it is due, and the things
+ * that take time between the store and the broker - a write transaction (it
+ * waits for the store lock, which the writer holds through its commit and
+ * fsync, and a neighbour on the same disk can stall an fsync for a second)
  * and a publisher confirm (the broker's round trip and its own fsync) - must
  * not stand in the way of that moment. So:
  *
- *   feeder thread (store side)            publisher thread (broker side)
- *   claims jobs due within the            owns the AMQP connection (rabbitmq-c
- *   lookahead (pending -> publishing,     connections belong to one thread);
- *   attempts + 1) into `ahead`, in due    sleeps (ppoll on an eventfd and the
- *   order, ahead of their time;           socket) until the first job in
- *   records outcomes (`done`) in one      `ahead` is due, publishes it at once
- *   transaction per bunch                 (pipelined: a window of unconfirmed
- *                                         publishes), reads confirms and
- *                                         returns as they come and hands each
- *                                         outcome to the feeder
+ *   feeder (store, reads only)   publisher (broker side)       recorder
+ *   claims jobs due within the   owns the AMQP connection      writes what the
+ *   lookahead from a WAL         (rabbitmq-c connections       other two did,
+ *   snapshot (store_claim_       belong to one thread);        one transaction
+ *   ahead: never waits for a     sleeps (ppoll on an eventfd   per bunch
+ *   write) into `ahead`, in      and the socket) until the     (store_record):
+ *   due order, ahead of their    first job in `ahead` is due,  the claims
+ *   time, and queues their       publishes it at once          queued by the
+ *   claims for the recorder      (pipelined: a window of       feeder, then the
+ *                                unconfirmed publishes),       outcomes; it may
+ *                                reads confirms and returns    wait for the
+ *                                as they come and hands each   writer as long
+ *                                outcome to the recorder       as the disk does
  *
- * The publisher never waits for the database, and the feeder never waits for
- * the broker. Claiming ahead means a job is `publishing` from up to
+ * The publisher never waits for the database, the feeder never waits for a
+ * write nor the broker, and only the recorder waits for the store lock. A
+ * job claimed ahead is held by the store (store.h) from its read on, so it
+ * cannot be cancelled or rescheduled even before its claim is written; the
+ * recorder writes each claim before (or with) its outcome, since claims are
+ * queued before the job can be published. Claiming ahead means a job is
+ * `publishing` from up to
  * lookahead_ms before its deliver_at (so it can no longer be cancelled or
  * rescheduled then: 409); it is still published only once the wall clock
  * has reached its due time. Jobs claimed but not published when the
@@ -40,6 +49,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +66,7 @@
 #define RECONNECT_MAX_MS 5000
 #define SETTLE_BATCH 256            /* outcomes that are recorded at once */
 #define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
-#define SETTLE_BACKLOG 4096         /* most outcomes a claim may put off */
+#define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
 
 /* A claimed job on its way: in `ahead`, unconfirmed at the broker, then in
  * `done` with its outcome. Owned by the dispatcher from claim to settle. */
@@ -73,14 +83,18 @@ struct disp {
     amqpp_t *pub;           /* owned; used only by the publisher thread */
     disp_options opt;
 
-    pthread_t feeder, publisher;
-    bool feeder_started, publisher_started;
+    pthread_t feeder, publisher, recorder;
+    bool feeder_started, publisher_started, recorder_started;
     int wake_fd;            /* eventfd: wakes the publisher thread */
 
     pthread_mutex_t mu;     /* guards everything below */
     pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the feeder */
+    pthread_cond_t rec_cv;  /* CLOCK_MONOTONIC; wakes the recorder */
     bool stop;
     bool publisher_done;    /* the publisher thread has handed back all */
+    bool feeder_done;       /* the feeder thread claims no more */
+    char (*claims)[JOB_ID_LEN + 1]; /* claimed ahead, claim not yet written */
+    size_t claims_n, claims_cap;
     bool kicked;            /* a job wants claiming before next_claim_at */
     int64_t next_claim_at;  /* wall ms the feeder plans to claim at */
     int64_t notified_due;   /* earliest due time notified since the claim */
@@ -139,10 +153,22 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->next_claim_at = INT64_MIN; /* claim at once */
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
-    pthread_mutex_init(&d->mu, NULL);
+    {
+        /* The publisher runs at real-time priority and shares d->mu with
+         * the feeder and the recorder: a normal thread preempted while
+         * holding it would hold the publisher up (priority inversion).
+         * With inheritance the holder runs at the publisher's priority
+         * until it lets go. */
+        pthread_mutexattr_t ma;
+        pthread_mutexattr_init(&ma);
+        (void)pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+        pthread_mutex_init(&d->mu, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&d->cv, &ca);
+    pthread_cond_init(&d->rec_cv, &ca);
     pthread_condattr_destroy(&ca);
     if (d->ahead == NULL || d->wake_fd < 0 ||
         amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, on_report,
@@ -172,9 +198,9 @@ bool disp_broker_connected(disp_t *d)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Outcomes (publisher thread -> feeder thread)                             */
+/* Outcomes (publisher thread -> recorder thread)                           */
 
-/* Queue an answered item for the feeder, and wake it when the first one
+/* Queue an answered item for the recorder, and wake it when the first one
  * arrives (to time SETTLE_DELAY_MS) or a full batch is there. Outcomes are
  * recorded in bunches: a transaction per published job would cost the
  * writer (same lock) more than the few ms a `sent` mark waits. Called with
@@ -191,7 +217,7 @@ static void done_push_locked(disp_t *d, item *it)
     d->done_tail = it;
     d->done_n++;
     if (d->done_n == 1 || d->done_n == SETTLE_BATCH)
-        pthread_cond_signal(&d->cv);
+        pthread_cond_signal(&d->rec_cv);
 }
 
 static void done_push(disp_t *d, item *it)
@@ -263,7 +289,7 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The feeder thread: claims and settles                                    */
+/* The recorder thread: writes claims and outcomes                          */
 
 static void items_free(item *it)
 {
@@ -275,26 +301,34 @@ static void items_free(item *it)
     }
 }
 
-/* Record every outcome in `list` (one transaction), retried until the store
- * takes them or the dispatcher stops (jobs left publishing are recovered
- * at the next start). Frees the list. Returns the earliest due time of the
- * jobs it made pending again (a retry or a release), INT64_MAX if none. */
-static int64_t settle_list(disp_t *d, item *list, size_t n)
+/* Write the claims (ids, nc of them) and every outcome in `list` (one
+ * transaction), retried until the store takes them or the dispatcher stops
+ * (jobs left pending or publishing are published again at the next
+ * start). Frees the claims and the list. Returns the earliest due time of
+ * the jobs it made pending again (a retry or a release), INT64_MAX if none. */
+static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
+                           size_t nc, item *list, size_t n)
 {
     store_outcome *out = n ? calloc(n, sizeof(*out)) : NULL;
+    const char **cl = nc ? calloc(nc, sizeof(*cl)) : NULL;
     int64_t now = tu_now_ms(), again = INT64_MAX;
     size_t i = 0;
     rmqs_rc rc;
 
-    if (n == 0)
+    if (n == 0 && nc == 0)
         return INT64_MAX;
-    if (out == NULL) {
-        log_error("dispatcher", "cannot record publish results",
-                  "n=%zu error=\"out of memory\" note=\"jobs stay publishing "
-                  "and are published again at the next start\"", n);
+    if ((n && out == NULL) || (nc && cl == NULL)) {
+        log_error("dispatcher", "cannot record claims and publish results",
+                  "claims=%zu n=%zu error=\"out of memory\" note=\"jobs "
+                  "are published again at the next start\"", nc, n);
+        free(out);
+        free(cl);
+        free(claims);
         items_free(list);
         return INT64_MAX;
     }
+    for (size_t k = 0; k < nc; k++)
+        cl[k] = claims[k];
     for (item *it = list; it && i < n; it = it->next) {
         int64_t due = INT64_MAX;
         out[i++] = it->out;
@@ -308,15 +342,16 @@ static int64_t settle_list(disp_t *d, item *list, size_t n)
     }
     for (int64_t wait = 100;; wait = wait < 5000 ? wait * 2 : 5000) {
         bool stop;
-        rc = store_settle(d->st, out, n, now);
+        rc = store_record(d->st, cl, nc, out, n, now);
         if (rc == RMQS_OK)
             break;
-        log_error("dispatcher", "cannot record publish results; retrying",
-                  "n=%zu error=%s", n, rmqs_rc_name(rc));
+        log_error("dispatcher", "cannot record claims and publish results; "
+                  "retrying", "claims=%zu n=%zu error=%s", nc, n,
+                  rmqs_rc_name(rc));
         pthread_mutex_lock(&d->mu);
         if (!d->stop) {
             struct timespec dl = tu_mono_deadline(wait);
-            pthread_cond_timedwait(&d->cv, &d->mu, &dl);
+            pthread_cond_timedwait(&d->rec_cv, &d->mu, &dl);
         }
         stop = d->stop;
         pthread_mutex_unlock(&d->mu);
@@ -328,9 +363,61 @@ static int64_t settle_list(disp_t *d, item *list, size_t n)
         }
     }
     free(out);
+    free(cl);
+    free(claims);
     items_free(list);
     return again;
 }
+
+static void *recorder_main(void *arg)
+{
+    disp_t *d = arg;
+
+    for (;;) {
+        char (*claims)[JOB_ID_LEN + 1] = NULL;
+        item *list = NULL;
+        size_t nc = 0, n = 0;
+        int64_t now = tu_now_ms();
+
+        pthread_mutex_lock(&d->mu);
+        /* Claims at once (they are what makes a held job durable); the
+         * outcomes in bunches. Both lists are taken together: every
+         * outcome's claim is in this call or was in an earlier one. */
+        if (d->claims_n > 0 || done_ready_locked(d, now)) {
+            claims = d->claims;
+            nc = d->claims_n;
+            d->claims = NULL;
+            d->claims_n = d->claims_cap = 0;
+            list = d->done_head;
+            n = d->done_n;
+            d->done_head = d->done_tail = NULL;
+            d->done_n = 0;
+        } else if (d->stop && d->publisher_done && d->feeder_done &&
+                   d->done_head == NULL) {
+            pthread_mutex_unlock(&d->mu);
+            break;
+        } else {
+            int64_t wait = IDLE_CAP_MS;
+            if (d->done_head != NULL &&
+                d->done_since + SETTLE_DELAY_MS - now < wait)
+                wait = d->done_since + SETTLE_DELAY_MS - now;
+            if (wait > 0) {
+                struct timespec dl = tu_mono_deadline(wait);
+                pthread_cond_timedwait(&d->rec_cv, &d->mu, &dl);
+            }
+        }
+        pthread_mutex_unlock(&d->mu);
+        if (nc > 0 || n > 0) {
+            int64_t again = record_list(d, claims, nc, list, n);
+            if (again != INT64_MAX)
+                disp_notify(d, again); /* pending again: plan for it */
+        }
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The feeder thread: claims ahead                                          */
 
 /* Put claimed jobs (due order) into `ahead`, keeping it in due order. Called
  * with d->mu held; n fits (the claim was bounded by the free room). A later
@@ -358,6 +445,25 @@ static void ahead_merge_locked(disp_t *d, item **in, size_t n)
     d->ahead_n += n;
 }
 
+/* Room for k more claims in d->claims. d->mu held (the recorder swaps the
+ * array out under it). */
+static bool claims_reserve_locked(disp_t *d, size_t k)
+{
+    size_t ncap = d->claims_cap ? d->claims_cap : 64;
+    void *nc;
+
+    if (d->claims_n + k <= d->claims_cap)
+        return true;
+    while (ncap < d->claims_n + k)
+        ncap *= 2;
+    nc = realloc(d->claims, ncap * sizeof(*d->claims));
+    if (nc == NULL)
+        return false;
+    d->claims = nc;
+    d->claims_cap = ncap;
+    return true;
+}
+
 /*
  * Claim what falls due before now + lookahead, as far as `ahead` has room.
  * Returns how many were claimed, or -1 on a store error (logged).
@@ -371,8 +477,8 @@ static long feed(disp_t *d, size_t room, bool *more)
     rmqs_rc rc;
 
     *more = false;
-    rc = store_claim_due(d->st, now + d->opt.lookahead_ms, now, room, &jobs,
-                         &n);
+    rc = store_claim_ahead(d->st, now + d->opt.lookahead_ms, now, room, &jobs,
+                           &n);
     if (rc != RMQS_OK) {
         log_error("dispatcher", "cannot claim due jobs", "error=%s",
                   rmqs_rc_name(rc));
@@ -389,6 +495,31 @@ static long feed(disp_t *d, size_t room, bool *more)
         items[k]->job = jobs[k]; /* moves the job's allocations */
         items[k]->sent_ms = -1;
     }
+    /* One critical section from the room for the claims to the merge: the
+     * recorder takes the claims array whenever it holds d->mu. */
+    pthread_mutex_lock(&d->mu);
+    if (k > 0 && !claims_reserve_locked(d, k)) {
+        for (size_t i = 0; i < k; i++) { /* the jobs go back below */
+            jobs[i] = items[i]->job;
+            free(items[i]);
+        }
+        k = 0;
+    }
+    /* The claims first: the recorder writes each before its outcome. */
+    for (size_t i = 0; i < k; i++)
+        memcpy(d->claims[d->claims_n++], items[i]->job.id, JOB_ID_LEN + 1);
+    if (d->stop) { /* the publisher has handed back `ahead` already */
+        for (size_t i = 0; i < k; i++) {
+            items[i]->out = (store_outcome){.id = items[i]->job.id,
+                                            .kind = STORE_OUT_RELEASE};
+            done_push_locked(d, items[i]);
+        }
+    } else if (k > 0) {
+        ahead_merge_locked(d, items, k);
+    }
+    if (k > 0)
+        pthread_cond_signal(&d->rec_cv);
+    pthread_mutex_unlock(&d->mu);
     if (k < n) { /* out of memory: give the rest back untouched */
         store_outcome o;
         for (size_t i = k; i < n; i++) {
@@ -400,9 +531,6 @@ static long feed(disp_t *d, size_t room, bool *more)
                   n - k);
         n = k;
     }
-    pthread_mutex_lock(&d->mu);
-    ahead_merge_locked(d, items, n);
-    pthread_mutex_unlock(&d->mu);
     if (n > 0)
         wake_publisher(d);
     free(items);
@@ -416,50 +544,32 @@ static void *feeder_main(void *arg)
     int64_t claim_retry_at = INT64_MIN; /* after a store error */
 
     for (;;) {
-        item *list;
-        size_t n_done, room;
-        bool claim, stop, more = false, any = false;
+        size_t room;
+        bool claim, more = false, any = false;
         int64_t now = tu_now_ms(), next = INT64_MAX, wait;
 
         pthread_mutex_lock(&d->mu);
-        stop = d->stop;
+        if (d->stop) {
+            d->feeder_done = true;
+            pthread_cond_signal(&d->rec_cv);
+            pthread_mutex_unlock(&d->mu);
+            break;
+        }
         room = d->ahead_cap - d->ahead_n;
         if (room > (size_t)d->opt.batch_size)
             room = (size_t)d->opt.batch_size; /* one claim's worth */
-        claim = !stop && d->can_claim && room > 0 && now >= claim_retry_at &&
+        claim = d->can_claim && room > 0 && now >= claim_retry_at &&
                 (d->kicked || now >= d->next_claim_at);
-        list = NULL;
-        n_done = 0;
-        /* While the publisher may run dry (a burst), claiming comes first:
-         * recording outcomes can wait, up to SETTLE_BACKLOG of them. */
-        if (done_ready_locked(d, now) &&
-            !(claim && d->ahead_n < d->ahead_cap / 2 &&
-              d->done_n < SETTLE_BACKLOG)) {
-            list = d->done_head;
-            n_done = d->done_n;
-            d->done_head = d->done_tail = NULL;
-            d->done_n = 0;
-        }
         if (claim) {
             d->kicked = false;
             d->notified_due = INT64_MAX; /* this claim covers those */
         }
-        if (stop && d->done_head == NULL && list == NULL &&
-            d->publisher_done) {
-            pthread_mutex_unlock(&d->mu);
-            break;
-        }
         pthread_mutex_unlock(&d->mu);
 
-        if (list != NULL) {
-            int64_t again = settle_list(d, list, n_done);
-            if (again != INT64_MAX)
-                disp_notify(d, again); /* pending again: plan for it */
-        }
         if (claim) {
             long got = feed(d, room, &more);
             if (got < 0)
-                claim_retry_at = tu_now_ms() + IDLE_CAP_MS; /* no spinning */
+                claim_retry_at = tu_now_ms() + CLAIM_RETRY_MS; /* no spinning */
             else if (!more && store_next_due(d->st, &any, &next) != RMQS_OK)
                 any = false;
             pthread_mutex_lock(&d->mu);
@@ -479,24 +589,20 @@ static void *feeder_main(void *arg)
                 d->next_claim_at = at;
             }
             pthread_mutex_unlock(&d->mu);
-            continue; /* look at `done` and the plan again */
+            continue; /* look at the plan again */
         }
 
         pthread_mutex_lock(&d->mu);
         now = tu_now_ms();
         claim = !d->stop && d->can_claim && d->ahead_n < d->ahead_cap &&
                 now >= claim_retry_at;
-        if (!done_ready_locked(d, now) && !(d->stop && d->publisher_done) &&
-            !(claim && (d->kicked || now >= d->next_claim_at))) {
+        if (!d->stop && !(claim && (d->kicked || now >= d->next_claim_at))) {
             wait = IDLE_CAP_MS;
             if (claim && d->next_claim_at < now + wait)
                 wait = d->next_claim_at - now; /* > 0: checked above */
             else if (!claim && claim_retry_at > now &&
                      claim_retry_at < now + wait)
                 wait = claim_retry_at - now;
-            if (d->done_head != NULL &&
-                d->done_since + SETTLE_DELAY_MS - now < wait)
-                wait = d->done_since + SETTLE_DELAY_MS - now;
             if (wait > 0) {
                 struct timespec dl = tu_mono_deadline(wait);
                 pthread_cond_timedwait(&d->cv, &d->mu, &dl);
@@ -528,6 +634,7 @@ static void set_can_claim(disp_t *d, bool v)
         if (v)
             d->next_claim_at = INT64_MIN;
         pthread_cond_signal(&d->cv);
+        pthread_cond_signal(&d->rec_cv); /* outcomes go at once now */
     }
     pthread_mutex_unlock(&d->mu);
 }
@@ -544,6 +651,7 @@ static void release_ahead(disp_t *d)
     }
     d->ahead_head = 0;
     pthread_cond_signal(&d->cv);
+    pthread_cond_signal(&d->rec_cv);
     pthread_mutex_unlock(&d->mu);
 }
 
@@ -659,6 +767,20 @@ static void *publisher_main(void *arg)
 
     if (d->opt.heartbeat_s > 0 && d->opt.heartbeat_s * 500 < idle_cap)
         idle_cap = d->opt.heartbeat_s * 500;
+    /* On a busy CPU a woken thread can wait tens of ms for a core: the one
+     * thread whose wake-up is the due time goes first. It sleeps between
+     * publishes, so it takes little; without CAP_SYS_NICE it stays normal. */
+    if (d->opt.rt_priority > 0) {
+        struct sched_param sp = {.sched_priority = d->opt.rt_priority};
+        int e = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+        if (e == 0)
+            log_info("dispatcher", "publisher thread at real-time priority",
+                     "policy=SCHED_FIFO priority=%d", d->opt.rt_priority);
+        else
+            log_info("dispatcher", "publisher thread at normal priority",
+                     "reason=\"%s\" note=\"SCHED_FIFO needs CAP_SYS_NICE\"",
+                     strerror(e));
+    }
 
     while (!stopping(d)) {
         rmqs_error err = {0};
@@ -709,6 +831,7 @@ static void *publisher_main(void *arg)
     pthread_mutex_lock(&d->mu);
     d->publisher_done = true;
     pthread_cond_broadcast(&d->cv);
+    pthread_cond_broadcast(&d->rec_cv);
     pthread_mutex_unlock(&d->mu);
     return NULL;
 }
@@ -725,6 +848,12 @@ rmqs_rc disp_start(disp_t *d)
     }
     d->publisher_started = true;
     pthread_setname_np(d->publisher, "rmqs-publisher");
+    if (pthread_create(&d->recorder, NULL, recorder_main, d) != 0) {
+        disp_stop(d);
+        return RMQS_ESYS;
+    }
+    d->recorder_started = true;
+    pthread_setname_np(d->recorder, "rmqs-recorder");
     return RMQS_OK;
 }
 
@@ -736,7 +865,10 @@ void disp_stop(disp_t *d)
     d->stop = true;
     if (!d->publisher_started)
         d->publisher_done = true;
+    if (!d->feeder_started)
+        d->feeder_done = true;
     pthread_cond_broadcast(&d->cv);
+    pthread_cond_broadcast(&d->rec_cv);
     pthread_mutex_unlock(&d->mu);
     if (d->wake_fd >= 0)
         wake_publisher(d);
@@ -747,6 +879,10 @@ void disp_stop(disp_t *d)
     if (d->feeder_started) {
         pthread_join(d->feeder, NULL);
         d->feeder_started = false;
+    }
+    if (d->recorder_started) { /* after both: it writes what they left */
+        pthread_join(d->recorder, NULL);
+        d->recorder_started = false;
     }
 }
 
@@ -764,10 +900,12 @@ void disp_free(disp_t *d)
         items_free(it);
     }
     items_free(d->done_head);
+    free(d->claims);
     free(d->ahead);
     if (d->wake_fd >= 0)
         close(d->wake_fd);
     pthread_cond_destroy(&d->cv);
+    pthread_cond_destroy(&d->rec_cv);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }

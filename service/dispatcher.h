@@ -3,8 +3,10 @@
  * they are due, publishes each the moment it is due through its own
  * amqp_publisher (pipelined confirms), and records what the broker said.
  *
- * Two threads (see dispatcher.c): a feeder on the store side and a
- * publisher that owns the AMQP connection and never waits for the database.
+ * Three threads (see dispatcher.c): a feeder that reads due jobs from a
+ * snapshot (never waiting for a write), a publisher that owns the AMQP
+ * connection and never waits for the database, and a recorder that writes
+ * the claims and the outcomes.
  * disp_notify() wakes the feeder when a job is scheduled or rescheduled
  * sooner than it planned to look. While the broker is unreachable the
  * publisher reconnects with jittered exponential backoff and due jobs stay
@@ -32,6 +34,8 @@ typedef struct disp_options {
     int confirm_timeout_ms;    /* a publish not confirmed by then:
                                   connection presumed dead */
     int heartbeat_s;           /* to bound idle sleeps (service heartbeats) */
+    int rt_priority;           /* SCHED_FIFO priority of the publisher
+                                  thread, best effort; 0: normal */
 } disp_options;
 
 /* Create a dispatcher over st (borrowed) that owns pub (freed by

@@ -209,6 +209,7 @@ static rmqs_rc start_dispatcher(service_t *svc)
                              .batch_size = (int)cfg->batch_size,
                              .window = (int)cfg->publish_window,
                              .lookahead_ms = cfg->dispatch_lookahead_ms,
+                             .rt_priority = (int)cfg->dispatch_rt_priority,
                              .backoff_base_ms = cfg->backoff_base_ms,
                              .backoff_cap_ms = cfg->backoff_cap_ms,
                              .confirm_timeout_ms = (int)cfg->confirm_timeout_ms,

@@ -55,6 +55,24 @@
  * store_counts() never sees a transaction half-way. Anything writing jobs
  * behind the store's back must update job_counts itself.
  *
+ * Claiming ahead without the write lock (store_claim_ahead, store_record):
+ * the writer holds mu through its commit and fsync (and any checkpoint in
+ * it), and a neighbour on the same disk can stall an fsync for a second; a
+ * claim behind it would land late however early it was planned. So the
+ * dispatcher reads due jobs on a connection of its own (st->rd_db, WAL: a
+ * reader never waits for the writer) and holds them in memory (st->held,
+ * claimset.h) before the claim is written; store_record writes the claims
+ * later, with the outcomes, under mu, and may wait as long as the disk
+ * likes. Until then the database says pending, so: cancel and reschedule
+ * refuse a held job (409, as for publishing), store_get/store_list show it
+ * as publishing, reads skip it, and claimset's generation rules drop a job
+ * whose cancel, reschedule or settle overlapped the snapshot that read it.
+ * A crash before the claim is written leaves the job pending: published
+ * again at the next start (a lost claim is redone, at least once).
+ * store_counts counts such a job as pending until then. store_claim_due
+ * (the claim in one locked transaction) must not run beside
+ * store_claim_ahead: it does not hold what it claims.
+ *
  * The dispatcher's own transactions (store_claim_due, store_settle,
  * store_recover) commit with synchronous=NORMAL even on a FULL connection:
  * the connection switches to NORMAL before their BEGIN and back to FULL
@@ -86,6 +104,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include "claimset.h"
 #include "log.h"
 #include "timeutil.h"
 
@@ -116,7 +135,7 @@ typedef enum stmt_id {
     S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
     S_LIST_FILTERED, S_LIST_MESSAGE_ID,
     S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
-    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER,
+    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER, S_CLAIM_HELD,
     S_COUNTS, S_COUNTS_ADD,
     S_COUNT
 } stmt_id;
@@ -216,12 +235,25 @@ static const stmt_def stmt_defs[S_COUNT] = {
     [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
                               "attempts = max(attempts - 1, 0) "
                               "WHERE status = 1"},
+    [S_CLAIM_HELD] = {"claim_held",
+                      "UPDATE jobs SET status = 1, attempts = attempts + 1, "
+                      "updated_at = ?1 WHERE id = ?2 AND status = 0"},
     [S_COUNTS] = {"counts", "SELECT status, n FROM job_counts"},
     [S_COUNTS_ADD] = {"counts_add",
                       "UPDATE job_counts SET n = n + ?2 WHERE status = ?1"},
 };
 
 #define N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
+
+/* The dispatcher's reads on the read connection (claiming ahead): pending
+ * jobs in due order; the caller stops stepping when it has enough. */
+#define RD_DUE_SQL                                                            \
+    "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_due "                      \
+    "WHERE status = 0 AND due_at <= ?1 ORDER BY due_at, seq"
+#define RD_NEXT_SQL                                                           \
+    "SELECT id, due_at FROM jobs INDEXED BY jobs_due WHERE status = 0 "       \
+    "ORDER BY due_at, seq"
+#define CLAIM_READS 3 /* snapshots one store_claim_ahead call may read */
 
 struct store {
     pthread_mutex_t mu; /* held by every public call */
@@ -240,6 +272,12 @@ struct store {
     int64_t delta[N_STATUS];
     bool sync_full;    /* opened with synchronous=FULL */
     bool sync_relaxed; /* the connection is at NORMAL just now (dispatcher) */
+    /* Claiming ahead (file comment): a read-only connection of the
+     * dispatcher's, never behind mu, and the jobs it holds. */
+    pthread_mutex_t rd_mu; /* the read connection (one feeder uses it) */
+    sqlite3 *rd_db;
+    sqlite3_stmt *rd_due, *rd_next;
+    claimset_t *held;
 };
 
 /* How a transaction's COMMIT must reach the disk. */
@@ -251,10 +289,11 @@ typedef enum tx_sync {
 /* ------------------------------------------------------------------------ */
 /* Errors and statement helpers                                             */
 
-/* Map a SQLite result code to the service's codes and log the failure. */
-static rmqs_rc db_fail(store_t *st, int rc, const char *op)
+/* Map a SQLite result code of connection db to the service's codes and log
+ * the failure. */
+static rmqs_rc db_fail_on(sqlite3 *db, int rc, const char *op)
 {
-    int sys = sqlite3_system_errno(st->db);
+    int sys = sqlite3_system_errno(db);
     rmqs_rc out;
 
     switch (rc & 0xff) {
@@ -273,8 +312,13 @@ static rmqs_rc db_fail(store_t *st, int rc, const char *op)
     }
     log_error(MODULE, "database call failed",
               "op=%s code=%d reason=\"%s\" detail=\"%s\" errno=%d", op, rc,
-              sqlite3_errstr(rc), sqlite3_errmsg(st->db), sys);
+              sqlite3_errstr(rc), sqlite3_errmsg(db), sys);
     return out;
+}
+
+static rmqs_rc db_fail(store_t *st, int rc, const char *op)
+{
+    return db_fail_on(st->db, rc, op);
 }
 
 static sqlite3_stmt *stmt_get(store_t *st, stmt_id id)
@@ -785,16 +829,46 @@ static rmqs_rc migrate(sqlite3 *db, const char *path,
     return RMQS_OK;
 }
 
+/* The dispatcher's read connection, once the schema is there: WAL readers
+ * never wait for the writer, so neither does claiming ahead. query_only
+ * makes a write through it fail loudly. */
+static rmqs_rc rd_open(store_t *st, const char *path, rmqs_error *err)
+{
+    int rc = sqlite3_open_v2(path, &st->rd_db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
+                                 SQLITE_OPEN_EXRESCODE, NULL);
+
+    if (rc != SQLITE_OK)
+        return open_fail(err, st->rd_db, path, "read connection: ", rc);
+    sqlite3_extended_result_codes(st->rd_db, 1);
+    sqlite3_busy_timeout(st->rd_db, BUSY_TIMEOUT_MS);
+    rc = run_once(st->rd_db, "PRAGMA query_only = 1", NULL, 0);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v3(st->rd_db, RD_DUE_SQL, -1,
+                                SQLITE_PREPARE_PERSISTENT, &st->rd_due, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v3(st->rd_db, RD_NEXT_SQL, -1,
+                                SQLITE_PREPARE_PERSISTENT, &st->rd_next, NULL);
+    if (rc != SQLITE_OK)
+        return open_fail(err, st->rd_db, path, "read connection: ", rc);
+    return RMQS_OK;
+}
+
 static void store_free(store_t *st)
 {
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_finalize(st->purge);
+    sqlite3_finalize(st->rd_due);
+    sqlite3_finalize(st->rd_next);
+    sqlite3_close(st->rd_db);
+    claimset_free(st->held);
     sqlite3_close(st->db);
     sqlite3_close(st->ckpt_db);
     free(st->path);
     free(st->dir);
     pthread_mutex_destroy(&st->ckpt_mu);
+    pthread_mutex_destroy(&st->rd_mu);
     pthread_mutex_destroy(&st->mu);
     free(st);
 }
@@ -831,9 +905,15 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
     if (!st)
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     if (pthread_mutex_init(&st->mu, NULL) != 0 ||
-        pthread_mutex_init(&st->ckpt_mu, NULL) != 0) {
+        pthread_mutex_init(&st->ckpt_mu, NULL) != 0 ||
+        pthread_mutex_init(&st->rd_mu, NULL) != 0) {
         free(st);
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
+    }
+    st->held = claimset_new();
+    if (!st->held) {
+        rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+        goto fail;
     }
 
     st->sync_full = sync_full;
@@ -888,6 +968,9 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
             goto fail;
         }
     }
+    rc = rd_open(st, path, err);
+    if (rc != RMQS_OK)
+        goto fail;
     log_info(MODULE, "database open", "path=%s synchronous=%s", path,
              sync_full ? "full" : "normal");
     *out = st;
@@ -1369,6 +1452,20 @@ rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
     return out;
 }
 
+/* A job claimed ahead whose claim is not committed yet reads as pending in
+ * the database: show it as the claim will make it (publishing, attempt
+ * counted), as cancel and reschedule treat it. */
+static void held_overlay(store_t *st, job_t *job)
+{
+    unsigned char id[JOB_ID_BYTES];
+
+    if (job->status == JOB_PENDING && job_id_parse(job->id, id) == RMQS_OK &&
+        claimset_held(st->held, id)) {
+        job->status = JOB_PUBLISHING;
+        job->attempts++;
+    }
+}
+
 rmqs_rc store_get(store_t *st, const char *id_text, job_t *out)
 {
     unsigned char id[JOB_ID_BYTES];
@@ -1380,6 +1477,8 @@ rmqs_rc store_get(store_t *st, const char *id_text, job_t *out)
     pthread_mutex_lock(&st->mu);
     rc = get_by_id(st, id, out);
     pthread_mutex_unlock(&st->mu);
+    if (rc == RMQS_OK)
+        held_overlay(st, out);
     return rc;
 }
 
@@ -1520,6 +1619,8 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
         jobs_free(jobs, n);
         return out;
     }
+    for (size_t i = 0; i < n; i++)
+        held_overlay(st, &jobs[i]);
     *jobs_out = jobs;
     *n_out = n;
     return RMQS_OK;
@@ -1563,6 +1664,10 @@ rmqs_rc store_reschedule(store_t *st, const char *id_text, int64_t deliver_at,
     if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
         return RMQS_ENOTFOUND;
 
+    /* held by the dispatcher (claimed ahead): as good as publishing */
+    rc = claimset_change_begin(st->held, id);
+    if (rc != RMQS_OK)
+        return rc;
     pthread_mutex_lock(&st->mu);
     rc = tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
@@ -1581,6 +1686,7 @@ rmqs_rc store_reschedule(store_t *st, const char *id_text, int64_t deliver_at,
         job_clear(out);
 unlock:
     pthread_mutex_unlock(&st->mu);
+    claimset_change_end(st->held, id); /* after the commit, whatever it did */
     return rc;
 }
 
@@ -1595,6 +1701,10 @@ rmqs_rc store_cancel(store_t *st, const char *id_text, int64_t now_ms,
     if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
         return RMQS_ENOTFOUND;
 
+    /* held by the dispatcher (claimed ahead): as good as publishing */
+    rc = claimset_change_begin(st->held, id);
+    if (rc != RMQS_OK)
+        return rc;
     pthread_mutex_lock(&st->mu);
     rc = tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
@@ -1617,6 +1727,7 @@ rmqs_rc store_cancel(store_t *st, const char *id_text, int64_t now_ms,
         job_clear(out);
 unlock:
     pthread_mutex_unlock(&st->mu);
+    claimset_change_end(st->held, id); /* after the commit, whatever it did */
     return rc;
 }
 
@@ -1630,19 +1741,23 @@ rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out)
     int rc;
 
     *any = false;
-    pthread_mutex_lock(&st->mu);
-    s = stmt_get(st, S_NEXT_DUE);
-    rc = sqlite3_step(s);
-    if (rc == SQLITE_ROW) {
-        if (sqlite3_column_type(s, 0) != SQLITE_NULL) {
-            *any = true;
-            *due_at_out = sqlite3_column_int64(s, 0);
-        }
-    } else {
-        out = db_fail(st, rc, stmt_defs[S_NEXT_DUE].name);
+    /* On the read connection: never behind the writer. Held jobs still
+     * look pending there; they are skipped (a few thousand at most). */
+    pthread_mutex_lock(&st->rd_mu);
+    s = st->rd_next;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const void *id = sqlite3_column_blob(s, 0);
+        if (id && sqlite3_column_bytes(s, 0) == JOB_ID_BYTES &&
+            claimset_held(st->held, id))
+            continue;
+        *any = true;
+        *due_at_out = sqlite3_column_int64(s, 1);
+        break;
     }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        out = db_fail_on(st->rd_db, rc, "next_due");
     stmt_done(s);
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&st->rd_mu);
     return out;
 }
 
@@ -1738,6 +1853,152 @@ unlock:
     return RMQS_OK;
 }
 
+/* Read up to limit candidates (pending, due by due_by_ms, not held) from
+ * one snapshot of the read connection into c[] (grown as needed). */
+static rmqs_rc read_due(store_t *st, int64_t due_by_ms, size_t limit,
+                        claimed **c, size_t *cap, size_t *n_out)
+{
+    sqlite3_stmt *s = st->rd_due;
+    rmqs_rc out = RMQS_OK;
+    size_t n = 0;
+    int rc;
+
+    sqlite3_bind_int64(s, 1, due_by_ms);
+    while (n < limit && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const void *id = sqlite3_column_blob(s, COL_ID);
+        if (id && sqlite3_column_bytes(s, COL_ID) == JOB_ID_BYTES &&
+            claimset_held(st->held, id))
+            continue; /* ours already; the claim is not committed yet */
+        if (n == *cap) {
+            size_t ncap = *cap ? *cap * 2 : 16;
+            claimed *nc = realloc(*c, ncap * sizeof(**c));
+            if (!nc) {
+                out = RMQS_ENOMEM;
+                break;
+            }
+            *c = nc;
+            *cap = ncap;
+        }
+        out = row_to_job(s, &(*c)[n].job, &(*c)[n].seq);
+        if (out != RMQS_OK)
+            break;
+        n++;
+    }
+    if (out == RMQS_OK && n < limit && rc != SQLITE_DONE)
+        out = db_fail_on(st->rd_db, rc, "claim_ahead");
+    stmt_done(s); /* ends the read transaction: the snapshot goes */
+    if (out != RMQS_OK) {
+        for (size_t i = 0; i < n; i++)
+            job_clear(&(*c)[i].job);
+        n = 0;
+    }
+    *n_out = n;
+    return out;
+}
+
+rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
+                          size_t limit, job_t **jobs_out, size_t *n_out)
+{
+    unsigned char(*ids)[JOB_ID_BYTES] = NULL;
+    claimed *c = NULL;
+    bool *keep = NULL;
+    job_t *jobs = NULL;
+    size_t n = 0, cap = 0, got = 0, idcap = 0, read;
+    rmqs_rc out = RMQS_OK;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    if (limit == 0)
+        return RMQS_OK;
+    pthread_mutex_lock(&st->rd_mu);
+    /* A read overlapped by a cancel, reschedule or settle drops those jobs
+     * (claimset.h); read again for them, a few times at most: the next
+     * claim finds whatever is still due. */
+    for (int round = 0; round < CLAIM_READS && got < limit; round++) {
+        uint64_t gen = claimset_begin(st->held); /* before the snapshot */
+        long kept;
+
+        out = read_due(st, due_by_ms, limit - got, &c, &cap, &n);
+        if (out != RMQS_OK || n == 0)
+            break;
+        if (n > idcap) {
+            void *ni = realloc(ids, n * sizeof(*ids));
+            void *nk = ni ? realloc(keep, n * sizeof(*keep)) : NULL;
+            if (ni)
+                ids = ni;
+            if (!nk) {
+                out = RMQS_ENOMEM;
+                goto drop;
+            }
+            keep = nk;
+            idcap = n;
+        }
+        for (size_t i = 0; i < n; i++)
+            (void)job_id_parse(c[i].job.id, ids[i]);
+        kept = claimset_take(st->held, gen, (const unsigned char(*)[JOB_ID_BYTES])ids,
+                             n, keep);
+        if (kept < 0) {
+            out = RMQS_ENOMEM;
+            goto drop;
+        }
+        if (kept > 0) {
+            job_t *nj = realloc(jobs, (got + (size_t)kept) * sizeof(*jobs));
+            if (!nj) {
+                for (size_t i = 0; i < n; i++)
+                    if (keep[i])
+                        claimset_release(st->held, ids[i]);
+                out = RMQS_ENOMEM;
+                goto drop;
+            }
+            jobs = nj;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (!keep[i]) {
+                job_clear(&c[i].job);
+                continue;
+            }
+            /* as the claim will write it (store_record) */
+            c[i].job.status = JOB_PUBLISHING;
+            c[i].job.attempts++;
+            c[i].job.updated_at = now_ms;
+            jobs[got++] = c[i].job;
+        }
+        read = n;
+        n = 0;
+        if ((size_t)kept == read)
+            break; /* none dropped: this read found all there was */
+    }
+    goto done;
+drop:
+    for (size_t i = 0; i < n; i++)
+        job_clear(&c[i].job);
+done:
+    pthread_mutex_unlock(&st->rd_mu);
+    free(c);
+    free(ids);
+    free(keep);
+    if (out != RMQS_OK && got == 0) {
+        free(jobs);
+        return out;
+    }
+    /* the read is in (due_at, seq) order per round; a later round may hold
+     * earlier jobs */
+    if (got > 1) {
+        for (size_t i = 1; i < got; i++) {
+            job_t t = jobs[i];
+            size_t k = i;
+            while (k > 0 && jobs[k - 1].due_at > t.due_at) {
+                jobs[k] = jobs[k - 1];
+                k--;
+            }
+            jobs[k] = t;
+        }
+    }
+    *jobs_out = jobs;
+    *n_out = got;
+    return RMQS_OK;
+}
+
 /* Step one bound settle statement and count what it did: SENT and
  * RELEASE by sqlite3_changes() (0 or 1), RETRY by its RETURNING status
  * (pending again, or failed at max_attempts; no row if not publishing).
@@ -1772,22 +2033,30 @@ static int settle_one(store_t *st, sqlite3_stmt *s, stmt_id sid)
     return SQLITE_OK;
 }
 
-rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
-                     int64_t now_ms)
+rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
+                     const store_outcome *o, size_t n, int64_t now_ms)
 {
     unsigned char(*ids)[JOB_ID_BYTES];
+    size_t total = n_claims + n;
     rmqs_rc out;
 
-    if (n == 0)
+    if (total == 0)
         return RMQS_OK;
-    if (!o)
+    if ((n && !o) || (n_claims && !claims))
         return RMQS_EINVAL;
-    ids = malloc(n * sizeof(*ids));
+    ids = malloc(total * sizeof(*ids));
     if (!ids)
         return RMQS_ENOMEM;
-    /* validate everything before touching anything */
+    /* validate everything before touching anything: claims first, then
+     * outcomes, in ids[] */
+    for (size_t i = 0; i < n_claims; i++) {
+        if (!claims[i] || job_id_parse(claims[i], ids[i]) != RMQS_OK) {
+            free(ids);
+            return RMQS_EINVAL;
+        }
+    }
     for (size_t i = 0; i < n; i++) {
-        if (!o[i].id || job_id_parse(o[i].id, ids[i]) != RMQS_OK ||
+        if (!o[i].id || job_id_parse(o[i].id, ids[n_claims + i]) != RMQS_OK ||
             o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_RELEASE) {
             free(ids);
             return RMQS_EINVAL;
@@ -1798,6 +2067,28 @@ rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
     out = tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;
+    for (size_t i = 0; i < n_claims; i++) {
+        sqlite3_stmt *s = stmt_get(st, S_CLAIM_HELD);
+        int rc;
+
+        sqlite3_bind_int64(s, 1, now_ms);
+        sqlite3_bind_blob(s, 2, ids[i], JOB_ID_BYTES, SQLITE_STATIC);
+        rc = stmt_exec(s);
+        if (rc != SQLITE_OK) {
+            out = stmt_fail(st, s, rc, S_CLAIM_HELD);
+            tx_abort(st);
+            goto unlock;
+        }
+        if (sqlite3_changes(st->db) > 0) {
+            st->delta[JOB_PENDING]--;
+            st->delta[JOB_PUBLISHING]++;
+        } else {
+            /* only a write behind the store's back can do this: cancel
+             * and reschedule refuse a held job */
+            log_warn(MODULE, "a job claimed ahead was no longer pending",
+                     "id=%s", claims[i]);
+        }
+    }
     for (size_t i = 0; i < n; i++) {
         stmt_id sid = o[i].kind == STORE_OUT_SENT    ? S_SETTLE_SENT
                       : o[i].kind == STORE_OUT_RETRY ? S_SETTLE_RETRY
@@ -1806,7 +2097,7 @@ rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
         int rc;
 
         sqlite3_bind_int64(s, 1, now_ms);
-        sqlite3_bind_blob(s, 2, ids[i], JOB_ID_BYTES, SQLITE_STATIC);
+        sqlite3_bind_blob(s, 2, ids[n_claims + i], JOB_ID_BYTES, SQLITE_STATIC);
         if (sid == S_SETTLE_RETRY) {
             bind_text_or_null(s, 3, o[i].error);
             sqlite3_bind_int64(s, 4, o[i].retry_at);
@@ -1821,10 +2112,22 @@ rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
         }
     }
     out = tx_commit(st);
+    /* Settled and committed: the dispatcher no longer holds them. (A read
+     * snapshot older than this commit may still show them pending: the
+     * release is what tells store_claim_ahead to drop them.) */
+    if (out == RMQS_OK)
+        for (size_t i = 0; i < n; i++)
+            claimset_release(st->held, ids[n_claims + i]);
 unlock:
     pthread_mutex_unlock(&st->mu);
     free(ids);
     return out;
+}
+
+rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
+                     int64_t now_ms)
+{
+    return store_record(st, NULL, 0, o, n, now_ms);
 }
 
 rmqs_rc store_recover(store_t *st, size_t *n_out)

@@ -14,7 +14,9 @@
  * time), applied at open, each once, in order, recorded in schema_migrations.
  *
  * Thread safety: a store_t may be used from several threads; calls are
- * serialised internally.
+ * serialised internally, except the dispatcher's reads (store_claim_ahead,
+ * store_next_due), which use a read connection of their own and never wait
+ * for a write in progress (one dispatcher thread at a time calls them).
  *
  * Errors: RMQS_EDB for an unusable database, RMQS_EFULL when the disk or the
  * database is full, RMQS_ENOTFOUND / RMQS_ECONFLICT as documented per call.
@@ -150,7 +152,8 @@ rmqs_rc store_reschedule(store_t *st, const char *id, int64_t deliver_at,
  * RMQS_ECONFLICT if publishing, sent or failed. *out gets the job. */
 rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
 
-/* Earliest due_at among pending jobs: *any false if there is none. */
+/* Earliest due_at among pending jobs not held by store_claim_ahead: *any
+ * false if there is none. Never waits for a write in progress. */
 rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
 
 /*
@@ -161,6 +164,26 @@ rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
  */
 rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
                         size_t limit, job_t **jobs_out, size_t *n_out);
+
+/*
+ * Claim ahead without waiting for any write in progress (the writer's
+ * commit, its fsync, a checkpoint): up to limit pending jobs with due_at <=
+ * due_by_ms, oldest due first, read from a WAL snapshot, are held for the
+ * caller and returned as the claim will make them (publishing, attempts +
+ * 1, updated_at = now_ms); jobs_out as store_claim_due. The claim itself is
+ * written by a later store_record (claims), which the caller must make for
+ * every job returned. From the moment they are held:
+ *   - store_cancel and store_reschedule answer RMQS_ECONFLICT for them (as
+ *     for a publishing job), store_get and store_list show them publishing;
+ *   - no store_claim_ahead returns them again until store_record settles
+ *     them (a RETRY or RELEASE makes them claimable again).
+ * A job whose cancel or reschedule overlapped the read is left out, so one
+ * answered 200 is never returned. After a crash before the claim is
+ * written the job is still pending: claimed again (at least once).
+ * Not to be mixed with store_claim_due.
+ */
+rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
+                          size_t limit, job_t **jobs_out, size_t *n_out);
 
 typedef enum store_outcome_kind {
     STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now */
@@ -180,6 +203,18 @@ typedef struct store_outcome {
 /* Settle claimed (publishing) jobs, all in one transaction. */
 rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
                      int64_t now_ms);
+
+/*
+ * One transaction (no fsync, like store_settle): first write the claims of
+ * jobs held by store_claim_ahead (claims: their ids; each becomes
+ * publishing with attempts + 1), then settle the outcomes o as
+ * store_settle; once committed, the settled jobs are no longer held. A
+ * job's claim must be in this call or an earlier one than its outcome. On
+ * failure nothing changed (the caller retries the same call); RMQS_EINVAL
+ * (nothing done) for a malformed id or kind.
+ */
+rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
+                     const store_outcome *o, size_t n, int64_t now_ms);
 
 /* At start-up: jobs left publishing by a crash become pending again
  * (their attempt is not counted). *n_out gets how many. */

@@ -311,6 +311,22 @@ def disk_probe(workdir, n=300):
             "serial_fdatasyncs_per_s": round(1000 * len(lat) / sum(lat), 1)}
 
 
+def renice(pid, nice):
+    """Set the nice value of every thread of pid (a process the benchmark
+    started: the broker or the consumer). Returns how many threads."""
+    n = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                n += 1
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return n
+
+
 def beam_pid(pid_file):
     try:
         with open(pid_file) as f:
@@ -355,6 +371,7 @@ class Service:
         self.amqp_url = amqp_url
         self.args = list(args)
         self.proc = None
+        self.env = None  # None: this process's environment
 
     @property
     def pid(self):
@@ -370,7 +387,7 @@ class Service:
             lf.flush()
             t0 = time.monotonic()
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                         stdout=lf, stderr=lf)
+                                         stdout=lf, stderr=lf, env=self.env)
         healthz = None
         deadline = t0 + timeout
         while True:
@@ -727,6 +744,7 @@ class Bench:
         self.results = {}
         self.services = []
         self.consumers = []
+        self.neighbours = []
         self.failed = []
         self.rng = random.Random(4)
         self.ingest_s = a.ingest_seconds
@@ -734,19 +752,32 @@ class Bench:
     # plumbing
     def service(self, name, args=()):
         svc = Service(self.a.bin, self.work, name, self.url, args)
+        if self.a.stall_fsync_ms > 0:
+            # every Nth fsync/fdatasync of the service sleeps first: an exact,
+            # repeatable disk stall (tests/bench/stall_fsync.c)
+            svc.env = dict(os.environ, LD_PRELOAD=os.path.join(self.a.tools, "stall_fsync.so"),
+                           RMQS_STALL_MS=str(self.a.stall_fsync_ms),
+                           RMQS_STALL_EVERY=str(self.a.stall_every))
         self.services.append(svc)
         return svc
 
     def consumer(self, queue, count, timeout_s):
         c = Consumer(self.a.tools, self.port, queue, count, timeout_s, self.work)
         self.consumers.append(c)
-        return c.start()
+        c = c.start()
+        if self.a.broker_nice:
+            renice(c.pid, self.a.broker_nice)
+        return c
 
     def cpu_pids(self, svc=None, consumer=None):
+        nb = [p for p in self.neighbours if p.poll() is None]
         return {"service": svc.pid if svc else None, "rabbitmq": self.beam,
-                "consumer": consumer.pid if consumer else None}
+                "consumer": consumer.pid if consumer else None,
+                "neighbour (bench's noise)": nb[-1].pid if nb else None}
 
     def cleanup(self):
+        for p in self.neighbours:
+            stop_proc(p, timeout=30)
         for c in self.consumers:
             c.stop()
         for s in self.services:
@@ -918,6 +949,55 @@ class Bench:
         except Exception as e:
             res["service_sent_at_error"] = repr(e)
         log(f"{label}: received {len(seen)}/{len(due)}, lateness {st}")
+        return res
+
+    # --- precision beside a noisy neighbour ------------------------------------
+    def neighbour_start(self, svc, seconds):
+        """Start tests/bench/neighbour.py (a separate process) doing steady
+        fsync'd writes (and, per --neighbour, big writes and CPU spinners) in
+        the database's folder for at most `seconds`. None if off."""
+        kinds = set(filter(None, self.a.neighbour.split(",")))
+        if not kinds:
+            return None
+        out = os.path.join(self.work, f"neighbour-{self.tag()}.json")
+        cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            "neighbour.py"),
+               "--dir", svc.dir, "--seconds", str(seconds), "--out", out,
+               "--write-kib", str(self.a.neighbour_write_kib if "fsync" in kinds else 0)]
+        if "big" in kinds:
+            cmd += ["--big-mib", str(self.a.neighbour_big_mib),
+                    "--big-per-s", str(self.a.neighbour_big_per_s)]
+        if "cpu" in kinds:
+            cmd += ["--cpu", str(self.a.neighbour_cpu)]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        self.neighbours.append(proc)
+        return proc, out, " ".join(cmd[2:])
+
+    def neighbour_stop(self, nb):
+        if nb is None:
+            return None
+        proc, out, cmd = nb
+        stop_proc(proc, timeout=30)  # SIGTERM: it stops, cleans up, reports
+        try:
+            with open(out) as f:
+                r = json.load(f)
+            os.unlink(out)
+        except (OSError, ValueError) as e:
+            r = {"error": f"no report from the neighbour: {e!r}"}
+        r["command"] = cmd
+        return r
+
+    def precision_noisy(self, svc, label, rate, seconds):
+        """The precision workload (POSTs meanwhile) while another process
+        writes and fsyncs on the same filesystem as the database."""
+        nb = self.neighbour_start(svc, seconds + DELAY_MAX_MS / 1000 + 30)
+        time.sleep(1.0)  # let its writes reach a steady state first
+        try:
+            res = self.precision(svc, label, rate, seconds)
+        finally:
+            rep = self.neighbour_stop(nb)
+        res["neighbour"] = rep
+        log(f"{label}: neighbour {rep}")
         return res
 
     # --- burst ---------------------------------------------------------------
@@ -1380,12 +1460,37 @@ PRAGMA wal_checkpoint(TRUNCATE);
             fill = "http" if n <= 2_000_000 else "sql"
         svc = self.service("backlog")
         out = {"jobs": n}
+        reused = None
+        if self.a.keep_backlog:
+            # a filled database kept across runs (outside the run's work
+            # folder): filling 10M rows takes minutes
+            os.makedirs(self.a.keep_backlog, exist_ok=True)
+            svc.dir = self.a.keep_backlog
+            svc.db = os.path.join(svc.dir, "rmqs.db")
+            if os.path.exists(svc.db):
+                try:
+                    (reused,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due "
+                                           "WHERE status = 0")
+                except Exception:
+                    reused = None
+                if reused is None or reused < n:
+                    log(f"backlog: {svc.db} holds {reused} pending jobs, not {n}: refilling")
+                    for suffix in ("", "-wal", "-shm"):
+                        if os.path.exists(svc.db + suffix):
+                            os.unlink(svc.db + suffix)
+                    reused = None
         out["fresh_start"] = svc.start()
-        log(f"backlog: filling {n} pending jobs ({fill})")
-        cpu = CpuWindow(self.cpu_pids(svc), svc.pid).start()
-        out["fill"] = self.fill_http(svc, n) if fill == "http" else self.fill_sql(svc, n)
-        out["fill"]["cpu"] = cpu.stop()
-        log(f"backlog: filled in {out['fill']['seconds']} s ({out['fill']['jobs_per_s']} jobs/s)")
+        if reused is not None:
+            log(f"backlog: reusing {svc.db} ({reused} pending jobs)")
+            out["fill"] = {"method": f"reused a database filled by an earlier run "
+                                     f"({self.a.keep_backlog})", "jobs": reused,
+                           "seconds": 0, "jobs_per_s": 0}
+        else:
+            log(f"backlog: filling {n} pending jobs ({fill})")
+            cpu = CpuWindow(self.cpu_pids(svc), svc.pid).start()
+            out["fill"] = self.fill_http(svc, n) if fill == "http" else self.fill_sql(svc, n)
+            out["fill"]["cpu"] = cpu.stop()
+            log(f"backlog: filled in {out['fill']['seconds']} s ({out['fill']['jobs_per_s']} jobs/s)")
         if svc.proc.poll() is None:
             out["rss_after_fill"] = svc.rss()
             out["stop_after_fill"] = svc.stop(timeout=120)
@@ -1413,8 +1518,13 @@ PRAGMA wal_checkpoint(TRUNCATE);
             out["precision_no_ingest"] = self.precision_preloaded(
                 svc, f"backlog {n}: precision without concurrent POSTs", self.a.rate,
                 self.a.precision_seconds)
+        if self.a.neighbour:
+            out["precision_noisy"] = self.precision_noisy(
+                svc, f"backlog {n}: precision beside a noisy neighbour", self.a.rate,
+                self.a.precision_seconds)
         out["rss_after_precision"] = svc.rss()
-        out["ingest"] = self.ingest(svc, f"backlog {n}: ingest")
+        if not self.a.backlog_precision_only:
+            out["ingest"] = self.ingest(svc, f"backlog {n}: ingest")
         out["rss_after_ingest"] = svc.rss()
         out["stop"] = svc.stop(timeout=120)
         return out
@@ -1477,6 +1587,11 @@ PRAGMA wal_checkpoint(TRUNCATE);
         if self.a.wait_quiet > 0:
             R["machine_at_start"].update(self.wait_quiet(self.a.wait_quiet))
         R["machine_at_start"]["disk"] = disk_probe(self.work)
+        if self.a.broker_nice and self.beam:
+            # the broker and the consumer (not the service) ahead of other
+            # work on the machine: what is then late is the service's doing
+            R["machine_at_start"]["broker_and_consumer_nice"] = {
+                "nice": self.a.broker_nice, "broker_threads": renice(self.beam, self.a.broker_nice)}
         svc = self.service("empty")
         R["empty_start"] = svc.start()
         R["empty_rss_at_ready"] = svc.rss()
@@ -1488,6 +1603,10 @@ PRAGMA wal_checkpoint(TRUNCATE);
             self.step("precision_no_ingest", self.precision_preloaded, svc,
                       "precision without concurrent POSTs (empty)", self.a.rate,
                       self.a.precision_seconds)
+            if self.a.neighbour:
+                self.step("precision_noisy", self.precision_noisy, svc,
+                          "precision beside a noisy neighbour (empty)", self.a.rate,
+                          self.a.precision_seconds)
         if want("burst"):
             self.step("burst", self.scenario_burst, svc, self.a.burst_repeats)
         if want("comparisons"):
@@ -1568,6 +1687,20 @@ def table(R, a):
                 f"{sq.get('p50_ms')} / {sq.get('p99_ms')} / {sq.get('max_ms')} ms, "
                 f"{sq.get('early')} early, {q['received']}/{q['accepted']} received")
         noise_row("precision", p)
+    def noisy_rows(scn, q):
+        if not q:
+            return
+        sq, nb = q["lateness"], q.get("neighbour") or {}
+        row(scn, "beside a noisy neighbour: early / p50 / p90 / p99 / max",
+            f"{sq.get('early')} / {sq.get('p50_ms')} / {sq.get('p90_ms')} / "
+            f"{sq.get('p99_ms')} / {sq.get('max_ms')} ms, {q['received']}/{q['accepted']} received",
+            "0 early, p99 <= 5, max <= 50",
+            sq.get("early") == 0 and (sq.get("p99_ms") or 1e9) <= 5 and (sq.get("max_ms") or 1e9) <= 50)
+        row(scn, "the neighbour: writes/s, MiB/s, its fsync p50 / p99 / max",
+            f"{nb.get('writes_per_s')}/s of {nb.get('write_kib')} KiB, {nb.get('mib_per_s')} MiB/s, "
+            f"{nb.get('fsync_p50_ms')} / {nb.get('fsync_p99_ms')} / {nb.get('fsync_max_ms')} ms")
+        noise_row(scn + " (noisy)", q)
+    noisy_rows("precision", R.get("precision_noisy"))
     b = R.get("burst")
     if b:
         row("burst", "10,000 due at once: last received after deliver_at (median)",
@@ -1642,7 +1775,7 @@ def table(R, a):
             f"{k['rss_after_ingest']['hwm_kib'] / 1024:.1f} / "
             f"{(R.get('empty_rss_end') or {}).get('hwm_kib', 0) / 1024:.1f} MiB")
         row(scn, "database bytes per pending job", k["db_bytes_per_pending_job"], "", None, " B")
-        if i:
+        if i and k.get("ingest"):
             r1 = k["ingest"]["schedule_jobs_per_s"] / i["schedule_jobs_per_s"]
             r2 = k["ingest"]["batch_jobs_per_s"] / i["batch_jobs_per_s"]
             row(scn, "POST /schedule jobs/s (vs empty)",
@@ -1657,6 +1790,11 @@ def table(R, a):
                 "<= 1.2x empty", pb["p99_ms"] <= 1.2 * pe["p99_ms"])
             row(scn, "precision max (vs empty)", f"{pb['max_ms']} ms (empty {pe['max_ms']} ms)",
                 "<= 1.2x empty", pb["max_ms"] <= 1.2 * pe["max_ms"])
+        row(scn, "precision early / p50 / p90 / p99 / max",
+            f"{pb.get('early')} / {pb.get('p50_ms')} / {pb.get('p90_ms')} / {pb.get('p99_ms')} / "
+            f"{pb.get('max_ms')} ms", "p99 <= 5, max <= 50",
+            (pb.get("p99_ms") or 1e9) <= 5 and (pb.get("max_ms") or 1e9) <= 50)
+        noisy_rows(scn, k.get("precision_noisy"))
         qe = (R.get("precision_no_ingest") or {}).get("lateness", {})
         qb = (k.get("precision_no_ingest") or {}).get("lateness", {})
         if qe.get("p99_ms") is not None and qb.get("p99_ms") is not None:
@@ -1713,7 +1851,9 @@ def meta(a):
             "sqlite": sqlite3.sqlite_version, "wrk": cmd("dpkg-query", "-W", "-f=${Version}", "wrk"),
             "mode": a.mode, "backlog": a.backlog,
             "service_built_from": f"commit {a.rev}" if a.rev else "work tree (see git_dirty_files)",
-            "service_settings": "defaults (sync=full, batch-size 500, http-threads 2)"}
+            "service_settings": "defaults (sync=full, batch-size 500, http-threads 2)",
+            "fsync_stall": (f"every {a.stall_every}th fsync of the service sleeps "
+                            f"{a.stall_fsync_ms} ms first") if a.stall_fsync_ms else None}
 
 
 def main():
@@ -1737,6 +1877,30 @@ def main():
     ap.add_argument("--cmp-jobs", type=int, default=2000)
     ap.add_argument("--cmp-rate", type=int, default=500)
     ap.add_argument("--rev", default="", help="the commit benchmarked (set by run.sh --rev)")
+    ap.add_argument("--neighbour", default="",
+                    help="also run the precision workload beside a noisy neighbour "
+                    "(tests/bench/neighbour.py), a comma list of fsync (steady "
+                    "--neighbour-write-kib writes + fsync in a loop, in the "
+                    "database's folder), big (--neighbour-big-mib writes + fsync "
+                    "--neighbour-big-per-s a second), cpu (--neighbour-cpu spinning "
+                    "processes; their CPU counts as other processes)")
+    ap.add_argument("--neighbour-write-kib", type=int, default=64)
+    ap.add_argument("--neighbour-big-mib", type=int, default=8)
+    ap.add_argument("--neighbour-big-per-s", type=float, default=5)
+    ap.add_argument("--neighbour-cpu", type=int, default=1)
+    ap.add_argument("--keep-backlog", default="",
+                    help="folder for the backlog database, kept after the run and "
+                    "reused by the next if it holds --backlog pending jobs")
+    ap.add_argument("--backlog-precision-only", action="store_true",
+                    help="in the backlog scenario, skip the ingest figures")
+    ap.add_argument("--broker-nice", type=int, default=0,
+                    help="run the RabbitMQ node and the consumer at this nice value "
+                    "(e.g. -10), so other work on a shared machine delays them less; "
+                    "the service keeps its own scheduling")
+    ap.add_argument("--stall-fsync-ms", type=int, default=0,
+                    help="make every --stall-every-th fsync/fdatasync of the service "
+                    "sleep this long first (LD_PRELOAD tests/bench/stall_fsync.c)")
+    ap.add_argument("--stall-every", type=int, default=100)
     ap.add_argument("--wait-quiet", type=int, default=0,
                     help="wait up to this many seconds for other processes "
                     "to calm down (< 25%% of a core) before starting")
@@ -1744,6 +1908,9 @@ def main():
     signal.signal(signal.SIGTERM, on_sigterm)
     b = Bench(a)
     status = 0
+    # the commit and dirty files as built (run.sh builds just before this);
+    # read at the end they could name a later commit
+    at_start = meta(a)
     try:
         b.run()
         if b.failed:
@@ -1759,7 +1926,7 @@ def main():
     finally:
         b.cleanup()
     rows = table(b.results, a) if status != 130 else []
-    doc = {"meta": meta(a), "table": rows, "results": b.results}
+    doc = {"meta": at_start, "table": rows, "results": b.results}
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1)

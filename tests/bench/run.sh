@@ -112,6 +112,8 @@ mkdir -p "$BUILD"
 for tool in bare_publisher bench_consumer; do
     gcc -O2 -Wall -Wextra -Werror -o "$BUILD/$tool" "tests/bench/$tool.c" -lrabbitmq
 done
+gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$BUILD/stall_fsync.so" \
+    tests/bench/stall_fsync.c -ldl
 
 # --- 3. a private RabbitMQ node ----------------------------------------------
 read -r AMQP_PORT DIST_PORT EPMD_PORT < <("$PYTHON" - <<'EOF'

@@ -2,8 +2,10 @@
 (so the database is never between a due job and the broker), yet publishes
 each only once it is due; a claimed job can no longer be cancelled; jobs
 claimed ahead at a stop are handed back, not counted as an attempt, and
-delivered on time after the restart."""
+delivered on time after the restart; a cancel or reschedule racing the
+claim either sticks (200) or meets a job that is published (409)."""
 
+import concurrent.futures
 import sqlite3
 import time
 
@@ -89,3 +91,57 @@ def test_jobs_claimed_ahead_at_stop_are_released_and_delivered_on_time(
     wait_until(lambda: all(svc.job(j["id"])["status"] == "sent" for j in jobs),
                10, "all sent")
     assert all(svc.job(j["id"])["attempts"] == 1 for j in jobs)
+
+
+def test_cancel_or_reschedule_racing_the_claim_never_publishes_a_changed_job(
+        service, amqp):
+    """Jobs are claimed ahead from a snapshot, before their claim is written
+    (so publishing never waits for a commit). Cancels and reschedules sent
+    while the dispatcher claims the same jobs: every change answered 200 must
+    stick (a cancelled job never published, a rescheduled one not before
+    its new time), every 409 must be a job that is published."""
+    lookahead_ms = 600
+    svc = service("--dispatch-lookahead-ms", str(lookahead_ms))
+    n = 240
+    jobs = [svc.schedule(_job(amqp, 900 + 5 * k, body=f"r{k}")) for k in range(n)]
+    # Each job is claimed from lookahead_ms before its due time; send its
+    # change around that moment, some before and some after.
+    far_ms = 120_000
+
+    def change(k):
+        j = jobs[k]
+        at = parse_ts(j["deliver_at"]) - lookahead_ms / 1000 + ((k % 7) - 3) * 0.02
+        d = at - time.time()
+        if d > 0:
+            time.sleep(d)
+        if k % 2 == 0:
+            r = svc.delete(f"/jobs/{j['id']}")
+        else:
+            r = svc.patch(f"/jobs/{j['id']}", {"delay_ms": far_ms})
+        assert r.status in (200, 409), (k, r)
+        return k, r.status, time.time()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=8) as ex:
+        results = list(ex.map(change, range(n)))
+    refused = [jobs[k]["id"] for k, st, _ in results if st == 409]
+    changed = {jobs[k]["id"]: (k, t) for k, st, t in results if st == 200}
+    assert changed, "no change landed before its claim: the race was not run"
+
+    got = amqp.wait_for_jobs(refused, timeout=30)
+    # Everything refused is published; wait a little longer than the last
+    # original due time for anything changed that would leak out anyway.
+    last_due = max(parse_ts(j["deliver_at"]) for j in jobs)
+    time.sleep(max(0.0, last_due + 1.5 - time.time()))
+    seen = {}
+    for m in amqp.snapshot():
+        seen.setdefault(m.job_id, []).append(m)
+    for jid, (k, t) in changed.items():
+        assert jid not in seen, (
+            f"job {k} was {'cancelled' if k % 2 == 0 else 'rescheduled'} "
+            f"(200) and published anyway")
+        want = "cancelled" if k % 2 == 0 else "pending"
+        assert svc.job(jid)["status"] == want
+    for jid in refused:
+        assert len(got[jid]) >= 1
+        assert svc.wait_status(jid, "sent", timeout=10)["attempts"] == 1
+    print(f"race: {len(changed)} changed (200), {len(refused)} refused (409)")

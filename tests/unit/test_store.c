@@ -14,10 +14,12 @@
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "job.h"
@@ -1749,4 +1751,251 @@ Test(store, list_filters_on_source_and_message_id)
                             10, NULL, &jobs, &n, &next), RMQS_OK);
     cr_expect_eq(n, 0);
     ut_jobs_free(jobs, n);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Claiming ahead from a snapshot (store_claim_ahead, store_record)         */
+
+static int64_t raw_status(int n)
+{
+    char sql[160];
+    char id[JOB_ID_LEN + 1];
+    unsigned char bin[JOB_ID_BYTES];
+    char hex[2 * JOB_ID_BYTES + 1];
+
+    ut_job_id(n, id);
+    cr_assert_eq(job_id_parse(id, bin), RMQS_OK);
+    for (int i = 0; i < JOB_ID_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", bin[i]);
+    snprintf(sql, sizeof(sql), "SELECT status FROM jobs WHERE id = x'%s'", hex);
+    return ut_sql_int(g_path, sql);
+}
+
+Test(store, claim_ahead_holds_jobs_until_their_claim_is_written)
+{
+    char id1[JOB_ID_LEN + 1], id2[JOB_ID_LEN + 1];
+    job_t *jobs, j;
+    size_t n;
+    bool any;
+    int64_t due, counts[5];
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 50);
+    insert_job(g_st, 3, 900);
+    ut_job_id(1, id1);
+    ut_job_id(2, id2);
+
+    cr_assert_eq(store_claim_ahead(g_st, 150, 120, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){2, 1}, 2);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_eq(jobs[i].status, JOB_PUBLISHING);
+        cr_expect_eq(jobs[i].attempts, 1);
+        cr_expect_eq(jobs[i].updated_at, 120);
+        cr_expect_eq(jobs[i].body_len, 5);
+    }
+    ut_jobs_free(jobs, n);
+
+    /* not written yet: the file says pending, the store says publishing */
+    cr_expect_eq(raw_status(1), JOB_PENDING);
+    j = get_job(g_st, 1);
+    cr_expect_eq(j.status, JOB_PUBLISHING);
+    cr_expect_eq(j.attempts, 1);
+    job_clear(&j);
+    cr_expect_eq(store_cancel(g_st, id1, 130, &j), RMQS_ECONFLICT);
+    cr_expect_eq(store_reschedule(g_st, id2, 5000, 5000, 130, &j), RMQS_ECONFLICT);
+    cr_expect_eq(raw_status(1), JOB_PENDING, "the refused cancel wrote nothing");
+
+    /* held jobs are not read again, nor planned for */
+    cr_assert_eq(store_claim_ahead(g_st, 150, 120, 10, &jobs, &n), RMQS_OK);
+    cr_expect_eq(n, 0);
+    cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
+    cr_expect(any);
+    cr_expect_eq(due, 900);
+
+    /* the recorder writes the claims, then an outcome */
+    const char *claims[] = {id2, id1};
+    cr_assert_eq(store_record(g_st, claims, 2, NULL, 0, 140), RMQS_OK);
+    cr_expect_eq(raw_status(1), JOB_PUBLISHING);
+    cr_expect_eq(ut_sql_int(g_path, "SELECT attempts FROM jobs WHERE status = 1 LIMIT 1"), 1);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_expect_eq(counts[JOB_PUBLISHING], 2);
+    cr_expect_eq(counts[JOB_PENDING], 1);
+    j = get_job(g_st, 1);
+    cr_expect_eq(j.attempts, 1, "no double count once written");
+    job_clear(&j);
+
+    store_outcome o[] = {{.id = id1, .kind = STORE_OUT_SENT},
+                         {.id = id2, .kind = STORE_OUT_RELEASE}};
+    cr_assert_eq(store_record(g_st, NULL, 0, o, 2, 150), RMQS_OK);
+    cr_expect_eq(raw_status(1), JOB_SENT);
+    cr_expect_eq(raw_status(2), JOB_PENDING);
+    /* released: claimable again, attempt not counted */
+    cr_assert_eq(store_claim_ahead(g_st, 150, 160, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){2}, 1);
+    cr_expect_eq(jobs[0].attempts, 1);
+    ut_jobs_free(jobs, n);
+}
+
+Test(store, claim_ahead_and_its_record_in_one_call)
+{
+    char id1[JOB_ID_LEN + 1];
+    job_t *jobs;
+    size_t n;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    ut_job_id(1, id1);
+    cr_assert_eq(store_claim_ahead(g_st, 100, 100, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 1);
+    ut_jobs_free(jobs, n);
+    /* claim and a failed attempt together: pending again at retry_at */
+    const char *claims[] = {id1};
+    store_outcome o = {.id = id1, .kind = STORE_OUT_RETRY, .error = "NO_ROUTE",
+                       .retry_at = 700};
+    cr_assert_eq(store_record(g_st, claims, 1, &o, 1, 110), RMQS_OK);
+    job_t j = get_job(g_st, 1);
+    cr_expect_eq(j.status, JOB_PENDING);
+    cr_expect_eq(j.attempts, 1);
+    cr_expect_eq(j.due_at, 700);
+    cr_expect_str_eq(j.last_error, "NO_ROUTE");
+    job_clear(&j);
+    check_counts("claim + retry in one record");
+    /* malformed input changes nothing */
+    const char *bad[] = {"not-an-id"};
+    cr_expect_eq(store_record(g_st, bad, 1, NULL, 0, 120), RMQS_EINVAL);
+}
+
+Test(store, a_job_cancelled_or_rescheduled_first_is_not_claimed_ahead)
+{
+    char id1[JOB_ID_LEN + 1], id2[JOB_ID_LEN + 1];
+    job_t *jobs, j;
+    size_t n;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    insert_job(g_st, 2, 100);
+    insert_job(g_st, 3, 100);
+    ut_job_id(1, id1);
+    ut_job_id(2, id2);
+    cr_assert_eq(store_cancel(g_st, id1, 90, &j), RMQS_OK);
+    job_clear(&j);
+    cr_assert_eq(store_reschedule(g_st, id2, 60000, 60000, 90, &j), RMQS_OK);
+    job_clear(&j);
+    cr_assert_eq(store_claim_ahead(g_st, 150, 100, 10, &jobs, &n), RMQS_OK);
+    assert_ids(jobs, n, (int[]){3}, 1);
+    ut_jobs_free(jobs, n);
+}
+
+Test(store, claim_ahead_never_waits_for_a_write_in_progress)
+{
+    sqlite3 *db;
+    job_t *jobs;
+    size_t n;
+    struct timespec t0, t1;
+    double ms;
+
+    g_st = open_store();
+    insert_job(g_st, 1, 100);
+    /* another connection holds the write lock (as the writer does through
+     * its commit and fsync), with an uncommitted change to job 1 */
+    db = ut_sql_open(g_path);
+    cr_assert_eq(sqlite3_exec(db, "BEGIN IMMEDIATE; UPDATE jobs SET due_at = 5",
+                              NULL, NULL, NULL), SQLITE_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cr_assert_eq(store_claim_ahead(g_st, 150, 100, 10, &jobs, &n), RMQS_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    assert_ids(jobs, n, (int[]){1}, 1);
+    cr_expect_eq(jobs[0].due_at, 100, "read the committed state only");
+    ut_jobs_free(jobs, n);
+    cr_expect_lt(ms, 1000.0, "claim_ahead took %.1f ms behind a writer", ms);
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+}
+
+/* The race: cancels and reschedules on one thread, claims ahead on
+ * another, over the same due jobs. A job whose cancel or reschedule was
+ * answered OK must never be handed out; every other one is, exactly once. */
+enum { RACE_JOBS = 1500 };
+static int g_race_rc[RACE_JOBS + 1];
+static atomic_bool g_race_done;
+
+static void *race_changer(void *arg)
+{
+    (void)arg;
+    for (int i = 1; i <= RACE_JOBS; i++) {
+        char id[JOB_ID_LEN + 1];
+        job_t j;
+        ut_job_id(i, id);
+        if (i % 2)
+            g_race_rc[i] = store_cancel(g_st, id, 100, &j);
+        else
+            g_race_rc[i] = store_reschedule(g_st, id, 1000000, 1000000, 100, &j);
+        job_clear(&j);
+    }
+    atomic_store(&g_race_done, true);
+    return NULL;
+}
+
+Test(store, cancel_racing_claim_ahead_never_hands_out_a_changed_job)
+{
+    static int claimed[RACE_JOBS + 1];
+    job_t j;
+    pthread_t t;
+    bool done = false;
+
+    g_st = open_store();
+    {
+        store_insert_req *r = calloc(RACE_JOBS, sizeof(*r));
+        job_t *js = calloc(RACE_JOBS, sizeof(*js));
+        for (int i = 0; i < RACE_JOBS; i++) {
+            ut_job_make(&js[i], i + 1, 100);
+            r[i] = (store_insert_req){.jobs = &js[i], .n = 1};
+        }
+        cr_assert_eq(store_insert_batch(g_st, r, RACE_JOBS), RMQS_OK);
+        for (int i = 0; i < RACE_JOBS; i++)
+            job_clear(&js[i]);
+        free(js);
+        free(r);
+    }
+    memset(claimed, 0, sizeof(claimed));
+    atomic_store(&g_race_done, false);
+    cr_assert_eq(pthread_create(&t, NULL, race_changer, NULL), 0);
+    while (!done) {
+        job_t *jobs;
+        size_t n;
+        bool changer_done = atomic_load(&g_race_done);
+        cr_assert_eq(store_claim_ahead(g_st, 150, 100, 7, &jobs, &n), RMQS_OK);
+        for (size_t i = 0; i < n; i++) {
+            int k = (int)strtol(jobs[i].id + 24, NULL, 16);
+            cr_assert(k >= 1 && k <= RACE_JOBS);
+            claimed[k]++;
+            /* the recorder's part: claim written, then settled as sent */
+            const char *c[] = {jobs[i].id};
+            store_outcome o = {.id = jobs[i].id, .kind = STORE_OUT_SENT};
+            cr_assert_eq(store_record(g_st, c, 1, &o, 1, 110), RMQS_OK);
+        }
+        ut_jobs_free(jobs, n);
+        /* every job had its change tried: nothing may be left to claim */
+        done = n == 0 && changer_done;
+    }
+    pthread_join(t, NULL);
+    int changed = 0, handed = 0;
+    for (int i = 1; i <= RACE_JOBS; i++) {
+        cr_assert_leq(claimed[i], 1, "job %d handed out %d times", i, claimed[i]);
+        if (g_race_rc[i] == RMQS_OK) {
+            changed++;
+            cr_assert_eq(claimed[i], 0, "job %d %s answered OK, then handed out",
+                         i, i % 2 ? "cancelled" : "rescheduled");
+        } else {
+            cr_assert_eq(g_race_rc[i], RMQS_ECONFLICT, "job %d: %d", i, g_race_rc[i]);
+            cr_assert_eq(claimed[i], 1, "job %d refused its change, never handed out", i);
+            handed++;
+        }
+    }
+    cr_log_info("race: %d changed, %d claimed ahead", changed, handed);
+    j = get_job(g_st, 1);
+    job_clear(&j);
+    check_counts("after the race");
 }

@@ -259,7 +259,7 @@ static void restart(cwin_t *w)
 
 void cwin_channel_closed(cwin_t *w, const char *reason)
 {
-    char unsent[300];
+    char unsent[sizeof(((cwin_result *)0)->reason)];
     size_t matched = 0;
     uint64_t t;
 

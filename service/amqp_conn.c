@@ -46,6 +46,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,8 +68,11 @@ typedef struct url {
 } url;
 
 struct amqpc {
-    url *urls;
-    size_t n_urls, cur;
+    url *urls;                    /* immutable after amqpc_new */
+    size_t n_urls;
+    /* Index of the URL in use: moved only by the owner thread (open), read
+     * by others too (the safe URL in logs and /readyz), hence atomic. */
+    _Atomic size_t cur;
     char *name;
     char *ca_file, *cert_file, *key_file;
     int heartbeat_s;
@@ -291,25 +295,31 @@ size_t amqpc_url_count(const amqpc_t *c)
     return c->n_urls;
 }
 
+static size_t cur_index(const amqpc_t *c)
+{
+    return atomic_load_explicit(&c->cur, memory_order_relaxed);
+}
+
 size_t amqpc_url_index(const amqpc_t *c)
 {
-    return c->cur;
+    return cur_index(c);
 }
 
 void amqpc_next_url(amqpc_t *c)
 {
-    c->cur = (c->cur + 1) % c->n_urls;
+    atomic_store_explicit(&c->cur, (cur_index(c) + 1) % c->n_urls,
+                          memory_order_relaxed);
     c->failed = false;
 }
 
 const char *amqpc_safe_url(const amqpc_t *c)
 {
-    return c ? c->urls[c->cur].safe : "";
+    return c ? c->urls[cur_index(c)].safe : "";
 }
 
 void amqpc_current(const amqpc_t *c, amqpc_url_parts *out)
 {
-    const url *u = &c->urls[c->cur];
+    const url *u = &c->urls[cur_index(c)];
 
     out->host = u->host;
     out->port = u->port;
@@ -535,7 +545,7 @@ static void read_version(amqpc_t *c)
 
 rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err)
 {
-    const url *u = &c->urls[c->cur];
+    const url *u = &c->urls[cur_index(c)];
     amqp_connection_state_t conn;
     amqp_socket_t *sock;
     amqp_rpc_reply_t reply;
@@ -546,7 +556,7 @@ rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err)
         return RMQS_OK;
     if (c->failed) { /* the one that failed stayed current for the logs */
         amqpc_next_url(c);
-        u = &c->urls[c->cur];
+        u = &c->urls[cur_index(c)];
     }
     tv.tv_sec = c->timeout_ms / 1000;
     tv.tv_usec = (c->timeout_ms % 1000) * 1000;

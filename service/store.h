@@ -10,7 +10,7 @@
  * (synchronous=NORMAL), survive a process crash, and after a power loss can
  * only be undone back to an earlier state of the job, so it is published
  * again (at least once, never lost); the next fsynced commit or checkpoint
- * makes them durable. The schema comes from migrations/ (embedded at build
+ * makes them durable. The schema comes from migrations/sqlite/ (embedded at build
  * time), applied at open, each once, in order, recorded in schema_migrations.
  *
  * Thread safety: a store_t may be used from several threads; calls are
@@ -220,7 +220,7 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
  * (their attempt is not counted). *n_out gets how many. */
 rmqs_rc store_recover(store_t *st, size_t *n_out);
 
-/* Embedded migrations generated from migrations/ at build time. */
+/* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];
 extern const size_t store_builtin_migrations_count;
 

@@ -380,7 +380,8 @@ rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
         }
         for (size_t i = 0; i < n; i++)
             (void)job_id_parse(c[i].job.id, ids[i]);
-        kept = claimset_take(st->held, gen, (const unsigned char(*)[JOB_ID_BYTES])ids,
+        kept = claimset_take(st->held, gen,
+                             (const unsigned char(*)[JOB_ID_BYTES])ids,
                              n, keep);
         if (kept < 0) {
             out = RMQS_ENOMEM;

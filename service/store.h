@@ -13,8 +13,9 @@
  * (synchronous=NORMAL), survive a process crash, and after a power loss can
  * only be undone back to an earlier state of the job, so it is published
  * again (at least once, never lost); the next fsynced commit or checkpoint
- * makes them durable. The schema comes from migrations/sqlite/ (embedded at build
- * time), applied at open, each once, in order, recorded in schema_migrations.
+ * makes them durable. The schema comes from migrations/sqlite/ (embedded at
+ * build time), applied at open, each once, in order, recorded in
+ * schema_migrations.
  *
  * Thread safety: a store_t may be used from several threads; calls are
  * serialised internally, except the dispatcher's reads (store_claim_ahead,

@@ -430,7 +430,7 @@ nomem:
 /* Step s once and load the row into *out; RMQS_ENOTFOUND if none. s is left
  * for the caller to reset (sq_stmt_done). */
 rmqs_rc sq_step_one_job(store_backend *st, sqlite3_stmt *s, stmt_id sid,
-                            job_t *out)
+                        job_t *out)
 {
     int rc = sqlite3_step(s);
 
@@ -443,7 +443,7 @@ rmqs_rc sq_step_one_job(store_backend *st, sqlite3_stmt *s, stmt_id sid,
 
 /* Load a job by binary id (within the caller's transaction or not). */
 rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
-                         job_t *out)
+                     job_t *out)
 {
     sqlite3_stmt *s = sq_stmt(st, S_GET);
     rmqs_rc rc;
@@ -633,7 +633,8 @@ done:
     return out;
 }
 
-static rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames, int64_t *copied)
+static rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
+                             int64_t *copied)
 {
     const char *path;
     rmqs_rc out = RMQS_OK;
@@ -765,7 +766,8 @@ const store_ops store_sqlite_ops = {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Test hooks (store.c's store__sql, store__synchronous, store__set_max_pages) */
+/* Test hooks behind store.c's store__sql, store__synchronous and       */
+/* store__set_max_pages                                                     */
 
 const char *store_sqlite__sql(const char *name)
 {

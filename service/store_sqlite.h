@@ -93,7 +93,8 @@ struct store_backend {
 /* How a transaction's COMMIT must reach the disk. */
 typedef enum tx_sync {
     TX_DURABLE, /* fsynced when the store was opened FULL: API writes */
-    TX_RELAXED  /* NORMAL: the dispatcher's status changes (store_sqlite_schema.c) */
+    TX_RELAXED  /* NORMAL: the dispatcher's status changes (the sync policy,
+                   store_sqlite_schema.c) */
 } tx_sync;
 
 /* The backend's table for store.c. */

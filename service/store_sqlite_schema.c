@@ -77,7 +77,7 @@ int64_t sq_query_int(sqlite3 *db, const char *sql, int *rc_out)
 /* One clear open-time message: the path, what failed, sqlite3_errstr and,
  * when it says more, the connection's own message. */
 rmqs_rc sq_open_fail(rmqs_error *err, sqlite3 *db, const char *path,
-                         const char *what, int rc)
+                     const char *what, int rc)
 {
     const char *es = sqlite3_errstr(rc);
     const char *em = db ? sqlite3_errmsg(db) : es;
@@ -91,7 +91,7 @@ rmqs_rc sq_open_fail(rmqs_error *err, sqlite3 *db, const char *path,
 
 /* Configure the connection and prove the file is a readable database. */
 rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
-                              rmqs_error *err)
+                          rmqs_error *err)
 {
     char limit[64];
     char mode[16];
@@ -106,7 +106,7 @@ rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
         return sq_open_fail(err, db, path, "", rc);
     if (sqlite3_db_readonly(db, "main") == 1)
         return sq_open_fail(err, NULL, path, "opened read-only: ",
-                         SQLITE_READONLY);
+                            SQLITE_READONLY);
 
     rc = sq_run_once(db, "PRAGMA journal_mode = WAL", mode, sizeof(mode));
     if (rc != SQLITE_OK)
@@ -141,7 +141,7 @@ rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
 }
 
 rmqs_rc sq_check_migration_list(const store_migration *m, size_t n,
-                                    rmqs_error *err)
+                                rmqs_error *err)
 {
     if (n && !m)
         return rmqs_fail(err, RMQS_EINVAL, NULL, "migration list is NULL");
@@ -234,7 +234,7 @@ fail:
 }
 
 rmqs_rc sq_migrate(sqlite3 *db, const char *path,
-                       const store_migration *m, size_t n, rmqs_error *err)
+                   const store_migration *m, size_t n, rmqs_error *err)
 {
     int known = n ? m[n - 1].version : 0;
     int64_t current;
@@ -242,13 +242,13 @@ rmqs_rc sq_migrate(sqlite3 *db, const char *path,
     int rc;
 
     rc = sq_run_once(db,
-                  "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                  "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-                  "applied_at INTEGER NOT NULL)", NULL, 0);
+                     "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                     "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                     "applied_at INTEGER NOT NULL)", NULL, 0);
     if (rc != SQLITE_OK)
         return sq_open_fail(err, db, path, "creating schema_migrations: ", rc);
     current = sq_query_int(db, "SELECT coalesce(max(version), 0) "
-                            "FROM schema_migrations", &rc);
+                               "FROM schema_migrations", &rc);
     if (rc != SQLITE_OK)
         return sq_open_fail(err, db, path, "reading schema_migrations: ", rc);
     if (current > known)

@@ -143,6 +143,16 @@ void store_jobs_sort_due(job_t *jobs, size_t n)
     }
 }
 
+void *store_grow(void *arr, size_t *cap, size_t elem)
+{
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *out = ncap > SIZE_MAX / elem ? NULL : realloc(arr, ncap * elem);
+
+    if (out)
+        *cap = ncap;
+    return out;
+}
+
 void store_jobs_free(job_t *jobs, size_t n)
 {
     for (size_t i = 0; i < n; i++)

@@ -84,6 +84,11 @@ void store_claimed_sort(store_claimed *c, size_t n);
 /* Stable sort of jobs[0..n) by due_at (rounds of claims, each in order). */
 void store_jobs_sort_due(job_t *jobs, size_t n);
 
+/* Room for more elements in arr (*cap of elem bytes, all in use): the
+ * array reallocated to twice the size (16 at first) and *cap updated, or
+ * NULL when out of memory (arr and *cap untouched). */
+void *store_grow(void *arr, size_t *cap, size_t elem);
+
 /* Clear n jobs and free the array (NULL is fine). */
 void store_jobs_free(job_t *jobs, size_t n);
 

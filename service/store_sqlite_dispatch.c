@@ -73,14 +73,12 @@ rmqs_rc sq_claim_due(store_backend *st, int64_t due_by_ms, int64_t now_ms,
     sqlite3_bind_int64(s, 3, (int64_t)limit);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            store_claimed *nc = realloc(c, ncap * sizeof(*c));
+            store_claimed *nc = store_grow(c, &cap, sizeof(*c));
             if (!nc) {
                 out = RMQS_ENOMEM;
                 break;
             }
             c = nc;
-            cap = ncap;
         }
         out = sq_row_to_job(s, &c[n].job, &c[n].seq);
         if (out != RMQS_OK)
@@ -140,14 +138,12 @@ rmqs_rc sq_read_due(store_backend *st, claimset_t *held, int64_t due_by_ms,
             claimset_held(held, id))
             continue; /* ours already; the claim is not committed yet */
         if (n == *cap) {
-            size_t ncap = *cap ? *cap * 2 : 16;
-            store_claimed *nc = realloc(*c, ncap * sizeof(**c));
+            store_claimed *nc = store_grow(*c, cap, sizeof(**c));
             if (!nc) {
                 out = RMQS_ENOMEM;
                 break;
             }
             *c = nc;
-            *cap = ncap;
         }
         out = sq_row_to_job(s, &(*c)[n].job, &(*c)[n].seq);
         if (out != RMQS_OK)

@@ -319,14 +319,12 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
             break;
         }
         if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            job_t *nj = realloc(jobs, ncap * sizeof(*jobs));
+            job_t *nj = store_grow(jobs, &cap, sizeof(*jobs));
             if (!nj) {
                 out = RMQS_ENOMEM;
                 break;
             }
             jobs = nj;
-            cap = ncap;
         }
         out = sq_row_to_job(s, &jobs[n], &last_seq);
         if (out != RMQS_OK)

@@ -1,9 +1,10 @@
-# Turns migrations/NNNN_name.sql into a C array of store_migration, so the
-# binary carries its schema. Run by the build (see CMakeLists.txt); the
-# output lives in the build tree only.
+# Turns migrations/<backend>/NNNN_name.sql (the folder is DIR) into a C
+# array of store_migration, so the binary carries its schema. Run by the
+# build (see CMakeLists.txt); the output lives in the build tree only.
+get_filename_component(backend ${DIR} NAME)
 file(GLOB files RELATIVE ${DIR} ${DIR}/*.sql)
 list(SORT files)
-set(body "/* Generated from migrations/ by migrations/embed.cmake. */\n#include \"store.h\"\n\nconst store_migration store_builtin_migrations[] = {\n")
+set(body "/* Generated from migrations/${backend}/ by migrations/embed.cmake. */\n#include \"store.h\"\n\nconst store_migration store_builtin_migrations[] = {\n")
 set(count 0)
 foreach(f ${files})
   if(NOT f MATCHES "^([0-9]+)_[A-Za-z0-9_]+\\.sql$")

@@ -1,7 +1,8 @@
 /*
  * claimset.h - the jobs the dispatcher holds before their claim is durable,
  * and the rules that keep a cancel or reschedule answered 200 from ever
- * being published (used by store.c only).
+ * being published (used by the store only: store.c and the backends' due
+ * reads).
  *
  * Why: the dispatcher reads due jobs from a WAL snapshot on a connection of
  * its own, so publishing never waits for the writer's commit or its fsync;

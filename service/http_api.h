@@ -4,8 +4,8 @@
  *
  * The job endpoints (http_jobs.c) validate with job.c; new jobs go to the
  * group-commit writer (the connection is suspended until the commit),
- * reads and changes of existing jobs go to store.c directly; jobs are
- * answered as job_json.c writes them, errors as JSON
+ * reads and changes of existing jobs go to the store (store.h) directly;
+ * jobs are answered as job_json.c writes them, errors as JSON
  * {"error": {"code", "message", "field"}}.
  */
 #ifndef RMQS_HTTP_API_H

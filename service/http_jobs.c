@@ -472,9 +472,10 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
         ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
                             : http_reply_rc(c, rc, NULL, "cannot read the job");
     } else if (strcmp(method, "DELETE") == 0) {
-        rc = store_cancel(api->st, id, tu_now_ms(), &job);
+        store_change cancel = {.kind = STORE_CHANGE_CANCEL};
+        /* on a conflict the store returns the job as it is */
+        rc = store_update(api->st, id, &cancel, tu_now_ms(), &job);
         if (rc == RMQS_ECONFLICT) {
-            store_get(api->st, id, &job);
             rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
         } else if (rc == RMQS_OK) {
@@ -493,11 +494,13 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
         rc = job_parse_reschedule(rq->body ? rq->body : "", rq->len,
                                   &api->opt.limits, now, &deliver_at, &delay_ms,
                                   &err);
-        if (rc == RMQS_OK)
-            rc = store_reschedule(api->st, id, deliver_at, delay_ms, now, &job);
+        if (rc == RMQS_OK) {
+            store_change to = {.kind = STORE_CHANGE_RESCHEDULE,
+                               .deliver_at = deliver_at, .delay_ms = delay_ms};
+            /* on a conflict the store returns the job as it is */
+            rc = store_update(api->st, id, &to, now, &job);
+        }
         if (rc == RMQS_ECONFLICT) {
-            job_clear(&job);
-            store_get(api->st, id, &job);
             rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be rescheduled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
         }

@@ -158,13 +158,17 @@ static rmqs_rc open_database(service_t *svc)
     rmqs_error err = {0};
     size_t recovered = 0;
 
-    if (make_parent_dirs(cfg->db_path, &err) != RMQS_OK) {
+    /* a file gets its folder and a lock beside it; a URL (refused by the
+     * store for now) neither, and is never logged: it may hold a password */
+    bool file = store_is_file(cfg->db_path);
+
+    if (file && make_parent_dirs(cfg->db_path, &err) != RMQS_OK) {
         log_error(MOD, "cannot prepare the database folder", "error=\"%s\"",
                   err.message);
         return RMQS_ESYS;
     }
-    svc->lock_fd = lock_database(cfg->db_path, &err);
-    if (svc->lock_fd < 0) {
+    svc->lock_fd = file ? lock_database(cfg->db_path, &err) : -1;
+    if (file && svc->lock_fd < 0) {
         log_error(MOD, "cannot lock the database", "error=\"%s\"", err.message);
         return RMQS_ESYS;
     }
@@ -173,7 +177,7 @@ static rmqs_rc open_database(service_t *svc)
                                     .manual_checkpoint = true},
                    &svc->st, &err) != RMQS_OK) {
         log_error(MOD, "cannot open the database", "db=\"%s\" error=\"%s\"",
-                  cfg->db_path, err.message);
+                  file ? cfg->db_path : "(a URL)", err.message);
         return RMQS_EDB;
     }
     if (store_recover(svc->st, &recovered) != RMQS_OK) {
@@ -318,7 +322,9 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     log_set_level(cfg->log_level);
     log_set_format(cfg->log_format);
     log_info(MOD, "starting", "version=%s db=\"%s\" listen=%s sync=%s",
-             RMQS_VERSION, cfg->db_path, cfg->listen,
+             RMQS_VERSION,
+             store_is_file(cfg->db_path) ? cfg->db_path : "(a URL)",
+             cfg->listen,
              cfg->sync_full ? "full" : "normal");
     svc = calloc(1, sizeof(*svc));
     if (svc == NULL) {

@@ -1,7 +1,10 @@
 /*
  * store.h - durable job storage. Every SQL statement of the service lives in
- * store.c; everything above this header speaks in jobs, not rows, so another
- * backend could implement this header without touching HTTP or dispatch code.
+ * the store (store_sqlite*.c for SQLite); everything above this header
+ * speaks in jobs, not rows, so another backend implements store_backend.h
+ * without touching HTTP or dispatch code. store_open picks the backend from
+ * the database setting: a file path is SQLite; a postgres:// or
+ * postgresql:// URL is refused for now (RMQS_EINVAL, "not supported yet").
  *
  * The SQLite backend keeps one database file in WAL mode with
  * synchronous=FULL (configurable): when a write function returns RMQS_OK the
@@ -10,8 +13,9 @@
  * (synchronous=NORMAL), survive a process crash, and after a power loss can
  * only be undone back to an earlier state of the job, so it is published
  * again (at least once, never lost); the next fsynced commit or checkpoint
- * makes them durable. The schema comes from migrations/ (embedded at build
- * time), applied at open, each once, in order, recorded in schema_migrations.
+ * makes them durable. The schema comes from migrations/sqlite/ (embedded at
+ * build time), applied at open, each once, in order, recorded in
+ * schema_migrations.
  *
  * Thread safety: a store_t may be used from several threads; calls are
  * serialised internally, except the dispatcher's reads (store_claim_ahead,
@@ -50,10 +54,17 @@ typedef struct store_options {
  * Open (creating if needed) the database at path, apply the embedded
  * migrations and return the store in *out. A database whose schema is newer
  * than this binary, a corrupt file or an unreadable one gives RMQS_EDB and
- * one clear message in err. The caller owns *out (store_close).
+ * one clear message in err; a postgres:// URL gives RMQS_EINVAL (not
+ * supported yet). The caller owns *out (store_close).
  */
 rmqs_rc store_open(const char *path, const store_options *opt, store_t **out,
                    rmqs_error *err);
+
+/* Whether target (the database setting) names a file, which the caller
+ * may prepare (its folder, a lock file beside it) and log; false for a URL
+ * such as postgres://user:password@host/db, which may carry a password and
+ * which store_open refuses for now. */
+bool store_is_file(const char *target);
 
 /* As store_open with an explicit migration list (tests use this). */
 rmqs_rc store_open_with(const char *path, const store_options *opt,
@@ -143,13 +154,40 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
                    const char *after, job_t **jobs_out, size_t *n_out,
                    char **next_out);
 
-/* Reschedule a pending job: deliver_at and due_at set, delay_ms recorded.
- * RMQS_ENOTFOUND, RMQS_ECONFLICT if not pending. *out gets the new job. */
+/* A client's change to a pending job (PATCH and DELETE /jobs/{id}). */
+typedef enum store_change_kind {
+    STORE_CHANGE_RESCHEDULE, /* deliver_at and due_at set, delay_ms recorded */
+    STORE_CHANGE_CANCEL      /* cancelled (idempotent on a cancelled job) */
+} store_change_kind;
+
+typedef struct store_change {
+    store_change_kind kind;
+    int64_t deliver_at; /* RESCHEDULE: the new time (due_at: not before now) */
+    int64_t delay_ms;   /* RESCHEDULE: as requested, for the x-delay header */
+} store_change;
+
+/*
+ * The one update path of a client's change: apply ch to the pending job id
+ * at now_ms, in one durable transaction. Outcomes:
+ *   - RMQS_OK: *out gets the job as changed (a cancel of a job already
+ *     cancelled changes nothing and is RMQS_OK with that job);
+ *   - RMQS_ECONFLICT: the job is not pending (publishing, held by the
+ *     dispatcher, sent, failed; or cancelled, for a reschedule): nothing
+ *     changed and *out gets the job as it is, so the caller can say why
+ *     without reading it again (a held job shows as publishing, like
+ *     store_get; if it vanished meanwhile *out stays zeroed: id[0] == 0);
+ *   - RMQS_ENOTFOUND (no such job, or id malformed), RMQS_EINVAL (kind out
+ *     of range), or a database failure: *out zeroed.
+ * The caller clears *out in every case (job_clear on a zeroed job is fine).
+ */
+rmqs_rc store_update(store_t *st, const char *id, const store_change *ch,
+                     int64_t now_ms, job_t *out);
+
+/* store_update with a RESCHEDULE to deliver_at (delay_ms recorded). */
 rmqs_rc store_reschedule(store_t *st, const char *id, int64_t deliver_at,
                          int64_t delay_ms, int64_t now_ms, job_t *out);
 
-/* Cancel a pending job (idempotent on a cancelled one). RMQS_ENOTFOUND;
- * RMQS_ECONFLICT if publishing, sent or failed. *out gets the job. */
+/* store_update with a CANCEL. */
 rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
 
 /* Earliest due_at among pending jobs not held by store_claim_ahead: *any
@@ -173,8 +211,8 @@ rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
  * 1, updated_at = now_ms); jobs_out as store_claim_due. The claim itself is
  * written by a later store_record (claims), which the caller must make for
  * every job returned. From the moment they are held:
- *   - store_cancel and store_reschedule answer RMQS_ECONFLICT for them (as
- *     for a publishing job), store_get and store_list show them publishing;
+ *   - store_update answers RMQS_ECONFLICT for them (as for a publishing
+ *     job), store_get and store_list show them publishing;
  *   - no store_claim_ahead returns them again until store_record settles
  *     them (a RETRY or RELEASE makes them claimable again).
  * A job whose cancel or reschedule overlapped the read is left out, so one
@@ -220,7 +258,7 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
  * (their attempt is not counted). *n_out gets how many. */
 rmqs_rc store_recover(store_t *st, size_t *n_out);
 
-/* Embedded migrations generated from migrations/ at build time. */
+/* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];
 extern const size_t store_builtin_migrations_count;
 

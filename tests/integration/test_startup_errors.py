@@ -120,6 +120,20 @@ def test_database_in_unwritable_place_is_refused(report):
     report(f"startup errors: {path} -> {line.split('msg=', 1)[1]}")
 
 
+def test_postgres_url_is_refused_as_not_supported_yet(tmp_path, report):
+    # Nothing listens there and nothing may connect: the store refuses the
+    # URL before any network traffic. The password never reaches the log,
+    # and no folder or lock file is made from the URL.
+    url = f"postgres://app:{PASSWORD}@127.0.0.1:{free_port()}/appdb"
+    cwd = os.getcwd()
+    before = set(os.listdir(cwd))
+    result = run_binary(["--db", url])
+    line = assert_refused(result, (1, 2), must=("database", "not supported yet"))
+    assert PASSWORD not in result[1], f"the password was logged:\n{result[1][-3000:]}"
+    assert set(os.listdir(cwd)) == before, "files were made from the URL"
+    report(f"startup errors: --db postgres://... -> {line.split('msg=', 1)[1]}")
+
+
 def test_database_from_a_newer_binary_is_refused_and_left_alone(service, report):
     svc, job = _real_database(service)
     with sqlite3.connect(svc.db) as c:

@@ -306,6 +306,25 @@ Test(store, open_missing_directory_is_edb)
               err.message);
 }
 
+Test(store, open_postgres_url_is_einval_not_supported_yet)
+{
+    const char *urls[] = {"postgres://app:secret@127.0.0.1:5999/appdb",
+                          "POSTGRESQL://127.0.0.1/appdb"};
+
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        rmqs_error err = {0};
+
+        cr_assert_not(store_is_file(urls[i]), "%s", urls[i]);
+        cr_assert_eq(store_open(urls[i], &k_opts, &g_st, &err), RMQS_EINVAL,
+                     "%s", urls[i]);
+        cr_assert_null(g_st);
+        cr_assert(strstr(err.message, "not supported yet"), "%s", err.message);
+        cr_assert_null(strstr(err.message, "secret"), "%s", err.message);
+    }
+    cr_assert(store_is_file(g_path));
+    cr_assert(store_is_file("postgres.db"));
+}
+
 Test(store, open_normal_sync_and_null_options)
 {
     store_options normal = {.synchronous_full = false};
@@ -1002,7 +1021,11 @@ Test(store, reschedule_only_pending)
     ut_job_id(2, id);
     cr_assert_eq(store_reschedule(g_st, id, 7000, 6000, 1000, &out),
                  RMQS_ECONFLICT);
-    cr_assert_null(out.exchange);
+    /* the conflict answers with the job as it is, unchanged */
+    cr_assert_str_eq(out.id, id);
+    cr_assert_eq(out.status, JOB_PUBLISHING);
+    cr_assert_eq(out.deliver_at, 100);
+    job_clear(&out);
     j = get_job(g_st, 2);
     cr_assert_eq(j.deliver_at, 100);
     job_clear(&j);
@@ -1062,7 +1085,10 @@ Test(store, cancel_state_rules)
         ut_job_id(conflicts[i].n, id);
         cr_assert_eq(store_cancel(g_st, id, 80, &out), RMQS_ECONFLICT,
                      "job %d", conflicts[i].n);
-        cr_assert_null(out.exchange);
+        /* the conflict answers with the job as it is */
+        cr_assert_str_eq(out.id, id);
+        cr_assert_eq(out.status, conflicts[i].st, "job %d", conflicts[i].n);
+        job_clear(&out);
         j = get_job(g_st, conflicts[i].n);
         cr_assert_eq(j.status, conflicts[i].st);
         job_clear(&j);
@@ -1503,9 +1529,11 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     cr_assert_eq(n, 2); /* jobs 2 (now due 50) and 3 */
     ut_jobs_free(jobs, n);
     cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_ECONFLICT);
+    job_clear(&got);
     check_counts("cancel refused (publishing)");
     cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got),
                  RMQS_ECONFLICT);
+    job_clear(&got);
     check_counts("reschedule refused (publishing)");
     cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
     cr_assert_eq(n, 2);
@@ -1802,8 +1830,17 @@ Test(store, claim_ahead_holds_jobs_until_their_claim_is_written)
     cr_expect_eq(j.status, JOB_PUBLISHING);
     cr_expect_eq(j.attempts, 1);
     job_clear(&j);
+    /* refused as publishing, and answered with the job as store_get shows
+     * it (held: publishing, attempt counted) */
     cr_expect_eq(store_cancel(g_st, id1, 130, &j), RMQS_ECONFLICT);
+    cr_expect_str_eq(j.id, id1);
+    cr_expect_eq(j.status, JOB_PUBLISHING);
+    cr_expect_eq(j.attempts, 1);
+    job_clear(&j);
     cr_expect_eq(store_reschedule(g_st, id2, 5000, 5000, 130, &j), RMQS_ECONFLICT);
+    cr_expect_str_eq(j.id, id2);
+    cr_expect_eq(j.status, JOB_PUBLISHING);
+    job_clear(&j);
     cr_expect_eq(raw_status(1), JOB_PENDING, "the refused cancel wrote nothing");
 
     /* held jobs are not read again, nor planned for */

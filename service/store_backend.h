@@ -1,0 +1,92 @@
+/*
+ * store_backend.h - what a store backend implements (internal to the store:
+ * store.c and store_<backend>*.c include it).
+ *
+ * Why: store.c is the thin front of store.h. It picks a backend from the
+ * database setting, owns what is the same for every backend (the claimset
+ * of jobs held by the dispatcher and its rules, id parsing, the listing
+ * cursor text, the all-or-nothing insert wrapper) and calls the backend
+ * through this table for everything that touches the database. Today the
+ * only backend is SQLite (store_sqlite.h); PostgreSQL (issue 12) adds a
+ * second table without touching the front or anything above store.h.
+ *
+ * Each op has the contract of the store.h call of the same name, with ids
+ * already parsed (JOB_ID_BYTES binary) and these differences:
+ *   - the backend serialises its own calls (it may be called from several
+ *     threads at once), except read_due and next_due, which one dispatcher
+ *     thread calls and which must never wait for a write in progress;
+ *   - read_due and next_due skip every job claimset_held(held, id) says is
+ *     held (the front owns the claimset and applies its take rules);
+ *   - record gets binary ids; the front releases the settled jobs from the
+ *     claimset after it returns RMQS_OK;
+ *   - update leaves the claimset to the front (claimset_change_begin/end
+ *     around it) and returns the current job on RMQS_ECONFLICT, as
+ *     store_update documents;
+ *   - every change of a job's status is counted with store_delta
+ *     (store_common.h) in the transaction of the change.
+ */
+#ifndef RMQS_STORE_BACKEND_H
+#define RMQS_STORE_BACKEND_H
+
+#include "claimset.h"
+#include "store.h"
+#include "store_common.h"
+
+/* A backend's own state, defined by each backend's files. */
+typedef struct store_backend store_backend;
+
+typedef struct store_ops {
+    const char *name; /* "sqlite": for logs */
+
+    /* Open (creating if needed) what target names, apply migrations (n of
+     * them), return the state in *out; errors as store_open. */
+    rmqs_rc (*open)(const char *target, const store_options *opt,
+                    const store_migration *migrations, size_t n,
+                    store_backend **out, rmqs_error *err);
+    void (*close)(store_backend *b);
+
+    int (*schema_version)(store_backend *b);
+    rmqs_rc (*purge)(store_backend *b, int64_t before_ms, size_t limit,
+                     size_t *deleted);
+    rmqs_rc (*checkpoint)(store_backend *b, int64_t *wal_frames,
+                          int64_t *copied);
+    rmqs_rc (*counts)(store_backend *b, int64_t counts[STORE_N_STATUS]);
+    int64_t (*free_bytes)(store_backend *b);
+    int64_t (*size_bytes)(store_backend *b);
+    rmqs_rc (*ping)(store_backend *b);
+
+    rmqs_rc (*insert_batch)(store_backend *b, store_insert_req *reqs,
+                            size_t n);
+    rmqs_rc (*get)(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+                   job_t *out);
+    /* A page of at most limit (>= 1) jobs matching f (checked by the
+     * front) in (deliver_at, seq) order after *after (NULL: from the
+     * start): *n_out jobs in a malloc'd *jobs_out, *more whether a job
+     * follows, *last the cursor of the last one (when *n_out > 0). */
+    rmqs_rc (*list)(store_backend *b, const store_filter *f, size_t limit,
+                    const store_cursor *after, job_t **jobs_out,
+                    size_t *n_out, bool *more, store_cursor *last);
+    rmqs_rc (*update)(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+                      const store_change *ch, int64_t now_ms, job_t *out);
+
+    rmqs_rc (*next_due)(store_backend *b, claimset_t *held, bool *any,
+                        int64_t *due_at_out);
+    rmqs_rc (*claim_due)(store_backend *b, int64_t due_by_ms, int64_t now_ms,
+                         size_t limit, job_t **jobs_out, size_t *n_out);
+    /* One snapshot: up to limit pending jobs due by due_by_ms, not held, in
+     * due order, into *c (grown as needed; *cap its size). On failure
+     * *n_out is 0 and nothing is left in *c to clear. */
+    rmqs_rc (*read_due)(store_backend *b, claimset_t *held, int64_t due_by_ms,
+                        size_t limit, store_claimed **c, size_t *cap,
+                        size_t *n_out);
+    /* store_record with binary ids: claims[0..n_claims), then outcome i
+     * for ids[i]. */
+    rmqs_rc (*record)(store_backend *b,
+                      const unsigned char (*claims)[JOB_ID_BYTES],
+                      size_t n_claims, const store_outcome *o,
+                      const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                      int64_t now_ms);
+    rmqs_rc (*recover)(store_backend *b, size_t *n_out);
+} store_ops;
+
+#endif

@@ -1,0 +1,161 @@
+/*
+ * store_common.c - the backend-independent parts of the store (contract:
+ * store_common.h): job counts deltas, the listing cursor, the JSON text of
+ * headers and properties, due order.
+ *
+ * Why: so that SQLite (store_sqlite*.c) and a later backend keep one set of
+ * rules; see store_common.h for each.
+ */
+#include "store_common.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define MODULE "store"
+
+void store_delta_clear(store_delta *d)
+{
+    memset(d->n, 0, sizeof(d->n));
+}
+
+void store_delta_add(store_delta *d, int status, int64_t n)
+{
+    if (status >= 0 && status < STORE_N_STATUS)
+        d->n[status] += n;
+}
+
+void store_delta_move(store_delta *d, int from, int to, int64_t n)
+{
+    store_delta_add(d, from, -n);
+    store_delta_add(d, to, n);
+}
+
+void store_delta_merge(store_delta *d, const store_delta *src)
+{
+    for (int i = 0; i < STORE_N_STATUS; i++)
+        d->n[i] += src->n[i];
+}
+
+/* One signed base-10 int64 of exactly len bytes, no sign but '-'. */
+static bool parse_i64(const char *s, size_t len, int64_t *out)
+{
+    bool neg = false;
+    uint64_t v = 0;
+    size_t i = 0;
+
+    if (len > 0 && s[0] == '-') {
+        neg = true;
+        i = 1;
+    }
+    if (i == len || len - i > 19)
+        return false;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (neg ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX)
+        return false;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return true;
+}
+
+bool store_cursor_parse(const char *text, store_cursor *out)
+{
+    const char *dot = text ? strchr(text, '.') : NULL;
+
+    if (!dot || strlen(text) >= STORE_CURSOR_MAX)
+        return false;
+    return parse_i64(text, (size_t)(dot - text), &out->deliver_at) &&
+           parse_i64(dot + 1, strlen(dot + 1), &out->seq) && out->seq >= 0;
+}
+
+char *store_cursor_format(const store_cursor *c)
+{
+    char *out = malloc(STORE_CURSOR_MAX);
+
+    if (out)
+        snprintf(out, STORE_CURSOR_MAX, "%" PRId64 ".%" PRId64, c->deliver_at,
+                 c->seq);
+    return out;
+}
+
+rmqs_rc store_json_text(const json_t *v, char **out)
+{
+    *out = NULL;
+    if (!v)
+        return RMQS_OK;
+    *out = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    return *out ? RMQS_OK : RMQS_ENOMEM;
+}
+
+rmqs_rc store_json_load(const char *text, size_t len, const char *job_id,
+                        json_t **out)
+{
+    json_error_t jerr;
+
+    *out = json_loadb(text, len, JSON_ALLOW_NUL, &jerr);
+    if (*out)
+        return RMQS_OK;
+    log_error(MODULE, "corrupt row", "id=%s reason=\"%s\"", job_id, jerr.text);
+    return RMQS_EDB;
+}
+
+const char *store_job_message_id(const job_t *job)
+{
+    json_t *mid = job->properties
+                      ? json_object_get(job->properties, "message_id")
+                      : NULL;
+
+    return json_is_string(mid) ? json_string_value(mid) : NULL;
+}
+
+static int claimed_cmp(const void *a, const void *b)
+{
+    const store_claimed *x = a, *y = b;
+
+    if (x->job.due_at != y->job.due_at)
+        return x->job.due_at < y->job.due_at ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+void store_claimed_sort(store_claimed *c, size_t n)
+{
+    if (n > 1)
+        qsort(c, n, sizeof(*c), claimed_cmp);
+}
+
+void store_jobs_sort_due(job_t *jobs, size_t n)
+{
+    /* insertion sort: stable, and the rounds are each in order already */
+    for (size_t i = 1; i < n; i++) {
+        job_t t = jobs[i];
+        size_t k = i;
+        while (k > 0 && jobs[k - 1].due_at > t.due_at) {
+            jobs[k] = jobs[k - 1];
+            k--;
+        }
+        jobs[k] = t;
+    }
+}
+
+void *store_grow(void *arr, size_t *cap, size_t elem)
+{
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *out = ncap > SIZE_MAX / elem ? NULL : realloc(arr, ncap * elem);
+
+    if (out)
+        *cap = ncap;
+    return out;
+}
+
+void store_jobs_free(job_t *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+}

@@ -1,0 +1,95 @@
+/*
+ * store_common.h - what every store backend shares (internal to the store:
+ * store.c and the store_<backend>*.c files include it, nothing above
+ * store.h does).
+ *
+ * Why: the rules that make a store correct do not depend on the database
+ * that keeps the rows: the job counts bookkeeping (every change of a job's
+ * status moves one count, in the transaction of the change), the listing
+ * cursor ("<deliver_at>.<seq>"), the text form of headers and properties,
+ * and the due order of claimed jobs. Written once here, a second backend
+ * (PostgreSQL, issue 12) follows the same rules instead of copying them.
+ */
+#ifndef RMQS_STORE_COMMON_H
+#define RMQS_STORE_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "job.h"
+#include "rmqs.h"
+
+#define STORE_N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
+#define STORE_CURSOR_MAX 48 /* "<int64>.<int64>" + NUL */
+
+/*
+ * Job counts bookkeeping. A backend keeps one delta per open transaction:
+ * every statement that inserts, deletes or changes the status of jobs adds
+ * what it did (insert +1 for the new row's status; a claim moves pending ->
+ * publishing per claimed row; a settle, release, cancel or recover moves
+ * per changed row; a purge -1 per deleted row's status). Just before
+ * COMMIT, in the same transaction, the backend adds the nonzero sums to its
+ * counts table, so the counts commit or vanish with the rows; every way a
+ * transaction ends zeroes the delta, and a part of a transaction undone on
+ * its own (a savepoint) counts into a scratch delta merged only when it is
+ * kept. A status outside 0..4 is ignored (the schema refuses it anyway).
+ */
+typedef struct store_delta {
+    int64_t n[STORE_N_STATUS];
+} store_delta;
+
+void store_delta_clear(store_delta *d);
+/* n jobs more (or fewer, n < 0) with this status. */
+void store_delta_add(store_delta *d, int status, int64_t n);
+/* n jobs went from status from to status to. */
+void store_delta_move(store_delta *d, int from, int to, int64_t n);
+/* Add src into d (a kept savepoint's scratch). */
+void store_delta_merge(store_delta *d, const store_delta *src);
+
+/* The listing cursor: opaque to clients, "<deliver_at>.<seq>" in base 10
+ * (URL-safe), seq being the backend's insertion order. */
+typedef struct store_cursor {
+    int64_t deliver_at;
+    int64_t seq;
+} store_cursor;
+
+/* Parse text into *out: false if malformed (then RMQS_EINVAL to callers). */
+bool store_cursor_parse(const char *text, store_cursor *out);
+/* A malloc'd cursor text, or NULL when out of memory. */
+char *store_cursor_format(const store_cursor *c);
+
+/* Headers and properties are kept as compact JSON text, NULL for none.
+ * *out: a malloc'd text (caller frees) or NULL when v is NULL. */
+rmqs_rc store_json_text(const json_t *v, char **out);
+/* Back from that text (len bytes): a new reference in *out, or RMQS_EDB
+ * (logged with the job id) for text that is not JSON. */
+rmqs_rc store_json_load(const char *text, size_t len, const char *job_id,
+                        json_t **out);
+/* The message_id property (a string) that GET /jobs filters on, or NULL;
+ * borrowed from job->properties. */
+const char *store_job_message_id(const job_t *job);
+
+/* A job read or claimed with its insertion order, for the due order. */
+typedef struct store_claimed {
+    int64_t seq;
+    job_t job;
+} store_claimed;
+
+/* Sort c[0..n) in due order: (due_at, seq). */
+void store_claimed_sort(store_claimed *c, size_t n);
+
+/* Stable sort of jobs[0..n) by due_at (rounds of claims, each in order). */
+void store_jobs_sort_due(job_t *jobs, size_t n);
+
+/* Room for more elements in arr (*cap of elem bytes, all in use): the
+ * array reallocated to twice the size (16 at first) and *cap updated, or
+ * NULL when out of memory (arr and *cap untouched). */
+void *store_grow(void *arr, size_t *cap, size_t elem);
+
+/* Clear n jobs and free the array (NULL is fine). */
+void store_jobs_free(job_t *jobs, size_t n);
+
+#endif

@@ -1,0 +1,802 @@
+/*
+ * store_sqlite.c - the SQLite backend of the store (store_backend.h; its
+ * insides in store_sqlite.h): the statements, the transaction discipline,
+ * rows <-> jobs, open and close, and the small calls (counts, purge,
+ * checkpoint, ping). Clients' calls are in store_sqlite_jobs.c, the
+ * dispatcher's in store_sqlite_dispatch.c, pragmas, migrations and the sync
+ * policy in store_sqlite_schema.c.
+ *
+ * Why: jobs must survive restarts and crashes, and a job the API accepted
+ * must never be lost or published twice by our own doing. SQLite in WAL mode
+ * with synchronous=FULL makes every committed write durable on return.
+ *
+ * How it works:
+ *   - One connection per store, opened with SQLITE_OPEN_NOMUTEX and guarded
+ *     by our own mutex (st->mu): every call holds it from first to last
+ *     statement, so HTTP workers and the dispatcher are serialised and
+ *     sqlite3_errmsg() still describes our own failure when we read it.
+ *   - Every statement is prepared once at open (the sq_stmt_defs table
+ *     below) and kept in st->stmt[]; calls bind, step, reset and clear
+ *     bindings. All the SQL of the service is in the store_sqlite files.
+ *   - Writes run in BEGIN IMMEDIATE ... COMMIT (the write lock is taken up
+ *     front, so a read->write upgrade can never fail with SQLITE_BUSY).
+ *     After any failure, if SQLite left the transaction open
+ *     (sqlite3_get_autocommit() == 0) we ROLLBACK, so the store stays usable:
+ *     once disk space returns, later writes succeed without reopening.
+ *   - SQLITE_FULL (and an I/O error caused by ENOSPC/EDQUOT) map to
+ *     RMQS_EFULL, out-of-memory to RMQS_ENOMEM, the rest to RMQS_EDB; each
+ *     failure is logged once here with the operation and SQLite's message.
+ *
+ * Row <-> job_t: id is a 16-byte BLOB (job_id_parse/format), headers and
+ * properties are compact JSON text or NULL (store_common.h), sent_at is
+ * NULL while the job is unsent (-1 in job_t), body is a BLOB (never NULL in
+ * the table; empty bodies are a zero-length blob).
+ *
+ * Settling: SENT keeps last_error as it was (the last failure before the
+ * successful attempt stays visible); RETRY stores the new error; store_recover
+ * leaves updated_at alone (it has no clock; it only undoes a claim).
+ *
+ * Job counts (GET /metrics) live in table job_counts, one row per status,
+ * kept exact by the rules of store_common.h (store_delta) rather than by
+ * triggers (migration 0005 dropped them: a trigger per row, which also
+ * makes every INSERT keep a statement journal inside the request's
+ * savepoint, halved the rate of group commits of 1000-job requests; with
+ * one-job requests the cost was 5-10% of CPU per row, as the request's
+ * savepoint journals the same pages anyway). Here: claim per RETURNING row;
+ * settle per sqlite3_changes() or, for RETRY (pending or failed), per
+ * RETURNING status; purge per deleted row's RETURNING status. sq_tx_commit
+ * applies the nonzero sums with one UPDATE per status just before COMMIT;
+ * when SQLite rolled the whole transaction back by itself (SQLITE_FULL
+ * etc.: sqlite3_get_autocommit() == 1) the sums are dropped, never applied
+ * outside a transaction. All of it runs under st->mu, so store_counts()
+ * never sees a transaction half-way. Anything writing jobs behind the
+ * store's back must update job_counts itself.
+ */
+#include "store_sqlite.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "log.h"
+
+/*
+ * The dispatcher's two queries say INDEXED BY jobs_due: without table
+ * statistics SQLite 3.40 prefers jobs_status_deliver (status=?) and then
+ * sorts every pending job in a temp B-tree (checked with EXPLAIN QUERY PLAN).
+ * INDEXED BY also makes prepare fail loudly if the index ever disappears.
+ */
+const stmt_def sq_stmt_defs[S_COUNT] = {
+    [S_BEGIN] = {"begin", "BEGIN IMMEDIATE"},
+    [S_COMMIT] = {"commit", "COMMIT"},
+    [S_ROLLBACK] = {"rollback", "ROLLBACK"},
+    [S_SAVEPOINT] = {"savepoint", "SAVEPOINT req"},
+    [S_RELEASE_SP] = {"release_savepoint", "RELEASE req"},
+    [S_ROLLBACK_SP] = {"rollback_savepoint", "ROLLBACK TO req"},
+    [S_PING] = {"ping", "SELECT 1"},
+    [S_VERSION] = {"schema_version",
+                   "SELECT coalesce(max(version), 0) FROM schema_migrations"},
+    [S_INSERT] = {"insert",
+                  "INSERT INTO jobs (id, status, exchange, routing_key, "
+                  "deliver_at, due_at, delay_ms, created_at, updated_at, "
+                  "sent_at, attempts, max_attempts, last_error, headers, "
+                  "properties, body_kind, body, source, message_id) VALUES "
+                  "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+                  "?14, ?15, ?16, ?17, ?18, ?19)"},
+    [S_IDEM_LOOKUP] = {"idem_lookup",
+                       "SELECT " JOB_COLS ", request FROM idempotency "
+                       "JOIN jobs ON jobs.seq = idempotency.job_seq "
+                       "WHERE key = ?1"},
+    [S_IDEM_INSERT] = {"idem_insert",
+                       "INSERT INTO idempotency (key, job_seq, request) "
+                       "VALUES (?1, ?2, ?3)"},
+    [S_GET] = {"get", "SELECT " JOB_COLS " FROM jobs WHERE id = ?1"},
+    [S_LIST_ALL] = {"list_all", "SELECT " JOB_COLS " FROM jobs "
+                                "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_ALL_AFTER] = {"list_all_after",
+                          "SELECT " JOB_COLS " FROM jobs "
+                          "WHERE (deliver_at, seq) > (?2, ?3) "
+                          "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_STATUS] = {"list_status", "SELECT " JOB_COLS " FROM jobs "
+                                      "WHERE status = ?4 "
+                                      "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_STATUS_AFTER] = {"list_status_after",
+                             "SELECT " JOB_COLS " FROM jobs "
+                             "WHERE status = ?4 AND (deliver_at, seq) > (?2, ?3) "
+                             "ORDER BY deliver_at, seq LIMIT ?1"},
+    /* Source and message_id filters (?5, ?6; NULL = any) are rarer: the
+     * first walks deliver_at order and filters, the second starts from the
+     * message_id index and sorts the few rows it finds. */
+    [S_LIST_FILTERED] = {"list_filtered",
+                         "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_deliver "
+                         "WHERE (deliver_at, seq) > (?2, ?3) "
+                         "AND (?4 IS NULL OR status = ?4) "
+                         "AND (?5 IS NULL OR source = ?5) "
+                         "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_MESSAGE_ID] = {"list_message_id",
+                           "SELECT " JOB_COLS " FROM jobs "
+                           "INDEXED BY jobs_message_id "
+                           "WHERE message_id = ?6 AND (deliver_at, seq) > (?2, ?3) "
+                           "AND (?4 IS NULL OR status = ?4) "
+                           "AND (?5 IS NULL OR source = ?5) "
+                           "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_RESCHEDULE] = {"reschedule",
+                      "UPDATE jobs SET deliver_at = ?1, due_at = max(?1, ?3), "
+                      "delay_ms = ?2, updated_at = ?3 "
+                      "WHERE id = ?4 AND status = 0 RETURNING " JOB_COLS},
+    [S_CANCEL] = {"cancel", "UPDATE jobs SET status = 4, updated_at = ?1 "
+                            "WHERE id = ?2 AND status = 0 RETURNING " JOB_COLS},
+    [S_NEXT_DUE] = {"next_due", "SELECT min(due_at) FROM jobs "
+                                "INDEXED BY jobs_due WHERE status = 0"},
+    [S_CLAIM_DUE] = {"claim_due",
+                     "UPDATE jobs SET status = 1, attempts = attempts + 1, "
+                     "updated_at = ?1 WHERE seq IN (SELECT seq FROM jobs "
+                     "INDEXED BY jobs_due WHERE status = 0 AND due_at <= ?2 "
+                     "ORDER BY due_at, seq LIMIT ?3) RETURNING " JOB_COLS},
+    [S_SETTLE_SENT] = {"settle_sent",
+                       "UPDATE jobs SET status = 2, sent_at = ?1, "
+                       "updated_at = ?1 WHERE id = ?2 AND status = 1"},
+    [S_SETTLE_RETRY] = {"settle_retry",
+                        "UPDATE jobs SET last_error = ?3, updated_at = ?1, "
+                        "status = CASE WHEN attempts >= max_attempts "
+                        "THEN 3 ELSE 0 END, "
+                        "due_at = CASE WHEN attempts >= max_attempts "
+                        "THEN due_at ELSE ?4 END "
+                        "WHERE id = ?2 AND status = 1 RETURNING status"},
+    [S_SETTLE_RELEASE] = {"settle_release",
+                          "UPDATE jobs SET status = 0, "
+                          "attempts = max(attempts - 1, 0), updated_at = ?1 "
+                          "WHERE id = ?2 AND status = 1"},
+    [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
+                              "attempts = max(attempts - 1, 0) "
+                              "WHERE status = 1"},
+    [S_CLAIM_HELD] = {"claim_held",
+                      "UPDATE jobs SET status = 1, attempts = attempts + 1, "
+                      "updated_at = ?1 WHERE id = ?2 AND status = 0"},
+    [S_COUNTS] = {"counts", "SELECT status, n FROM job_counts"},
+    [S_COUNTS_ADD] = {"counts_add",
+                      "UPDATE job_counts SET n = n + ?2 WHERE status = ?1"},
+};
+
+#define STORE_N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
+
+/* ------------------------------------------------------------------------ */
+/* Errors and statement helpers                                             */
+
+/* Map a SQLite result code of connection db to the service's codes and log
+ * the failure. */
+rmqs_rc sq_fail_on(sqlite3 *db, int rc, const char *op)
+{
+    int sys = sqlite3_system_errno(db);
+    rmqs_rc out;
+
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        out = RMQS_EFULL;
+        break;
+    case SQLITE_IOERR:
+        out = (sys == ENOSPC || sys == EDQUOT) ? RMQS_EFULL : RMQS_EDB;
+        break;
+    case SQLITE_NOMEM:
+        out = RMQS_ENOMEM;
+        break;
+    default:
+        out = RMQS_EDB;
+        break;
+    }
+    log_error(MODULE, "database call failed",
+              "op=%s code=%d reason=\"%s\" detail=\"%s\" errno=%d", op, rc,
+              sqlite3_errstr(rc), sqlite3_errmsg(db), sys);
+    return out;
+}
+
+rmqs_rc sq_fail(store_backend *st, int rc, const char *op)
+{
+    return sq_fail_on(st->db, rc, op);
+}
+
+sqlite3_stmt *sq_stmt(store_backend *st, stmt_id id)
+{
+    return st->stmt[id];
+}
+
+void sq_stmt_done(sqlite3_stmt *s)
+{
+    sqlite3_reset(s);
+    sqlite3_clear_bindings(s);
+}
+
+/* Step a statement that yields no row, then reset it. */
+int sq_stmt_exec(sqlite3_stmt *s)
+{
+    int rc = sqlite3_step(s);
+
+    if (rc == SQLITE_ROW) /* e.g. a PRAGMA answering; not an error */
+        rc = SQLITE_DONE;
+    if (rc != SQLITE_DONE) {
+        /* keep the error in errmsg for sq_fail: reset would replace it */
+        return rc;
+    }
+    sq_stmt_done(s);
+    return SQLITE_OK;
+}
+
+/* Fail a statement: map the error (before reset replaces it), reset. */
+rmqs_rc sq_stmt_fail(store_backend *st, sqlite3_stmt *s, int rc, stmt_id id)
+{
+    rmqs_rc out = sq_fail(st, rc, sq_stmt_defs[id].name);
+
+    sq_stmt_done(s);
+    return out;
+}
+
+/* Every transaction ends here, committed or not: its count deltas are
+ * spent or void, and a relaxed connection goes back to FULL. If that fails
+ * the flag stays set and the next durable sq_tx_begin tries again, refusing
+ * to start rather than commit an API write without fsync. */
+static void tx_end(store_backend *st)
+{
+    store_delta_clear(&st->delta);
+    (void)sq_sync_set(st, false);
+}
+
+rmqs_rc sq_tx_begin(store_backend *st, tx_sync how)
+{
+    sqlite3_stmt *s = sq_stmt(st, S_BEGIN);
+    rmqs_rc out;
+    int rc;
+
+    /* a durable transaction never starts at NORMAL; a relaxed one that
+     * cannot switch (logged) simply commits at FULL */
+    out = sq_sync_set(st, how == TX_RELAXED);
+    if (out != RMQS_OK && how == TX_DURABLE)
+        return out;
+    store_delta_clear(&st->delta);
+    rc = sq_stmt_exec(s);
+    if (rc != SQLITE_OK) {
+        out = sq_fail(st, rc, "begin");
+        sq_stmt_done(s);
+        tx_end(st);
+        return out;
+    }
+    return RMQS_OK;
+}
+
+/* Roll back if SQLite left a transaction open (it may already have rolled
+ * back by itself, e.g. after SQLITE_FULL). */
+void sq_tx_abort(store_backend *st)
+{
+    sqlite3_stmt *s;
+    int rc;
+
+    if (!sqlite3_get_autocommit(st->db)) {
+        s = sq_stmt(st, S_ROLLBACK);
+        rc = sq_stmt_exec(s);
+        if (rc != SQLITE_OK) {
+            (void)sq_fail(st, rc, "rollback");
+            sq_stmt_done(s);
+        }
+    }
+    tx_end(st);
+}
+
+/* Inside the transaction, just before COMMIT: add the nonzero deltas to
+ * job_counts. */
+static rmqs_rc counts_flush(store_backend *st)
+{
+    sqlite3_stmt *s = sq_stmt(st, S_COUNTS_ADD);
+
+    for (int i = 0; i < STORE_N_STATUS; i++) {
+        int rc;
+
+        if (st->delta.n[i] == 0)
+            continue;
+        sqlite3_bind_int(s, 1, i);
+        sqlite3_bind_int64(s, 2, st->delta.n[i]);
+        rc = sq_stmt_exec(s);
+        if (rc != SQLITE_OK)
+            return sq_stmt_fail(st, s, rc, S_COUNTS_ADD);
+    }
+    return RMQS_OK;
+}
+
+rmqs_rc sq_tx_commit(store_backend *st)
+{
+    sqlite3_stmt *s = sq_stmt(st, S_COMMIT);
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    /* If SQLite already rolled the whole transaction back by itself, the
+     * deltas describe rows that no longer exist and an UPDATE now would
+     * run (and commit) on its own: skip it; COMMIT then fails with "no
+     * transaction is active" and sq_tx_abort drops the deltas. */
+    if (!sqlite3_get_autocommit(st->db))
+        out = counts_flush(st);
+    if (out != RMQS_OK) {
+        sq_tx_abort(st);
+        return out;
+    }
+    rc = sq_stmt_exec(s);
+    if (rc != SQLITE_OK) {
+        out = sq_fail(st, rc, "commit");
+        sq_stmt_done(s);
+        sq_tx_abort(st);
+        return out;
+    }
+    tx_end(st);
+    return RMQS_OK;
+}
+
+int sq_bind_text_or_null(sqlite3_stmt *s, int i, const char *v)
+{
+    return v ? sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC)
+             : sqlite3_bind_null(s, i);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Rows <-> jobs                                                            */
+
+static char *col_strdup(sqlite3_stmt *s, int c)
+{
+    const unsigned char *t = sqlite3_column_text(s, c);
+    int n = sqlite3_column_bytes(s, c);
+    char *out;
+
+    if (!t)
+        return NULL;
+    out = malloc((size_t)n + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, t, (size_t)n);
+    out[n] = '\0';
+    return out;
+}
+
+/* Read the JOB_COLS of the current row into *out (zeroed first). */
+rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
+{
+    const void *id = sqlite3_column_blob(s, COL_ID);
+    const void *body;
+    int n;
+
+    memset(out, 0, sizeof(*out));
+    if (!id || sqlite3_column_bytes(s, COL_ID) != JOB_ID_BYTES) {
+        log_error(MODULE, "corrupt row", "seq=%lld column=id",
+                  (long long)sqlite3_column_int64(s, COL_SEQ));
+        return RMQS_EDB;
+    }
+    if (seq_out)
+        *seq_out = sqlite3_column_int64(s, COL_SEQ);
+    job_id_format(id, out->id);
+    out->status = (job_status)sqlite3_column_int(s, COL_STATUS);
+    out->source = (job_source)sqlite3_column_int(s, COL_SOURCE);
+    out->deliver_at = sqlite3_column_int64(s, COL_DELIVER_AT);
+    out->due_at = sqlite3_column_int64(s, COL_DUE_AT);
+    out->delay_ms = sqlite3_column_int64(s, COL_DELAY_MS);
+    out->created_at = sqlite3_column_int64(s, COL_CREATED_AT);
+    out->updated_at = sqlite3_column_int64(s, COL_UPDATED_AT);
+    out->sent_at = sqlite3_column_type(s, COL_SENT_AT) == SQLITE_NULL
+                       ? -1
+                       : sqlite3_column_int64(s, COL_SENT_AT);
+    out->attempts = sqlite3_column_int(s, COL_ATTEMPTS);
+    out->max_attempts = sqlite3_column_int(s, COL_MAX_ATTEMPTS);
+    out->body_kind = (job_body_kind)sqlite3_column_int(s, COL_BODY_KIND);
+
+    out->exchange = col_strdup(s, COL_EXCHANGE);
+    out->routing_key = col_strdup(s, COL_ROUTING_KEY);
+    if (!out->exchange || !out->routing_key)
+        goto nomem;
+    if (sqlite3_column_type(s, COL_LAST_ERROR) != SQLITE_NULL) {
+        out->last_error = col_strdup(s, COL_LAST_ERROR);
+        if (!out->last_error)
+            goto nomem;
+    }
+    if (sqlite3_column_type(s, COL_HEADERS) != SQLITE_NULL) {
+        const char *t = (const char *)sqlite3_column_text(s, COL_HEADERS);
+        n = sqlite3_column_bytes(s, COL_HEADERS);
+        if (store_json_load(t, (size_t)n, out->id, &out->headers) != RMQS_OK)
+            goto bad;
+    }
+    if (sqlite3_column_type(s, COL_PROPERTIES) != SQLITE_NULL) {
+        const char *t = (const char *)sqlite3_column_text(s, COL_PROPERTIES);
+        n = sqlite3_column_bytes(s, COL_PROPERTIES);
+        if (store_json_load(t, (size_t)n, out->id, &out->properties) !=
+            RMQS_OK)
+            goto bad;
+    }
+    body = sqlite3_column_blob(s, COL_BODY);
+    n = sqlite3_column_bytes(s, COL_BODY);
+    /* never NULL, even for an empty body: callers may memcpy from it */
+    out->body = malloc(n > 0 ? (size_t)n : 1);
+    if (!out->body)
+        goto nomem;
+    if (n > 0)
+        memcpy(out->body, body, (size_t)n);
+    out->body_len = (size_t)n;
+    return RMQS_OK;
+
+bad:
+    job_clear(out);
+    return RMQS_EDB;
+nomem:
+    job_clear(out);
+    return RMQS_ENOMEM;
+}
+
+/* Step s once and load the row into *out; RMQS_ENOTFOUND if none. s is left
+ * for the caller to reset (sq_stmt_done). */
+rmqs_rc sq_step_one_job(store_backend *st, sqlite3_stmt *s, stmt_id sid,
+                        job_t *out)
+{
+    int rc = sqlite3_step(s);
+
+    if (rc == SQLITE_DONE)
+        return RMQS_ENOTFOUND;
+    if (rc != SQLITE_ROW)
+        return sq_fail(st, rc, sq_stmt_defs[sid].name);
+    return sq_row_to_job(s, out, NULL);
+}
+
+/* Load a job by binary id (within the caller's transaction or not). */
+rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
+                     job_t *out)
+{
+    sqlite3_stmt *s = sq_stmt(st, S_GET);
+    rmqs_rc rc;
+
+    sqlite3_bind_blob(s, 1, id, JOB_ID_BYTES, SQLITE_STATIC);
+    rc = sq_step_one_job(st, s, S_GET, out);
+    sq_stmt_done(s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Open, close, the small calls                                             */
+
+static void sq_free(store_backend *st)
+{
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(st->stmt[i]);
+    sqlite3_finalize(st->purge);
+    sqlite3_finalize(st->rd_due);
+    sqlite3_finalize(st->rd_next);
+    sqlite3_close(st->rd_db);
+    sqlite3_close(st->db);
+    sqlite3_close(st->ckpt_db);
+    free(st->path);
+    free(st->dir);
+    pthread_mutex_destroy(&st->ckpt_mu);
+    pthread_mutex_destroy(&st->rd_mu);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+/* Open (creating if needed) the database file at path, configure it,
+ * bring its schema up to date, prepare every statement and open the read
+ * connection. */
+static rmqs_rc sq_open(const char *path, const store_options *opt,
+                       const store_migration *migrations, size_t n,
+                       store_backend **out, rmqs_error *err)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    bool sync_full = opt ? opt->synchronous_full : true;
+    store_backend *st;
+    rmqs_rc rc;
+    int src;
+
+    pthread_once(&once, sq_global_config);
+    *out = NULL;
+    rc = sq_check_migration_list(migrations, n, err);
+    if (rc != RMQS_OK)
+        return rc;
+
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+    if (pthread_mutex_init(&st->mu, NULL) != 0 ||
+        pthread_mutex_init(&st->ckpt_mu, NULL) != 0 ||
+        pthread_mutex_init(&st->rd_mu, NULL) != 0) {
+        free(st);
+        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
+    }
+    st->sync_full = sync_full;
+    st->path = strdup(path);
+    st->dir = strdup(path);
+    if (!st->path || !st->dir) {
+        rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    {
+        char *slash = strrchr(st->dir, '/');
+        if (slash == NULL)
+            strcpy(st->dir, ".");
+        else
+            slash[slash == st->dir ? 1 : 0] = '\0';
+    }
+    src = sqlite3_open_v2(path, &st->db,
+                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                              SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
+                          NULL);
+    if (src != SQLITE_OK) {
+        rc = rmqs_fail(err, src == SQLITE_NOMEM ? RMQS_ENOMEM : RMQS_EDB,
+                       NULL, "cannot open database %s: %s", path,
+                       sqlite3_errstr(src));
+        goto fail;
+    }
+    rc = sq_open_configure(st->db, path, sync_full, err);
+    if (rc != RMQS_OK)
+        goto fail;
+    if (opt != NULL && opt->manual_checkpoint) {
+        /* store_checkpoint() from a background thread does it instead of
+         * the commit that crosses 1000 pages. */
+        src = sqlite3_wal_autocheckpoint(st->db, 0);
+        if (src != SQLITE_OK) {
+            rc = sq_open_fail(err, st->db, path, "wal_autocheckpoint: ", src);
+            goto fail;
+        }
+    }
+    rc = sq_migrate(st->db, path, migrations, n, err);
+    if (rc != RMQS_OK)
+        goto fail;
+
+    for (int i = 0; i < S_COUNT; i++) {
+        src = sqlite3_prepare_v3(st->db, sq_stmt_defs[i].sql, -1,
+                                 SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                                 NULL);
+        if (src != SQLITE_OK) {
+            rc = rmqs_fail(err, RMQS_EDB, NULL,
+                           "database %s: cannot prepare statement %s: %s "
+                           "(schema incomplete?)", path, sq_stmt_defs[i].name,
+                           sqlite3_errmsg(st->db));
+            goto fail;
+        }
+    }
+    rc = sq_rd_open(st, path, err);
+    if (rc != RMQS_OK)
+        goto fail;
+    log_info(MODULE, "database open", "path=%s synchronous=%s", path,
+             sync_full ? "full" : "normal");
+    *out = st;
+    return RMQS_OK;
+
+fail:
+    sq_free(st);
+    return rc;
+}
+
+static int sq_schema_version(store_backend *st)
+{
+    sqlite3_stmt *s;
+    int v = -1;
+    int rc;
+
+    pthread_mutex_lock(&st->mu);
+    s = sq_stmt(st, S_VERSION);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        v = sqlite3_column_int(s, 0);
+    else
+        (void)sq_fail(st, rc, sq_stmt_defs[S_VERSION].name);
+    sq_stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return v;
+}
+
+static rmqs_rc sq_purge(store_backend *st, int64_t before_ms, size_t limit,
+                        size_t *deleted)
+{
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    *deleted = 0;
+    pthread_mutex_lock(&st->mu);
+    if (st->purge == NULL) {
+        rc = sqlite3_prepare_v3(
+            st->db,
+            "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs "
+            "INDEXED BY jobs_finished WHERE status >= 2 AND updated_at < ?1 "
+            "ORDER BY updated_at LIMIT ?2) RETURNING status",
+            -1, SQLITE_PREPARE_PERSISTENT, &st->purge, NULL);
+        if (rc != SQLITE_OK) {
+            out = sq_fail(st, rc, "purge_prepare");
+            goto done;
+        }
+    }
+    out = sq_tx_begin(st, TX_DURABLE);
+    if (out != RMQS_OK)
+        goto done;
+    sqlite3_bind_int64(st->purge, 1, before_ms);
+    sqlite3_bind_int64(st->purge, 2, (sqlite3_int64)limit);
+    /* one row per deleted job: its status leaves job_counts */
+    while ((rc = sqlite3_step(st->purge)) == SQLITE_ROW) {
+        int status = sqlite3_column_int(st->purge, 0);
+        store_delta_add(&st->delta, status, -1);
+        (*deleted)++;
+    }
+    if (rc != SQLITE_DONE) {
+        out = sq_fail(st, rc, "purge");
+        sq_stmt_done(st->purge);
+        sq_tx_abort(st);
+        *deleted = 0;
+        goto done;
+    }
+    sq_stmt_done(st->purge);
+    out = sq_tx_commit(st);
+    if (out != RMQS_OK)
+        *deleted = 0;
+done:
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+static rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
+                             int64_t *copied)
+{
+    const char *path;
+    rmqs_rc out = RMQS_OK;
+    int rc, log = 0, ckpt = 0;
+
+    pthread_mutex_lock(&st->ckpt_mu);
+    if (st->ckpt_db == NULL) {
+        pthread_mutex_lock(&st->mu);
+        path = sqlite3_db_filename(st->db, "main");
+        rc = sqlite3_open_v2(path, &st->ckpt_db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+        pthread_mutex_unlock(&st->mu);
+        if (rc != SQLITE_OK) {
+            log_error(MODULE, "cannot open the checkpoint connection",
+                      "reason=\"%s\"", sqlite3_errstr(rc));
+            sqlite3_close(st->ckpt_db);
+            st->ckpt_db = NULL;
+            out = RMQS_EDB;
+            goto done;
+        }
+        sqlite3_busy_timeout(st->ckpt_db, 100);
+        /* Read once so the connection attaches to the WAL; a checkpoint
+         * from a connection that never read reports an empty log. */
+        sqlite3_exec(st->ckpt_db, "SELECT count(*) FROM sqlite_schema", NULL,
+                     NULL, NULL);
+    }
+    /* PASSIVE: copies what it can without waiting for readers or writers. */
+    rc = sqlite3_wal_checkpoint_v2(st->ckpt_db, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                   &log, &ckpt);
+    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
+        log_warn(MODULE, "checkpoint failed", "reason=\"%s\"",
+                 sqlite3_errmsg(st->ckpt_db));
+        out = RMQS_EDB;
+    }
+done:
+    if (wal_frames)
+        *wal_frames = log;
+    if (copied)
+        *copied = ckpt;
+    pthread_mutex_unlock(&st->ckpt_mu);
+    return out;
+}
+
+static rmqs_rc sq_counts(store_backend *st, int64_t counts[STORE_N_STATUS])
+{
+    sqlite3_stmt *s;
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    for (int i = 0; i < STORE_N_STATUS; i++)
+        counts[i] = 0;
+    /* Under mu no transaction is half-way: job_counts matches jobs. */
+    pthread_mutex_lock(&st->mu);
+    s = sq_stmt(st, S_COUNTS);
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        int status = sqlite3_column_int(s, 0);
+        if (status >= 0 && status < STORE_N_STATUS)
+            counts[status] = sqlite3_column_int64(s, 1);
+    }
+    if (rc != SQLITE_DONE)
+        out = sq_fail(st, rc, sq_stmt_defs[S_COUNTS].name);
+    sq_stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+static int64_t sq_free_bytes(store_backend *st)
+{
+    struct statvfs sv;
+
+    /* No lock: the writer asks before every batch, and st->dir never
+     * changes after open. */
+    if (statvfs(st->dir, &sv) != 0)
+        return -1;
+    return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+}
+
+static int64_t sq_size_bytes(store_backend *st)
+{
+    char wal[4096];
+    struct stat sb;
+    int64_t total;
+
+    if (stat(st->path, &sb) != 0)
+        return -1;
+    total = (int64_t)sb.st_size;
+    if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", st->path) < sizeof(wal) &&
+        stat(wal, &sb) == 0)
+        total += (int64_t)sb.st_size;
+    return total;
+}
+
+static rmqs_rc sq_ping(store_backend *st)
+{
+    sqlite3_stmt *s;
+    rmqs_rc out = RMQS_OK;
+    int rc;
+
+    pthread_mutex_lock(&st->mu);
+    s = sq_stmt(st, S_PING);
+    rc = sqlite3_step(s);
+    if (rc != SQLITE_ROW)
+        out = sq_fail(st, rc, sq_stmt_defs[S_PING].name);
+    sq_stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return out;
+}
+
+const store_ops store_sqlite_ops = {
+    .name = "sqlite",
+    .open = sq_open,
+    .close = sq_free,
+    .schema_version = sq_schema_version,
+    .purge = sq_purge,
+    .checkpoint = sq_checkpoint,
+    .counts = sq_counts,
+    .free_bytes = sq_free_bytes,
+    .size_bytes = sq_size_bytes,
+    .ping = sq_ping,
+    .insert_batch = sq_insert_batch,
+    .get = sq_get,
+    .list = sq_list,
+    .update = sq_update,
+    .next_due = sq_next_due,
+    .claim_due = sq_claim_due,
+    .read_due = sq_read_due,
+    .record = sq_record,
+    .recover = sq_recover,
+};
+
+/* ------------------------------------------------------------------------ */
+/* Test hooks behind store.c's store__sql, store__synchronous and       */
+/* store__set_max_pages                                                     */
+
+const char *store_sqlite__sql(const char *name)
+{
+    for (int i = 0; i < S_COUNT; i++)
+        if (strcmp(sq_stmt_defs[i].name, name) == 0)
+            return sq_stmt_defs[i].sql;
+    return NULL;
+}
+
+int store_sqlite__synchronous(store_backend *st)
+{
+    int rc;
+    int64_t v;
+
+    pthread_mutex_lock(&st->mu);
+    v = sq_query_int(st->db, "PRAGMA synchronous", &rc);
+    pthread_mutex_unlock(&st->mu);
+    return rc == SQLITE_OK ? (int)v : -1;
+}
+
+rmqs_rc store_sqlite__set_max_pages(store_backend *st, int64_t pages,
+                                    int64_t *applied)
+{
+    char sql[64];
+    int rc;
+
+    snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %" PRId64, pages);
+    pthread_mutex_lock(&st->mu);
+    *applied = sq_query_int(st->db, sql, &rc);
+    pthread_mutex_unlock(&st->mu);
+    return rc == SQLITE_OK ? RMQS_OK : RMQS_EDB;
+}

@@ -1,0 +1,172 @@
+/*
+ * store_sqlite.h - the SQLite backend's insides, shared by its files only
+ * (store_sqlite.c: statements, transactions, rows, open; store_sqlite_schema.c:
+ * pragmas, migrations runner, sync policy, the read connection;
+ * store_sqlite_jobs.c: the clients' calls; store_sqlite_dispatch.c: the
+ * dispatcher's calls). store.c sees only store_sqlite_ops.
+ *
+ * Why one header for four files: they work on one connection with one set
+ * of prepared statements and one transaction discipline; splitting the
+ * rooms by who calls them keeps each readable without a second copy of the
+ * helpers.
+ */
+#ifndef RMQS_STORE_SQLITE_H
+#define RMQS_STORE_SQLITE_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "store_backend.h"
+
+#define MODULE "store"
+
+#define BUSY_TIMEOUT_MS 5000
+#define JOURNAL_SIZE_LIMIT (64 * 1024 * 1024) /* bytes the WAL is cut back to */
+
+/* The columns every job-returning statement yields, in row_to_job order. */
+#define JOB_COLS                                                              \
+    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
+    "headers, properties, body_kind, body, source"
+
+enum {
+    COL_SEQ, COL_ID, COL_STATUS, COL_EXCHANGE, COL_ROUTING_KEY, COL_DELIVER_AT,
+    COL_DUE_AT, COL_DELAY_MS, COL_CREATED_AT, COL_UPDATED_AT, COL_SENT_AT,
+    COL_ATTEMPTS, COL_MAX_ATTEMPTS, COL_LAST_ERROR, COL_HEADERS,
+    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_SOURCE, COL_COUNT
+};
+
+/* Every statement of the store, prepared once at open. */
+typedef enum stmt_id {
+    S_BEGIN, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_RELEASE_SP, S_ROLLBACK_SP,
+    S_PING, S_VERSION,
+    S_INSERT, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
+    S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
+    S_LIST_FILTERED, S_LIST_MESSAGE_ID,
+    S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
+    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER, S_CLAIM_HELD,
+    S_COUNTS, S_COUNTS_ADD,
+    S_COUNT
+} stmt_id;
+
+typedef struct stmt_def {
+    const char *name; /* for logs and the test hook store__sql() */
+    const char *sql;
+} stmt_def;
+
+/* The table, by stmt_id (store_sqlite.c). */
+extern const stmt_def sq_stmt_defs[S_COUNT];
+
+/* The dispatcher's reads on the read connection (claiming ahead): pending
+ * jobs in due order; the caller stops stepping when it has enough. */
+#define RD_DUE_SQL                                                            \
+    "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_due "                      \
+    "WHERE status = 0 AND due_at <= ?1 ORDER BY due_at, seq"
+#define RD_NEXT_SQL                                                           \
+    "SELECT id, due_at FROM jobs INDEXED BY jobs_due WHERE status = 0 "       \
+    "ORDER BY due_at, seq"
+
+struct store_backend {
+    pthread_mutex_t mu; /* held by every call but the read connection's */
+    sqlite3 *db;
+    sqlite3_stmt *stmt[S_COUNT];
+    sqlite3_stmt *purge;  /* prepared on first use (needs migration 0003) */
+    /* A second connection for WAL checkpoints, so they run beside the
+     * writers instead of inside their commits. Opened on first use. */
+    pthread_mutex_t ckpt_mu;
+    sqlite3 *ckpt_db;
+    char *path;     /* the database file, set at open; read without mu */
+    char *dir;      /* its folder, for statvfs */
+    /* The open transaction's change to job_counts, by status: what its
+     * statements did to jobs so far (store_common.h). Zero outside a
+     * transaction. */
+    store_delta delta;
+    bool sync_full;    /* opened with synchronous=FULL */
+    bool sync_relaxed; /* the connection is at NORMAL just now (dispatcher) */
+    /* Claiming ahead (store.c): a read-only connection of the dispatcher's,
+     * never behind mu. */
+    pthread_mutex_t rd_mu; /* the read connection (one feeder uses it) */
+    sqlite3 *rd_db;
+    sqlite3_stmt *rd_due, *rd_next;
+};
+
+/* How a transaction's COMMIT must reach the disk. */
+typedef enum tx_sync {
+    TX_DURABLE, /* fsynced when the store was opened FULL: API writes */
+    TX_RELAXED  /* NORMAL: the dispatcher's status changes (the sync policy,
+                   store_sqlite_schema.c) */
+} tx_sync;
+
+/* The backend's table for store.c. */
+extern const store_ops store_sqlite_ops;
+
+/* store_sqlite.c: errors and statement helpers. */
+rmqs_rc sq_fail_on(sqlite3 *db, int rc, const char *op);
+rmqs_rc sq_fail(store_backend *st, int rc, const char *op);
+sqlite3_stmt *sq_stmt(store_backend *st, stmt_id id);
+void sq_stmt_done(sqlite3_stmt *s);
+int sq_stmt_exec(sqlite3_stmt *s);
+rmqs_rc sq_stmt_fail(store_backend *st, sqlite3_stmt *s, int rc, stmt_id id);
+int sq_bind_text_or_null(sqlite3_stmt *s, int i, const char *v);
+
+/* store_sqlite.c: transactions (BEGIN IMMEDIATE; counts flushed before
+ * COMMIT; every end zeroes the delta and restores FULL). */
+rmqs_rc sq_tx_begin(store_backend *st, tx_sync how);
+void sq_tx_abort(store_backend *st);
+rmqs_rc sq_tx_commit(store_backend *st);
+
+/* store_sqlite.c: rows <-> jobs. */
+rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out);
+rmqs_rc sq_step_one_job(store_backend *st, sqlite3_stmt *s, stmt_id sid,
+                        job_t *out);
+rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
+                     job_t *out);
+
+/* store_sqlite_schema.c: open-time helpers, migrations, sync policy. */
+int sq_run_once(sqlite3 *db, const char *sql, char *buf, size_t len);
+int64_t sq_query_int(sqlite3 *db, const char *sql, int *rc_out);
+rmqs_rc sq_open_fail(rmqs_error *err, sqlite3 *db, const char *path,
+                     const char *what, int rc);
+void sq_global_config(void);
+rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
+                          rmqs_error *err);
+rmqs_rc sq_check_migration_list(const store_migration *m, size_t n,
+                                rmqs_error *err);
+rmqs_rc sq_migrate(sqlite3 *db, const char *path, const store_migration *m,
+                   size_t n, rmqs_error *err);
+rmqs_rc sq_rd_open(store_backend *st, const char *path, rmqs_error *err);
+rmqs_rc sq_sync_set(store_backend *st, bool relaxed);
+
+/* store_sqlite_jobs.c: the clients' ops. */
+rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n);
+rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
+               job_t *out);
+rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
+                const store_cursor *after, job_t **jobs_out, size_t *n_out,
+                bool *more, store_cursor *last);
+rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
+                  const store_change *ch, int64_t now_ms, job_t *out);
+
+/* store_sqlite_dispatch.c: the dispatcher's ops. */
+rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,
+                    int64_t *due_at_out);
+rmqs_rc sq_claim_due(store_backend *st, int64_t due_by_ms, int64_t now_ms,
+                     size_t limit, job_t **jobs_out, size_t *n_out);
+rmqs_rc sq_read_due(store_backend *st, claimset_t *held, int64_t due_by_ms,
+                    size_t limit, store_claimed **c, size_t *cap,
+                    size_t *n_out);
+rmqs_rc sq_record(store_backend *st,
+                  const unsigned char (*claims)[JOB_ID_BYTES], size_t n_claims,
+                  const store_outcome *o,
+                  const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                  int64_t now_ms);
+rmqs_rc sq_recover(store_backend *st, size_t *n_out);
+
+/* Test hooks behind store.c's store__sql, store__synchronous and
+ * store__set_max_pages (see there). */
+const char *store_sqlite__sql(const char *name);
+int store_sqlite__synchronous(store_backend *st);
+rmqs_rc store_sqlite__set_max_pages(store_backend *st, int64_t pages,
+                                    int64_t *applied);
+
+#endif

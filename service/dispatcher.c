@@ -872,13 +872,16 @@ void disp_stop(disp_t *d)
     pthread_mutex_unlock(&d->mu);
     if (d->wake_fd >= 0)
         wake_publisher(d);
-    if (d->publisher_started) {
-        pthread_join(d->publisher, NULL);
-        d->publisher_started = false;
-    }
+    /* The feeder first: it stops at once, while the publisher may wait for
+     * confirms (up to the grace watchdog's _exit, which then finds no
+     * finished thread left unjoined). */
     if (d->feeder_started) {
         pthread_join(d->feeder, NULL);
         d->feeder_started = false;
+    }
+    if (d->publisher_started) {
+        pthread_join(d->publisher, NULL);
+        d->publisher_started = false;
     }
     if (d->recorder_started) { /* after both: it writes what they left */
         pthread_join(d->recorder, NULL);

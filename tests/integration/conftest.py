@@ -13,7 +13,8 @@ through it (`tests/run.sh -L integration`).
                            append it to $RMQS_TEST_REPORT if set
 
 Every answer received through helpers.http_request (Service.request, get,
-post, ...) is checked against api/openapi.yaml (helpers.OpenApiContract):
+post, ...) is checked against api/openapi.yaml (helpers.OpenApiContract,
+from tests/pylib; hooked in as pylib.http.RESPONSE_CHECK):
 an undocumented status, media type or body shape fails the test at that
 request. Opt out with @pytest.mark.no_contract_check on a test, with
 check_contract=False on one request, or RMQS_TEST_CONTRACT=0 for a run.
@@ -30,6 +31,7 @@ import sys
 import pytest
 
 import helpers
+import pylib.http
 from helpers import Broker, Consumer, Service, env
 
 LOG_TAIL_LINES = 300
@@ -164,9 +166,9 @@ def _contract_check_session():
         yield None
         return
     contract = helpers.openapi_contract()
-    helpers.RESPONSE_CHECK = contract.check
+    pylib.http.RESPONSE_CHECK = contract.check
     yield contract
-    helpers.RESPONSE_CHECK = None
+    pylib.http.RESPONSE_CHECK = None
 
 
 @pytest.fixture(autouse=True)
@@ -176,6 +178,6 @@ def _contract_check_opt_out(request, _contract_check_session):
             request.node.get_closest_marker("no_contract_check") is None:
         yield
         return
-    helpers.RESPONSE_CHECK = None
+    pylib.http.RESPONSE_CHECK = None
     yield
-    helpers.RESPONSE_CHECK = _contract_check_session.check
+    pylib.http.RESPONSE_CHECK = _contract_check_session.check

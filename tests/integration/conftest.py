@@ -33,20 +33,9 @@ import pytest
 import helpers
 import pylib.http
 from helpers import Broker, Consumer, Service, env
+from pylib.outcome import pytest_runtest_makereport, call_failed  # noqa: F401 (the hook)
 
 LOG_TAIL_LINES = 300
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
-
-
-def _test_failed(request):
-    rep = getattr(request.node, "rep_call", None)
-    return rep is None or rep.failed
 
 
 def _print_log(svc, full=False):
@@ -97,7 +86,7 @@ def service(request, tmp_path):
     until it is healthy and ready (wait="health": healthy only)."""
     services = _Services(str(tmp_path))
     yield services
-    services.close(_test_failed(request))
+    services.close(call_failed(request))
 
 
 @pytest.fixture(scope="module")

@@ -132,15 +132,23 @@ class Service:
     def terminate(self, timeout=30):
         """SIGTERM; the service must exit by itself with status 0."""
         assert self.alive(), "service is not running"
+        code = self._sigterm(timeout)
+        if code is None:
+            raise AssertionError(f"service did not exit within {timeout} s of SIGTERM")
+        assert code == 0, f"service exited with {code} after SIGTERM, expected 0"
+
+    def _sigterm(self, timeout):
+        """SIGTERM, wait; SIGKILL after timeout. Notes the exit status in
+        exit_codes; returns it, or None if it had to be killed."""
         os.kill(self.proc.pid, signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.exit_codes.append(self.proc.wait(timeout=10))
-            raise AssertionError(f"service did not exit within {timeout} s of SIGTERM")
+            return None
         self.exit_codes.append(code)
-        assert code == 0, f"service exited with {code} after SIGTERM, expected 0"
+        return code
 
     def restart(self, wait="ready", timeout=20):
         """Start again on the same database and port (after kill9/terminate)."""
@@ -152,14 +160,9 @@ class Service:
         running)."""
         if not self.alive():
             return None
-        os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.exit_codes.append(self.proc.wait(timeout=10))
+        code = self._sigterm(timeout)
+        if code is None:
             return f"service did not exit within {timeout} s of SIGTERM (killed)"
-        self.exit_codes.append(code)
         if code != 0:
             return f"service exited with status {code} after SIGTERM"
         return None

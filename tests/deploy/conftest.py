@@ -16,7 +16,8 @@ set by tests/run.sh). Containers use the host's network and listen on
                      to $RMQS_TEST_REPORT when set)
 
 Every external command has a timeout; a failing test prints the logs of the
-containers it started.
+containers it started. Free ports, waits and the HTTP exchange come from
+tests/pylib, shared with the integration tests and the bench.
 """
 
 import functools

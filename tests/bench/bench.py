@@ -36,7 +36,6 @@ import resource
 import select
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -45,6 +44,14 @@ import time
 import uuid
 
 import pika
+
+# tests/pylib, shared with the integration and deployment tests
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+# pylint: disable=wrong-import-position
+import pylib.service
+from pylib.http import KeepAlive, exchange
+from pylib.procs import rss_kib, stop_proc
+from pylib.times import format_ts_ms, now_ms, ts_ms
 
 HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -73,26 +80,6 @@ def on_sigterm(signum, frame):
 
 def log(msg):
     print(f"bench: {msg}", file=sys.stderr, flush=True)
-
-
-def now_ms():
-    return time.time_ns() // 1_000_000
-
-
-def fmt_ts(ms):
-    d = datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc)
-    return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
-def parse_ts_ms(text):
-    d = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return round(d.timestamp() * 1000)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def pct(sorted_vals, p):
@@ -179,18 +166,6 @@ def sys_cpu():
         v = [int(x) for x in f.readline().split()[1:]]
     idle, iowait = v[3], v[4]
     return sum(v), idle, iowait
-
-
-def rss_kib(pid):
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(("VmRSS:", "VmHWM:")):
-                    out[line.split(":")[0]] = int(line.split()[1])
-    except OSError:
-        pass
-    return {"rss_kib": out.get("VmRSS"), "hwm_kib": out.get("VmHWM")}
 
 
 class CpuWindow:
@@ -335,79 +310,37 @@ def beam_pid(pid_file):
         return None
 
 
-def stop_proc(proc, timeout=20, sig=signal.SIGTERM):
-    """End a process this script started (by its PID). Returns the exit code."""
-    if proc is None or proc.poll() is not None:
-        return None if proc is None else proc.returncode
-    try:
-        proc.send_signal(sig)
-        return proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.wait(timeout=10)
-
-
 # --- the service ------------------------------------------------------------------
 
-def http_get_status(port, path, timeout=1.0):
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        r = conn.getresponse()
-        r.read()
-        return r.status
-    finally:
-        conn.close()
+class Service(pylib.service.Service):
+    """The service as the bench runs it (pylib.service.Service): its folder
+    in the work folder, its log beside the others (run.sh keeps them), the
+    bench's environment (self.env, e.g. with LD_PRELOAD; None: this
+    process's), start-up timed to 2 ms, and read-only looks at its
+    database."""
 
-
-class Service:
     def __init__(self, binary, workdir, name, amqp_url, args=()):
-        self.binary = binary
-        self.dir = os.path.join(workdir, name)
-        os.makedirs(self.dir, exist_ok=True)
-        self.db = os.path.join(self.dir, "rmqs.db")
-        self.log_path = os.path.join(workdir, f"service-{name}.log")
-        self.port = free_port()
-        self.amqp_url = amqp_url
-        self.args = list(args)
-        self.proc = None
+        super().__init__(os.path.join(workdir, name), amqp_url, args,
+                         binary=binary,
+                         log_path=os.path.join(workdir, f"service-{name}.log"))
         self.env = None  # None: this process's environment
+
+    def environment(self):
+        return dict(os.environ) if self.env is None else self.env
 
     @property
     def pid(self):
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout=120):
+    def start(self, timeout=120):  # pylint: disable=arguments-differ
         """Start and wait for /readyz 200. Returns seconds to healthz and to
         ready (polling every 2 ms from just before exec)."""
-        cmd = [self.binary, "--listen", f"{HOST}:{self.port}", "--db", self.db,
-               "--amqp-url", self.amqp_url, "--log-level", "info", *self.args]
-        with open(self.log_path, "ab") as lf:
-            lf.write(f"=== start {time.strftime('%H:%M:%S')}\n".encode())
-            lf.flush()
-            t0 = time.monotonic()
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
-                                         stdout=lf, stderr=lf, env=self.env)
-        healthz = None
-        deadline = t0 + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(f"service exited with {self.proc.returncode} "
-                                 f"during start-up (log {self.log_path})")
-            path = "/healthz" if healthz is None else "/readyz"
-            try:
-                st = http_get_status(self.port, path)
-            except (OSError, http.client.HTTPException):
-                st = None
-            if st == 200:
-                if healthz is None:
-                    healthz = time.monotonic() - t0
-                    continue
-                return {"healthz_s": round(healthz, 4),
-                        "ready_s": round(time.monotonic() - t0, 4)}
-            if time.monotonic() > deadline:
-                raise BenchError(f"service not ready within {timeout} s")
-            time.sleep(0.002)
+        try:
+            super().start("ready", timeout, interval=0.002)
+        except AssertionError as e:
+            raise BenchError(f"{e} (log {self.log_path})") from None
+        return {"healthz_s": self.start_times["healthz_s"],
+                "ready_s": self.start_times["readyz_s"]}
 
     def stop(self, timeout=60):
         if self.proc is None or self.proc.poll() is not None:
@@ -441,14 +374,11 @@ def scrape_lateness(port):
     """The service's own rmqs_dispatch_lateness_seconds histogram from GET
     /metrics: {le: cumulative count}, or None."""
     try:
-        conn = http.client.HTTPConnection(HOST, port, timeout=10)
-        conn.request("GET", "/metrics")
-        r = conn.getresponse()
-        text = r.read().decode()
-        conn.close()
+        status, _, raw = exchange(port, "GET", "/metrics", timeout=10, host=HOST)
     except (OSError, http.client.HTTPException):
         return None
-    if r.status != 200:
+    text = raw.decode()
+    if status != 200:
         return None
     out = {}
     for m in re.finditer(r'^rmqs_dispatch_lateness_seconds_bucket\{le="([^"]+)"\} (\d+)',
@@ -469,35 +399,6 @@ def hist_delta(h0, h1):
             out[key] = cum - prev
         prev = cum
     return out
-
-
-class Http:
-    """One keep-alive connection."""
-
-    def __init__(self, port, timeout=60):
-        self.port = port
-        self.timeout = timeout
-        self.conn = None
-
-    def post(self, path, body):
-        for attempt in (0, 1):
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(HOST, self.port, timeout=self.timeout)
-            try:
-                self.conn.request("POST", path, body=body,
-                                  headers={"Content-Type": "application/json"})
-                r = self.conn.getresponse()
-                return r.status, r.read()
-            except (OSError, http.client.HTTPException):
-                self.close()
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    def close(self):
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
 
 
 # --- RabbitMQ ---------------------------------------------------------------------
@@ -798,7 +699,7 @@ class Bench:
         errors = []
 
         def worker(k):
-            h = Http(svc.port, timeout=30)
+            h = KeepAlive(svc.port, timeout=30)
             try:
                 for i in range(k, n, workers):
                     target = t0 + i / rate
@@ -865,19 +766,19 @@ class Bench:
             "(POST /schedule/batch), no HTTP load while they fall due")
         T0 = now_ms() + 2000
         due = [T0 + i * 1000 // rate for i in range(n)]
-        h = Http(svc.port)
+        h = KeepAlive(svc.port)
         sched, stored_late = [], 0
         rss0 = svc.rss()
         h0 = scrape_lateness(svc.port)
         for k in range(0, n, 1000):
             jobs = [{"exchange": ex, "routing_key": rk, "body": f"p{i}",
-                     "deliver_at": fmt_ts(due[i])} for i in range(k, min(n, k + 1000))]
+                     "deliver_at": format_ts_ms(due[i])} for i in range(k, min(n, k + 1000))]
             st, raw = h.post("/schedule/batch", json.dumps(jobs))
             if st != 201:
                 raise BenchError(f"POST /schedule/batch -> {st} {raw[:300]!r}")
             t = now_ms()
             stored_late += sum(1 for i in range(k, min(n, k + 1000)) if due[i] < t)
-            sched += [(201, fmt_ts(due[i]), 0.0, 0.0) for i in range(k, min(n, k + 1000))]
+            sched += [(201, format_ts_ms(due[i]), 0.0, 0.0) for i in range(k, min(n, k + 1000))]
         h.close()
         fs = FsyncCounter(svc.pid).start()
         cpu = CpuWindow(self.cpu_pids(svc, cons), svc.pid).start()
@@ -901,7 +802,7 @@ class Bench:
             if r is None or r[0] != 201 or r[1] is None:
                 bad += 1
                 continue
-            due[f"p{i}"] = parse_ts_ms(r[1])
+            due[f"p{i}"] = ts_ms(r[1])
             lags.append(r[2] * 1000)
             answers.append(r[3] * 1000)
         late, seen, dup, per_s = [], set(), 0, {}
@@ -1012,9 +913,9 @@ class Bench:
             bodies = []
             for b in range(0, n, 1000):
                 jobs = [{"exchange": ex, "routing_key": rk, "body": f"b{i}",
-                         "deliver_at": fmt_ts(T)} for i in range(b, min(n, b + 1000))]
+                         "deliver_at": format_ts_ms(T)} for i in range(b, min(n, b + 1000))]
                 bodies.append(json.dumps(jobs))
-            h = Http(svc.port)
+            h = KeepAlive(svc.port)
             t0 = time.monotonic()
             for body in bodies:
                 st, raw = h.post("/schedule/batch", body)
@@ -1350,7 +1251,7 @@ class Bench:
         for v in range(16):
             jobs = [{"exchange": "bench-backlog", "routing_key": "rk",
                      "body": "backlog job with a small body",
-                     "deliver_at": fmt_ts(base + 86400000 + rng.randrange(29 * 86400000))}
+                     "deliver_at": format_ts_ms(base + 86400000 + rng.randrange(29 * 86400000))}
                     for _ in range(1000)]
             variants.append(json.dumps(jobs))
         small = lambda k: json.dumps(json.loads(variants[0])[:k])  # noqa: E731
@@ -1359,7 +1260,7 @@ class Bench:
         state = {"next": 0, "done": 0, "errors": []}
 
         def worker():
-            h = Http(svc.port, timeout=120)
+            h = KeepAlive(svc.port, timeout=120)
             try:
                 while True:
                     with lock:
@@ -1403,7 +1304,7 @@ class Bench:
         """n pending jobs written directly with the sqlite3 CLI into the
         database the service created (service stopped), copying one real job
         made through the API. Ids are random 16-byte blobs (not UUIDv7)."""
-        h = Http(svc.port)
+        h = KeepAlive(svc.port)
         st, raw = h.post("/schedule", json.dumps({"exchange": "bench-backlog",
                                                   "routing_key": "rk",
                                                   "body": "backlog job with a small body",

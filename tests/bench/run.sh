@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317  # cleanup/alive run from the EXIT trap
+# shellcheck disable=SC2317  # cleanup runs from the EXIT trap
 # tests/bench/run.sh - the benchmark of issue 4, one command.
 #
 #   tests/bench/run.sh                     # quick mode (default): backlog 1,000,000
@@ -22,6 +22,8 @@
 #      backlog, comparisons), each bounded in time, prints a table
 #      (scenario, figure, target, met?) and writes build-bench/bench-results.json;
 #   5. cleans up: the node, its data folder, every process it started (by PID).
+# Package install, free ports and the node are tests/lib/common.sh's, as
+# for tests/run.sh; bench.py shares tests/pylib with the other harnesses.
 # Exit status: 0 if the run completed (targets missed are reported, not
 # failures), 1 if a scenario could not run.
 set -euo pipefail
@@ -33,14 +35,15 @@ ARGS=("$@")
 
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+# shellcheck source=tests/lib/common.sh
+. tests/lib/common.sh
+RMQS_LOG_PREFIX=bench
 
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev rabbitmq-server python3 python3-pika
           wrk sqlite3)
-PYTHON=/usr/bin/python3
+PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench
-
-log() { printf 'bench: %s\n' "$*" >&2; }
 
 usage() {
     sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'
@@ -62,13 +65,13 @@ while [ $# -gt 0 ]; do
         --rev) [ $# -ge 2 ] || usage; REV=$2; shift 2 ;;
         --) shift; BENCH_ARGS+=("$@"); break ;;
         -h|--help) usage ;;
-        *) log "unknown argument: $1"; usage ;;
+        *) rmqs_log "unknown argument: $1"; usage ;;
     esac
 done
 if [ -z "$BACKLOG" ]; then
     if [ "$MODE" = full ]; then BACKLOG=10000000; else BACKLOG=1000000; fi
 fi
-case "$BACKLOG" in ''|*[!0-9]*) log "--backlog wants a number"; exit 2 ;; esac
+case "$BACKLOG" in ''|*[!0-9]*) rmqs_log "--backlog wants a number"; exit 2 ;; esac
 
 # After the arguments (so --help needs no root), with the arguments as given.
 rmqs_as_root "$SELF" ${ARGS[@]+"${ARGS[@]}"}
@@ -76,29 +79,19 @@ rmqs_as_root "$SELF" ${ARGS[@]+"${ARGS[@]}"}
 START_S=$SECONDS
 
 # --- 1. packages -----------------------------------------------------------
-missing=()
-for p in "${PACKAGES[@]}"; do
-    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
-    [ "${status:0:2}" = "ii" ] || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update
-    apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+rmqs_install "${PACKAGES[@]}"
 
 # --- 2. build ----------------------------------------------------------------
 # The service from the work tree (build-bench/), or with --rev from a commit
 # exported with git archive (build-bench/rev-src -> build-bench/rev-build).
 if [ -z "$REV" ]; then
-    log "building a Release binary in build-bench/ from the work tree"
+    rmqs_log "building a Release binary in build-bench/ from the work tree"
     cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRMQS_TESTS=OFF >/dev/null
     cmake --build "$BUILD" -j2 >/dev/null
     SERVICE_BIN=$BUILD/rmq-scheduler
 else
     COMMIT=$(git rev-parse --verify "$REV^{commit}")
-    log "building a Release binary of $REV ($COMMIT) in build-bench/rev-build/"
+    rmqs_log "building a Release binary of $REV ($COMMIT) in build-bench/rev-build/"
     rm -rf "$BUILD/rev-src"
     mkdir -p "$BUILD/rev-src"
     git archive "$COMMIT" | tar -x -C "$BUILD/rev-src"
@@ -115,104 +108,45 @@ done
 gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$BUILD/stall_fsync.so" \
     tests/bench/stall_fsync.c -ldl
 
-# --- 3. a private RabbitMQ node ----------------------------------------------
-read -r AMQP_PORT DIST_PORT EPMD_PORT < <("$PYTHON" - <<'EOF'
-import socket
-socks = []
-for _ in range(3):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-print(*(s.getsockname()[1] for s in socks))
-EOF
-)
-
-NODE_DIR=$(mktemp -d /tmp/rmqs-bench-rabbit.XXXXXX)
+# --- 3. a work folder and a private RabbitMQ node (tests/lib/common.sh) ---
 WORK=$(mktemp -d /tmp/rmqs-bench-work.XXXXXX)
-echo '[].' > "$NODE_DIR/enabled_plugins"
-chown -R rabbitmq:rabbitmq "$NODE_DIR"
-
-export RABBITMQ_NODENAME="rmqs-bench-$$@localhost"
-export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
-export RABBITMQ_NODE_PORT=$AMQP_PORT
-export RABBITMQ_DIST_PORT=$DIST_PORT
-export ERL_EPMD_PORT=$EPMD_PORT
-export ERL_EPMD_ADDRESS=127.0.0.1
-export RABBITMQ_MNESIA_BASE=$NODE_DIR/mnesia
-export RABBITMQ_LOG_BASE=$NODE_DIR/log
-export RABBITMQ_PID_FILE=$NODE_DIR/pid
-export RABBITMQ_ENABLED_PLUGINS_FILE=$NODE_DIR/enabled_plugins
-export RABBITMQ_CONFIG_FILE=$NODE_DIR/rabbitmq  # none: built-in defaults only
-export RABBITMQ_ADVANCED_CONFIG_FILE=$NODE_DIR/advanced.config
-export RABBITMQ_CONF_ENV_FILE=$NODE_DIR/rabbitmq-env.conf
-
-alive() {
-    local state
-    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ]
-}
 
 BENCH_PID=""
 cleanup() {
     local rc=$?
     set +e
     trap - INT TERM
-    if [ -n "$BENCH_PID" ] && alive "$BENCH_PID"; then
+    if [ -n "$BENCH_PID" ] && rmqs_alive "$BENCH_PID"; then
         # bench.py stops what it started (service, wrk, consumers) on SIGTERM
         kill -TERM "$BENCH_PID" 2>/dev/null
         local d=$((SECONDS + 30))
-        while alive "$BENCH_PID" && [ "$SECONDS" -lt "$d" ]; do sleep 0.2; done
-        alive "$BENCH_PID" && kill -KILL "$BENCH_PID" 2>/dev/null
+        while rmqs_alive "$BENCH_PID" && [ "$SECONDS" -lt "$d" ]; do sleep 0.2; done
+        rmqs_alive "$BENCH_PID" && kill -KILL "$BENCH_PID" 2>/dev/null
     fi
-    log "stopping RabbitMQ node $RABBITMQ_NODENAME"
-    local pid=""
-    [ -s "$NODE_DIR/pid" ] && pid=$(cat "$NODE_DIR/pid")
-    timeout 60 rabbitmqctl -n "$RABBITMQ_NODENAME" stop >/dev/null 2>&1
-    if [ -n "$pid" ]; then
-        local deadline=$((SECONDS + 15))
-        while alive "$pid" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
-        if alive "$pid"; then
-            log "node still alive: killing beam pid $pid"
-            kill -KILL "$pid" 2>/dev/null
-        fi
-    fi
-    timeout 10 epmd -port "$EPMD_PORT" -kill >/dev/null 2>&1
     # the service logs always (small), the node's logs if something failed
     rm -rf "$BUILD/bench-logs"
     mkdir -p "$BUILD/bench-logs"
     cp "$WORK"/*.log "$BUILD/bench-logs/" 2>/dev/null
-    if [ "$rc" -ne 0 ] && [ -d "$NODE_DIR/log" ]; then
-        cp -r "$NODE_DIR/log" "$BUILD/bench-logs/rabbitmq-log"
+    if [ "$rc" -ne 0 ]; then
+        rmqs_rabbit_stop "$BUILD/bench-logs/rabbitmq-log"
+    else
+        rmqs_rabbit_stop
     fi
-    log "logs in build-bench/bench-logs"
-    rm -rf "$NODE_DIR" "$WORK"
-    log "total time $((SECONDS - START_S)) s"
+    rmqs_log "logs in build-bench/bench-logs"
+    rm -rf "$WORK"
+    rmqs_log "total time $((SECONDS - START_S)) s"
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-log "starting RabbitMQ node $RABBITMQ_NODENAME on 127.0.0.1:$AMQP_PORT"
-rabbitmq-server -detached
-
-"$PYTHON" - "$AMQP_PORT" <<'EOF'
-import socket, sys, time
-port, deadline = int(sys.argv[1]), time.monotonic() + 60
-while True:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        break
-    except OSError:
-        if time.monotonic() > deadline:
-            sys.exit("bench: RabbitMQ did not accept connections within 60 s")
-        time.sleep(0.2)
-EOF
+rmqs_rabbit_start "rmqs-bench-$$" "$(mktemp -d /tmp/rmqs-bench-rabbit.XXXXXX)"
 
 # --- 4. the scenarios ----------------------------------------------------------
 "$PYTHON" "$ROOT/tests/bench/bench.py" \
     --bin "$SERVICE_BIN" --tools "$BUILD" --work "$WORK" \
-    --amqp-port "$AMQP_PORT" --rabbit-pid-file "$NODE_DIR/pid" \
+    --amqp-port "$RMQS_RABBIT_PORT" --rabbit-pid-file "$RMQS_RABBIT_PIDFILE" \
     --backlog "$BACKLOG" --mode "$MODE" --out "$BUILD/bench-results.json" \
     ${BENCH_ARGS[@]+"${BENCH_ARGS[@]}"} &
 BENCH_PID=$!

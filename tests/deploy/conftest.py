@@ -16,13 +16,13 @@ set by tests/run.sh). Containers use the host's network and listen on
                      to $RMQS_TEST_REPORT when set)
 
 Every external command has a timeout; a failing test prints the logs of the
-containers it started.
+containers it started. Free ports, waits and the HTTP exchange come from
+tests/pylib, shared with the integration tests and the bench.
 """
 
-from http.client import HTTPConnection
+import functools
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +32,12 @@ import pika
 import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "tests"))  # tests/pylib
+# pylint: disable=wrong-import-position
+from pylib.http import exchange
+from pylib.outcome import pytest_runtest_makereport, call_failed  # noqa: F401 (the hook)
+from pylib.wait import free_ports, wait_until  # noqa: F401 (test_deploy.py imports free_ports from here)
+
 DOCKER = os.environ.get("DOCKER", "docker")
 RUN_ID = f"{os.getpid()}"
 TOKEN = "deploy-test-token-" + uuid.uuid4().hex
@@ -71,28 +77,8 @@ def docker(*args, **kw):
     return sh(DOCKER, *args, **kw)
 
 
-def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def wait_until(predicate, timeout, what, interval=0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
+# pylib's, polling docker and the containers 5 times a second
+wait_until = functools.partial(wait_until, interval=0.2)
 
 
 def http(port, method, path, body=None, token=TOKEN, timeout=5):
@@ -105,20 +91,16 @@ def http(port, method, path, body=None, token=TOKEN, timeout=5):
     if body is not None:
         data = json.dumps(body).encode()
         headers["Content-Type"] = "application/json"
-    conn = HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request(method, path, body=data, headers=headers)
-        r = conn.getresponse()
-        raw = r.read().decode()
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = raw
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, parsed
+        status, hdrs, raw = exchange(port, method, path, data, headers, timeout)
     except OSError as e:
         return None, {}, str(e)
-    finally:
-        conn.close()
+    raw = raw.decode()
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = raw
+    return status, {k.lower(): v for k, v in hdrs.items()}, parsed
 
 
 def wait_ready(port, timeout, token=TOKEN):
@@ -236,23 +218,11 @@ class Containers:
             docker("volume", "rm", "-f", v, check=False, timeout=60)
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
-
-
-def failed(request):
-    rep = getattr(request.node, "rep_call", None)
-    return rep is None or rep.failed
-
-
 @pytest.fixture
 def containers(image, request):
     c = Containers(image)
     yield c
-    c.close(failed(request))
+    c.close(call_failed(request))
 
 
 class Queue:

@@ -32,58 +32,43 @@ set -euo pipefail
 rmqs_as_root "$0" "$@"
 
 cd "$(dirname "$0")/../.."
+# shellcheck source=tests/lib/common.sh
+. tests/lib/common.sh
+RMQS_LOG_PREFIX=deploy/run.sh
 
-PYTHON=/usr/bin/python3
+PYTHON=$RMQS_PYTHON
 PACKAGES=(docker.io docker-compose debootstrap python3-pytest python3-pika
           python3-yaml curl prometheus)
 STARTED_DOCKERD=""
 DOCKERD_DIR=""
 
-log() { printf 'deploy/run.sh: %s\n' "$*" >&2; }
-
 if [ "${RMQS_TEST_DEPLOY:-1}" = 0 ]; then
-    log "skipped (RMQS_TEST_DEPLOY=0)"
+    rmqs_log "skipped (RMQS_TEST_DEPLOY=0)"
     exit 77  # ctest: SKIP_RETURN_CODE
 fi
 if [ -z "${RMQS_TEST_AMQP_URL:-}" ]; then
-    log "RMQS_TEST_AMQP_URL is not set: run it through 'tests/run.sh -L deploy'"
+    rmqs_log "RMQS_TEST_AMQP_URL is not set: run it through 'tests/run.sh -L deploy'"
     exit 2
 fi
 
 # --- 1. packages ------------------------------------------------------------
-missing=()
-for p in "${PACKAGES[@]}"; do
-    status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
-    [ "${status:0:2}" = "ii" ] || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    log "installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    timeout 900 apt-get update
-    timeout 1200 apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+rmqs_install "${PACKAGES[@]}"
 
 # --- 2. a Docker engine -------------------------------------------------------
-alive() {
-    local state
-    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
-    [ -n "$state" ] && [ "$state" != Z ]
-}
-
 cleanup() {
     local rc=$?
     set +e
     if [ -n "$STARTED_DOCKERD" ]; then
-        log "stopping the dockerd this run started (pid $STARTED_DOCKERD)"
+        rmqs_log "stopping the dockerd this run started (pid $STARTED_DOCKERD)"
         kill -TERM "$STARTED_DOCKERD" 2>/dev/null
         local deadline=$((SECONDS + 30))
-        while alive "$STARTED_DOCKERD" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
-        if alive "$STARTED_DOCKERD"; then
-            log "dockerd still alive: killing pid $STARTED_DOCKERD"
+        while rmqs_alive "$STARTED_DOCKERD" && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.5; done
+        if rmqs_alive "$STARTED_DOCKERD"; then
+            rmqs_log "dockerd still alive: killing pid $STARTED_DOCKERD"
             kill -KILL "$STARTED_DOCKERD" 2>/dev/null
         fi
         if [ "$rc" -ne 0 ] && [ -f "$DOCKERD_DIR/dockerd.log" ]; then
-            log "last lines of dockerd's log:"
+            rmqs_log "last lines of dockerd's log:"
             tail -n 20 "$DOCKERD_DIR/dockerd.log" >&2
         fi
     fi
@@ -93,17 +78,17 @@ cleanup() {
 trap cleanup EXIT
 
 if timeout 20 docker info >/dev/null 2>&1; then
-    log "using the running Docker engine"
+    rmqs_log "using the running Docker engine"
 else
     DOCKERD_DIR=$(mktemp -d /tmp/rmqs-deploy-dockerd.XXXXXX)
-    log "starting dockerd (log: $DOCKERD_DIR/dockerd.log)"
+    rmqs_log "starting dockerd (log: $DOCKERD_DIR/dockerd.log)"
     dockerd --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs \
         >"$DOCKERD_DIR/dockerd.log" 2>&1 &
     STARTED_DOCKERD=$!
     deadline=$((SECONDS + 60))
     until timeout 10 docker info >/dev/null 2>&1; do
-        if ! alive "$STARTED_DOCKERD" || [ "$SECONDS" -ge "$deadline" ]; then
-            log "dockerd did not answer within 60 s"
+        if ! rmqs_alive "$STARTED_DOCKERD" || [ "$SECONDS" -ge "$deadline" ]; then
+            rmqs_log "dockerd did not answer within 60 s"
             tail -n 30 "$DOCKERD_DIR/dockerd.log" >&2
             exit 1
         fi

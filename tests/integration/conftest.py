@@ -13,7 +13,8 @@ through it (`tests/run.sh -L integration`).
                            append it to $RMQS_TEST_REPORT if set
 
 Every answer received through helpers.http_request (Service.request, get,
-post, ...) is checked against api/openapi.yaml (helpers.OpenApiContract):
+post, ...) is checked against api/openapi.yaml (helpers.OpenApiContract,
+from tests/pylib; hooked in as pylib.http.RESPONSE_CHECK):
 an undocumented status, media type or body shape fails the test at that
 request. Opt out with @pytest.mark.no_contract_check on a test, with
 check_contract=False on one request, or RMQS_TEST_CONTRACT=0 for a run.
@@ -30,21 +31,11 @@ import sys
 import pytest
 
 import helpers
+import pylib.http
 from helpers import Broker, Consumer, Service, env
+from pylib.outcome import pytest_runtest_makereport, call_failed  # noqa: F401 (the hook)
 
 LOG_TAIL_LINES = 300
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    setattr(item, "rep_" + rep.when, rep)
-
-
-def _test_failed(request):
-    rep = getattr(request.node, "rep_call", None)
-    return rep is None or rep.failed
 
 
 def _print_log(svc, full=False):
@@ -95,7 +86,7 @@ def service(request, tmp_path):
     until it is healthy and ready (wait="health": healthy only)."""
     services = _Services(str(tmp_path))
     yield services
-    services.close(_test_failed(request))
+    services.close(call_failed(request))
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +155,9 @@ def _contract_check_session():
         yield None
         return
     contract = helpers.openapi_contract()
-    helpers.RESPONSE_CHECK = contract.check
+    pylib.http.RESPONSE_CHECK = contract.check
     yield contract
-    helpers.RESPONSE_CHECK = None
+    pylib.http.RESPONSE_CHECK = None
 
 
 @pytest.fixture(autouse=True)
@@ -176,6 +167,6 @@ def _contract_check_opt_out(request, _contract_check_session):
             request.node.get_closest_marker("no_contract_check") is None:
         yield
         return
-    helpers.RESPONSE_CHECK = None
+    pylib.http.RESPONSE_CHECK = None
     yield
-    helpers.RESPONSE_CHECK = _contract_check_session.check
+    pylib.http.RESPONSE_CHECK = _contract_check_session.check

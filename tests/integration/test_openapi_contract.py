@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 import helpers
+import pylib.http
 from helpers import (ContractError, OpenApiContract, Response, TextResponse,
                      assert_error, format_ts, free_port, http_request, http_request_text,
                      parse_ts)
@@ -313,7 +314,7 @@ def test_checker_accepts_documented_answers(contract, method, path, answer):
 
 
 def test_the_checker_is_on_in_these_tests():
-    assert helpers.RESPONSE_CHECK is not None or \
+    assert pylib.http.RESPONSE_CHECK is not None or \
         os.environ.get("RMQS_TEST_CONTRACT") == "0", \
         "conftest.py did not turn the contract check on"
 
@@ -603,4 +604,4 @@ def test_unreachable_port_is_not_a_contract_question():
 
 @pytest.mark.no_contract_check
 def test_a_test_can_opt_out_of_the_check():
-    assert helpers.RESPONSE_CHECK is None
+    assert pylib.http.RESPONSE_CHECK is None

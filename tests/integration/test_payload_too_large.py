@@ -45,6 +45,7 @@ import time
 import pytest
 
 import helpers
+import pylib.http
 from helpers import Response, env, go_build, rss_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -154,8 +155,8 @@ def problem(outcome, method, path, status=413, code="payload_too_large"):
     try:
         resp = Response(status, headers, outcome["body"].encode())
         helpers.assert_error(resp, status, code)
-        if helpers.RESPONSE_CHECK is not None:  # api/openapi.yaml
-            helpers.RESPONSE_CHECK(method, path, resp)
+        if pylib.http.RESPONSE_CHECK is not None:  # api/openapi.yaml
+            pylib.http.RESPONSE_CHECK(method, path, resp)
     except AssertionError as e:
         return f"not the documented {status}: {e}"
     return None

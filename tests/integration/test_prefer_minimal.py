@@ -10,8 +10,8 @@ import http.client
 import json
 import time
 
-import helpers
 from helpers import UUID7_RE, Response, assert_error, format_ts
+import pylib.http
 
 MINIMAL = {"Prefer": "return=minimal"}
 APPLIED = "Preference-Applied"
@@ -48,8 +48,8 @@ def post_with_header_lines(svc, path, body, header_lines):
         answer = Response(resp.status, resp.headers, resp.read())
     finally:
         conn.close()
-    if helpers.RESPONSE_CHECK is not None:
-        helpers.RESPONSE_CHECK("POST", path, answer)
+    if pylib.http.RESPONSE_CHECK is not None:
+        pylib.http.RESPONSE_CHECK("POST", path, answer)
     return answer
 
 

@@ -23,9 +23,7 @@ import base64
 import http.client
 import json
 import os
-import pwd
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -41,6 +39,7 @@ import pytest
 
 from helpers import (Consumer, amqp_params, assert_error, env, free_port,
                      port_open, wait_until)
+from pylib.rabbit import RabbitNode
 
 LATER = 3_600_000  # a delay that does not come due during a test
 
@@ -213,63 +212,31 @@ def start_https_service(service, pki, *args, extra_env=None, timeout=20):
 
 # --- a second RabbitMQ node with a TLS listener ------------------------------
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-class TlsBroker:
-    """A private RabbitMQ node: a TLS listener and a plain one, both on
-    127.0.0.1, its own Erlang distribution port and epmd. Its folder (data,
-    logs, config and a copy of the certificates) belongs to the rabbitmq
-    user, which the node drops to."""
+class TlsBroker(RabbitNode):
+    """A private RabbitMQ node (pylib.rabbit.RabbitNode): a TLS listener and
+    a plain one, both on 127.0.0.1, its own Erlang distribution port and
+    epmd. Its folder (data, logs, config and a copy of the certificates)
+    belongs to the rabbitmq user, which the node drops to."""
 
     def __init__(self, pki, require_client_cert, ip_in_cert=True):
+        super().__init__("rmqs-sectls")
         self.require_client_cert = require_client_cert
-        self.node = f"rmqs-sectls-{os.getpid()}-{uuid.uuid4().hex[:6]}@localhost"
-        self.dir = tempfile.mkdtemp(prefix="rmqs-sectls-", dir="/tmp")
         self.tls_port, self.plain_port = free_port(), free_port()
-        self.dist_port, self.epmd_port = free_port(), free_port()
-        self.pid = None
-        self.launched = False
         for name in ("ca.pem", "server.pem", "server.key"):
             src = {"ca.pem": pki.ca,
                    "server.pem": pki.server_cert if ip_in_cert else pki.noip_cert,
                    "server.key": pki.server_key if ip_in_cert else pki.noip_key}[name]
             shutil.copy(src, os.path.join(self.dir, name))
-        with open(os.path.join(self.dir, "enabled_plugins"), "w") as f:
-            f.write("[].\n")
-        with open(os.path.join(self.dir, "rabbitmq.conf"), "w") as f:
-            f.write(f"listeners.tcp.1 = 127.0.0.1:{self.plain_port}\n"
-                    f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}\n"
-                    f"ssl_options.cacertfile = {self.dir}/ca.pem\n"
-                    f"ssl_options.certfile = {self.dir}/server.pem\n"
-                    f"ssl_options.keyfile = {self.dir}/server.key\n"
-                    "ssl_options.verify = verify_peer\n"
-                    "ssl_options.fail_if_no_peer_cert = "
-                    f"{'true' if require_client_cert else 'false'}\n"
-                    "loopback_users.guest = true\n")
-        rabbit = pwd.getpwnam("rabbitmq")
-        os.chmod(self.dir, 0o750)
-        for root, dirs, files in os.walk(self.dir):
-            for name in [root] + [os.path.join(root, n) for n in dirs + files]:
-                os.chown(name, rabbit.pw_uid, rabbit.pw_gid)
-        e = {k: v for k, v in os.environ.items()
-             if not k.startswith(("RABBITMQ_", "ERL_"))}
-        d = self.dir
-        e.update(RABBITMQ_NODENAME=self.node,
-                 RABBITMQ_DIST_PORT=str(self.dist_port),
-                 ERL_EPMD_PORT=str(self.epmd_port), ERL_EPMD_ADDRESS="127.0.0.1",
-                 RABBITMQ_MNESIA_BASE=f"{d}/mnesia", RABBITMQ_LOG_BASE=f"{d}/log",
-                 RABBITMQ_PID_FILE=f"{d}/pid",
-                 RABBITMQ_ENABLED_PLUGINS_FILE=f"{d}/enabled_plugins",
-                 RABBITMQ_CONFIG_FILE=f"{d}/rabbitmq.conf",
-                 RABBITMQ_ADVANCED_CONFIG_FILE=f"{d}/advanced.config",
-                 RABBITMQ_CONF_ENV_FILE=f"{d}/rabbitmq-env.conf")
-        self.env = e
+        self.prepare(f"listeners.tcp.1 = 127.0.0.1:{self.plain_port}\n"
+                     f"listeners.ssl.1 = 127.0.0.1:{self.tls_port}\n"
+                     f"ssl_options.cacertfile = {self.dir}/ca.pem\n"
+                     f"ssl_options.certfile = {self.dir}/server.pem\n"
+                     f"ssl_options.keyfile = {self.dir}/server.key\n"
+                     "ssl_options.verify = verify_peer\n"
+                     "ssl_options.fail_if_no_peer_cert = "
+                     f"{'true' if require_client_cert else 'false'}\n"
+                     "loopback_users.guest = true\n",
+                     wait_ports=(self.tls_port, self.plain_port))
 
     @property
     def plain_url(self):
@@ -278,49 +245,6 @@ class TlsBroker:
     def tls_url(self, host):
         return f"amqps://guest:guest@{host}:{self.tls_port}/"
 
-    def _log_tail(self):
-        out = []
-        logdir = os.path.join(self.dir, "log")
-        for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
-            with open(os.path.join(logdir, name), errors="replace") as f:
-                out.append(f"--- {name}\n" + "".join(f.readlines()[-40:]))
-        return "\n".join(out)
-
-    def _read_pid(self):
-        try:
-            with open(os.path.join(self.dir, "pid")) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            return None
-
-    def launch(self):
-        """Start the node in the background (rabbitmq-server -detached)."""
-        r = subprocess.run(["rabbitmq-server", "-detached"], env=self.env,
-                           capture_output=True, text=True, timeout=60,
-                           stdin=subprocess.DEVNULL)
-        assert r.returncode == 0, f"rabbitmq-server -detached: {r.stdout}{r.stderr}"
-        self.launched = True
-
-    def wait_up(self, timeout=90):
-        """Both listeners accept connections (5-15 s on an idle machine)."""
-        deadline = time.monotonic() + timeout
-        while not (port_open(self.tls_port) and port_open(self.plain_port)):
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"TLS node {self.node} did not listen within {timeout} s:\n"
-                    + self._log_tail())
-            time.sleep(0.2)
-        self.pid = self._read_pid()
-        return self
-
-    def ctl(self, *args, timeout=60):
-        r = subprocess.run(["rabbitmqctl", "-n", self.node, *args], env=self.env,
-                           capture_output=True, text=True, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
-        if r.returncode != 0:
-            raise AssertionError(f"rabbitmqctl {' '.join(args)}: {r.stdout}{r.stderr}")
-        return r.stdout
-
     def tls_connections(self):
         """Connections to the TLS listener, as rabbitmqctl sees them
         (client_properties as [name, type, value] triples)."""
@@ -328,31 +252,6 @@ class TlsBroker:
                        "peer_cert_subject", "user", "client_properties",
                        "--formatter", "json", "-q")
         return [c for c in json.loads(out) if c.get("port") == self.tls_port]
-
-    def stop(self):
-        """rabbitmqctl stop, then SIGKILL of the node's VM if still alive,
-        then its epmd, then its folder."""
-        if not self.launched:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            return
-        pid = self.pid or self._read_pid()
-        try:
-            self.ctl("stop", timeout=60)
-        except (AssertionError, subprocess.TimeoutExpired):
-            pass
-        if pid is not None:
-            deadline = time.monotonic() + 15
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        try:
-            subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"],
-                           env=self.env, capture_output=True, timeout=10,
-                           stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -3,10 +3,12 @@
 # install the Debian packages it needs, find free loopback ports, and run a
 # private RabbitMQ node that nothing else on the machine sees.
 #
-# tests/run.sh and tests/bench/run.sh source it (after tests/lib/as-root.sh);
-# a script sets RMQS_LOG_PREFIX first so messages say who speaks.
+# tests/run.sh, tests/bench/run.sh and tests/deploy/run.sh source it (after
+# tests/lib/as-root.sh); a script sets RMQS_LOG_PREFIX so messages say who
+# speaks. (The Python harnesses share tests/pylib the same way.)
 #
-#   rmqs_install PKG...          apt-get install the missing ones
+#   rmqs_install PKG...          apt-get install the missing ones (bounded:
+#                                update 15 min, install 20 min)
 #   rmqs_free_ports N            N free loopback TCP ports, on one line
 #   rmqs_alive PID               the process exists and is not a zombie
 #   rmqs_rabbit_start NAME DIR   a node NAME@localhost with its data in DIR
@@ -32,8 +34,9 @@ rmqs_install() {
     done
     [ ${#missing[@]} -gt 0 ] || return 0
     rmqs_log "installing: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get update
+    DEBIAN_FRONTEND=noninteractive timeout 1200 \
+        apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
 rmqs_free_ports() {

@@ -1,0 +1,21 @@
+"""tests/pylib: the Python scaffolding every harness of this repo shares.
+
+tests/integration (through helpers.py and conftest.py), tests/bench/bench.py
+and tests/deploy/conftest.py import it, so there is one Service class, one
+pika consumer, one HTTP client, one OpenAPI checker and one way to wait on a
+condition with a deadline. Each harness keeps what is its own (fixtures,
+wrk and perf counters, docker).
+
+  wait      free_port(s), port_open, wait_until
+  procs     process RSS, stopping a child by PID, go_build
+  times     RFC 3339 parsing and formatting, now in ms
+  http      one request (JSON or text answers), a keep-alive client
+  service   the real rmq-scheduler binary with its own port and database
+  amqp      a pika consumer on its own thread, amqp_params (pika 1.2 fixes)
+  rabbit    the suite's RabbitMQ node (Broker) and private nodes (RabbitNode)
+  openapi   api/openapi.yaml as a checker of answers
+
+Standard library, Debian's python3-pika and python3-yaml only; everything
+talks to loopback. The harnesses put tests/ on sys.path (helpers.py,
+deploy/conftest.py, bench.py) and import it as `pylib`.
+"""

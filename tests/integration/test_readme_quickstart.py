@@ -46,13 +46,18 @@ def quickstart_blocks():
 
 
 def listeners(pids):
-    """(process, pid, address, port) of every listening TCP socket and bound
-    UDP socket of these processes, from `ss`."""
+    """(process, pid, address, port) of every listening TCP socket of these
+    processes, from `ss`. UDP is left out: the node serves nothing over UDP,
+    and what `ss -u` shows of it is the client socket Erlang's DNS resolver
+    (inet_res) binds to 0.0.0.0 on an ephemeral port for its queries, which
+    comes and goes with lookups (seen in CI runs) and accepts no service."""
     out = subprocess.run(["ss", "-H", "-l", "-n", "-p", "-t", "-u"],
                          capture_output=True, text=True, timeout=20, check=True).stdout
     found = []
     for line in out.splitlines():
         cols = line.split()
+        if not cols or cols[0] != "tcp":
+            continue
         users = re.findall(r'\("([^"]+)",pid=(\d+),', line)
         for name, pid in users:
             if int(pid) in pids:

@@ -57,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "due_queue.h"
 #include "log.h"
 #include "metrics.h"
 #include "timeutil.h"
@@ -68,16 +69,6 @@
 #define SETTLE_BATCH 256            /* outcomes that are recorded at once */
 #define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
 #define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
-
-/* A claimed job on its way: in `ahead`, unconfirmed at the broker, then in
- * `done` with its outcome. Owned by the dispatcher from claim to settle. */
-typedef struct item {
-    job_t job;
-    int64_t sent_ms;        /* wall ms of the publish, -1 before */
-    store_outcome out;      /* set when the broker answered */
-    char reason[256];       /* out.error points here */
-    struct item *next;      /* in `done` */
-} item;
 
 struct disp {
     store_t *st;            /* borrowed */
@@ -100,12 +91,10 @@ struct disp {
     int64_t next_claim_at;  /* wall ms the feeder plans to claim at */
     int64_t notified_due;   /* earliest due time notified since the claim */
     bool can_claim;         /* the publisher is connected and unblocked */
-    item **ahead;           /* claimed, not yet published, by due time:
-                               ahead[ahead_head .. ahead_head + ahead_n) */
-    size_t ahead_head, ahead_n, ahead_cap;
-    item *done_head, *done_tail; /* answered, waiting to be recorded */
-    size_t done_n;
-    int64_t done_since;     /* wall ms the oldest of them arrived */
+    due_queue_t *q;         /* claimed, not yet published (`ahead`, by
+                               due time), and answered, waiting to be
+                               recorded (`done`); a dueq_item is owned by
+                               the dispatcher from claim to record */
 
     atomic_bool connected;
 };
@@ -160,13 +149,12 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
         d->opt.lookahead_ms = 0;
     window = d->opt.window > 0 ? (size_t)d->opt.window
                                : 2 * (size_t)d->opt.batch_size;
-    d->ahead_cap = 2 * (size_t)d->opt.batch_size; /* claims: batch_size */
-    d->ahead = calloc(d->ahead_cap, sizeof(*d->ahead));
+    d->q = dueq_new(2 * (size_t)d->opt.batch_size); /* claims: batch_size */
     d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     d->next_claim_at = INT64_MIN; /* claim at once */
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
-    if (d->ahead == NULL || d->wake_fd < 0 ||
+    if (d->q == NULL || d->wake_fd < 0 ||
         amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, on_report,
                          d) != RMQS_OK) {
         d->pub = NULL; /* still the caller's on failure */
@@ -201,41 +189,31 @@ bool disp_broker_connected(disp_t *d)
  * recorded in bunches: a transaction per published job would cost the
  * writer (same lock) more than the few ms a `sent` mark waits. Called with
  * d->w.mu held. */
-static void done_push_locked(disp_t *d, item *it)
+static void done_push(disp_t *d, dueq_item *it)
 {
-    it->next = NULL;
-    if (d->done_tail) {
-        d->done_tail->next = it;
-    } else {
-        d->done_head = it;
-        d->done_since = tu_now_ms();
-    }
-    d->done_tail = it;
-    d->done_n++;
-    if (d->done_n == 1 || d->done_n == SETTLE_BATCH)
-        pthread_cond_signal(&d->rec_cv);
-}
+    size_t n;
 
-static void done_push(disp_t *d, item *it)
-{
     pthread_mutex_lock(&d->w.mu);
-    done_push_locked(d, it);
+    n = dueq_done_push(d->q, it, tu_now_ms());
+    if (n == 1 || n == SETTLE_BATCH)
+        pthread_cond_signal(&d->rec_cv);
     pthread_mutex_unlock(&d->w.mu);
 }
 
 /* Whether the queued outcomes should be recorded now. d->w.mu held. */
 static bool done_ready_locked(const disp_t *d, int64_t now)
 {
-    return d->done_head != NULL &&
-           (d->w.stop || !d->can_claim || d->done_n >= SETTLE_BATCH ||
-            now - d->done_since >= SETTLE_DELAY_MS);
+    size_t n = dueq_done_count(d->q);
+
+    return n > 0 && (d->w.stop || !d->can_claim || n >= SETTLE_BATCH ||
+                     now - dueq_done_since(d->q) >= SETTLE_DELAY_MS);
 }
 
 /* amqpp's report: what the broker said about one job (publisher thread). */
 static void on_report(void *cls, void *ctx, const amqpp_result *r)
 {
     disp_t *d = cls;
-    item *it = ctx;
+    dueq_item *it = ctx;
     job_t *j = &it->job;
     int64_t now = tu_now_ms();
 
@@ -287,23 +265,13 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
 /* ------------------------------------------------------------------------ */
 /* The recorder thread: writes claims and outcomes                          */
 
-static void items_free(item *it)
-{
-    while (it) {
-        item *next = it->next;
-        job_clear(&it->job);
-        free(it);
-        it = next;
-    }
-}
-
 /* Write the claims (ids, nc of them) and every outcome in `list` (one
  * transaction), retried until the store takes them or the dispatcher stops
  * (jobs left pending or publishing are published again at the next
  * start). Frees the claims and the list. Returns the earliest due time of
  * the jobs it made pending again (a retry or a release), INT64_MAX if none. */
 static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
-                           size_t nc, item *list, size_t n)
+                           size_t nc, dueq_item *list, size_t n)
 {
     store_outcome *out = n ? calloc(n, sizeof(*out)) : NULL;
     const char **cl = nc ? calloc(nc, sizeof(*cl)) : NULL;
@@ -320,12 +288,12 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         free(out);
         free(cl);
         free(claims);
-        items_free(list);
+        dueq_items_free(list);
         return INT64_MAX;
     }
     for (size_t k = 0; k < nc; k++)
         cl[k] = claims[k];
-    for (item *it = list; it && i < n; it = it->next) {
+    for (dueq_item *it = list; it && i < n; it = it->next) {
         int64_t due = INT64_MAX;
         out[i++] = it->out;
         if (it->out.kind == STORE_OUT_RELEASE)
@@ -359,7 +327,7 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
     free(out);
     free(cl);
     free(claims);
-    items_free(list);
+    dueq_items_free(list);
     return again;
 }
 
@@ -369,7 +337,7 @@ static void *recorder_main(void *arg)
 
     for (;;) {
         char (*claims)[JOB_ID_LEN + 1] = NULL;
-        item *list = NULL;
+        dueq_item *list = NULL;
         size_t nc = 0, n = 0;
         int64_t now = tu_now_ms();
 
@@ -382,19 +350,16 @@ static void *recorder_main(void *arg)
             nc = d->claims_n;
             d->claims = NULL;
             d->claims_n = d->claims_cap = 0;
-            list = d->done_head;
-            n = d->done_n;
-            d->done_head = d->done_tail = NULL;
-            d->done_n = 0;
+            list = dueq_done_take(d->q, &n);
         } else if (d->w.stop && d->publisher_done && d->feeder_done &&
-                   d->done_head == NULL) {
+                   dueq_done_count(d->q) == 0) {
             pthread_mutex_unlock(&d->w.mu);
             break;
         } else {
             int64_t wait = IDLE_CAP_MS;
-            if (d->done_head != NULL &&
-                d->done_since + SETTLE_DELAY_MS - now < wait)
-                wait = d->done_since + SETTLE_DELAY_MS - now;
+            int64_t settle = dueq_done_since(d->q) + SETTLE_DELAY_MS - now;
+            if (dueq_done_count(d->q) > 0 && settle < wait)
+                wait = settle;
             if (wait > 0)
                 (void)worker_cond_wait_ms(&d->rec_cv, &d->w.mu, wait);
         }
@@ -410,32 +375,6 @@ static void *recorder_main(void *arg)
 
 /* ------------------------------------------------------------------------ */
 /* The feeder thread: claims ahead                                          */
-
-/* Put claimed jobs (due order) into `ahead`, keeping it in due order. Called
- * with d->w.mu held; n fits (the claim was bounded by the free room). A later
- * claim can hold jobs due before the last ones of an earlier claim (a job
- * scheduled at short notice), hence a merge. */
-static void ahead_merge_locked(disp_t *d, item **in, size_t n)
-{
-    item **a = d->ahead;
-    size_t na, nb = n;
-
-    if (d->ahead_head > 0) { /* live items to the front */
-        memmove(a, a + d->ahead_head, d->ahead_n * sizeof(*a));
-        d->ahead_head = 0;
-    }
-    na = d->ahead_n;
-    while (nb > 0) { /* from the back, in place */
-        if (na > 0 && a[na - 1]->job.due_at > in[nb - 1]->job.due_at) {
-            a[na + nb - 1] = a[na - 1];
-            na--;
-        } else {
-            a[na + nb - 1] = in[nb - 1];
-            nb--;
-        }
-    }
-    d->ahead_n += n;
-}
 
 /* Room for k more claims in d->claims. d->w.mu held (the recorder swaps the
  * array out under it). */
@@ -463,7 +402,7 @@ static bool claims_reserve_locked(disp_t *d, size_t k)
 static long feed(disp_t *d, size_t room, bool *more)
 {
     job_t *jobs = NULL;
-    item **items = NULL;
+    dueq_item **items = NULL;
     size_t n = 0, k = 0;
     int64_t now = tu_now_ms();
     rmqs_rc rc;
@@ -481,11 +420,9 @@ static long feed(disp_t *d, size_t room, bool *more)
     *more = n == room;
     items = calloc(n, sizeof(*items));
     for (k = 0; items != NULL && k < n; k++) {
-        items[k] = calloc(1, sizeof(**items));
+        items[k] = dueq_item_new(&jobs[k]); /* moves the job's allocations */
         if (items[k] == NULL)
             break;
-        items[k]->job = jobs[k]; /* moves the job's allocations */
-        items[k]->sent_ms = -1;
     }
     /* One critical section from the room for the claims to the merge: the
      * recorder takes the claims array whenever it holds d->w.mu. */
@@ -500,14 +437,13 @@ static long feed(disp_t *d, size_t room, bool *more)
     /* The claims first: the recorder writes each before its outcome. */
     for (size_t i = 0; i < k; i++)
         memcpy(d->claims[d->claims_n++], items[i]->job.id, JOB_ID_LEN + 1);
-    if (d->w.stop) { /* the publisher has handed back `ahead` already */
-        for (size_t i = 0; i < k; i++) {
-            items[i]->out = (store_outcome){.id = items[i]->job.id,
-                                            .kind = STORE_OUT_RELEASE};
-            done_push_locked(d, items[i]);
-        }
-    } else if (k > 0) {
-        ahead_merge_locked(d, items, k);
+    /* A later claim can hold jobs due before the last ones of an earlier
+     * claim (a job scheduled at short notice): dueq_merge keeps due order.
+     * It fits (the claim was bounded by the room); at stop the publisher
+     * has handed back `ahead` already. */
+    if (k > 0 && (d->w.stop || dueq_merge(d->q, items, k) != RMQS_OK)) {
+        for (size_t i = 0; i < k; i++)
+            (void)dueq_release(d->q, items[i], now);
     }
     if (k > 0)
         pthread_cond_signal(&d->rec_cv);
@@ -547,7 +483,7 @@ static void *feeder_main(void *arg)
             pthread_mutex_unlock(&d->w.mu);
             break;
         }
-        room = d->ahead_cap - d->ahead_n;
+        room = dueq_room(d->q);
         if (room > (size_t)d->opt.batch_size)
             room = (size_t)d->opt.batch_size; /* one claim's worth */
         claim = d->can_claim && room > 0 && now >= claim_retry_at &&
@@ -586,7 +522,7 @@ static void *feeder_main(void *arg)
 
         pthread_mutex_lock(&d->w.mu);
         now = tu_now_ms();
-        claim = !d->w.stop && d->can_claim && d->ahead_n < d->ahead_cap &&
+        claim = !d->w.stop && d->can_claim && dueq_room(d->q) > 0 &&
                 now >= claim_retry_at;
         if (!d->w.stop && !(claim && (d->kicked || now >= d->next_claim_at))) {
             wait = IDLE_CAP_MS;
@@ -623,13 +559,7 @@ static void set_can_claim(disp_t *d, bool v)
 static void release_ahead(disp_t *d)
 {
     pthread_mutex_lock(&d->w.mu);
-    while (d->ahead_n > 0) {
-        item *it = d->ahead[d->ahead_head++];
-        d->ahead_n--;
-        it->out = (store_outcome){.id = it->job.id, .kind = STORE_OUT_RELEASE};
-        done_push_locked(d, it);
-    }
-    d->ahead_head = 0;
+    (void)dueq_release_ahead(d->q, tu_now_ms());
     pthread_cond_signal(&d->w.cv);
     pthread_cond_signal(&d->rec_cv);
     pthread_mutex_unlock(&d->w.mu);
@@ -637,26 +567,14 @@ static void release_ahead(disp_t *d)
 
 /* Take the first job of `ahead` if it is due at now_ms; else NULL and
  * *next_due its due time (INT64_MAX: none). */
-static item *take_due(disp_t *d, int64_t now_ms, int64_t *next_due)
+static dueq_item *take_due(disp_t *d, int64_t now_ms, int64_t *next_due)
 {
-    item *it = NULL;
+    dueq_item *it;
 
     pthread_mutex_lock(&d->w.mu);
-    *next_due = INT64_MAX;
-    if (d->ahead_n > 0) {
-        item *first = d->ahead[d->ahead_head];
-        if (first->job.due_at <= now_ms) {
-            it = first;
-            d->ahead_head++;
-            d->ahead_n--;
-            if (d->ahead_n == 0)
-                d->ahead_head = 0;
-            if (d->ahead_n == d->ahead_cap / 2)
-                pthread_cond_signal(&d->w.cv); /* room to claim more */
-        } else {
-            *next_due = first->job.due_at;
-        }
-    }
+    it = dueq_take_due(d->q, now_ms, next_due);
+    if (it != NULL && dueq_ahead(d->q) == dueq_cap(d->q) / 2)
+        pthread_cond_signal(&d->w.cv); /* room to claim more */
     pthread_mutex_unlock(&d->w.mu);
     return it;
 }
@@ -717,7 +635,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
         /* Publish everything due, back to back, while the window has
          * room; confirms are read as they come. */
         while (amqpp_can_send(d->pub)) {
-            item *it = take_due(d, now, &next_due);
+            dueq_item *it = take_due(d, now, &next_due);
             if (it == NULL)
                 break;
             it->sent_ms = now;
@@ -856,16 +774,9 @@ void disp_free(disp_t *d)
         return;
     disp_stop(d);
     amqpp_free(d->pub);
-    /* Only if the threads never ran: nothing else can be left. */
-    while (d->ahead_n > 0) {
-        item *it = d->ahead[d->ahead_head++];
-        d->ahead_n--;
-        it->next = NULL;
-        items_free(it);
-    }
-    items_free(d->done_head);
+    /* Items are left only if the threads never ran. */
+    dueq_free(d->q);
     free(d->claims);
-    free(d->ahead);
     if (d->wake_fd >= 0)
         close(d->wake_fd);
     pthread_cond_destroy(&d->rec_cv);

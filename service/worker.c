@@ -13,18 +13,27 @@
 
 #include "timeutil.h"
 
-#define NAME_MAX_LEN 15 /* pthread_setname_np: 16 bytes with the NUL */
+/* The thread names itself before it runs fn, and its creator names it too
+ * (whichever comes first): a reader of the name sees it from the moment
+ * worker_thread_start returns, and the thread from its first line. */
+static void *named_main(void *arg)
+{
+    worker_thread *t = arg;
+
+    (void)pthread_setname_np(pthread_self(), t->name);
+    return t->fn(t->arg);
+}
 
 rmqs_rc worker_thread_start(worker_thread *t, const char *name, worker_fn fn,
                             void *arg)
 {
-    char cut[NAME_MAX_LEN + 1];
-
-    if (pthread_create(&t->id, NULL, fn, arg) != 0)
+    snprintf(t->name, sizeof t->name, "%s", name); /* cut at 15 */
+    t->fn = fn;
+    t->arg = arg;
+    if (pthread_create(&t->id, NULL, named_main, t) != 0)
         return RMQS_ESYS;
     t->started = true;
-    snprintf(cut, sizeof cut, "%s", name);
-    (void)pthread_setname_np(t->id, cut); /* for top -H, perf */
+    (void)pthread_setname_np(t->id, t->name); /* for top -H, perf */
     return RMQS_OK;
 }
 

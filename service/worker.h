@@ -28,14 +28,19 @@
 
 typedef void *(*worker_fn)(void *arg);
 
-/* A named thread, without a stop flag of its own (see worker_t). */
+/* A named thread, without a stop flag of its own (see worker_t). Must
+ * stay in place while the thread runs (it is embedded in its owner). */
 typedef struct worker_thread {
     pthread_t id;
     bool started;
+    char name[16];     /* private: for the thread to name itself */
+    worker_fn fn;
+    void *arg;
 } worker_thread;
 
 /* Start fn(arg) on a new thread named name (at most 15 characters: the
- * kernel's limit; a longer one is cut). RMQS_ESYS if it cannot start. */
+ * kernel's limit; a longer one is cut). The name is set before fn runs
+ * and before this returns. RMQS_ESYS if it cannot start. */
 rmqs_rc worker_thread_start(worker_thread *t, const char *name, worker_fn fn,
                             void *arg);
 

@@ -44,6 +44,11 @@
  * Nothing due is ever lost while the broker is away: jobs stay pending in
  * the store (the feeder does not claim while the publisher is not
  * connected) and are claimed oldest first once the connection is back.
+ *
+ * The jobs between the threads (`ahead` in due order, `done` for the
+ * recorder) are a due_queue (due_queue.c), guarded by the feeder worker's
+ * mutex (worker.c), which all three threads share; its stop flag stops all
+ * three.
  */
 #include "dispatcher.h"
 

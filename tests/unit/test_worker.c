@@ -16,7 +16,8 @@
  *   - worker_init(prio_inherit) gives a priority-inheritance mutex (the
  *     dispatcher shares it with its SCHED_FIFO publisher).
  * Nothing sleeps to wait for the other thread: tests await a flag with a
- * deadline (ut_await).
+ * deadline (ut_await). A stop that does not wake its thread would hang
+ * the join: those tests carry a Criterion timeout, so they fail instead.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -93,7 +94,7 @@ Test(worker, cuts_a_long_name_at_fifteen_characters)
     worker_destroy(&p.w);
 }
 
-Test(worker, stop_wakes_a_sleeping_worker_at_once)
+Test(worker, stop_wakes_a_sleeping_worker_at_once, .timeout = 30)
 {
     probe p;
     int64_t t0, took;
@@ -195,7 +196,8 @@ static void *wait_for_stop(void *arg)
     return NULL;
 }
 
-Test(worker, stop_wakes_a_thread_waiting_on_the_condition_variable)
+Test(worker, stop_wakes_a_thread_waiting_on_the_condition_variable,
+     .timeout = 30)
 {
     waiter x;
     int64_t t0;

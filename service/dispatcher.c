@@ -767,8 +767,12 @@ void disp_stop(disp_t *d)
     pthread_mutex_unlock(&d->w.mu);
     if (d->wake_fd >= 0)
         wake_publisher(d);
-    worker_thread_join(&d->publisher);
+    /* The feeder first: it ends at once, while the publisher may wait up
+     * to the confirm timeout for its confirms. A stop cut short by the
+     * grace period (_exit while the publisher waits) then leaves no ended
+     * thread unjoined (ThreadSanitizer reports one as a thread leak). */
     worker_thread_join(&d->w.thread);
+    worker_thread_join(&d->publisher);
     worker_thread_join(&d->recorder); /* after both: it writes what they
                                          left */
 }

@@ -192,8 +192,8 @@ bool disp_broker_connected(disp_t *d)
 /* Queue an answered item for the recorder, and wake it when the first one
  * arrives (to time SETTLE_DELAY_MS) or a full batch is there. Outcomes are
  * recorded in bunches: a transaction per published job would cost the
- * writer (same lock) more than the few ms a `sent` mark waits. Called with
- * d->w.mu held. */
+ * writer (same lock) more than the few ms a `sent` mark waits. Takes
+ * d->w.mu. */
 static void done_push(disp_t *d, dueq_item *it)
 {
     size_t n;

@@ -101,6 +101,7 @@
 #include "ingest_map.h"
 #include "log.h"
 #include "timeutil.h"
+#include "worker.h"
 
 #define MOD "ingest"
 #define CHANNEL 1
@@ -151,12 +152,9 @@ struct ingest {
     writer_t *writer;         /* borrowed; it wakes the dispatcher after
                                  commits */
 
-    pthread_t thread;
-    bool started;
-    pthread_mutex_t mu;       /* guards stop and outstanding */
-    pthread_cond_t cv;        /* stop (CLOCK_MONOTONIC) */
+    worker_t wk;              /* the thread; wk.mu guards wk.stop and
+                                 outstanding */
     pthread_cond_t done_cv;   /* outstanding reached 0 (CLOCK_MONOTONIC) */
-    bool stop;
     size_t outstanding;       /* writer requests of the batch not done */
     atomic_bool connected;
 
@@ -212,7 +210,6 @@ static rmqs_rc check_options(const ingest_options *opt, rmqs_error *err)
 ingest_t *ingest_new(const ingest_options *opt, writer_t *w, rmqs_error *err)
 {
     ingest_t *in = NULL;
-    pthread_condattr_t ca;
 
     if (!opt || check_options(opt, err) != RMQS_OK) {
         if (!opt) {
@@ -225,12 +222,13 @@ ingest_t *ingest_new(const ingest_options *opt, writer_t *w, rmqs_error *err)
         rmqs_fail(err, RMQS_ENOMEM, "ingest", "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&in->mu, NULL);
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&in->cv, &ca);
-    pthread_cond_init(&in->done_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    if (worker_init(&in->wk, false) != RMQS_OK ||
+        worker_cond_init(&in->done_cv) != RMQS_OK) {
+        /* glibc's mutexes and condition variables hold nothing to free */
+        free(in);
+        rmqs_fail(err, RMQS_ESYS, "ingest", "cannot set up the thread");
+        return NULL;
+    }
     atomic_init(&in->connected, false);
     in->writer = w;
     in->heartbeat_s = opt->heartbeat_s;
@@ -366,16 +364,6 @@ static int64_t beat_ms(const ingest_t *in)
     return ms < 1000 ? ms : 1000;
 }
 
-static bool stopping(ingest_t *in)
-{
-    bool s;
-
-    pthread_mutex_lock(&in->mu);
-    s = in->stop;
-    pthread_mutex_unlock(&in->mu);
-    return s;
-}
-
 /* Sleep ms (heartbeats kept), unless asked to stop: returns true then. */
 static bool pause_ms(ingest_t *in, int64_t ms)
 {
@@ -383,20 +371,11 @@ static bool pause_ms(ingest_t *in, int64_t ms)
 
     for (;;) {
         int64_t left = end - tu_mono_ms();
-        struct timespec until;
-        bool s;
 
         if (left <= 0) {
-            return stopping(in);
+            return worker_stopping(&in->wk);
         }
-        until = tu_mono_deadline(left < beat_ms(in) ? left : beat_ms(in));
-        pthread_mutex_lock(&in->mu);
-        while (!in->stop &&
-               pthread_cond_timedwait(&in->cv, &in->mu, &until) == 0) {
-        }
-        s = in->stop;
-        pthread_mutex_unlock(&in->mu);
-        if (s) {
+        if (worker_sleep(&in->wk, left < beat_ms(in) ? left : beat_ms(in))) {
             return true;
         }
         send_heartbeat(in);
@@ -466,11 +445,11 @@ static void on_done(writer_req *req, void *cls)
     ingest_t *in = cls;
 
     (void)req;
-    pthread_mutex_lock(&in->mu);
+    pthread_mutex_lock(&in->wk.mu);
     if (--in->outstanding == 0) {
         pthread_cond_broadcast(&in->done_cv);
     }
-    pthread_mutex_unlock(&in->mu);
+    pthread_mutex_unlock(&in->wk.mu);
 }
 
 static void clear_delivery(delivery *d)
@@ -640,9 +619,9 @@ static void store_batch(ingest_t *in, bool retry)
             want++;
         }
     }
-    pthread_mutex_lock(&in->mu);
+    pthread_mutex_lock(&in->wk.mu);
     in->outstanding = want;
-    pthread_mutex_unlock(&in->mu);
+    pthread_mutex_unlock(&in->wk.mu);
     for (size_t i = 0; i < in->n; i++) {
         delivery *d = &in->batch[i];
         if (d->act != ACT_STORE || (retry && !d->retry)) {
@@ -651,27 +630,26 @@ static void store_batch(ingest_t *in, bool retry)
         if (writer_submit(in->writer, &d->req) != RMQS_OK) {
             d->act = ACT_REQUEUE;
             snprintf(d->reason, sizeof d->reason, "the writer is stopping");
-            pthread_mutex_lock(&in->mu);
+            pthread_mutex_lock(&in->wk.mu);
             in->outstanding--;
-            pthread_mutex_unlock(&in->mu);
+            pthread_mutex_unlock(&in->wk.mu);
         }
     }
-    pthread_mutex_lock(&in->mu);
+    pthread_mutex_lock(&in->wk.mu);
     while (in->outstanding > 0) {
-        struct timespec until = tu_mono_deadline(beat_ms(in));
-        if (pthread_cond_timedwait(&in->done_cv, &in->mu, &until) != 0 &&
+        if (!worker_cond_wait_ms(&in->done_cv, &in->wk.mu, beat_ms(in)) &&
             in->outstanding > 0) {
-            pthread_mutex_unlock(&in->mu);
+            pthread_mutex_unlock(&in->wk.mu);
             waited += beat_ms(in);
             if (waited % 10000 < beat_ms(in)) {
                 log_warn(MOD, "still waiting for the database", "n=%zu "
                          "waited_ms=%lld", want, (long long)waited);
             }
             send_heartbeat(in);
-            pthread_mutex_lock(&in->mu);
+            pthread_mutex_lock(&in->wk.mu);
         }
     }
-    pthread_mutex_unlock(&in->mu);
+    pthread_mutex_unlock(&in->wk.mu);
 }
 
 /* Decide the action of every delivery the writer had (retry: those of the
@@ -856,7 +834,7 @@ static void *ingest_main(void *arg)
     bool down_logged = false;
     rmqs_error e;
 
-    while (!stopping(in)) {
+    while (!worker_stopping(&in->wk)) {
         long n;
 
         if (!in->conn) {
@@ -904,15 +882,10 @@ static void *ingest_main(void *arg)
 
 rmqs_rc ingest_start(ingest_t *in)
 {
-    if (!in || in->started) {
+    if (!in || in->wk.thread.started) {
         return in ? RMQS_OK : RMQS_EINVAL;
     }
-    if (pthread_create(&in->thread, NULL, ingest_main, in) != 0) {
-        return RMQS_ESYS;
-    }
-    pthread_setname_np(in->thread, "rmqs-ingest");
-    in->started = true;
-    return RMQS_OK;
+    return worker_start(&in->wk, "rmqs-ingest", ingest_main, in);
 }
 
 bool ingest_connected(ingest_t *in)
@@ -922,15 +895,10 @@ bool ingest_connected(ingest_t *in)
 
 void ingest_stop(ingest_t *in)
 {
-    if (!in || !in->started) {
+    if (!in || !in->wk.thread.started) {
         return;
     }
-    pthread_mutex_lock(&in->mu);
-    in->stop = true;
-    pthread_cond_broadcast(&in->cv);
-    pthread_mutex_unlock(&in->mu);
-    pthread_join(in->thread, NULL);
-    in->started = false;
+    worker_stop(&in->wk);
 }
 
 void ingest_free(ingest_t *in)
@@ -949,8 +917,7 @@ void ingest_free(ingest_t *in)
     free(in->maps);
     free(in->batch);
     free(in->dlx);
-    pthread_cond_destroy(&in->cv);
     pthread_cond_destroy(&in->done_cv);
-    pthread_mutex_destroy(&in->mu);
+    worker_destroy(&in->wk);
     free(in);
 }

@@ -44,6 +44,11 @@
  * Nothing due is ever lost while the broker is away: jobs stay pending in
  * the store (the feeder does not claim while the publisher is not
  * connected) and are claimed oldest first once the connection is back.
+ *
+ * The jobs between the threads (`ahead` in due order, `done` for the
+ * recorder) are a due_queue (due_queue.c), guarded by the feeder worker's
+ * mutex (worker.c), which all three threads share; its stop flag stops all
+ * three.
  */
 #include "dispatcher.h"
 
@@ -57,9 +62,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "due_queue.h"
 #include "log.h"
 #include "metrics.h"
 #include "timeutil.h"
+#include "worker.h"
 
 #define IDLE_CAP_MS 1000            /* longest sleep without looking again */
 #define RECONNECT_MIN_MS 100
@@ -68,29 +75,19 @@
 #define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
 #define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
 
-/* A claimed job on its way: in `ahead`, unconfirmed at the broker, then in
- * `done` with its outcome. Owned by the dispatcher from claim to settle. */
-typedef struct item {
-    job_t job;
-    int64_t sent_ms;        /* wall ms of the publish, -1 before */
-    store_outcome out;      /* set when the broker answered */
-    char reason[256];       /* out.error points here */
-    struct item *next;      /* in `done` */
-} item;
-
 struct disp {
     store_t *st;            /* borrowed */
     amqpp_t *pub;           /* owned; used only by the publisher thread */
     disp_options opt;
 
-    pthread_t feeder, publisher, recorder;
-    bool feeder_started, publisher_started, recorder_started;
+    /* The feeder's worker: its mu (priority inheritance: the publisher
+     * runs at real-time priority) guards everything below and its stop
+     * flag stops all three threads; its cv wakes the feeder. */
+    worker_t w;
+    worker_thread publisher, recorder;
     int wake_fd;            /* eventfd: wakes the publisher thread */
 
-    pthread_mutex_t mu;     /* guards everything below */
-    pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the feeder */
     pthread_cond_t rec_cv;  /* CLOCK_MONOTONIC; wakes the recorder */
-    bool stop;
     bool publisher_done;    /* the publisher thread has handed back all */
     bool feeder_done;       /* the feeder thread claims no more */
     char (*claims)[JOB_ID_LEN + 1]; /* claimed ahead, claim not yet written */
@@ -99,12 +96,10 @@ struct disp {
     int64_t next_claim_at;  /* wall ms the feeder plans to claim at */
     int64_t notified_due;   /* earliest due time notified since the claim */
     bool can_claim;         /* the publisher is connected and unblocked */
-    item **ahead;           /* claimed, not yet published, by due time:
-                               ahead[ahead_head .. ahead_head + ahead_n) */
-    size_t ahead_head, ahead_n, ahead_cap;
-    item *done_head, *done_tail; /* answered, waiting to be recorded */
-    size_t done_n;
-    int64_t done_since;     /* wall ms the oldest of them arrived */
+    due_queue_t *q;         /* claimed, not yet published (`ahead`, by
+                               due time), and answered, waiting to be
+                               recorded (`done`); a dueq_item is owned by
+                               the dispatcher from claim to record */
 
     atomic_bool connected;
 };
@@ -133,11 +128,23 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r);
 disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
 {
     disp_t *d = calloc(1, sizeof(*d));
-    pthread_condattr_t ca;
     size_t window;
 
     if (d == NULL)
         return NULL;
+    /* The publisher runs at real-time priority and shares d->w.mu with the
+     * feeder and the recorder: a normal thread preempted while holding it
+     * would hold the publisher up (priority inversion). With inheritance
+     * the holder runs at the publisher's priority until it lets go. */
+    if (worker_init(&d->w, true) != RMQS_OK) {
+        free(d);
+        return NULL;
+    }
+    if (worker_cond_init(&d->rec_cv) != RMQS_OK) {
+        worker_destroy(&d->w);
+        free(d);
+        return NULL;
+    }
     d->st = st;
     d->pub = pub;
     d->opt = *opt;
@@ -147,30 +154,12 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
         d->opt.lookahead_ms = 0;
     window = d->opt.window > 0 ? (size_t)d->opt.window
                                : 2 * (size_t)d->opt.batch_size;
-    d->ahead_cap = 2 * (size_t)d->opt.batch_size; /* claims: batch_size */
-    d->ahead = calloc(d->ahead_cap, sizeof(*d->ahead));
+    d->q = dueq_new(2 * (size_t)d->opt.batch_size); /* claims: batch_size */
     d->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     d->next_claim_at = INT64_MIN; /* claim at once */
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
-    {
-        /* The publisher runs at real-time priority and shares d->mu with
-         * the feeder and the recorder: a normal thread preempted while
-         * holding it would hold the publisher up (priority inversion).
-         * With inheritance the holder runs at the publisher's priority
-         * until it lets go. */
-        pthread_mutexattr_t ma;
-        pthread_mutexattr_init(&ma);
-        (void)pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
-        pthread_mutex_init(&d->mu, &ma);
-        pthread_mutexattr_destroy(&ma);
-    }
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&d->cv, &ca);
-    pthread_cond_init(&d->rec_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (d->ahead == NULL || d->wake_fd < 0 ||
+    if (d->q == NULL || d->wake_fd < 0 ||
         amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, on_report,
                          d) != RMQS_OK) {
         d->pub = NULL; /* still the caller's on failure */
@@ -182,14 +171,14 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
 
 void disp_notify(disp_t *d, int64_t due_at_ms)
 {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->w.mu);
     if (due_at_ms < d->notified_due)
         d->notified_due = due_at_ms;
     if (due_at_ms - d->opt.lookahead_ms < d->next_claim_at && !d->kicked) {
         d->kicked = true;
-        pthread_cond_signal(&d->cv);
+        pthread_cond_signal(&d->w.cv);
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
 }
 
 bool disp_broker_connected(disp_t *d)
@@ -203,43 +192,33 @@ bool disp_broker_connected(disp_t *d)
 /* Queue an answered item for the recorder, and wake it when the first one
  * arrives (to time SETTLE_DELAY_MS) or a full batch is there. Outcomes are
  * recorded in bunches: a transaction per published job would cost the
- * writer (same lock) more than the few ms a `sent` mark waits. Called with
- * d->mu held. */
-static void done_push_locked(disp_t *d, item *it)
+ * writer (same lock) more than the few ms a `sent` mark waits. Takes
+ * d->w.mu. */
+static void done_push(disp_t *d, dueq_item *it)
 {
-    it->next = NULL;
-    if (d->done_tail) {
-        d->done_tail->next = it;
-    } else {
-        d->done_head = it;
-        d->done_since = tu_now_ms();
-    }
-    d->done_tail = it;
-    d->done_n++;
-    if (d->done_n == 1 || d->done_n == SETTLE_BATCH)
+    size_t n;
+
+    pthread_mutex_lock(&d->w.mu);
+    n = dueq_done_push(d->q, it, tu_now_ms());
+    if (n == 1 || n == SETTLE_BATCH)
         pthread_cond_signal(&d->rec_cv);
+    pthread_mutex_unlock(&d->w.mu);
 }
 
-static void done_push(disp_t *d, item *it)
-{
-    pthread_mutex_lock(&d->mu);
-    done_push_locked(d, it);
-    pthread_mutex_unlock(&d->mu);
-}
-
-/* Whether the queued outcomes should be recorded now. d->mu held. */
+/* Whether the queued outcomes should be recorded now. d->w.mu held. */
 static bool done_ready_locked(const disp_t *d, int64_t now)
 {
-    return d->done_head != NULL &&
-           (d->stop || !d->can_claim || d->done_n >= SETTLE_BATCH ||
-            now - d->done_since >= SETTLE_DELAY_MS);
+    size_t n = dueq_done_count(d->q);
+
+    return n > 0 && (d->w.stop || !d->can_claim || n >= SETTLE_BATCH ||
+                     now - dueq_done_since(d->q) >= SETTLE_DELAY_MS);
 }
 
 /* amqpp's report: what the broker said about one job (publisher thread). */
 static void on_report(void *cls, void *ctx, const amqpp_result *r)
 {
     disp_t *d = cls;
-    item *it = ctx;
+    dueq_item *it = ctx;
     job_t *j = &it->job;
     int64_t now = tu_now_ms();
 
@@ -291,23 +270,13 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
 /* ------------------------------------------------------------------------ */
 /* The recorder thread: writes claims and outcomes                          */
 
-static void items_free(item *it)
-{
-    while (it) {
-        item *next = it->next;
-        job_clear(&it->job);
-        free(it);
-        it = next;
-    }
-}
-
 /* Write the claims (ids, nc of them) and every outcome in `list` (one
  * transaction), retried until the store takes them or the dispatcher stops
  * (jobs left pending or publishing are published again at the next
  * start). Frees the claims and the list. Returns the earliest due time of
  * the jobs it made pending again (a retry or a release), INT64_MAX if none. */
 static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
-                           size_t nc, item *list, size_t n)
+                           size_t nc, dueq_item *list, size_t n)
 {
     store_outcome *out = n ? calloc(n, sizeof(*out)) : NULL;
     const char **cl = nc ? calloc(nc, sizeof(*cl)) : NULL;
@@ -324,12 +293,12 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         free(out);
         free(cl);
         free(claims);
-        items_free(list);
+        dueq_items_free(list);
         return INT64_MAX;
     }
     for (size_t k = 0; k < nc; k++)
         cl[k] = claims[k];
-    for (item *it = list; it && i < n; it = it->next) {
+    for (dueq_item *it = list; it && i < n; it = it->next) {
         int64_t due = INT64_MAX;
         out[i++] = it->out;
         if (it->out.kind == STORE_OUT_RELEASE)
@@ -348,13 +317,11 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         log_error("dispatcher", "cannot record claims and publish results; "
                   "retrying", "claims=%zu n=%zu error=%s", nc, n,
                   rmqs_rc_name(rc));
-        pthread_mutex_lock(&d->mu);
-        if (!d->stop) {
-            struct timespec dl = tu_mono_deadline(wait);
-            pthread_cond_timedwait(&d->rec_cv, &d->mu, &dl);
-        }
-        stop = d->stop;
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_lock(&d->w.mu);
+        if (!d->w.stop)
+            (void)worker_cond_wait_ms(&d->rec_cv, &d->w.mu, wait);
+        stop = d->w.stop;
+        pthread_mutex_unlock(&d->w.mu);
         if (stop) {
             log_error("dispatcher", "stopping with unrecorded results",
                       "n=%zu note=\"jobs stay publishing and are published "
@@ -365,7 +332,7 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
     free(out);
     free(cl);
     free(claims);
-    items_free(list);
+    dueq_items_free(list);
     return again;
 }
 
@@ -375,11 +342,11 @@ static void *recorder_main(void *arg)
 
     for (;;) {
         char (*claims)[JOB_ID_LEN + 1] = NULL;
-        item *list = NULL;
+        dueq_item *list = NULL;
         size_t nc = 0, n = 0;
         int64_t now = tu_now_ms();
 
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->w.mu);
         /* Claims at once (they are what makes a held job durable); the
          * outcomes in bunches. Both lists are taken together: every
          * outcome's claim is in this call or was in an earlier one. */
@@ -388,25 +355,20 @@ static void *recorder_main(void *arg)
             nc = d->claims_n;
             d->claims = NULL;
             d->claims_n = d->claims_cap = 0;
-            list = d->done_head;
-            n = d->done_n;
-            d->done_head = d->done_tail = NULL;
-            d->done_n = 0;
-        } else if (d->stop && d->publisher_done && d->feeder_done &&
-                   d->done_head == NULL) {
-            pthread_mutex_unlock(&d->mu);
+            list = dueq_done_take(d->q, &n);
+        } else if (d->w.stop && d->publisher_done && d->feeder_done &&
+                   dueq_done_count(d->q) == 0) {
+            pthread_mutex_unlock(&d->w.mu);
             break;
         } else {
             int64_t wait = IDLE_CAP_MS;
-            if (d->done_head != NULL &&
-                d->done_since + SETTLE_DELAY_MS - now < wait)
-                wait = d->done_since + SETTLE_DELAY_MS - now;
-            if (wait > 0) {
-                struct timespec dl = tu_mono_deadline(wait);
-                pthread_cond_timedwait(&d->rec_cv, &d->mu, &dl);
-            }
+            int64_t settle = dueq_done_since(d->q) + SETTLE_DELAY_MS - now;
+            if (dueq_done_count(d->q) > 0 && settle < wait)
+                wait = settle;
+            if (wait > 0)
+                (void)worker_cond_wait_ms(&d->rec_cv, &d->w.mu, wait);
         }
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->w.mu);
         if (nc > 0 || n > 0) {
             int64_t again = record_list(d, claims, nc, list, n);
             if (again != INT64_MAX)
@@ -419,33 +381,7 @@ static void *recorder_main(void *arg)
 /* ------------------------------------------------------------------------ */
 /* The feeder thread: claims ahead                                          */
 
-/* Put claimed jobs (due order) into `ahead`, keeping it in due order. Called
- * with d->mu held; n fits (the claim was bounded by the free room). A later
- * claim can hold jobs due before the last ones of an earlier claim (a job
- * scheduled at short notice), hence a merge. */
-static void ahead_merge_locked(disp_t *d, item **in, size_t n)
-{
-    item **a = d->ahead;
-    size_t na, nb = n;
-
-    if (d->ahead_head > 0) { /* live items to the front */
-        memmove(a, a + d->ahead_head, d->ahead_n * sizeof(*a));
-        d->ahead_head = 0;
-    }
-    na = d->ahead_n;
-    while (nb > 0) { /* from the back, in place */
-        if (na > 0 && a[na - 1]->job.due_at > in[nb - 1]->job.due_at) {
-            a[na + nb - 1] = a[na - 1];
-            na--;
-        } else {
-            a[na + nb - 1] = in[nb - 1];
-            nb--;
-        }
-    }
-    d->ahead_n += n;
-}
-
-/* Room for k more claims in d->claims. d->mu held (the recorder swaps the
+/* Room for k more claims in d->claims. d->w.mu held (the recorder swaps the
  * array out under it). */
 static bool claims_reserve_locked(disp_t *d, size_t k)
 {
@@ -471,7 +407,7 @@ static bool claims_reserve_locked(disp_t *d, size_t k)
 static long feed(disp_t *d, size_t room, bool *more)
 {
     job_t *jobs = NULL;
-    item **items = NULL;
+    dueq_item **items = NULL;
     size_t n = 0, k = 0;
     int64_t now = tu_now_ms();
     rmqs_rc rc;
@@ -489,15 +425,13 @@ static long feed(disp_t *d, size_t room, bool *more)
     *more = n == room;
     items = calloc(n, sizeof(*items));
     for (k = 0; items != NULL && k < n; k++) {
-        items[k] = calloc(1, sizeof(**items));
+        items[k] = dueq_item_new(&jobs[k]); /* moves the job's allocations */
         if (items[k] == NULL)
             break;
-        items[k]->job = jobs[k]; /* moves the job's allocations */
-        items[k]->sent_ms = -1;
     }
     /* One critical section from the room for the claims to the merge: the
-     * recorder takes the claims array whenever it holds d->mu. */
-    pthread_mutex_lock(&d->mu);
+     * recorder takes the claims array whenever it holds d->w.mu. */
+    pthread_mutex_lock(&d->w.mu);
     if (k > 0 && !claims_reserve_locked(d, k)) {
         for (size_t i = 0; i < k; i++) { /* the jobs go back below */
             jobs[i] = items[i]->job;
@@ -508,18 +442,17 @@ static long feed(disp_t *d, size_t room, bool *more)
     /* The claims first: the recorder writes each before its outcome. */
     for (size_t i = 0; i < k; i++)
         memcpy(d->claims[d->claims_n++], items[i]->job.id, JOB_ID_LEN + 1);
-    if (d->stop) { /* the publisher has handed back `ahead` already */
-        for (size_t i = 0; i < k; i++) {
-            items[i]->out = (store_outcome){.id = items[i]->job.id,
-                                            .kind = STORE_OUT_RELEASE};
-            done_push_locked(d, items[i]);
-        }
-    } else if (k > 0) {
-        ahead_merge_locked(d, items, k);
+    /* A later claim can hold jobs due before the last ones of an earlier
+     * claim (a job scheduled at short notice): dueq_merge keeps due order.
+     * It fits (the claim was bounded by the room); at stop the publisher
+     * has handed back `ahead` already. */
+    if (k > 0 && (d->w.stop || dueq_merge(d->q, items, k) != RMQS_OK)) {
+        for (size_t i = 0; i < k; i++)
+            (void)dueq_release(d->q, items[i], now);
     }
     if (k > 0)
         pthread_cond_signal(&d->rec_cv);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
     if (k < n) { /* out of memory: give the rest back untouched */
         store_outcome o;
         for (size_t i = k; i < n; i++) {
@@ -548,14 +481,14 @@ static void *feeder_main(void *arg)
         bool claim, more = false, any = false;
         int64_t now = tu_now_ms(), next = INT64_MAX, wait;
 
-        pthread_mutex_lock(&d->mu);
-        if (d->stop) {
+        pthread_mutex_lock(&d->w.mu);
+        if (d->w.stop) {
             d->feeder_done = true;
             pthread_cond_signal(&d->rec_cv);
-            pthread_mutex_unlock(&d->mu);
+            pthread_mutex_unlock(&d->w.mu);
             break;
         }
-        room = d->ahead_cap - d->ahead_n;
+        room = dueq_room(d->q);
         if (room > (size_t)d->opt.batch_size)
             room = (size_t)d->opt.batch_size; /* one claim's worth */
         claim = d->can_claim && room > 0 && now >= claim_retry_at &&
@@ -564,7 +497,7 @@ static void *feeder_main(void *arg)
             d->kicked = false;
             d->notified_due = INT64_MAX; /* this claim covers those */
         }
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->w.mu);
 
         if (claim) {
             long got = feed(d, room, &more);
@@ -572,7 +505,7 @@ static void *feeder_main(void *arg)
                 claim_retry_at = tu_now_ms() + CLAIM_RETRY_MS; /* no spinning */
             else if (!more && store_next_due(d->st, &any, &next) != RMQS_OK)
                 any = false;
-            pthread_mutex_lock(&d->mu);
+            pthread_mutex_lock(&d->w.mu);
             if (more) {
                 d->next_claim_at = INT64_MIN; /* as soon as there is room */
             } else {
@@ -588,27 +521,25 @@ static void *feeder_main(void *arg)
                     at = d->notified_due - d->opt.lookahead_ms;
                 d->next_claim_at = at;
             }
-            pthread_mutex_unlock(&d->mu);
+            pthread_mutex_unlock(&d->w.mu);
             continue; /* look at the plan again */
         }
 
-        pthread_mutex_lock(&d->mu);
+        pthread_mutex_lock(&d->w.mu);
         now = tu_now_ms();
-        claim = !d->stop && d->can_claim && d->ahead_n < d->ahead_cap &&
+        claim = !d->w.stop && d->can_claim && dueq_room(d->q) > 0 &&
                 now >= claim_retry_at;
-        if (!d->stop && !(claim && (d->kicked || now >= d->next_claim_at))) {
+        if (!d->w.stop && !(claim && (d->kicked || now >= d->next_claim_at))) {
             wait = IDLE_CAP_MS;
             if (claim && d->next_claim_at < now + wait)
                 wait = d->next_claim_at - now; /* > 0: checked above */
             else if (!claim && claim_retry_at > now &&
                      claim_retry_at < now + wait)
                 wait = claim_retry_at - now;
-            if (wait > 0) {
-                struct timespec dl = tu_mono_deadline(wait);
-                pthread_cond_timedwait(&d->cv, &d->mu, &dl);
-            }
+            if (wait > 0)
+                (void)worker_cond_wait_ms(&d->w.cv, &d->w.mu, wait);
         }
-        pthread_mutex_unlock(&d->mu);
+        pthread_mutex_unlock(&d->w.mu);
     }
     return NULL;
 }
@@ -616,68 +547,40 @@ static void *feeder_main(void *arg)
 /* ------------------------------------------------------------------------ */
 /* The publisher thread: publishes on time, reads the broker's answers      */
 
-/* Whether disp_stop() has been called (set by another thread). */
-static bool stopping(disp_t *d)
-{
-    bool s;
-    pthread_mutex_lock(&d->mu);
-    s = d->stop;
-    pthread_mutex_unlock(&d->mu);
-    return s;
-}
-
 static void set_can_claim(disp_t *d, bool v)
 {
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->w.mu);
     if (d->can_claim != v) {
         d->can_claim = v;
         if (v)
             d->next_claim_at = INT64_MIN;
-        pthread_cond_signal(&d->cv);
+        pthread_cond_signal(&d->w.cv);
         pthread_cond_signal(&d->rec_cv); /* outcomes go at once now */
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
 }
 
 /* Give every job of `ahead` back to the store (not published). */
 static void release_ahead(disp_t *d)
 {
-    pthread_mutex_lock(&d->mu);
-    while (d->ahead_n > 0) {
-        item *it = d->ahead[d->ahead_head++];
-        d->ahead_n--;
-        it->out = (store_outcome){.id = it->job.id, .kind = STORE_OUT_RELEASE};
-        done_push_locked(d, it);
-    }
-    d->ahead_head = 0;
-    pthread_cond_signal(&d->cv);
+    pthread_mutex_lock(&d->w.mu);
+    (void)dueq_release_ahead(d->q, tu_now_ms());
+    pthread_cond_signal(&d->w.cv);
     pthread_cond_signal(&d->rec_cv);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
 }
 
 /* Take the first job of `ahead` if it is due at now_ms; else NULL and
  * *next_due its due time (INT64_MAX: none). */
-static item *take_due(disp_t *d, int64_t now_ms, int64_t *next_due)
+static dueq_item *take_due(disp_t *d, int64_t now_ms, int64_t *next_due)
 {
-    item *it = NULL;
+    dueq_item *it;
 
-    pthread_mutex_lock(&d->mu);
-    *next_due = INT64_MAX;
-    if (d->ahead_n > 0) {
-        item *first = d->ahead[d->ahead_head];
-        if (first->job.due_at <= now_ms) {
-            it = first;
-            d->ahead_head++;
-            d->ahead_n--;
-            if (d->ahead_n == 0)
-                d->ahead_head = 0;
-            if (d->ahead_n == d->ahead_cap / 2)
-                pthread_cond_signal(&d->cv); /* room to claim more */
-        } else {
-            *next_due = first->job.due_at;
-        }
-    }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_lock(&d->w.mu);
+    it = dueq_take_due(d->q, now_ms, next_due);
+    if (it != NULL && dueq_ahead(d->q) == dueq_cap(d->q) / 2)
+        pthread_cond_signal(&d->w.cv); /* room to claim more */
+    pthread_mutex_unlock(&d->w.mu);
     return it;
 }
 
@@ -725,7 +628,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
 {
     bool was_blocked = true; /* so the first pass allows claiming */
 
-    while (!stopping(d) && amqpp_connected(d->pub)) {
+    while (!worker_stopping(&d->w) && amqpp_connected(d->pub)) {
         int64_t now = tu_now_ms(), next_due = INT64_MAX;
         bool blocked = amqpp_blocked(d->pub);
 
@@ -737,7 +640,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
         /* Publish everything due, back to back, while the window has
          * room; confirms are read as they come. */
         while (amqpp_can_send(d->pub)) {
-            item *it = take_due(d, now, &next_due);
+            dueq_item *it = take_due(d, now, &next_due);
             if (it == NULL)
                 break;
             it->sent_ms = now;
@@ -782,7 +685,7 @@ static void *publisher_main(void *arg)
                      strerror(e));
     }
 
-    while (!stopping(d)) {
+    while (!worker_stopping(&d->w)) {
         rmqs_error err = {0};
 
         if (amqpp_connect(d->pub, &err) != RMQS_OK) {
@@ -828,32 +731,25 @@ static void *publisher_main(void *arg)
     }
     amqpp_disconnect(d->pub); /* reports anything left as lost */
     atomic_store(&d->connected, false);
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->w.mu);
     d->publisher_done = true;
-    pthread_cond_broadcast(&d->cv);
+    pthread_cond_broadcast(&d->w.cv);
     pthread_cond_broadcast(&d->rec_cv);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
     return NULL;
 }
 
 rmqs_rc disp_start(disp_t *d)
 {
-    if (pthread_create(&d->feeder, NULL, feeder_main, d) != 0)
+    if (worker_start(&d->w, "rmqs-feeder", feeder_main, d) != RMQS_OK)
         return RMQS_ESYS;
-    d->feeder_started = true;
-    pthread_setname_np(d->feeder, "rmqs-feeder");
-    if (pthread_create(&d->publisher, NULL, publisher_main, d) != 0) {
+    if (worker_thread_start(&d->publisher, "rmqs-publisher", publisher_main,
+                            d) != RMQS_OK ||
+        worker_thread_start(&d->recorder, "rmqs-recorder", recorder_main,
+                            d) != RMQS_OK) {
         disp_stop(d);
         return RMQS_ESYS;
     }
-    d->publisher_started = true;
-    pthread_setname_np(d->publisher, "rmqs-publisher");
-    if (pthread_create(&d->recorder, NULL, recorder_main, d) != 0) {
-        disp_stop(d);
-        return RMQS_ESYS;
-    }
-    d->recorder_started = true;
-    pthread_setname_np(d->recorder, "rmqs-recorder");
     return RMQS_OK;
 }
 
@@ -861,32 +757,24 @@ void disp_stop(disp_t *d)
 {
     if (d == NULL)
         return;
-    pthread_mutex_lock(&d->mu);
-    d->stop = true;
-    if (!d->publisher_started)
+    pthread_mutex_lock(&d->w.mu);
+    if (!d->publisher.started)
         d->publisher_done = true;
-    if (!d->feeder_started)
+    if (!d->w.thread.started)
         d->feeder_done = true;
-    pthread_cond_broadcast(&d->cv);
+    worker_stop_locked(&d->w); /* wakes the feeder */
     pthread_cond_broadcast(&d->rec_cv);
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
     if (d->wake_fd >= 0)
         wake_publisher(d);
-    /* The feeder first: it stops at once, while the publisher may wait for
-     * confirms (up to the grace watchdog's _exit, which then finds no
-     * finished thread left unjoined). */
-    if (d->feeder_started) {
-        pthread_join(d->feeder, NULL);
-        d->feeder_started = false;
-    }
-    if (d->publisher_started) {
-        pthread_join(d->publisher, NULL);
-        d->publisher_started = false;
-    }
-    if (d->recorder_started) { /* after both: it writes what they left */
-        pthread_join(d->recorder, NULL);
-        d->recorder_started = false;
-    }
+    /* The feeder first: it ends at once, while the publisher may wait up
+     * to the confirm timeout for its confirms. A stop cut short by the
+     * grace period (_exit while the publisher waits) then leaves no ended
+     * thread unjoined (ThreadSanitizer reports one as a thread leak). */
+    worker_thread_join(&d->w.thread);
+    worker_thread_join(&d->publisher);
+    worker_thread_join(&d->recorder); /* after both: it writes what they
+                                         left */
 }
 
 void disp_free(disp_t *d)
@@ -895,21 +783,13 @@ void disp_free(disp_t *d)
         return;
     disp_stop(d);
     amqpp_free(d->pub);
-    /* Only if the threads never ran: nothing else can be left. */
-    while (d->ahead_n > 0) {
-        item *it = d->ahead[d->ahead_head++];
-        d->ahead_n--;
-        it->next = NULL;
-        items_free(it);
-    }
-    items_free(d->done_head);
+    /* Items are left only if the threads never ran. */
+    dueq_free(d->q);
     free(d->claims);
-    free(d->ahead);
     if (d->wake_fd >= 0)
         close(d->wake_fd);
-    pthread_cond_destroy(&d->cv);
     pthread_cond_destroy(&d->rec_cv);
-    pthread_mutex_destroy(&d->mu);
+    worker_destroy(&d->w);
     free(d);
 }
 
@@ -922,8 +802,8 @@ int64_t disp__notified_due(disp_t *d)
 {
     int64_t due;
 
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->w.mu);
     due = d->notified_due;
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->w.mu);
     return due;
 }

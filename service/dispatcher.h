@@ -55,7 +55,7 @@ bool disp_broker_connected(disp_t *d);
 
 /* Stop: jobs claimed but not published are released, the unconfirmed ones
  * get their confirms (bounded by confirm_timeout_ms) and everything is
- * recorded; then join both threads. */
+ * recorded; then join the three threads. */
 void disp_stop(disp_t *d);
 void disp_free(disp_t *d);
 

@@ -9,7 +9,6 @@
  */
 #include "writer.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <stdint.h>
@@ -17,6 +16,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "worker.h"
 
 struct writer {
     store_t *st;   /* borrowed */
@@ -25,13 +25,9 @@ struct writer {
     int64_t min_free_bytes;
     atomic_bool disk_full; /* below the reserve at the last check */
 
-    pthread_t thread;
-    bool started;
-
-    pthread_mutex_t mu;  /* guards head, tail, stopping and admission */
-    pthread_cond_t cv;
+    worker_t wk;         /* the thread; wk.mu guards wk.stop,
+                            head, tail and admission; wk.cv wakes it */
     writer_req *head, *tail;
-    bool stopping;
 
     size_t budget;       /* request bytes admitted at once; 0 = any */
     size_t admitted;     /* bytes admitted and not yet released */
@@ -51,16 +47,18 @@ writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
     w->max_rows = max_rows > 0 ? max_rows : 1;
     w->min_free_bytes = min_free_bytes;
     atomic_init(&w->disk_full, false);
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    if (worker_init(&w->wk, false) != RMQS_OK) {
+        free(w);
+        return NULL;
+    }
     return w;
 }
 
 rmqs_rc writer_submit(writer_t *w, writer_req *req)
 {
-    pthread_mutex_lock(&w->mu);
-    if (w->stopping) {
-        pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
+    if (w->wk.stop) {
+        pthread_mutex_unlock(&w->wk.mu);
         return RMQS_ESYS;
     }
     req->next = NULL;
@@ -69,8 +67,8 @@ rmqs_rc writer_submit(writer_t *w, writer_req *req)
     else
         w->head = req;
     w->tail = req;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    pthread_cond_signal(&w->wk.cv);
+    pthread_mutex_unlock(&w->wk.mu);
     return RMQS_OK;
 }
 
@@ -118,15 +116,15 @@ static bool below_reserve(writer_t *w)
 
 void writer_set_admission_budget(writer_t *w, size_t queue_bytes)
 {
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     w->budget = queue_bytes;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
 }
 
 /* Whether bytes more fit the budget. Called with the mutex held. */
 static bool fits_locked(const writer_t *w, size_t bytes)
 {
-    return w->budget == 0 || w->stopping || w->admitted == 0 ||
+    return w->budget == 0 || w->wk.stop || w->admitted == 0 ||
            w->admitted + bytes <= w->budget;
 }
 
@@ -134,7 +132,7 @@ bool writer_admit(writer_t *w, size_t bytes, writer_waiter *waiter)
 {
     bool ok;
 
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     /* FIFO: nobody overtakes a waiter, or big requests could starve. */
     ok = w->wait_head == NULL && fits_locked(w, bytes);
     if (ok) {
@@ -149,7 +147,7 @@ bool writer_admit(writer_t *w, size_t bytes, writer_waiter *waiter)
             w->wait_head = waiter;
         w->wait_tail = waiter;
     }
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
     return ok;
 }
 
@@ -166,7 +164,7 @@ static void grant_locked(writer_t *w)
         x->granted = true;
         x->next = w->granted;
         w->granted = x;
-        pthread_cond_signal(&w->cv);
+        pthread_cond_signal(&w->wk.cv);
     }
     if (w->wait_head == NULL)
         w->wait_tail = NULL;
@@ -185,19 +183,19 @@ size_t writer_waiting(writer_t *w)
 {
     size_t n = 0;
 
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     for (writer_waiter *x = w->wait_head; x != NULL; x = x->next)
         n++;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
     return n;
 }
 
 void writer_release(writer_t *w, size_t bytes)
 {
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     w->admitted -= bytes <= w->admitted ? bytes : w->admitted;
     grant_locked(w);
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
 }
 
 bool writer_disk_full(writer_t *w)
@@ -226,18 +224,18 @@ static void *writer_main(void *arg)
         writer_waiter *granted;
         rmqs_rc rc;
 
-        pthread_mutex_lock(&w->mu);
-        while (w->head == NULL && w->granted == NULL && !w->stopping)
-            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_lock(&w->wk.mu);
+        while (w->head == NULL && w->granted == NULL && !w->wk.stop)
+            (void)worker_cond_wait_ms(&w->wk.cv, &w->wk.mu, -1);
         granted = w->granted;
         w->granted = NULL;
-        if (w->head == NULL && w->stopping) {
-            pthread_mutex_unlock(&w->mu);
+        if (w->head == NULL && w->wk.stop) {
+            pthread_mutex_unlock(&w->wk.mu);
             wake_all(granted);
             break;
         }
         n = w->head != NULL ? take_batch(w, b, batch && reqs ? cap : 1) : 0;
-        pthread_mutex_unlock(&w->mu);
+        pthread_mutex_unlock(&w->wk.mu);
         wake_all(granted); /* their requests get parsed meanwhile */
         if (n == 0)
             continue;
@@ -286,11 +284,7 @@ static void *writer_main(void *arg)
 
 rmqs_rc writer_start(writer_t *w)
 {
-    if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
-        return RMQS_ESYS;
-    pthread_setname_np(w->thread, "rmqs-writer"); /* for top -H, perf */
-    w->started = true;
-    return RMQS_OK;
+    return worker_start(&w->wk, "rmqs-writer", writer_main, w);
 }
 
 void writer_stop(writer_t *w)
@@ -299,20 +293,16 @@ void writer_stop(writer_t *w)
 
     if (w == NULL)
         return;
-    pthread_mutex_lock(&w->mu);
-    w->stopping = true;
-    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_lock(&w->wk.mu);
+    worker_stop_locked(&w->wk);
     grant_locked(w); /* stopping: all of them */
-    pthread_mutex_unlock(&w->mu);
-    if (w->started) {
-        pthread_join(w->thread, NULL); /* it wakes what it granted */
-        w->started = false;
-    }
+    pthread_mutex_unlock(&w->wk.mu);
+    worker_thread_join(&w->wk.thread); /* it wakes what it granted */
     /* Granted after the thread's last look (or it never ran). */
-    pthread_mutex_lock(&w->mu);
+    pthread_mutex_lock(&w->wk.mu);
     wake = w->granted;
     w->granted = NULL;
-    pthread_mutex_unlock(&w->mu);
+    pthread_mutex_unlock(&w->wk.mu);
     wake_all(wake);
 }
 
@@ -321,7 +311,6 @@ void writer_free(writer_t *w)
     if (w == NULL)
         return;
     writer_stop(w);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    worker_destroy(&w->wk);
     free(w);
 }

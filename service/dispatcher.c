@@ -278,18 +278,35 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
 static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
                            size_t nc, dueq_item *list, size_t n)
 {
-    store_outcome *out = n ? calloc(n, sizeof(*out)) : NULL;
-    const char **cl = nc ? calloc(nc, sizeof(*cl)) : NULL;
+    store_outcome *out = NULL;
+    const char **cl = NULL;
     int64_t now = tu_now_ms(), again = INT64_MAX;
     size_t i = 0;
     rmqs_rc rc;
 
     if (n == 0 && nc == 0)
         return INT64_MAX;
-    if ((n && out == NULL) || (nc && cl == NULL)) {
-        log_error("dispatcher", "cannot record claims and publish results",
-                  "claims=%zu n=%zu error=\"out of memory\" note=\"jobs "
-                  "are published again at the next start\"", nc, n);
+    /* Out of memory: retried like a store failure, never dropped while the
+     * service runs (a claim dropped here would leave its job held, or
+     * pending in the store and published again in this run). */
+    for (;;) {
+        out = n ? calloc(n, sizeof(*out)) : NULL;
+        cl = nc ? calloc(nc, sizeof(*cl)) : NULL;
+        if ((n == 0 || out != NULL) && (nc == 0 || cl != NULL))
+            break;
+        free(out);
+        free(cl);
+        out = NULL;
+        cl = NULL;
+        log_error("dispatcher", "cannot record claims and publish results; "
+                  "retrying", "claims=%zu n=%zu error=\"out of memory\"", nc, n);
+        if (worker_sleep(&d->w, 100))
+            break;
+    }
+    if ((n && out == NULL) || (nc && cl == NULL)) { /* stopping */
+        log_error("dispatcher", "stopping with unrecorded results",
+                  "claims=%zu n=%zu note=\"jobs are published again at the "
+                  "next start\"", nc, n);
         free(out);
         free(cl);
         free(claims);

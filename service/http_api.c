@@ -341,6 +341,19 @@ static void refuse_body(http_req *rq)
     rq->len = rq->cap = 0;
 }
 
+/* A chunk of a refused body (413 or 401): dropped, never kept. Past bound
+ * bytes, or longer than the connection timeout since the refusal, the
+ * sender is endless or slow and the connection is closed instead. */
+static enum MHD_Result drop_chunk(const http_api_t *api, http_req *rq,
+                                  size_t n, size_t bound)
+{
+    rq->dropped += n;
+    if (rq->dropped > bound ||
+        tu_mono_us() - rq->refused_us > (int64_t)api->opt.conn_timeout_s * 1000000)
+        return MHD_NO;
+    return MHD_YES;
+}
+
 /* "Expect: 100-continue" on HTTP/1.1: the client sends the body only after
  * a 100 (libmicrohttpd sends it unless an answer is queued first). */
 static bool expects_continue(struct MHD_Connection *c, const char *version)
@@ -378,7 +391,7 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
              * dropped - but no more of it than an authorized request may
              * send, and a body announced bigger is answered at once. */
             rq->unauthorized = true;
-            rq->refused_us = tu_mono_us();
+            rq->refused_us = rq->start_us;
             if ((cl != NULL && v > api->opt.max_body_bytes) ||
                 expects_continue(c, version))
                 return reply_unauthorized(c);
@@ -399,23 +412,14 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
     if (*upload_data_size > 0) { /* a body chunk */
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (rq->unauthorized) {
-            rq->dropped += n;
-            if (rq->dropped > api->opt.max_body_bytes ||
-                tu_mono_us() - rq->refused_us >
-                    (int64_t)api->opt.conn_timeout_s * 1000000)
-                return MHD_NO; /* over what it could send with a token */
-            return MHD_YES;
-        }
+        if (rq->unauthorized) /* no more than it could send with a token */
+            return drop_chunk(api, rq, n, api->opt.max_body_bytes);
         if (rq->too_large || rq->len + n > api->opt.max_body_bytes) {
             if (!rq->too_large)
                 refuse_body(rq);
-            rq->dropped += n;
-            if (rq->dropped > DISCARD_MAX ||
-                tu_mono_us() - rq->refused_us >
-                    (int64_t)api->opt.conn_timeout_s * 1000000)
-                return MHD_NO; /* endless or slow: close the connection */
-            return MHD_YES; /* keep reading, drop the bytes, answer 413 */
+            /* the whole body counts: the first call admitted bodies up
+             * to DISCARD_MAX past the limit */
+            return drop_chunk(api, rq, n, api->opt.max_body_bytes + DISCARD_MAX);
         }
         if (rq->len + n + 1 > rq->cap) {
             size_t cap = rq->cap ? rq->cap : 1024;

@@ -50,7 +50,7 @@ typedef struct http_req {
     bool too_large;    /* the body passed max_body_bytes: answer 413 */
     bool unauthorized; /* no valid token: drop the body, answer 401 */
     size_t dropped;    /* body bytes dropped since then */
-    int64_t refused_us; /* monotonic, when too_large was set */
+    int64_t refused_us; /* monotonic, when the body was refused (401 or 413) */
     rq_state state;
     bool batch;        /* POST /schedule/batch */
     bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */

@@ -22,7 +22,10 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "timeutil.h"
@@ -37,6 +40,7 @@ typedef struct probe {
     worker_t w;
     atomic_bool entered;   /* the thread is about to sleep */
     atomic_bool returned;  /* worker_sleep came back */
+    atomic_int tid;        /* the thread's kernel id */
     bool sleep_said_stop;  /* what it returned */
     char name[32];         /* the thread's name, as it read it */
 } probe;
@@ -51,10 +55,31 @@ static void *sleep_long(void *arg)
     probe *p = arg;
 
     pthread_getname_np(pthread_self(), p->name, sizeof p->name);
+    atomic_store(&p->tid, (int)syscall(SYS_gettid));
     atomic_store(&p->entered, true);
     p->sleep_said_stop = worker_sleep(&p->w, LONG_MS);
     atomic_store(&p->returned, true);
     return NULL;
+}
+
+/* The probe's thread is blocked in the kernel (state S): past the flag
+ * check, waiting on the condition variable. */
+static bool is_blocked(void *arg)
+{
+    probe *p = arg;
+    char path[64], buf[256], *close;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", atomic_load(&p->tid));
+    f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    close = strrchr(buf, ')');
+    return close != NULL && close[1] == ' ' && close[2] == 'S';
 }
 
 static void probe_init(probe *p)
@@ -102,8 +127,9 @@ Test(worker, stop_wakes_a_sleeping_worker_at_once, .timeout = 30)
     probe_init(&p);
     cr_assert_eq(worker_start(&p.w, "rmqs-test", sleep_long, &p), RMQS_OK);
     cr_assert(ut_await(AWAIT_MS, is_set, &p.entered));
-    /* Whether the thread is already waiting or about to: worker_sleep
-     * looks at the flag under the mutex before it waits. */
+    /* Really waiting, so it is the wake-up that is tested, not the flag
+     * worker_sleep reads before it waits. */
+    cr_assert(ut_await(AWAIT_MS, is_blocked, &p));
     t0 = tu_mono_ms();
     worker_stop(&p.w); /* joins */
     took = tu_mono_ms() - t0;

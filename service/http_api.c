@@ -55,6 +55,9 @@
 
 /* The status of the response this thread queued last (for metrics). */
 static __thread unsigned tl_status;
+/* The API whose handler runs on this thread (set by on_request), so that
+ * respond() can tell a stopping service's clients to go away. */
+static __thread http_api_t *tl_api;
 
 /* ---- responses --------------------------------------------------------- */
 
@@ -92,6 +95,10 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status,
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     for (; hdrs != NULL && hdrs[0] != NULL; hdrs += 2)
         MHD_add_response_header(r, hdrs[0], hdrs[1]);
+    /* Stopping: a keep-alive client sends its next request elsewhere
+     * rather than into a connection that is about to close. */
+    if (tl_api != NULL && atomic_load(&tl_api->stopping))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     if (ret == MHD_YES)
@@ -454,12 +461,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
     http_req *rq;
 
     tl_status = 0;
+    tl_api = cls;
     ret = on_request_inner(cls, c, url, method, version, upload_data,
                            upload_data_size, con_cls);
     rq = *con_cls;
     if (rq != NULL && tl_status != 0)
         rq->status = tl_status;
     return ret;
+}
+
+/* Counts open connections: the drain at shutdown waits for those accepted
+ * before the listener closed, whose requests may not have arrived yet. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_api_t *api = cls;
+    (void)c;
+    (void)socket_ctx;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&api->conns, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        atomic_fetch_sub(&api->conns, 1);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -694,6 +716,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         opt->max_conns_per_ip > 0 ? opt->max_conns_per_ip
                                   : (opt->max_conns / 4 > 0 ? opt->max_conns / 4 : 1U),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, api,
         MHD_OPTION_ARRAY, tls,
         MHD_OPTION_END);
     if (api->daemon == NULL) {
@@ -720,16 +743,20 @@ void http_api_quiesce(http_api_t *api)
     if (api == NULL || api->daemon == NULL ||
         api->quiesced_fd != MHD_INVALID_SOCKET)
         return;
+    atomic_store(&api->stopping, true);
     api->quiesced_fd = MHD_quiesce_daemon(api->daemon);
 }
 
-bool http_api_drain(http_api_t *api, int64_t timeout_ms)
+bool http_api_drain(http_api_t *api, int64_t timeout_ms, bool conns_too)
 {
     struct timespec tick = {0, 10 * 1000000};
 
     if (api == NULL)
         return true;
-    for (int64_t waited = 0; atomic_load(&api->inflight) > 0; waited += 10) {
+    for (int64_t waited = 0;
+         atomic_load(&api->inflight) > 0 ||
+         (conns_too && atomic_load(&api->conns) > 0);
+         waited += 10) {
         if (waited >= timeout_ms)
             return false;
         nanosleep(&tick, NULL);

@@ -50,9 +50,11 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
  * open ones are still served. */
 void http_api_quiesce(http_api_t *api);
 
-/* Wait until no request is in progress (answers sent), at most timeout_ms.
- * Returns false on timeout. */
-bool http_api_drain(http_api_t *api, int64_t timeout_ms);
+/* Wait until no request is in progress (answers sent) and, with
+ * conns_too, until every connection is closed (after http_api_quiesce,
+ * answers carry Connection: close), at most timeout_ms. Returns false on
+ * timeout. */
+bool http_api_drain(http_api_t *api, int64_t timeout_ms, bool conns_too);
 
 /* Close every connection and free. Every request handed to the writer must
  * have completed first (writer_stop), or libmicrohttpd aborts. */

@@ -29,6 +29,8 @@ struct http_api {
     writer_t *writer;  /* borrowed */
     http_api_options opt;
     atomic_long inflight; /* requests begun and not yet completed */
+    atomic_long conns;    /* connections open (accepted, not yet closed) */
+    atomic_bool stopping; /* quiesced: answers say Connection: close */
     char *token;          /* owned copy of opt.api_token, or NULL */
     char **allow;         /* owned NULL-terminated list, or NULL: any */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
@@ -55,6 +57,7 @@ typedef struct http_req {
     bool batch;        /* POST /schedule/batch */
     bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
     writer_req wr;     /* the insert handed to the writer */
+    bool writer_gone;  /* the writer had stopped (shutdown): nothing stored */
     writer_waiter waiter; /* queued for admission (see writer.h) */
     size_t admitted;   /* body bytes admitted by the writer; given back
                           when the request completes */

@@ -190,7 +190,8 @@ static enum MHD_Result submit(http_api_t *api, struct MHD_Connection *c,
     /* Suspend first: resuming a connection not yet suspended is undefined. */
     MHD_suspend_connection(c);
     if (writer_submit(api->writer, &rq->wr) != RMQS_OK) {
-        rq->wr.ins.rc = RMQS_EDB;
+        rq->wr.ins.rc = RMQS_ESYS;
+        rq->writer_gone = true;
         rq->state = RQ_WRITTEN;
         MHD_resume_connection(c);
     }
@@ -208,6 +209,10 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
         return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
                                 "Idempotency-Key was used before with a different "
                                 "request");
+    if (rq->writer_gone)
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+                                NULL, "the service is stopping; nothing was "
+                                "stored");
     if (ins->rc != RMQS_OK) {
         if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
             ins->rc != RMQS_EFULL) /* the writer logs those */

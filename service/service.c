@@ -291,11 +291,13 @@ static void teardown(service_t *svc)
     http_api_quiesce(svc->api); /* no new connections */
     ingest_free(svc->ingest);   /* its last batch committed and acknowledged */
     /* Requests in progress are still committed and answered while the
-     * writer runs; bounded, since keep-alive clients may keep sending. */
-    if (!http_api_drain(svc->api, 2000))
+     * writer runs, also those on connections accepted before the listener
+     * closed whose request had not arrived yet; bounded, since keep-alive
+     * clients may keep sending. */
+    if (!http_api_drain(svc->api, 2000, true))
         log_warn(MOD, "requests still in progress at shutdown", NULL);
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
-    http_api_drain(svc->api, 500); /* lets those be answered */
+    http_api_drain(svc->api, 500, false); /* lets those be answered */
     http_api_stop(svc->api);  /* closes every connection */
     if (svc->disp != NULL)
         disp_free(svc->disp); /* records what is in flight; frees pub */

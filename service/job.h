@@ -58,6 +58,9 @@ typedef struct job {
     int64_t created_at;       /* ms */
     int64_t updated_at;       /* ms */
     int64_t sent_at;          /* ms; -1 until sent */
+    int64_t lease_until;      /* ms, database clock: until when this instance's
+                                 claim holds (a store shared by instances); 0
+                                 if the claim has no lease (SQLite) */
     int attempts;             /* publish attempts that failed or are in flight */
     int max_attempts;         /* >= 1 */
     char *last_error;         /* owned; NULL if none */

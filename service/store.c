@@ -490,6 +490,18 @@ rmqs_rc store_recover(store_t *st, size_t *n_out)
     return st->ops->recover(st->b, n_out);
 }
 
+void store_set_wake(store_t *st, store_wake_fn fn, void *arg)
+{
+    if (st->ops->set_wake != NULL)
+        st->ops->set_wake(st->b, fn, arg);
+}
+
+int64_t store_clock_offset_ms(store_t *st)
+{
+    return st->ops->clock_offset_ms != NULL ? st->ops->clock_offset_ms(st->b)
+                                            : 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
  * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too.

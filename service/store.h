@@ -258,6 +258,20 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
  * (their attempt is not counted). *n_out gets how many. */
 rmqs_rc store_recover(store_t *st, size_t *n_out);
 
+/* Called (from a thread of the store's own) when a job due at due_at_ms
+ * was stored or rescheduled by any instance sharing the database, so the
+ * dispatcher can wake if it sleeps past it. SQLite, where this instance is
+ * the only writer (the writer wakes the dispatcher itself), never calls
+ * it. */
+typedef void (*store_wake_fn)(void *arg, int64_t due_at_ms);
+void store_set_wake(store_t *st, store_wake_fn fn, void *arg);
+
+/* The database's clock minus this host's CLOCK_REALTIME, in ms, estimated
+ * so that local time + offset is never ahead of the database clock: due
+ * times are compared with the one clock that every instance shares. 0 for
+ * SQLite (one host, one clock). */
+int64_t store_clock_offset_ms(store_t *st);
+
 /* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];
 extern const size_t store_builtin_migrations_count;

@@ -87,6 +87,11 @@ typedef struct store_ops {
                       const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                       int64_t now_ms);
     rmqs_rc (*recover)(store_backend *b, size_t *n_out);
+
+    /* Optional (NULL: never calls fn / offset 0): store_set_wake and
+     * store_clock_offset_ms, for backends shared by several instances. */
+    void (*set_wake)(store_backend *b, store_wake_fn fn, void *arg);
+    int64_t (*clock_offset_ms)(store_backend *b);
 } store_ops;
 
 #endif

@@ -41,6 +41,15 @@
  * are capped (IDLE_CAP_MS, and half the heartbeat) so heartbeats are
  * answered and a step of the wall clock is noticed within a second.
  *
+ * One clock for due times: disp_now() is this host's wall clock corrected
+ * by store_clock_offset_ms(), so instances that share a database (and
+ * whose own clocks disagree) compare due times with the database's clock,
+ * never ahead of it; 0 on SQLite. A claim from such a database carries a
+ * lease (job_t.lease_until, renewed by the store): a job whose lease is
+ * about to end is not published but released, since another instance may
+ * have taken it over (an instance frozen past its lease wakes to find
+ * this).
+ *
  * Nothing due is ever lost while the broker is away: jobs stay pending in
  * the store (the feeder does not claim while the publisher is not
  * connected) and are claimed oldest first once the connection is back.
@@ -74,6 +83,8 @@
 #define SETTLE_BATCH 256            /* outcomes that are recorded at once */
 #define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
 #define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
+#define LEASE_MARGIN_MS 250         /* a claim this close to its lease's end
+                                       is released, not published */
 
 struct disp {
     store_t *st;            /* borrowed */
@@ -115,6 +126,26 @@ int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms)
     return d < cap_ms ? d : cap_ms;
 }
 
+/* Now on the clock due times are compared with (file comment). */
+static int64_t disp_now(const disp_t *d)
+{
+    return tu_now_ms() + store_clock_offset_ms(d->st);
+}
+
+/* Whether the claim on j may have passed to another instance by the time
+ * a publish at now reaches the broker (its lease, as renewed, ends within
+ * LEASE_MARGIN_MS). Claims without a lease (SQLite) never lapse. */
+static bool lease_lapsing(const disp_t *d, const job_t *j, int64_t now)
+{
+    int64_t until = store_lease_renewed_until(d->st);
+
+    if (j->lease_until == 0)
+        return false;
+    if (until < j->lease_until)
+        until = j->lease_until;
+    return now >= until - LEASE_MARGIN_MS;
+}
+
 static void wake_publisher(disp_t *d)
 {
     uint64_t one = 1;
@@ -124,6 +155,13 @@ static void wake_publisher(disp_t *d)
 }
 
 static void on_report(void *cls, void *ctx, const amqpp_result *r);
+
+/* store_set_wake's callback: another instance stored or rescheduled a job
+ * due at due_at_ms (the store's thread). */
+static void on_store_wake(void *arg, int64_t due_at_ms)
+{
+    disp_notify(arg, due_at_ms);
+}
 
 disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
 {
@@ -166,6 +204,7 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
         disp_free(d);
         return NULL;
     }
+    store_set_wake(st, on_store_wake, d);
     return d;
 }
 
@@ -220,7 +259,7 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
     disp_t *d = cls;
     dueq_item *it = ctx;
     job_t *j = &it->job;
-    int64_t now = tu_now_ms();
+    int64_t now = disp_now(d);
 
     it->out = (store_outcome){.id = j->id};
     switch (r->kind) {
@@ -280,7 +319,7 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
 {
     store_outcome *out = NULL;
     const char **cl = NULL;
-    int64_t now = tu_now_ms(), again = INT64_MAX;
+    int64_t now = disp_now(d), again = INT64_MAX;
     size_t i = 0;
     rmqs_rc rc;
 
@@ -426,7 +465,7 @@ static long feed(disp_t *d, size_t room, bool *more)
     job_t *jobs = NULL;
     dueq_item **items = NULL;
     size_t n = 0, k = 0;
-    int64_t now = tu_now_ms();
+    int64_t now = disp_now(d);
     rmqs_rc rc;
 
     *more = false;
@@ -496,7 +535,7 @@ static void *feeder_main(void *arg)
     for (;;) {
         size_t room;
         bool claim, more = false, any = false;
-        int64_t now = tu_now_ms(), next = INT64_MAX, wait;
+        int64_t now = disp_now(d), next = INT64_MAX, wait;
 
         pthread_mutex_lock(&d->w.mu);
         if (d->w.stop) {
@@ -519,7 +558,7 @@ static void *feeder_main(void *arg)
         if (claim) {
             long got = feed(d, room, &more);
             if (got < 0)
-                claim_retry_at = tu_now_ms() + CLAIM_RETRY_MS; /* no spinning */
+                claim_retry_at = disp_now(d) + CLAIM_RETRY_MS; /* no spinning */
             else if (!more && store_next_due(d->st, &any, &next) != RMQS_OK)
                 any = false;
             pthread_mutex_lock(&d->w.mu);
@@ -530,7 +569,7 @@ static void *feeder_main(void *arg)
                  * sooner than a quarter of the lookahead from now: each
                  * claim then takes a bunch, still well ahead of time. */
                 int64_t at = any ? next - d->opt.lookahead_ms : INT64_MAX;
-                int64_t soonest = tu_now_ms() + d->opt.lookahead_ms / 4;
+                int64_t soonest = disp_now(d) + d->opt.lookahead_ms / 4;
                 if (at < soonest)
                     at = soonest;
                 if (d->notified_due != INT64_MAX &&
@@ -543,7 +582,7 @@ static void *feeder_main(void *arg)
         }
 
         pthread_mutex_lock(&d->w.mu);
-        now = tu_now_ms();
+        now = disp_now(d);
         claim = !d->w.stop && d->can_claim && dueq_room(d->q) > 0 &&
                 now >= claim_retry_at;
         if (!d->w.stop && !(claim && (d->kicked || now >= d->next_claim_at))) {
@@ -602,9 +641,9 @@ static dueq_item *take_due(disp_t *d, int64_t now_ms, int64_t *next_due)
 }
 
 /*
- * Wait until wall time wall_ms (at most cap_ms), a wake-up through the
- * eventfd, or a frame on the AMQP socket. Returns true if the socket (or
- * rabbitmq-c's buffer) has something to read.
+ * Wait until wall_ms on disp_now()'s clock (at most cap_ms), a wake-up
+ * through the eventfd, or a frame on the AMQP socket. Returns true if the
+ * socket (or rabbitmq-c's buffer) has something to read.
  */
 static bool wait_events(disp_t *d, int64_t wall_ms, int64_t cap_ms)
 {
@@ -619,7 +658,7 @@ static bool wait_events(disp_t *d, int64_t wall_ms, int64_t cap_ms)
     clock_gettime(CLOCK_REALTIME, &now_rt);
     wait_ns = cap_ms * 1000000;
     if (wall_ms != INT64_MAX) {
-        int64_t to_due = wall_ms * 1000000 -
+        int64_t to_due = (wall_ms - store_clock_offset_ms(d->st)) * 1000000 -
                          ((int64_t)now_rt.tv_sec * 1000000000 + now_rt.tv_nsec);
         if (to_due < wait_ns)
             wait_ns = to_due;
@@ -646,7 +685,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
     bool was_blocked = true; /* so the first pass allows claiming */
 
     while (!worker_stopping(&d->w) && amqpp_connected(d->pub)) {
-        int64_t now = tu_now_ms(), next_due = INT64_MAX;
+        int64_t now = disp_now(d), next_due = INT64_MAX;
         bool blocked = amqpp_blocked(d->pub);
 
         if (blocked != was_blocked) /* tell the feeder only of changes */
@@ -660,10 +699,22 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
             dueq_item *it = take_due(d, now, &next_due);
             if (it == NULL)
                 break;
+            if (lease_lapsing(d, &it->job, now)) {
+                log_warn("dispatcher", "claim lease lapsed; not published",
+                         "job_id=%s lease_until=%lld now=%lld note=\"another "
+                         "instance may have taken it over\"", it->job.id,
+                         (long long)it->job.lease_until, (long long)now);
+                metrics_lease_lapsed();
+                pthread_mutex_lock(&d->w.mu);
+                (void)dueq_release(d->q, it, tu_now_ms());
+                pthread_cond_signal(&d->rec_cv);
+                pthread_mutex_unlock(&d->w.mu);
+                continue;
+            }
             it->sent_ms = now;
             if (amqpp_send(d->pub, &it->job, it) != RMQS_OK)
                 break; /* the connection went: everything reported */
-            now = tu_now_ms();
+            now = disp_now(d);
         }
         amqpp_flush(d->pub);
         if (!amqpp_connected(d->pub))

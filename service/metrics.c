@@ -50,6 +50,7 @@ static struct {
     atomic_uint_fast64_t sent;
     atomic_uint_fast64_t failed;
     atomic_uint_fast64_t reconnects;
+    atomic_uint_fast64_t leases_lapsed;
     histogram lateness;
     atomic_uint_fast64_t http_count[MR_COUNT][CODES_N + 1];
     histogram http_duration[MR_COUNT];
@@ -74,6 +75,7 @@ void metrics_jobs_scheduled(uint64_t n) { atomic_fetch_add(&m.scheduled, n); }
 void metrics_publish_attempts(uint64_t n) { atomic_fetch_add(&m.attempts, n); }
 void metrics_job_failed(void) { atomic_fetch_add(&m.failed, 1); }
 void metrics_broker_reconnect(void) { atomic_fetch_add(&m.reconnects, 1); }
+void metrics_lease_lapsed(void) { atomic_fetch_add(&m.leases_lapsed, 1); }
 
 void metrics_publish_failure(metrics_failure reason)
 {
@@ -262,6 +264,11 @@ char *metrics_render(const metrics_sources *src)
     sb_printf(&b, "# HELP rmqs_broker_reconnects_total AMQP connections made "
                   "after the first.\n# TYPE rmqs_broker_reconnects_total counter\n"
                   "rmqs_broker_reconnects_total %llu\n", U(m.reconnects));
+    sb_printf(&b, "# HELP rmqs_claims_lapsed_total Claimed jobs released "
+                  "unpublished because their lease was ending (another "
+                  "instance may take them over).\n"
+                  "# TYPE rmqs_claims_lapsed_total counter\n"
+                  "rmqs_claims_lapsed_total %llu\n", U(m.leases_lapsed));
     if (src != NULL && src->db_bytes >= 0)
         sb_printf(&b, "# HELP rmqs_database_size_bytes Database file plus "
                       "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"

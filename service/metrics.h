@@ -35,6 +35,8 @@ void metrics_publish_failure(metrics_failure reason);
 void metrics_job_sent(int64_t lateness_ms);
 void metrics_job_failed(void);              /* max_attempts exhausted */
 void metrics_broker_reconnect(void);
+/* a claimed job released unpublished: its lease was ending (dispatcher.c) */
+void metrics_lease_lapsed(void);
 void metrics_http(metrics_route route, unsigned status, int64_t duration_us);
 
 /* Which route a URL belongs to (for labels). */

@@ -33,6 +33,7 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_http_request_duration_seconds": "histogram",
     "rmqs_broker_connected": "gauge",
     "rmqs_broker_reconnects_total": "counter",
+    "rmqs_claims_lapsed_total": "counter",
     "rmqs_database_size_bytes": "gauge",
     "rmqs_http_requests_waiting": "gauge",
 }

@@ -1,0 +1,348 @@
+"""Several instances on one PostgreSQL database: no single point of failure.
+
+Every instance accepts jobs and dispatches; they share nothing but the
+database (and the broker). What each test proves:
+
+(a) kill -9 of random instances, again and again, while clients post to all
+    of them: every acknowledged (201) job arrives, none early; a duplicate
+    only for a job that was due around a kill (it could have been in
+    flight); how long a killed instance's claims took to be published by
+    another (the reclaim time) is measured, and bounded by the lease.
+(b) An instance frozen (SIGSTOP) past its lease while it holds claimed
+    jobs: another instance publishes them; on SIGCONT the frozen one
+    publishes none of them and marks none (each was published once).
+(c) Two instances whose clocks disagree by 2 s (faketime): none publishes
+    early, though both publish.
+(d) The same Idempotency-Key posted to two instances at once gives one job.
+(e) Cancel on one instance against the claim of another: each job is either
+    cancelled (200) and never published, or published and the cancel 409.
+
+SQLite has one process per database file (the lock file refuses a second),
+so these tests apply to PostgreSQL only.
+"""
+
+import http.client
+import os
+import random
+import shutil
+import signal
+import statistics
+import threading
+import time
+
+import pytest
+
+from helpers import format_ts, http_request, parse_ts, wait_until
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("RMQS_TEST_STORE", "sqlite") != "postgres",
+    reason="several instances share one database only on PostgreSQL: a "
+           "SQLite file belongs to one process (its lock file refuses a "
+           "second)")
+
+EARLY_TOLERANCE_S = 0.001  # deliver_at is kept in whole milliseconds
+LEASE_MS = 2000
+
+
+def instances(service, n, *args):
+    """n instances on one database (the first one's)."""
+    first = service(*args)
+    return [first] + [service(*args, share_db_with=first) for _ in range(n - 1)]
+
+
+def early_messages(by_job, deliver_at):
+    """[(job id, ms early)] of every copy that arrived before its time."""
+    out = []
+    for job_id, msgs in by_job.items():
+        due = deliver_at.get(job_id)
+        for m in msgs:
+            if due is not None and m.received_at < due - EARLY_TOLERANCE_S:
+                out.append((job_id, round((due - m.received_at) * 1000, 1)))
+    return out
+
+
+def metric(svc, name):
+    r = svc.get("/metrics")
+    assert r.status == 200, r
+    for line in r.raw.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+# --- (a) kill -9 of random instances -------------------------------------
+
+class Posters:
+    """Threads posting one job per request to the instances in turn, each
+    due a little later; keeps every 201 (job id -> deliver_at)."""
+
+    def __init__(self, svcs, amqp, threads=4, spread_s=(0.05, 3.0), seed=1):
+        self.svcs = svcs
+        self.amqp = amqp
+        self.spread_s = spread_s
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.acked = {}  # job id -> deliver_at (epoch s)
+        self.by_instance = [0] * len(svcs)
+        self.errors = 0
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(threads)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def join(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+            assert not t.is_alive()
+
+    def _run(self, k):
+        i = k
+        while not self.stop.is_set():
+            i = (i + 1) % len(self.svcs)
+            svc = self.svcs[i]
+            with self.lock:
+                delay = self.rng.uniform(*self.spread_s)
+            at = format_ts(time.time() + delay)
+            job = {"exchange": self.amqp.exchange,
+                   "routing_key": self.amqp.routing_key,
+                   "body": "instances", "deliver_at": at}
+            try:
+                r = http_request(svc.port, "POST", "/schedule", job, timeout=10)
+            except (OSError, http.client.HTTPException):  # killed: refused, reset
+                with self.lock:
+                    self.errors += 1
+                self.stop.wait(0.02)
+                continue
+            if r.status == 201:
+                with self.lock:
+                    self.acked[r.body["id"]] = parse_ts(r.body["deliver_at"])
+                    self.by_instance[i] += 1
+            self.stop.wait(0.005)
+
+
+def test_kill9_of_random_instances_loses_nothing(service, amqp, report):
+    kills_wanted = 20
+    svcs = instances(service, 3, "--lease-ms", str(LEASE_MS))
+    rng = random.Random(12)
+    posters = Posters(svcs, amqp).start()
+    kills = []  # (epoch s, instance index)
+    try:
+        deadline = time.monotonic() + 150
+        while len(kills) < kills_wanted:
+            assert time.monotonic() < deadline, \
+                f"only {len(kills)} kills in 150 s"
+            time.sleep(rng.uniform(0.5, 1.5))  # load runs meanwhile
+            i = rng.randrange(len(svcs))
+            kills.append((time.time(), i))
+            svcs[i].kill9()
+            svcs[i].restart()
+        time.sleep(posters.spread_s[1])  # the last jobs come due meanwhile
+    finally:
+        posters.join()
+    acked = dict(posters.acked)
+    assert len(acked) >= 500, f"only {len(acked)} jobs acknowledged"
+    assert all(n > 0 for n in posters.by_instance), posters.by_instance
+
+    by_job = amqp.wait_for_jobs(acked, timeout=LEASE_MS / 1000 + 60)
+    early = early_messages(by_job, acked)
+    dups = {j: m for j, m in by_job.items() if j in acked and len(m) > 1}
+    # A duplicate is a job whose first copy was published by an instance
+    # that was then killed before it recorded it: due before some kill.
+    kill_times = [t for t, _ in kills]
+    unexplained = [j for j in dups
+                   if not any(acked[j] <= t + 0.6 for t in kill_times)]
+    lateness = sorted(min(m.received_at for m in msgs) - acked[j]
+                      for j, msgs in by_job.items() if j in acked)
+    # Reclaimed jobs: the killed instance had claimed them, so they waited
+    # for its lease; their lateness is the reclaim time.
+    reclaimed = [x for x in lateness if x > 0.5]
+    report(f"{len(kills)} kill -9 of 3 instances (lease {LEASE_MS} ms): "
+           f"{len(acked)} jobs acknowledged ({posters.by_instance} per "
+           f"instance), all arrived, {len(early)} early, {len(dups)} "
+           f"duplicated; lateness p50 {statistics.median(lateness) * 1000:.1f} "
+           f"ms, max {lateness[-1] * 1000:.0f} ms; {len(reclaimed)} reclaimed "
+           f"(late > 500 ms): p50 "
+           f"{(statistics.median(reclaimed) * 1000 if reclaimed else 0):.0f} ms, "
+           f"max {(reclaimed[-1] * 1000 if reclaimed else 0):.0f} ms")
+    assert not early, f"{len(early)} copies arrived early: {early[:5]}"
+    assert not unexplained, \
+        f"duplicates of jobs not due near any kill: {unexplained[:5]}"
+    # Bounded reclaim: the lease, its expiry check (a quarter of it) and
+    # a restart's worth of slack.
+    assert lateness[-1] < LEASE_MS / 1000 * 1.25 + 5, \
+        f"a job arrived {lateness[-1]:.1f} s late"
+    for svc in svcs:
+        wait_until(lambda s=svc: s.alive(), 5, "instance alive")
+
+
+# --- (b) a frozen instance ----------------------------------------------
+
+def test_frozen_instance_past_its_lease_publishes_nothing_it_lost(
+        service, amqp, report):
+    n = 50
+    lease_ms = 1500
+    # A alone claims the jobs ahead of their time (a long lookahead), is
+    # frozen before they are due, and B takes them over once the lease ends.
+    a = service("--lease-ms", str(lease_ms), "--dispatch-lookahead-ms", "3000")
+    at = format_ts(time.time() + 4.0)
+    ids = []
+    for _ in range(n):
+        j = a.schedule({"exchange": amqp.exchange,
+                        "routing_key": amqp.routing_key,
+                        "body": "frozen", "deliver_at": at})
+        ids.append(j["id"])
+
+    def claimed_by_a():
+        return len(a.list_all(status="publishing")[0]) == n
+    wait_until(claimed_by_a, 10, f"{n} jobs claimed by A")
+    os.kill(a.pid, signal.SIGSTOP)
+    try:
+        t_stop = time.time()
+        b = service("--lease-ms", str(lease_ms), share_db_with=a)
+        by_job = amqp.wait_for_jobs(ids, timeout=30)
+        t_all = time.time()
+    finally:
+        os.kill(a.pid, signal.SIGCONT)
+    # A wakes, finds its leases lapsed and releases the jobs unpublished.
+    wait_until(lambda: metric(a, "rmqs_claims_lapsed_total") >= n, 15,
+               f"A to release its {n} lapsed claims")
+    # Give A's recorder time to try its (refused) marks, then look.
+    wait_until(lambda: all(b.job(i)["status"] == "sent" for i in ids), 10,
+               "every job sent")
+    time.sleep(1.0)  # anything A wrongly published would arrive by now
+    by_job = amqp.by_job()
+    twice = [j for j in ids if len(by_job.get(j, [])) > 1]
+    early = early_messages(by_job, {j: parse_ts(at) for j in ids})
+    report(f"frozen instance (lease {lease_ms} ms): {n} jobs it held were "
+           f"published by the other {t_all - t_stop:.2f} s after the freeze; "
+           f"after SIGCONT it released {metric(a, 'rmqs_claims_lapsed_total'):.0f} "
+           f"lapsed claims; {len(twice)} arrived twice, {len(early)} early")
+    assert not twice, f"published twice: {twice[:5]}"
+    assert not early
+    for i in ids:
+        assert a.job(i)["status"] == "sent"
+
+
+# --- (c) clocks that disagree -------------------------------------------
+
+def faketime_binary(tmp_path, offset):
+    """A wrapper that runs the service with its clock shifted by offset."""
+    ft = shutil.which("faketime")
+    assert ft, "faketime is not installed (tests/run.sh installs it)"
+    path = tmp_path / f"rmq-scheduler{offset}"
+    path.write_text(f"#!/bin/sh\nexec {ft} -f '{offset}' "
+                    f"\"{os.environ['RMQS_BIN']}\" \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_instances_whose_clocks_disagree_by_2s_never_publish_early(
+        service, amqp, tmp_path, report):
+    n = 300
+    skew_env = {"FAKETIME_DONT_FAKE_MONOTONIC": "1",
+                # libfaketime comes first in the preload list
+                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+                ":verify_asan_link_order=0"}
+    ahead = service("--lease-ms", str(LEASE_MS),
+                    binary=faketime_binary(tmp_path, "+2s"), extra_env=skew_env)
+    honest = service("--lease-ms", str(LEASE_MS), share_db_with=ahead)
+    behind = service("--lease-ms", str(LEASE_MS), share_db_with=ahead,
+                     binary=faketime_binary(tmp_path, "-2s"), extra_env=skew_env)
+    svcs = [ahead, honest, behind]
+    due = {}
+    t0 = time.time()
+    for k in range(n):
+        at = format_ts(t0 + 1.0 + 3.0 * k / n)
+        j = svcs[k % 3].schedule({"exchange": amqp.exchange,
+                                  "routing_key": amqp.routing_key,
+                                  "body": "skew", "deliver_at": at})
+        due[j["id"]] = parse_ts(j["deliver_at"])
+    by_job = amqp.wait_for_jobs(due, timeout=30)
+    early = early_messages(by_job, due)
+    published = [metric(s, "rmqs_jobs_published_total") for s in svcs]
+    late = sorted(min(m.received_at for m in msgs) - due[j]
+                  for j, msgs in by_job.items())
+    report(f"clock skew +2 s / 0 / -2 s: {n} jobs, published "
+           f"{[int(p) for p in published]} by the three, {len(early)} early, "
+           f"lateness p50 {statistics.median(late) * 1000:.1f} ms, max "
+           f"{late[-1] * 1000:.1f} ms")
+    assert not early, f"{len(early)} arrived early: {early[:5]}"
+    assert published[0] > 0, "the instance whose clock is ahead published " \
+        "nothing: the test proves nothing"
+
+
+# --- (d) idempotency keys raced -----------------------------------------
+
+def test_one_idempotency_key_raced_on_two_instances_gives_one_job(
+        service, amqp, report):
+    a, b = instances(service, 2)
+    at = format_ts(time.time() + 3600)
+    rounds = 30
+    for r in range(rounds):
+        key = f"race-{os.getpid()}-{r}-{random.random()}"
+        job = {"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+               "body": f"race {r}", "deliver_at": at}
+        barrier = threading.Barrier(2)
+        answers = [None, None]
+
+        def post(k, svc):
+            barrier.wait(5)
+            answers[k] = http_request(svc.port, "POST", "/schedule", job,
+                                      headers={"Idempotency-Key": key})
+        ts = [threading.Thread(target=post, args=(k, s)) for k, s in
+              enumerate((a, b))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        statuses = sorted(x.status for x in answers)
+        assert statuses in ([200, 201], [201, 201]), statuses
+        assert answers[0].body["id"] == answers[1].body["id"], \
+            f"round {r}: two jobs for one key: {answers[0].body['id']} " \
+            f"{answers[1].body['id']}"
+    jobs, _ = a.list_all()
+    assert len(jobs) == rounds, f"{len(jobs)} jobs stored for {rounds} keys"
+    report(f"idempotency key raced on two instances: {rounds} rounds, one job each")
+
+
+# --- (e) cancel against a claim on another instance ---------------------
+
+def test_cancel_against_a_claim_on_another_instance(service, amqp, report):
+    n = 200
+    a, b = instances(service, 2, "--dispatch-lookahead-ms", "50")
+    t_due = time.time() + 2.0
+    ids = []
+    for k in range(n):
+        # spread over 200 ms so the cancels meet claims at every stage
+        j = a.schedule({"exchange": amqp.exchange,
+                        "routing_key": amqp.routing_key, "body": "cancel race",
+                        "deliver_at": format_ts(t_due + 0.001 * k)})
+        ids.append(j["id"])
+    wait_until(lambda: time.time() >= t_due - 0.1, 5, "cancels begin")
+    outcomes = {}
+    for i in ids:
+        r = b.delete(f"/jobs/{i}")
+        assert r.status in (200, 409), (r.status, r.body)
+        outcomes[i] = r.status
+    cancelled = [i for i, s in outcomes.items() if s == 200]
+    refused = [i for i, s in outcomes.items() if s == 409]
+    by_job = amqp.wait_for_jobs(refused, timeout=30)
+    # every job is settled one way or the other before we look
+    wait_until(lambda: all(a.job(i)["status"] in ("sent", "cancelled")
+                           for i in ids), 20, "every job sent or cancelled")
+    time.sleep(0.5)  # a cancelled job wrongly published would be here by now
+    by_job = amqp.by_job()
+    published_cancelled = [i for i in cancelled if i in by_job]
+    report(f"cancel on B against claims on A and B: {len(cancelled)} cancelled "
+           f"(never published), {len(refused)} 409 (published)")
+    assert not published_cancelled, \
+        f"cancelled (200) yet published: {published_cancelled[:5]}"
+    for i in cancelled:
+        assert a.job(i)["status"] == "cancelled"
+    for i in refused:
+        assert a.job(i)["status"] == "sent"

@@ -16,6 +16,11 @@ import pytest
 
 from helpers import parse_ts, wait_until
 
+pytestmark = pytest.mark.sqlite_only(
+    "the SQLite file on a 2 MiB tmpfs with --min-free-bytes; a PostgreSQL "
+    "server's disk is not the service's to fill (its like failure, a "
+    "read-only or unreachable database, is the PostgreSQL store's test)")
+
 FS_SIZE = "2m"
 FILLER_BYTES = 1024 * 1024
 # bodies of the jobs that fill the disk: big ones first, then smaller ones to

@@ -12,8 +12,9 @@
 #   1. installs the packages the build and the tests need (only those missing);
 #   2. builds with ASan + UBSan in build-test/;
 #   3. starts a private RabbitMQ node (own name, ports and data folder, on
-#      127.0.0.1 only) and tells the tests how to reach it through RMQS_TEST_*;
-#   4. runs ctest, and always stops the node afterwards;
+#      127.0.0.1 only) and one private PostgreSQL 15 server (likewise), and
+#      tells the tests how to reach them through RMQS_TEST_*;
+#   4. runs ctest, and always stops the node and the server afterwards;
 #   5. exits with ctest's status.
 set -euo pipefail
 
@@ -30,10 +31,13 @@ RMQS_LOG_PREFIX=run.sh
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
           python3 python3-pytest python3-pika python3-yaml openssl
-          curl prometheus clang libclang-rt-14-dev sudo iproute2 golang-go)
+          curl prometheus clang libclang-rt-14-dev sudo iproute2 golang-go
+          postgresql-15 libpq-dev faketime)
 # sudo: test_root_or_sudo.py runs the scripts as a user with sudo; iproute2:
 # ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py);
-# golang-go: the Go clients of test_payload_too_large.py and test_examples.py.
+# golang-go: the Go clients of test_payload_too_large.py and test_examples.py;
+# postgresql-15 (with psql): the server of the integration.*.postgres tests;
+# libpq-dev: the PostgreSQL store; faketime: clock-skew tests.
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=$RMQS_PYTHON
@@ -72,17 +76,20 @@ if [ ! tests/integration/node_modules/.package-lock.json -nt tests/integration/p
     (cd tests/integration && npm ci --no-audit --no-fund)
 fi
 
-# --- 3. a private RabbitMQ node -------------------------------------------
-# Own name, ports (AMQP, distribution, a private epmd) and data folder, on
-# 127.0.0.1 only, so nothing of it outlives the run and other nodes on the
-# machine are not disturbed; stopped whatever happens.
+# --- 3. a private RabbitMQ node and a private PostgreSQL server -----------
+# Own names, ports (AMQP, distribution, a private epmd; PostgreSQL never on
+# 5432) and data folders, on 127.0.0.1 only, so nothing of them outlives the
+# run and other servers on the machine are not disturbed; stopped whatever
+# happens, their logs kept in build-test/ when the run failed.
 stop_node() {
     local rc=$?
     set +e
     if [ "$rc" -ne 0 ]; then
         rmqs_rabbit_stop build-test/rabbitmq-log
+        rmqs_pg_stop build-test/postgres.log
     else
         rmqs_rabbit_stop
+        rmqs_pg_stop
     fi
     exit "$rc"
 }
@@ -92,6 +99,17 @@ rmqs_rabbit_start "rmqs-test-$$" "$(mktemp -d /tmp/rmqs-test-rabbit.XXXXXX)"
 export RMQS_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$RMQS_RABBIT_PORT/"
 export RMQS_TEST_AMQP_PORT=$RMQS_RABBIT_PORT
 export RMQS_TEST_RABBIT_NODE=$RABBITMQ_NODENAME
+
+# The integration.*.postgres tests (RMQS_TEST_STORE=postgres) give each
+# service a database of its own on this one server (tests/pylib/pg.py):
+# created through the admin's unix socket, used by the service over TCP as
+# the test role. The whole server, databases and all, goes at the end.
+rmqs_pg_start "$(mktemp -d /tmp/rmqs-test-pg.XXXXXX)"
+export RMQS_TEST_PG_PORT=$RMQS_PG_PORT
+export RMQS_TEST_PG_USER=$RMQS_PG_USER
+export RMQS_TEST_PG_PASSWORD=$RMQS_PG_PASSWORD
+export RMQS_TEST_PG_ADMIN="host=$RMQS_PG_SOCKET_DIR port=$RMQS_PG_PORT user=postgres dbname=postgres"
+export RMQS_TEST_PG_URL="postgres://$RMQS_PG_USER:$RMQS_PG_PASSWORD@127.0.0.1:$RMQS_PG_PORT"
 
 # --- 4. tests --------------------------------------------------------------
 # Stage asan: every test (unit, integration, fuzz, deploy) on the ASan/UBSan

@@ -2,10 +2,19 @@
 
 They run the real rmq-scheduler binary ($RMQS_BIN) against the test run's
 own RabbitMQ node ($RMQS_TEST_AMQP_URL, $RMQS_TEST_RABBIT_NODE) with a fresh
-SQLite file per service. tests/run.sh sets all of that up; run the tests
-through it (`tests/run.sh -L integration`).
+store per service: a SQLite file, or with RMQS_TEST_STORE=postgres a new
+database on the run's PostgreSQL server ($RMQS_TEST_PG_*; tests/pylib/pg.py),
+dropped after the test. tests/run.sh sets all of that up and ctest runs
+every file once per store (integration.<feature>, .postgres); run the tests
+through it (`tests/run.sh -L integration`, `-L postgres`).
 
-  service(*args, wait="ready"|"health", log_level=...)  start a service
+  service(*args, wait="ready"|"health", log_level=...,
+          share_db_with=svc)  start a service; share_db_with (postgres
+                           only): a second instance on svc's database
+  store                    "sqlite" or "postgres": the store of this run
+  @pytest.mark.sqlite_only("reason")  skip a test (or a module, through
+                           pytestmark) on postgres; the reason is required
+                           and shown by ctest's output (-rs)
   amqp                     a consumer on a unique exchange/queue/routing key
   amqp_factory(durable=)   more consumers (durable ones survive an outage)
   broker                   stop_app/start_app of the node, exchanges with no queue
@@ -32,7 +41,7 @@ import pytest
 
 import helpers
 import pylib.http
-from helpers import Broker, Consumer, Service, env
+from helpers import STORE, Broker, Consumer, Service, env
 from pylib.outcome import pytest_runtest_makereport, call_failed  # noqa: F401 (the hook)
 
 LOG_TAIL_LINES = 300
@@ -57,10 +66,11 @@ class _Services:
     def __call__(self, *args, wait="ready", log_level="info", timeout=20,
                  amqp_url=None, **options):
         """Start a service; options go to helpers.Service (host,
-        settings_in_env, extra_env). wait=None: do not wait at all."""
+        settings_in_env, extra_env, share_db_with). wait=None: do not wait
+        at all."""
         svc = Service(os.path.join(self.workdir, f"svc{len(self.started)}"),
                       amqp_url or env("RMQS_TEST_AMQP_URL"), args, log_level,
-                      **options)
+                      store=STORE, **options)
         self.started.append(svc)
         svc.start(wait, timeout)
         return svc
@@ -74,8 +84,17 @@ class _Services:
             report = svc.sanitizer_report()
             if report:
                 problems.append(f"sanitizer report in {svc.log_path}")
+            if svc.store == "postgres" and \
+                    env("RMQS_TEST_PG_PASSWORD") in svc.log():
+                problems.append(f"the database password is in {svc.log_path}")
             if failed or p or report:
                 _print_log(svc, full=bool(report))
+        # every instance is down before a database it may share goes
+        for svc in self.started:
+            try:
+                svc.drop_database()
+            except AssertionError as e:
+                problems.append(f"dropping {svc.pg_database}: {e}")
         if problems:
             pytest.fail("; ".join(problems), pytrace=False)
 
@@ -97,6 +116,12 @@ def module_service(request, tmp_path_factory):
     yield services
     failed = request.session.testsfailed > 0
     services.close(failed)
+
+
+@pytest.fixture
+def store():
+    """The store the services of this run use: "sqlite" or "postgres"."""
+    return STORE
 
 
 @pytest.fixture
@@ -142,6 +167,19 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "no_contract_check: do not check the answers of this test "
                    "against api/openapi.yaml")
+    config.addinivalue_line(
+        "markers", "sqlite_only(reason): the test cannot apply to the "
+                   "PostgreSQL store (it reads the SQLite file, its lock "
+                   "file, ...): skipped on postgres with that reason")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("sqlite_only"):
+        reason = mark.args[0] if mark.args else mark.kwargs.get("reason")
+        if not reason:
+            pytest.fail(f"{item.nodeid}: sqlite_only needs a reason", pytrace=False)
+        if STORE != "sqlite":
+            pytest.skip(f"sqlite only: {reason}")
 
 
 def _contract_enabled():

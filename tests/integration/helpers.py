@@ -12,6 +12,7 @@ pylib.http.RESPONSE_CHECK (set by conftest.py).
 
 import os
 import re
+import sqlite3
 import sys
 
 # The one place the integration tests find tests/pylib: conftest.py and
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(
 from pylib.amqp import Consumer, Message, amqp_params
 from pylib.http import (Response, TextResponse, http_request,
                         http_request_text)
+from pylib import pg
 from pylib.openapi import (OPENAPI_PATH, ContractError,
                            OpenApiContract, SchemaValidator, openapi_contract)
 from pylib.procs import go_build, rss_bytes
@@ -35,12 +37,17 @@ UUID7_RE = re.compile(
     r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 JOB_STATUSES = ("pending", "publishing", "sent", "failed", "cancelled")
+# The store every service of this test process uses (RMQS_TEST_STORE, set
+# per ctest entry): "sqlite" or "postgres".
+STORE = pg.store()
 
 __all__ = [
     "Broker", "Consumer", "ContractError", "JOB_STATUSES", "Message",
     "OPENAPI_PATH", "OpenApiContract", "Response", "SANITIZER_MARKERS",
-    "SchemaValidator", "Service", "TIMESTAMP_RE", "TextResponse", "UUID7_RE",
-    "amqp_params", "assert_error", "assert_job_shape", "env", "format_ts",
+    "STORE", "SchemaValidator", "Service", "TIMESTAMP_RE", "TextResponse",
+    "UUID7_RE",
+    "amqp_params", "assert_error", "assert_job_shape", "db_count",
+    "db_has_schema", "db_name", "db_query", "env", "format_ts",
     "free_port", "go_build", "http_request", "http_request_text",
     "openapi_contract", "parse_ts", "port_open", "rss_bytes", "ts_ms",
     "wait_until"]
@@ -87,3 +94,52 @@ def assert_error(resp, status, code, field=None):
     if field is not None:
         assert err.get("field") == field, f"expected field {field!r}: {body!r}"
     return err
+
+
+# --- the store behind the service's back ----------------------------------------
+# For the few tests that read or change what the service stored without
+# asking it (a job made due while it is stopped, rows left by a stop). The
+# same SQL runs on both stores: the PostgreSQL schema (migrations/postgres/)
+# keeps the SQLite table and column names, with times as integer ms since
+# the epoch and status as the job_status number (0 pending, 1 publishing,
+# 2 sent, 3 failed, 4 cancelled). Parameters are `?` and integers only (on
+# postgres they are written into the query; psql takes no parameters).
+
+def db_query(svc, query, *params):
+    """Run query on svc's database (the service may be stopped); returns
+    its rows as tuples: SQLite's values, or on postgres the text psql
+    prints (None for NULL). An UPDATE or DELETE returns rows through
+    RETURNING (both stores have it), which counts them."""
+    if svc.store == "sqlite":
+        with sqlite3.connect(svc.db) as db:
+            rows = [tuple(r) for r in db.execute(query, params).fetchall()]
+        db.close()
+        return rows
+    parts = query.split("?")
+    assert len(parts) == len(params) + 1, (query, params)
+    for p in params:
+        assert isinstance(p, int) and not isinstance(p, bool), \
+            f"db_query: integer parameters only, not {p!r}"
+    text = parts[0] + "".join(str(p) + rest for p, rest in zip(params, parts[1:]))
+    return [tuple(r) for r in svc.sql(text)]
+
+
+def db_count(svc, query, *params):
+    """The one integer a SELECT count(*) ... returns, on either store."""
+    (n,), = db_query(svc, query, *params)
+    return int(n)
+
+
+def db_has_schema(svc):
+    """The service made its store: the SQLite file exists, or the postgres
+    database has its jobs table."""
+    if svc.store == "sqlite":
+        return os.path.exists(svc.db)
+    return db_count(svc, "SELECT count(*) FROM information_schema.tables "
+                         "WHERE table_name = 'jobs'") == 1
+
+
+def db_name(svc):
+    """How a log line names svc's database: the SQLite path, or the
+    PostgreSQL database name (never the URL with its password)."""
+    return svc.db if svc.store == "sqlite" else svc.pg_database

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import assert_error, env, wait_until
+from helpers import assert_error, db_has_schema, env, wait_until
 
 DOCUMENTED_FLAGS = ("--listen", "--db", "--amqp-url", "--max-attempts",
                     "--backoff-base-ms", "--backoff-cap-ms", "--max-body-bytes",
@@ -105,7 +105,7 @@ def test_settings_from_the_environment(service):
     assert "--listen" not in svc.command() and "--db" not in svc.command()
     job = svc.schedule(JOB)
     assert job["max_attempts"] == 3
-    assert os.path.exists(svc.db), "RMQS_DB was not used"
+    assert db_has_schema(svc), "RMQS_DB was not used"
 
 
 def test_flags_win_over_the_environment(service):

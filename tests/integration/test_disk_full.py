@@ -6,6 +6,11 @@ dispatcher); once space returns, jobs are accepted again without a restart.
 The database lives on a 2 MiB tmpfs mounted by this test (the tests run as
 root), next to a 1 MiB filler file written first: deleting the filler is how
 space comes back. The service log stays outside the tiny filesystem.
+
+On PostgreSQL the server's disk is not the service's to fill; the like
+failure is a server that refuses writes: default_transaction_read_only set
+server-wide (ALTER SYSTEM and a reload, which every open session follows;
+the tests run one at a time) and reset afterwards whatever happens.
 """
 
 import os
@@ -14,7 +19,8 @@ import time
 
 import pytest
 
-from helpers import parse_ts, wait_until
+from helpers import STORE, env, parse_ts, wait_until
+from pylib import pg
 
 FS_SIZE = "2m"
 FILLER_BYTES = 1024 * 1024
@@ -50,6 +56,10 @@ def _write_filler(path):
         os.fsync(f.fileno())
 
 
+@pytest.mark.sqlite_only(
+    "the SQLite file on a 2 MiB tmpfs with --min-free-bytes; a PostgreSQL "
+    "server's disk is not the service's to fill (its like failure: "
+    "test_read_only_database_is_503_...)")
 def test_full_disk_is_503_stores_nothing_and_recovers_without_restart(
         service, amqp, tmp_path, report):
     mnt = tmp_path / "tinyfs"
@@ -186,3 +196,61 @@ def test_full_disk_is_503_stores_nothing_and_recovers_without_restart(
             stop_problem = svc.stop()
         _umount(mnt)
     assert stop_problem is None, stop_problem
+
+
+def _server_read_only(on):
+    """Every session of the run's server, open ones too, refuses (or takes
+    again) writes. The admin's own session is writable whatever is set."""
+    admin = f"{env('RMQS_TEST_PG_ADMIN')} options='-c default_transaction_read_only=off'"
+    pg._run(admin, "ALTER SYSTEM SET default_transaction_read_only = on" if on
+            else "ALTER SYSTEM RESET default_transaction_read_only")
+    pg._run(admin, "SELECT pg_reload_conf()")
+
+
+@pytest.mark.skipif(STORE != "postgres", reason="a read-only PostgreSQL server; "
+                    "on SQLite the like failure is the full disk above")
+def test_read_only_database_is_503_stores_nothing_and_recovers_without_restart(
+        service, amqp, report):
+    svc = service()
+
+    def job(body, **when):
+        return {"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                "body": body, **when}
+    before = svc.schedule(job("before", delay_ms=1500))
+    acked = {before["id"]: b"before"}
+    try:
+        _server_read_only(True)
+        t0 = time.monotonic()
+        refused = []
+        for i in range(5):
+            resp = svc.post("/schedule", job(f"refused {i}", delay_ms=0))
+            assert resp.status == 503, f"POST on a read-only database: {resp!r}"
+            assert resp.headers.get_content_type() == "application/json"
+            assert resp.body["error"]["code"] in ("storage_full", "unavailable"), resp.body
+            refused.append(resp.body["error"]["code"])
+        first_503_s = time.monotonic() - t0
+        wait_until(lambda: svc.get("/readyz").status == 503, 15,
+                   "/readyz to say 503 while the database refuses writes")
+        # what was stored is still readable; nothing refused was stored
+        assert svc.job(before["id"])["body"] == "before"
+    finally:
+        _server_read_only(False)
+    back_at = time.monotonic()
+
+    def accepted():
+        resp = svc.post("/schedule", job("after", delay_ms=0))
+        assert resp.status in (201, 503), f"POST after writes returned: {resp!r}"
+        return resp if resp.status == 201 else None
+    after = wait_until(accepted, 15, "POST to answer 201 again", interval=0.1)
+    recovered_s = time.monotonic() - back_at
+    assert svc.alive()
+    acked[after.body["id"]] = b"after"
+    # the 503s stored nothing: the database holds the acknowledged jobs only
+    listed, _ = svc.list_all()
+    assert {j["id"] for j in listed} == set(acked), listed
+    got = amqp.wait_for_jobs(list(acked), timeout=60)
+    for job_id, body in acked.items():
+        assert [m.body for m in got[job_id]] == [body], (job_id, got[job_id])
+    report(f"read-only PostgreSQL: 5 POSTs 503 {sorted(set(refused))} in "
+           f"{first_503_s:.2f} s, /readyz 503, none stored; 201 again "
+           f"{recovered_s:.2f} s after writes returned, without a restart")

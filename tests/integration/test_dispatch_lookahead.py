@@ -6,10 +6,9 @@ delivered on time after the restart; a cancel or reschedule racing the
 claim either sticks (200) or meets a job that is published (409)."""
 
 import concurrent.futures
-import sqlite3
 import time
 
-from helpers import assert_error, parse_ts, wait_until
+from helpers import assert_error, db_count, parse_ts, wait_until
 
 LOOKAHEAD_MS = 2000
 LATE_LIMIT_S = 1.0  # generous: ASan build on a shared machine
@@ -68,8 +67,7 @@ def test_jobs_claimed_ahead_at_stop_are_released_and_delivered_on_time(
     for j in jobs:
         svc.wait_status(j["id"], "publishing", timeout=10)
     svc.stop()  # graceful: claimed but not due, so handed back
-    with sqlite3.connect(svc.db) as db:
-        left = db.execute("SELECT count(*) FROM jobs WHERE status = 1").fetchone()[0]
+    left = db_count(svc, "SELECT count(*) FROM jobs WHERE status = 1")
     assert left == 0, f"{left} jobs left publishing by a graceful stop"
 
     # Restart without lookahead: the jobs must be pending again, their

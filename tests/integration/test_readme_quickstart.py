@@ -27,6 +27,10 @@ import pytest
 
 from helpers import amqp_params, free_port, http_request, port_open, wait_until
 
+# Whole file: the quick start is the README's two-command start on SQLite.
+pytestmark = pytest.mark.sqlite_only(
+    "the README's quick start (deploy/run-local.sh) is the SQLite default")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 README = os.path.join(ROOT, "README.md")

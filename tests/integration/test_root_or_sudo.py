@@ -18,6 +18,10 @@ import uuid
 
 import pytest
 
+# Whole file: it runs the test scripts' root check and starts no service.
+pytestmark = pytest.mark.sqlite_only(
+    "starts no service (the scripts' root handling): nothing here has a store")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 AS_ROOT = os.path.join(ROOT, "tests", "lib", "as-root.sh")

@@ -8,13 +8,13 @@ and the problem; the database is left as it was.
 
 import os
 import signal
-import sqlite3
 import subprocess
 import time
 
 import pytest
 
-from helpers import SANITIZER_MARKERS, env, free_port
+from helpers import (SANITIZER_MARKERS, db_count, db_name, db_query, env,
+                     free_port)
 
 FAIL_WITHIN_S = 5  # "at once", with ASan start-up on a busy machine
 PASSWORD = "s3cret-pw"
@@ -76,6 +76,8 @@ def _real_database(service):
     return svc, job
 
 
+@pytest.mark.sqlite_only(
+    "a file of random bytes as the SQLite database; a server's files are not the service's")
 def test_random_bytes_database_is_refused(tmp_path, report):
     db = tmp_path / "random.db"
     db.write_bytes(os.urandom(64 * 1024))
@@ -87,6 +89,8 @@ def test_random_bytes_database_is_refused(tmp_path, report):
     report(f"startup errors: random bytes -> {line.split('msg=', 1)[1]}")
 
 
+@pytest.mark.sqlite_only(
+    "corrupts the SQLite file behind its header")
 def test_valid_header_then_garbage_is_refused(service, report):
     svc, _ = _real_database(service)
     data = bytearray(open(svc.db, "rb").read())
@@ -100,6 +104,8 @@ def test_valid_header_then_garbage_is_refused(service, report):
     report(f"startup errors: valid header then garbage -> {line.split('msg=', 1)[1]}")
 
 
+@pytest.mark.sqlite_only(
+    "a directory as the SQLite file's path")
 def test_directory_as_database_is_refused(tmp_path, report):
     d = tmp_path / "a-directory.db"
     d.mkdir()
@@ -110,6 +116,8 @@ def test_directory_as_database_is_refused(tmp_path, report):
     report(f"startup errors: directory as --db -> {line.split('msg=', 1)[1]}")
 
 
+@pytest.mark.sqlite_only(
+    "an unwritable path for the SQLite file")
 def test_database_in_unwritable_place_is_refused(report):
     # root ignores file modes; /proc does not take new files from anyone
     path = f"/proc/rmqs-test-{os.getpid()}.db"
@@ -136,24 +144,23 @@ def test_postgres_url_is_refused_as_not_supported_yet(tmp_path, report):
 
 def test_database_from_a_newer_binary_is_refused_and_left_alone(service, report):
     svc, job = _real_database(service)
-    with sqlite3.connect(svc.db) as c:
-        known = c.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
-        assert known < 9999
-        c.execute("INSERT INTO schema_migrations (version, name, applied_at) "
+    # the same migrations table on both stores (db_query)
+    known = db_count(svc, "SELECT max(version) FROM schema_migrations")
+    assert known < 9999
+    db_query(svc, "INSERT INTO schema_migrations (version, name, applied_at) "
                   "VALUES (9999, '9999_future.sql', 0)")
-    c.close()
 
-    line = assert_refused(run_binary(["--db", svc.db]), (1, 2), "newer",
-                          must=("9999", svc.db))
+    result = run_binary(["--db", svc.db])
+    line = assert_refused(result, (1, 2), "newer", must=("9999", db_name(svc)))
+    if svc.store == "postgres":
+        assert env("RMQS_TEST_PG_PASSWORD") not in result[1], "the password was logged"
 
-    with sqlite3.connect(svc.db) as c:
-        versions = [v for (v,) in c.execute(
-            "SELECT version FROM schema_migrations ORDER BY version")]
-        n_jobs = c.execute("SELECT count(*) FROM jobs").fetchone()[0]
-        assert versions[-1] == 9999 and 9999 not in versions[:-1], versions
-        assert n_jobs == 1, f"{n_jobs} jobs after the refused start"
-        c.execute("DELETE FROM schema_migrations WHERE version = 9999")
-    c.close()
+    versions = [int(v) for (v,) in db_query(
+        svc, "SELECT version FROM schema_migrations ORDER BY version")]
+    n_jobs = db_count(svc, "SELECT count(*) FROM jobs")
+    assert versions[-1] == 9999 and 9999 not in versions[:-1], versions
+    assert n_jobs == 1, f"{n_jobs} jobs after the refused start"
+    db_query(svc, "DELETE FROM schema_migrations WHERE version = 9999")
 
     # the database was left intact: with the foreign row gone it serves again
     svc.restart(wait="health")

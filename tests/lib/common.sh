@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # tests/lib/common.sh - what every test script of this repo does alike:
 # install the Debian packages it needs, find free loopback ports, and run a
-# private RabbitMQ node that nothing else on the machine sees.
+# private RabbitMQ node and a private PostgreSQL 15 server that nothing else
+# on the machine sees.
 #
 # tests/run.sh, tests/bench/run.sh and tests/deploy/run.sh source it (after
 # tests/lib/as-root.sh); a script sets RMQS_LOG_PREFIX so messages say who
@@ -21,6 +22,19 @@
 # rabbitmqctl -n "$RABBITMQ_NODENAME" reaches it) and sets RMQS_RABBIT_PORT
 # and RMQS_RABBIT_PIDFILE. It returns once the AMQP port accepts connections
 # and rabbitmqctl answers, or fails after 60 s.
+#
+#   rmqs_pg_start DIR            a PostgreSQL 15 server with its data in DIR
+#   rmqs_pg_stop [LOGDEST]       stop it; copy its log to LOGDEST if given;
+#                                remove DIR
+#
+# The server: initdb as user postgres (initdb and postgres refuse root),
+# TCP on 127.0.0.1 at a free port (never 5432, which may be someone else's),
+# its unix socket in DIR, fsync on (the tests measure real commits). Local
+# socket connections as postgres are trusted (the admin: CREATE DATABASE per
+# test service); TCP needs a scram-sha-256 password, and the one login role
+# RMQS_PG_USER/RMQS_PG_PASSWORD is what the service uses. rmqs_pg_start sets
+# RMQS_PG_PORT, RMQS_PG_SOCKET_DIR, RMQS_PG_USER, RMQS_PG_PASSWORD and
+# RMQS_PG_START_S (seconds from initdb to accepting the role's login).
 
 RMQS_PYTHON=/usr/bin/python3  # Debian's, which has python3-pika and pytest
 
@@ -134,5 +148,67 @@ rmqs_rabbit_stop() {
     fi
     rm -rf "$RMQS_RABBIT_DIR"
     RMQS_RABBIT_DIR=""
+    return 0
+}
+
+RMQS_PG_BIN=/usr/lib/postgresql/15/bin
+
+rmqs_pg_start() {
+    local dir=$1 port t0
+    read -r port < <(rmqs_free_ports 1)
+    t0=$(date +%s.%N)
+    mkdir -p "$dir"
+    chown postgres:postgres "$dir"
+    chmod 700 "$dir"
+    RMQS_PG_DIR=$dir
+    RMQS_PG_PORT=$port
+    RMQS_PG_SOCKET_DIR=$dir
+    RMQS_PG_USER=rmqs_test
+    RMQS_PG_PASSWORD=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+    rmqs_log "starting PostgreSQL 15 on 127.0.0.1:$port (data in $dir/data)"
+    # cd: runuser keeps the caller's folder, which postgres may not read
+    (cd "$dir" && runuser -u postgres -- "$RMQS_PG_BIN/initdb" -D "$dir/data" \
+        -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+        --no-instructions >"$dir/initdb.log" 2>&1) || {
+        cat "$dir/initdb.log" >&2
+        return 1
+    }
+    printf '%s\n' "port = $port" "listen_addresses = '127.0.0.1'" \
+        "unix_socket_directories = '$dir'" "max_connections = 200" \
+        "fsync = on" >>"$dir/data/postgresql.conf"
+    (cd "$dir" && runuser -u postgres -- "$RMQS_PG_BIN/pg_ctl" -D "$dir/data" \
+        -l "$dir/postgres.log" -w -t 60 start >/dev/null) || {
+        cat "$dir/postgres.log" >&2
+        return 1
+    }
+    "$RMQS_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir" -p "$port" -U postgres \
+        -d postgres -c "CREATE ROLE $RMQS_PG_USER LOGIN PASSWORD '$RMQS_PG_PASSWORD'" \
+        || return 1
+    # the service's own way in: TCP with the role's password (scram)
+    PGPASSWORD=$RMQS_PG_PASSWORD "$RMQS_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 \
+        -h 127.0.0.1 -p "$port" -U "$RMQS_PG_USER" -d postgres -c "SELECT 1" \
+        >/dev/null || return 1
+    RMQS_PG_START_S=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    rmqs_log "PostgreSQL 15 accepts $RMQS_PG_USER on 127.0.0.1:$port (${RMQS_PG_START_S} s from initdb)"
+}
+
+rmqs_pg_stop() {
+    local logdest=${1:-} pid=""
+    [ -n "${RMQS_PG_DIR:-}" ] || return 0
+    rmqs_log "stopping PostgreSQL on 127.0.0.1:$RMQS_PG_PORT"
+    [ -s "$RMQS_PG_DIR/data/postmaster.pid" ] && pid=$(head -n1 "$RMQS_PG_DIR/data/postmaster.pid")
+    (cd "$RMQS_PG_DIR" && timeout 60 runuser -u postgres -- "$RMQS_PG_BIN/pg_ctl" \
+        -D "$RMQS_PG_DIR/data" -m fast -w -t 30 stop >/dev/null 2>&1)
+    if [ -n "$pid" ] && rmqs_alive "$pid"; then
+        rmqs_log "postmaster still alive: killing pid $pid"
+        kill -KILL "$pid" 2>/dev/null
+    fi
+    if [ -n "$logdest" ] && [ -f "$RMQS_PG_DIR/postgres.log" ]; then
+        mkdir -p "$(dirname "$logdest")"
+        cp "$RMQS_PG_DIR/postgres.log" "$logdest"
+        rmqs_log "PostgreSQL log copied to $logdest"
+    fi
+    rm -rf "$RMQS_PG_DIR"
+    RMQS_PG_DIR=""
     return 0
 }

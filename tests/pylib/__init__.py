@@ -6,7 +6,9 @@ pika consumer, one HTTP client, one OpenAPI checker and one way to wait on a
 condition with a deadline. Each harness keeps what is its own (fixtures,
 wrk and perf counters, docker).
 
+  runenv    env(): what tests/run.sh exported
   wait      free_port(s), port_open, wait_until
+  pg        the run's PostgreSQL: a database per service, SQL via psql
   procs     process RSS, stopping a child by PID, go_build
   times     RFC 3339 parsing and formatting, now in ms
   http      one request (JSON or text answers), a keep-alive client

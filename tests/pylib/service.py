@@ -1,5 +1,7 @@
-"""The real rmq-scheduler binary as the tests run it: its own loopback port
-and database folder, started and waited for (GET /healthz, /readyz),
+"""The real rmq-scheduler binary as the tests run it: its own loopback port,
+folder and database (a SQLite file in the folder, or a fresh database on
+the run's PostgreSQL server: store="postgres", tests/pylib/pg.py), started
+and waited for (GET /healthz, /readyz),
 stopped with SIGTERM (exit status 0 expected) or killed, its log read back
 for sanitizer reports, and the HTTP API in terms of jobs. The integration
 fixtures (conftest.py) and the bench (bench.py) both start it through here.
@@ -12,19 +14,13 @@ import signal
 import subprocess
 import time
 
+from pylib import pg
 from pylib.http import http_request
+from pylib.runenv import env  # noqa: F401 (helpers.py imports it from here)
 from pylib.wait import free_port, wait_until
 
 SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
                      "runtime error:", "WARNING: ThreadSanitizer")
-
-
-def env(name):
-    value = os.environ.get(name)
-    if not value:
-        raise RuntimeError(
-            f"{name} is not set: run the integration tests through tests/run.sh")
-    return value
 
 
 class Service:
@@ -32,15 +28,37 @@ class Service:
 
     def __init__(self, workdir, amqp_url, args=(), log_level="info",
                  host="127.0.0.1", settings_in_env=False, extra_env=None,
-                 binary=None, log_path=None):
+                 binary=None, log_path=None, store="sqlite",
+                 share_db_with=None):
         """settings_in_env: pass listen address, database and AMQP URL as
         RMQS_LISTEN/RMQS_DB/RMQS_AMQP_URL instead of flags. extra_env: more
         environment variables for the process. binary: the executable
         ($RMQS_BIN when None); log_path: its stdout and stderr (service.log
-        in workdir when None)."""
+        in workdir when None). store: "sqlite" (rmqs.db in workdir) or
+        "postgres" (a new database, created here; drop_database() removes
+        it). share_db_with: another postgres Service whose database this
+        one uses too (a second instance on the same data; it is that
+        Service's to drop). Two instances on one SQLite file are refused by
+        its lock file, so sharing is postgres-only."""
         self.dir = workdir
         os.makedirs(self.dir, exist_ok=True)
-        self.db = os.path.join(self.dir, "rmqs.db")
+        if share_db_with is not None:
+            store = share_db_with.store
+            assert store == "postgres", \
+                "share_db_with: only on postgres (one SQLite file takes one instance)"
+        assert store in pg.STORES, store
+        self.store = store
+        self.pg_database = None  # the database's name on postgres
+        self.owns_database = False
+        if store == "sqlite":
+            self.db = os.path.join(self.dir, "rmqs.db")
+        elif share_db_with is not None:
+            self.pg_database = share_db_with.pg_database
+            self.db = share_db_with.db
+        else:
+            self.pg_database = pg.create_database()
+            self.owns_database = True
+            self.db = pg.database_url(self.pg_database)
         self.log_path = log_path or os.path.join(self.dir, "service.log")
         self.binary = binary
         self.host = host
@@ -85,8 +103,8 @@ class Service:
     def start(self, wait="ready", timeout=20, interval=0.05):
         assert not self.alive(), "service already running"
         with open(self.log_path, "ab") as log:
-            shown = re.sub(r"(amqps?://[^:/@]*:)[^@]*@", r"\1***@",
-                           " ".join(self.command()))
+            shown = re.sub(r"((?:amqps?|postgres(?:ql)?)://[^:/@]*:)[^@]*@",
+                           r"\1***@", " ".join(self.command()))
             log.write(f"=== start: {shown}\n".encode())
             log.flush()
             self.started_at = time.monotonic()
@@ -166,6 +184,19 @@ class Service:
         if code != 0:
             return f"service exited with status {code} after SIGTERM"
         return None
+
+    def drop_database(self):
+        """postgres: drop the database this Service created (after every
+        instance on it stopped). Nothing on sqlite: the file goes with the
+        test's folder."""
+        if self.owns_database:
+            pg.drop_database(self.pg_database)
+            self.owns_database = False
+
+    def sql(self, query):
+        """postgres: rows of `query` in this service's database (pg.sql)."""
+        assert self.store == "postgres", "sql() reads the postgres database"
+        return pg.sql(self.pg_database, query)
 
     def log(self):
         try:

@@ -127,7 +127,7 @@ def pg_pair():
 
 def test_primary_killed_and_standby_promoted_loses_no_acknowledged_job(
         service, amqp, pg_pair, report):
-    svc = service("--db", pg_pair.url(), "--lease-ms", "3000")
+    svc = service("--lease-ms", "3000", db=pg_pair.url())
     lock = threading.Lock()
     acked = {}  # id -> (deliver_at, answered at)
     stop = threading.Event()

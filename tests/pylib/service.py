@@ -29,7 +29,7 @@ class Service:
     def __init__(self, workdir, amqp_url, args=(), log_level="info",
                  host="127.0.0.1", settings_in_env=False, extra_env=None,
                  binary=None, log_path=None, store="sqlite",
-                 share_db_with=None):
+                 share_db_with=None, db=None):
         """settings_in_env: pass listen address, database and AMQP URL as
         RMQS_LISTEN/RMQS_DB/RMQS_AMQP_URL instead of flags. extra_env: more
         environment variables for the process. binary: the executable
@@ -39,7 +39,8 @@ class Service:
         it). share_db_with: another postgres Service whose database this
         one uses too (a second instance on the same data; it is that
         Service's to drop). Two instances on one SQLite file are refused by
-        its lock file, so sharing is postgres-only."""
+        its lock file, so sharing is postgres-only. db: a postgres URL of a
+        server the test runs itself (nothing created or dropped here)."""
         self.dir = workdir
         os.makedirs(self.dir, exist_ok=True)
         if share_db_with is not None:
@@ -55,6 +56,8 @@ class Service:
         elif share_db_with is not None:
             self.pg_database = share_db_with.pg_database
             self.db = share_db_with.db
+        elif db is not None:
+            self.db = db
         else:
             self.pg_database = pg.create_database()
             self.owns_database = True

@@ -179,8 +179,11 @@ def _node_loss(cluster, service, report, how):
             assert n <= final["attempts"], (job_id, n, final)
             republished += final["attempts"] > 1
         dups = sum(n - 1 for n in copies.values())
+        nacks = svc.log().count("the broker nacked a publish")
         report(f"rabbit node loss ({how}): publisher reconnected to "
-               f":{conns[0][1]} {conns[0][0] - lost_at:.3f} s after the loss, "
+               f":{conns[0][1]} {conns[0][0] - lost_at:.3f} s after the loss "
+               f"(last connection, to :{conns[-1][1]}, at "
+               f"{conns[-1][0] - lost_at:.3f} s; {nacks} nack-drops), "
                f"ingest to :{cons[0][1]} {cons[0][0] - lost_at:.3f} s; "
                f"{len(jobs)} HTTP + {len(tags)} x-delay jobs, 0 lost, 0 early, "
                f"{republished} published again, {dups} duplicates")

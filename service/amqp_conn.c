@@ -79,7 +79,9 @@ struct amqpc {
     int timeout_ms;
 
     amqp_connection_state_t conn; /* NULL while closed */
-    bool failed;                  /* the last open of urls[cur] failed */
+    bool failed;                  /* the last open of urls[cur] failed,
+                                     or its connection was lost */
+    bool lost;                    /* ...lost: the move is logged */
     char version[32];
 };
 
@@ -310,6 +312,7 @@ void amqpc_next_url(amqpc_t *c)
     atomic_store_explicit(&c->cur, (cur_index(c) + 1) % c->n_urls,
                           memory_order_relaxed);
     c->failed = false;
+    c->lost = false;
 }
 
 const char *amqpc_safe_url(const amqpc_t *c)
@@ -555,8 +558,14 @@ rmqs_rc amqpc_open(amqpc_t *c, rmqs_error *err)
     if (c->conn)
         return RMQS_OK;
     if (c->failed) { /* the one that failed stayed current for the logs */
+        const char *from = c->urls[cur_index(c)].safe;
+        bool lost = c->lost;
         amqpc_next_url(c);
         u = &c->urls[cur_index(c)];
+        if (lost)
+            log_warn(MOD, "broker lost; moving to the next URL",
+                     "connection=\"%s\" lost=%s next=%s", c->name, from,
+                     u->safe);
     }
     tv.tv_sec = c->timeout_ms / 1000;
     tv.tv_usec = (c->timeout_ms % 1000) * 1000;
@@ -612,6 +621,17 @@ void amqpc_close(amqpc_t *c, int timeout_ms)
     /* Bounded by the RPC timeout; the answer does not matter. */
     (void)amqp_connection_close(c->conn, AMQP_REPLY_SUCCESS);
     amqpc_drop(c);
+}
+
+void amqpc_lost(amqpc_t *c)
+{
+    if (!c)
+        return;
+    amqpc_drop(c);
+    if (c->n_urls > 1) {
+        c->failed = true;
+        c->lost = true;
+    }
 }
 
 void amqpc_drop(amqpc_t *c)

@@ -16,7 +16,10 @@
  * followed by amqp:// or amqps://; any other comma belongs to the URL, as
  * in a password). One is current; after a failed amqpc_open() it stays
  * current (so the caller's log names it) and the next amqpc_open() moves
- * on to the next URL: reconnecting tries them in turn.
+ * on to the next URL: reconnecting tries them in turn. A connection lost
+ * after it was open (amqpc_lost) moves on the same way, so the publisher
+ * and the ingest leave a node that went away at once instead of trying it
+ * again first.
  *
  * Passwords are copied once, used only for the login and wiped on free;
  * amqpc_safe_url() is what logs and error messages show.
@@ -83,6 +86,13 @@ void amqpc_close(amqpc_t *c, int timeout_ms);
 
 /* Free the connection without a handshake: it is broken or not trusted. */
 void amqpc_drop(amqpc_t *c);
+
+/* The connection was lost (socket error, broker's close, heartbeat or
+ * confirm timeout, a nack) or the broker could not serve it: drop it like
+ * amqpc_drop(), and with several URLs make the next amqpc_open() start
+ * with the next one (the lost node is likely down: a cluster moves on),
+ * logging which URL was lost and which comes next. */
+void amqpc_lost(amqpc_t *c);
 
 /* The URLs: how many, which is current (0-based), move to the next. */
 size_t amqpc_url_count(const amqpc_t *c);

@@ -296,10 +296,10 @@ static void drop(ingest_t *in, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    amqpc_drop(in->link);
+    log_connection_lost(in, reason);
+    amqpc_lost(in->link); /* with a URL list, the next open moves on */
     in->conn = NULL;
     atomic_store(&in->connected, false);
-    log_connection_lost(in, reason);
 }
 
 static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
@@ -319,7 +319,9 @@ static rmqs_rc ingest_connect(ingest_t *in, rmqs_error *err)
     return RMQS_OK;
 
 fail:
-    amqpc_drop(in->link);
+    /* Opened but the inboxes could not be set up there (e.g. a classic
+     * inbox whose node is down): with several URLs, try the next. */
+    amqpc_lost(in->link);
     in->conn = NULL;
     return RMQS_EBROKER;
 }

@@ -40,7 +40,23 @@
  *   consumers dedupe on message_id / x-scheduler-job-id).
  * - connection.close, socket errors, heartbeat timeouts and a confirm that
  *   does not come within the confirm timeout drop the connection:
- *   unconfirmed jobs become AMQPP_LOST. A late ack can never be credited to
+ *   unconfirmed jobs become AMQPP_LOST (the dispatcher publishes them
+ *   again: at least once). With a URL list the next connection goes to the
+ *   next node at once (amqpc_lost): a cluster node that went away is not
+ *   tried again first, and no delay is added.
+ * - Nacks: the nacked job is AMQPP_NACKED and the connection is dropped
+ *   too (at most once per NACK_DROP_MS, so a queue that rejects publishes,
+ *   x-overflow=reject-publish, costs one reconnect per 5 s, not one per
+ *   nack). Why: in RabbitMQ 3.10.8, after kill -9 of the node that was both
+ *   our node and a quorum queue's leader, a channel opened on another node
+ *   during the election had every publish to that queue nacked for as long
+ *   as it lived (68 s, 5,800 nacks, 5 of 5 tries); a new connection is
+ *   acked (TESTING-NOTES.md). So a lost connection is replaced at once
+ *   (a graceful node stop costs milliseconds), but after a nack-drop the
+ *   next connection waits NACK_HOLD_MS (amqpp_connect refuses until then):
+ *   measured here, a connection made again at once, 57 ms after the kill,
+ *   was still inside the election and nacked everything too, while the
+ *   election is over within 0.2-0.4 s. A late ack can never be credited to
  *   the wrong job: tags die with the channel, and on a kept channel they
  *   only grow (the window ignores acks for tags it has reported).
  * - connection.blocked (resource alarm) is remembered; while blocked,
@@ -108,6 +124,8 @@
 #define HEADER_PAYLOAD_FIXED 14  /* class, weight, body size, flags */
 #define MAX_HEADER_DEPTH 8       /* nested tables/arrays in headers */
 #define DEFAULT_CONFIRM_MS 30000 /* confirm_timeout_ms <= 0 */
+#define NACK_DROP_MS 5000        /* at most one nack-drop this often */
+#define NACK_HOLD_MS 1000        /* no new connection this soon after one */
 
 #define BLOCKED_REASON "broker blocked publishing (resource alarm)"
 
@@ -136,6 +154,8 @@ struct amqpp {
     amqpp_report_fn on_report;
     void *report_cls;
     amqp_pool_t pool;        /* header tables of the message being sent */
+    int64_t nack_dropped_ms; /* tu_mono_ms() of the last nack-drop, or 0 */
+    int64_t hold_until_ms;   /* amqpp_connect refuses before this */
 };
 
 /* ------------------------------------------------------------------ */
@@ -197,10 +217,15 @@ static void match_return(amqpp_t *p, const amqp_basic_properties_t *props,
     }
 }
 
-/* A confirm from the broker (ack, or nack when !ack). */
+static void drop(amqpp_t *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A confirm from the broker (ack, or nack when !ack). A nack also drops
+ * the connection (see DESIGN, nacks), at most once per NACK_DROP_MS. */
 static void on_confirm(amqpp_t *p, uint64_t tag, bool multiple, bool ack)
 {
     size_t n = 0;
+    int64_t now;
 
     if (p->win) {
         n = ack ? cwin_ack(p->win, tag, multiple)
@@ -210,6 +235,18 @@ static void on_confirm(amqpp_t *p, uint64_t tag, bool multiple, bool ack)
         log_debug(MOD, "confirm settled no publish", "tag=%llu multiple=%d",
                   (unsigned long long)tag, multiple);
     }
+    if (ack || n == 0) {
+        return;
+    }
+    now = tu_mono_ms();
+    if (p->nack_dropped_ms != 0 && now - p->nack_dropped_ms < NACK_DROP_MS) {
+        return;
+    }
+    p->nack_dropped_ms = now;
+    p->hold_until_ms = now + NACK_HOLD_MS;
+    drop(p, "the broker nacked a publish (tag %llu); a new connection, "
+            "as a channel opened during a quorum leader election can nack "
+            "everything", (unsigned long long)tag);
 }
 
 /* Hold (TCP_CORK) or push out what was sent. A message is three writes
@@ -242,10 +279,7 @@ static void reset_state(amqpp_t *p)
 }
 
 /* Drop the connection without a handshake (it is broken or we no longer
- * trust it) and remember why. */
-static void drop(amqpp_t *p, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
+ * trust it) and remember why (declared above on_confirm). */
 static void drop(amqpp_t *p, const char *fmt, ...)
 {
     va_list ap;
@@ -255,7 +289,7 @@ static void drop(amqpp_t *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(p->lost_reason, sizeof p->lost_reason, fmt, ap);
     va_end(ap);
-    amqpc_drop(p->link);
+    amqpc_lost(p->link); /* with a URL list, the next open moves on */
     snprintf(lost, sizeof lost, "connection lost: %s", p->lost_reason);
     if (p->win) {
         cwin_connection_lost(p->win, lost);
@@ -341,13 +375,19 @@ rmqs_rc amqpp_connect(amqpp_t *p, rmqs_error *err)
     if (p->conn) {
         return RMQS_OK;
     }
+    if (tu_mono_ms() < p->hold_until_ms) { /* see DESIGN, nacks */
+        return rmqs_fail(err, RMQS_EBROKER, NULL,
+                         "holding off for %d ms after a nack before the "
+                         "next connection", NACK_HOLD_MS);
+    }
     rc = amqpc_open(p->link, &e);
     if (rc == RMQS_OK) {
         p->conn = amqpc_state(p->link);
         rc = open_channel(p, &e);
     }
     if (rc != RMQS_OK) {
-        amqpc_drop(p->link);
+        /* Opened but no confirm channel: that node cannot serve us now. */
+        amqpc_lost(p->link);
         reset_state(p);
         snprintf(p->lost_reason, sizeof p->lost_reason, "%s", e.message);
         return rmqs_fail(err, RMQS_EBROKER, NULL, "%s", e.message);

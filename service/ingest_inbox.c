@@ -124,6 +124,40 @@ static rmqs_rc ensure_dlx(amqp_connection_state_t conn, amqp_channel_t ch,
     return RMQS_OK;
 }
 
+/*
+ * The inbox's declare failed. A 406 PRECONDITION_FAILED means it exists
+ * with other arguments: typically the operator declared it a quorum queue
+ * so that it survives a cluster node (RabbitMQ 3.10 refuses a declare
+ * without x-queue-type for it). Then it is used as it is (a passive
+ * declare confirms it exists; the channel is opened again). Anything else
+ * is the declare's error.
+ */
+static rmqs_rc inbox_as_it_is(amqp_connection_state_t conn, amqp_channel_t ch,
+                              const char *queue, rmqs_error *err)
+{
+    amqp_channel_close_ok_t ok;
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
+
+    if (channel_close_code(r) != AMQP_PRECONDITION_FAILED) {
+        return rpc_failed(conn, err, "queue.declare", queue);
+    }
+    memset(&ok, 0, sizeof ok);
+    if (amqp_send_method(conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) !=
+            AMQP_STATUS_OK ||
+        !amqp_channel_open(conn, ch)) {
+        return rmqs_fail(err, RMQS_EBROKER, NULL,
+                         "reopening the channel failed");
+    }
+    if (!amqp_queue_declare(conn, ch, amqp_cstring_bytes(queue), 1, 1, 0, 0,
+                            amqp_empty_table)) {
+        return rpc_failed(conn, err, "queue.declare (passive)", queue);
+    }
+    log_info(MOD, "inbox exists with its own arguments; used as it is",
+             "queue=\"%s\" note=\"a dead-letter exchange must then be "
+             "its own x-dead-letter-exchange\"", queue);
+    return RMQS_OK;
+}
+
 /* The ingest exchange, its inbox and the binding; the target looked at. */
 static rmqs_rc declare_one(amqp_connection_state_t conn, amqp_channel_t ch,
                            const ingest_inbox *b, amqp_table_t args,
@@ -148,8 +182,9 @@ static rmqs_rc declare_one(amqp_connection_state_t conn, amqp_channel_t ch,
         return rpc_failed(conn, err, "exchange.declare", b->ingest_exchange);
     }
     if (!amqp_queue_declare(conn, ch, amqp_cstring_bytes(b->queue), 0, 1, 0, 0,
-                            args)) {
-        return rpc_failed(conn, err, "queue.declare", b->queue);
+                            args) &&
+        inbox_as_it_is(conn, ch, b->queue, err) != RMQS_OK) {
+        return RMQS_EBROKER;
     }
     if (!amqp_queue_bind(conn, ch, amqp_cstring_bytes(b->queue),
                          amqp_cstring_bytes(b->ingest_exchange),

@@ -76,12 +76,15 @@ class Consumer:
     (direct) with a unique queue bound by a unique routing key. It records
     every message with its arrival time. If the connection is lost it
     reconnects, re-declares and consumes again (durable=True keeps the
-    exchange, the queue and its messages across a broker restart)."""
+    exchange, the queue and its messages across a broker restart). url may
+    be a list (cluster nodes, tried in turn); queue_arguments are the
+    queue's (e.g. {"x-queue-type": "quorum"}, with durable=True)."""
 
-    def __init__(self, url, durable=False):
+    def __init__(self, url, durable=False, queue_arguments=None):
         tag = uuid.uuid4().hex[:12]
         self.url = url
         self.durable = durable
+        self.queue_arguments = queue_arguments
         self.exchange = f"rmqs-test-x-{tag}"
         self.queue = f"rmqs-test-q-{tag}"
         self.routing_key = f"rk-{tag}"
@@ -94,6 +97,10 @@ class Consumer:
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"consumer-{tag}")
 
+    def _params(self):
+        urls = self.url if isinstance(self.url, (list, tuple)) else [self.url]
+        return [amqp_params(u) for u in urls]
+
     def start(self, timeout=20):
         self._thread.start()
         if not self._connected.wait(timeout):
@@ -103,7 +110,8 @@ class Consumer:
     def _declare(self, ch):
         ch.exchange_declare(self.exchange, exchange_type="direct",
                             durable=self.durable)
-        ch.queue_declare(self.queue, durable=self.durable)
+        ch.queue_declare(self.queue, durable=self.durable,
+                         arguments=self.queue_arguments)
         ch.queue_bind(self.queue, self.exchange, routing_key=self.routing_key)
 
     def _on_message(self, ch, method, properties, body):
@@ -124,7 +132,7 @@ class Consumer:
         while not self._stop.is_set():
             conn = None
             try:
-                conn = pika.BlockingConnection(amqp_params(self.url))
+                conn = pika.BlockingConnection(self._params())
                 ch = conn.channel()
                 self._declare(ch)
                 ch.basic_consume(self.queue, self._on_message, auto_ack=False)
@@ -146,7 +154,7 @@ class Consumer:
 
     def bind(self, routing_key):
         """Also bind the queue with another routing key (own connection)."""
-        conn = pika.BlockingConnection(amqp_params(self.url))
+        conn = pika.BlockingConnection(self._params())
         try:
             conn.channel().queue_bind(self.queue, self.exchange,
                                       routing_key=routing_key)
@@ -161,7 +169,7 @@ class Consumer:
         self._stop.set()
         self._thread.join(10)
         try:  # best effort: the node is private to the test run anyway
-            conn = pika.BlockingConnection(amqp_params(self.url))
+            conn = pika.BlockingConnection(self._params())
             ch = conn.channel()
             ch.queue_delete(self.queue)
             ch.exchange_delete(self.exchange)

@@ -2,15 +2,18 @@
 by tests/run.sh through tests/lib/common.sh, found through RMQS_TEST_*);
 RabbitNode runs a private node of a test's own (its folder, ports, epmd and
 config, started with rabbitmq-server -detached, stopped by PID), the way
-common.sh's rmqs_rabbit_start does for the shell scripts.
+common.sh's rmqs_rabbit_start does for the shell scripts; RabbitCluster
+runs three such nodes clustered (node loss tests).
 """
 
+import json
 import os
 import pwd
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 
@@ -19,7 +22,7 @@ import pika
 from pylib.amqp import amqp_params
 from pylib.procs import pid_alive
 from pylib.service import env
-from pylib.wait import free_port, port_open, wait_until
+from pylib.wait import free_port, free_ports, port_open, wait_until
 
 
 class Broker:
@@ -117,6 +120,7 @@ class RabbitNode:
         self.wait_ports = ()
         self.pid = None
         self.launched = False
+        self.ever_launched = False  # its epmd may be running
         self.env = None
 
     def prepare(self, config, wait_ports):
@@ -168,7 +172,7 @@ class RabbitNode:
                            capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
         assert r.returncode == 0, f"rabbitmq-server -detached: {r.stdout}{r.stderr}"
-        self.launched = True
+        self.launched = self.ever_launched = True
 
     def wait_up(self, timeout=90):
         """Every port of wait_ports accepts connections (5-15 s on an idle
@@ -191,11 +195,10 @@ class RabbitNode:
             raise AssertionError(f"rabbitmqctl {' '.join(args)}: {r.stdout}{r.stderr}")
         return r.stdout
 
-    def stop(self):
-        """rabbitmqctl stop, then SIGKILL of the node's VM if still alive,
-        then its epmd, then its folder."""
+    def stop_vm(self):
+        """rabbitmqctl stop, then SIGKILL of the node's VM if still alive;
+        its epmd and folder stay (a cluster shares one epmd)."""
         if not self.launched:
-            shutil.rmtree(self.dir, ignore_errors=True)
             return
         pid = self.pid or self._read_pid()
         try:
@@ -208,10 +211,132 @@ class RabbitNode:
                 time.sleep(0.2)
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        self.launched = False
+
+    def stop(self):
+        """stop_vm(), then the node's epmd, then its folder."""
+        self.stop_vm()
+        if self.ever_launched:
+            self.kill_epmd()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def kill_epmd(self):
         try:
             subprocess.run(["epmd", "-port", str(self.epmd_port), "-kill"],
                            env=self.env, capture_output=True, timeout=10,
                            stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired):
             pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RabbitCluster:
+    """A RabbitMQ cluster of private nodes on 127.0.0.1 (three by default):
+    RabbitNodes that share one private epmd, keep AMQP and the Erlang
+    distribution on loopback, and join the first node at their first boot
+    (classic_config peer discovery; TESTING-NOTES.md "A 3-node RabbitMQ
+    cluster on loopback"). About 15-25 s to start: a test module starts one
+    (a module fixture) and stops it at the end.
+
+    nodes[i] are the RabbitNodes, ports[i] their AMQP ports, urls[i] their
+    amqp:// URLs and url_list() the comma-separated list the service takes.
+    stop_node / kill_node / restart_node act on one node; stop() ends only
+    the nodes this object started (rabbitmqctl stop, then SIGKILL by PID),
+    their epmd and their folders."""
+
+    def __init__(self, size=3, prefix="rmqs-cluster"):
+        self.ports = free_ports(size)
+        epmd = free_port()
+        self.nodes = []
+        for i in range(size):
+            node = RabbitNode(f"{prefix}{i + 1}")
+            node.epmd_port = epmd  # one epmd, so the nodes find each other
+            self.nodes.append(node)
+        self.urls = [f"amqp://guest:guest@127.0.0.1:{p}/%2F" for p in self.ports]
+
+    def url_list(self, order=None):
+        return ",".join(self.urls[i] for i in (order or range(len(self.urls))))
+
+    def _config(self, i):
+        lines = [f"listeners.tcp.1 = 127.0.0.1:{self.ports[i]}",
+                 "disk_free_limit.absolute = 50MB",
+                 "log.file.level = info"]
+        if i > 0:
+            lines += ["cluster_formation.peer_discovery_backend = classic_config",
+                      f"cluster_formation.classic_config.nodes.1 = {self.nodes[0].node}"]
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout=120):
+        try:
+            for i, node in enumerate(self.nodes):
+                node.prepare(self._config(i), [self.ports[i]])
+                node.env.update(
+                    ERL_CRASH_DUMP=f"{node.dir}/erl_crash.dump",
+                    RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=
+                        "-kernel inet_dist_use_interface {127,0,0,1}")
+            self.nodes[0].launch()
+            self.nodes[0].wait_up(timeout)
+            for node in self.nodes[1:]:  # they join the first at boot
+                node.launch()
+            for node in self.nodes[1:]:
+                node.wait_up(timeout)
+            self.wait_running(timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def running(self, via=None):
+        """The node names the cluster reports running, asked through node
+        index `via` (the first live one by default)."""
+        order = [via] if via is not None else range(len(self.nodes))
+        for i in order:
+            if not self.nodes[i].launched:
+                continue
+            try:
+                out = self.nodes[i].ctl("-q", "cluster_status", "--formatter",
+                                        "json", timeout=30)
+                return set(json.loads(out).get("running_nodes", []))
+            except (AssertionError, ValueError, subprocess.TimeoutExpired):
+                continue
+        return set()
+
+    def wait_running(self, names=None, timeout=90):
+        """Until every node in names (all started nodes by default) is
+        running in the cluster."""
+        want = set(names or (n.node for n in self.nodes if n.launched))
+        wait_until(lambda: want <= self.running(), timeout,
+                   f"cluster nodes {sorted(want)} running", interval=0.5)
+
+    def index_of_port(self, port):
+        return self.ports.index(port)
+
+    def stop_node(self, i):
+        """Graceful stop of node i (rabbitmqctl stop, waits for the exit)."""
+        self.nodes[i].stop_vm()
+
+    def kill_node(self, i):
+        """kill -9 of node i's Erlang VM; returns when it is gone."""
+        node = self.nodes[i]
+        pid = node.pid or node._read_pid()
+        assert pid is not None and pid_alive(pid), f"node {i} not running"
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), 10, f"node {i} to die")
+        node.launched = False
+
+    def restart_node(self, i, timeout=90):
+        """Start node i again with its data: it rejoins the cluster."""
+        node = self.nodes[i]
+        node.launch()
+        node.wait_up(timeout)
+        self.wait_running(timeout=timeout)
+
+    def stop(self):
+        threads = [threading.Thread(target=n.stop_vm) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        if any(n.ever_launched for n in self.nodes):
+            self.nodes[0].kill_epmd()
+        for n in self.nodes:
+            shutil.rmtree(n.dir, ignore_errors=True)

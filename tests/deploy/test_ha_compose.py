@@ -99,17 +99,43 @@ def test_ha_compose_file_is_valid(report):
            "defaults and with every port and secret overridden")
 
 
-def test_ha_front_configuration_is_accepted_by_haproxy(engine, report):
+def test_ha_front_is_valid_and_answers_json_503_without_instances(engine, report):
     tag = standin_image("haproxy:2.6", STANDINS["haproxy:2.6"], report)
-    front = compose_config(RMQS_API_TOKEN=TOKEN)["services"]["front"]
-    args = ["run", "--rm", "--network", "none"]
+    # The front as the compose file configures it, on free ports where no
+    # instance listens.
+    front_port, *closed = free_ports(4)
+    front = compose_config(RMQS_API_TOKEN=TOKEN, RMQS_HTTP_PORT=front_port,
+                           **{f"RMQS_HTTP_PORT_{i}": p for i, p in enumerate(closed, 1)}
+                           )["services"]["front"]
+    args = []
     for k, v in front["environment"].items():
         args += ["-e", f"{k}={v}"]
     for v in front["volumes"]:
         args += ["-v", v if isinstance(v, str) else f"{v['source']}:{v['target']}:ro"]
-    p = docker(*args, tag, "sh", "-c", "haproxy -c -f /usr/local/etc/haproxy/haproxy.cfg")
+    p = docker("run", "--rm", "--network", "none", *args, tag, "sh", "-c",
+               "haproxy -c -f /usr/local/etc/haproxy/haproxy.cfg")
     assert "Configuration file is valid" in p.stdout + p.stderr
-    report("haproxy -c: deploy/ha/haproxy.cfg valid with the compose file's environment")
+
+    name = f"rmqs-deploy-{RUN_ID}-front"
+    try:
+        docker("run", "-d", "--name", name, "--network", "host", *args, tag,
+               *front["command"], timeout=60)
+        wait_until(lambda: http(front_port, "GET", "/readyz")[0] is not None, 30,
+                   "the front listens")
+        # Every instance is down: the service's JSON error, 503, and the
+        # health check (which sends the token) has logged each one down.
+        def logs():
+            p = docker("logs", name, check=False, timeout=30)
+            return p.stdout + p.stderr
+        wait_until(lambda: all(f"Server schedulers/rmqs{i} is DOWN" in logs()
+                               for i in (1, 2, 3)), 30, "every instance marked down")
+        st, headers, body = http(front_port, "POST", "/schedule", {"exchange": "", "body": "x"})
+        assert st == 503 and headers["content-type"] == "application/json", (st, headers)
+        assert body["error"]["code"] == "unavailable" and body["error"]["message"], body
+    finally:
+        docker("rm", "-f", name, check=False, timeout=60)
+    report("front: haproxy -c accepts deploy/ha/haproxy.cfg; with no instance up it "
+           "answers 503 with the service's JSON error")
 
 
 class HAStack(ComposeProject):
@@ -124,6 +150,12 @@ class HAStack(ComposeProject):
     def logs(self, service):
         p = docker("logs", self.container(service), check=False, timeout=30)
         return p.stdout + p.stderr
+
+    def front_state(self, server):
+        """"UP" or "DOWN": the last state change of server its health check
+        logged, "UP" before any (HAProxy starts a server up)."""
+        changes = re.findall(rf"Server schedulers/{server} is (UP|DOWN)", self.logs("front"))
+        return changes[-1] if changes else "UP"
 
 
 def scheduled_total(port):
@@ -156,7 +188,11 @@ def collect(queue, expected, timeout):
         left = deadline - time.monotonic()
         missing = len(set(expected) - set(seen))
         assert left > 0, f"{missing} of {len(expected)} acknowledged jobs never arrived"
-        props, _, arrived = queue.get(left)
+        try:
+            props, _, arrived = queue.get(left)
+        except AssertionError:
+            raise AssertionError(f"{missing} of {len(expected)} acknowledged jobs "
+                                 f"never arrived within {timeout:.0f} s") from None
         job_id = props.message_id
         if job_id in expected:
             assert arrived >= expected[job_id] - 0.05, f"{job_id} arrived early"
@@ -199,6 +235,10 @@ def test_ha_stack_spreads_jobs_and_survives_an_instance_kill(image, engine, repo
         wait_until(front_ready, 300, "/readyz 200 through the front", interval=1)
         for s in INSTANCES:
             wait_ready(inst[s], 120)
+            # An instance that came up late was marked down; it is back in
+            # the rotation after two good checks.
+            wait_until(lambda s=s: stack.front_state(s) == "UP", 30,
+                       f"the front's health check marks {s} up")
         report(f"HA stack: docker-compose up -d {up_s:.0f} s, every instance ready "
                f"{time.monotonic() - t0:.0f} s after the start")
 
@@ -238,7 +278,7 @@ def test_ha_stack_spreads_jobs_and_survives_an_instance_kill(image, engine, repo
         last = time.monotonic() - t_kill
         dups = sum(seen.get(j, 0) - 1 for j in expected)
         assert http(front, "GET", "/readyz")[0] == 200
-        wait_until(lambda: re.search(rf"{victim} is DOWN", stack.logs("front")), 10,
+        wait_until(lambda: stack.front_state(victim) == "DOWN", 10,
                    f"the front's health check marks {victim} down")
         report(f"HA stack: docker kill {victim}: 30 POSTs through the front during the "
                f"outage all 201 (slowest {slowest * 1000:.0f} ms), {len(expected)} "

@@ -95,8 +95,18 @@ def test_ha_compose_file_is_valid(report):
     assert amqp_ports(env2["RMQS_AMQP_URL"]) == [5672, 5673, 15674]
     assert env2["RMQS_AMQP_URL"].startswith("amqp://u:p@")
     assert svc["rabbitmq3"]["environment"]["RABBITMQ_NODE_PORT"] == "15674"
+
+    # The single-node file's documented .env serves this file too.
+    p = sh(COMPOSE, "-f", HA_FILE, "--env-file", os.path.join(REPO, "deploy", ".env.example"),
+           "config", env=docker_env())
+    svc = yaml.safe_load(p.stdout)["services"]
+    for name in INSTANCES:
+        env = svc[name]["environment"]
+        assert env["RMQS_API_TOKEN"] == "change-me-to-a-long-random-string"
+        assert env["RMQS_AMQP_URL"].startswith("amqp://rmqs:change-me-broker-password@127.0.0.1:")
+    assert svc["front"]["environment"]["RMQS_API_TOKEN"] == "change-me-to-a-long-random-string"
     report("docker-compose config: deploy/docker-compose.ha.yml valid, with "
-           "defaults and with every port and secret overridden")
+           "defaults, with every port and secret overridden, and with .env.example")
 
 
 def test_ha_front_is_valid_and_answers_json_503_without_instances(engine, report):

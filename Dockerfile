@@ -5,6 +5,8 @@
 #       -e RMQS_AMQP_URL=amqp://user:pass@rabbitmq:5672/ \
 #       -e RMQS_API_TOKEN=change-me-to-a-long-random-string rmq-scheduler
 #
+# The same image runs N instances on one PostgreSQL: set RMQS_DB to a
+# postgres:// URL (deploy/docker-compose.ha.yml); /data is then unused.
 # Configured only through RMQS_* environment variables (`docker run --rm
 # rmq-scheduler --help` lists them). The database lives in the /data volume;
 # the process runs as the unprivileged user rmqs (uid 10001) and stops
@@ -16,7 +18,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config \
-        libmicrohttpd-dev librabbitmq-dev libsqlite3-dev libjansson-dev \
+        libmicrohttpd-dev librabbitmq-dev libsqlite3-dev libjansson-dev libpq-dev \
  && rm -rf /var/lib/apt/lists/*
 # Only what the build reads: .dockerignore lets in CMakeLists.txt,
 # migrations/ and service/, so edits elsewhere keep the cache.
@@ -30,7 +32,7 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DRMQS_TESTS=OFF \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 ca-certificates \
+        libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 libpq5 ca-certificates \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt/* /var/log/dpkg.log \
  && groupadd --system --gid 10001 rmqs \
  && useradd --system --uid 10001 --gid rmqs --home-dir /data --no-create-home \
@@ -39,7 +41,7 @@ RUN apt-get update \
 COPY --from=build /out/bin/rmq-scheduler /usr/local/bin/rmq-scheduler
 
 LABEL org.opencontainers.image.title="rmq-scheduler" \
-      org.opencontainers.image.description="Delayed messages for RabbitMQ over HTTP, stored in SQLite"
+      org.opencontainers.image.description="Delayed messages for RabbitMQ over HTTP, stored in SQLite or PostgreSQL"
 
 ENV RMQS_DB=/data/scheduler.db \
     RMQS_LISTEN=0.0.0.0:8080

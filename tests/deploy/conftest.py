@@ -12,6 +12,11 @@ set by tests/run.sh). Containers use the host's network and listen on
   containers         start(...) a container of that image; each one and its
                      named volume are removed after the test
   suite_queue        a queue on the suite's broker to consume from
+  standin_image(...) an image the compose files name (rabbitmq:3-management,
+                     postgres:15, haproxy:2.6): used as found, else built
+                     from its stand-in Dockerfile in deploy/ and kept cached
+  ComposeProject     a compose file run as one project (run, containers,
+                     volumes left)
   report(line)       print a measurement past pytest's capture (and append it
                      to $RMQS_TEST_REPORT when set)
 
@@ -20,6 +25,7 @@ containers it started. Free ports, waits and the HTTP exchange come from
 tests/pylib, shared with the integration tests and the bench.
 """
 
+import datetime
 import functools
 import json
 import os
@@ -39,6 +45,7 @@ from pylib.outcome import pytest_runtest_makereport, call_failed  # noqa: F401 (
 from pylib.wait import free_ports, wait_until  # noqa: F401 (test_deploy.py imports free_ports from here)
 
 DOCKER = os.environ.get("DOCKER", "docker")
+COMPOSE = os.environ.get("DOCKER_COMPOSE", "docker-compose")
 RUN_ID = f"{os.getpid()}"
 TOKEN = "deploy-test-token-" + uuid.uuid4().hex
 IMAGE_TAG = f"deploy-test-{RUN_ID}"
@@ -107,6 +114,12 @@ def wait_ready(port, timeout, token=TOKEN):
     """Wait until GET /readyz answers 200 (database and broker up)."""
     return wait_until(lambda: http(port, "GET", "/readyz", token=token)[0] == 200,
                       timeout, f"/readyz on 127.0.0.1:{port}", interval=0.1)
+
+
+def parse_time(s):
+    """An answer's RFC 3339 time (deliver_at) as epoch seconds."""
+    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
 
 
 def inspect(name, fmt):
@@ -178,6 +191,43 @@ def image(engine, report):
                     break
 
 
+def standin_image(tag, dockerfile, report):
+    """The image tag: used as found (the official one, or the stand-in of an
+    earlier run), else built from dockerfile (context deploy/, Debian's
+    packages: no registry can be reached here) and kept, like the base
+    image, for the next run."""
+    if docker("image", "inspect", tag, check=False).returncode == 0:
+        return tag
+    t0 = time.monotonic()
+    docker("build", "--network", "host", "--force-rm", "-f", dockerfile,
+           "-t", tag, "deploy", timeout=1800)
+    report(f"built {tag} from {dockerfile} in {time.monotonic() - t0:.0f} s "
+           "(kept cached)")
+    return tag
+
+
+class ComposeProject:
+    """One compose file run as one docker-compose project; what is left of
+    it (containers, volumes) is found by the project's label."""
+
+    def __init__(self, project, file, env):
+        self.project = project
+        self.file = file
+        self.env = env
+
+    def run(self, *args, timeout=120, check=True):
+        return sh(COMPOSE, "-p", self.project, "-f", self.file, *args,
+                  env=self.env, timeout=timeout, check=check)
+
+    def containers(self):
+        return docker("ps", "-aq", "--filter",
+                      f"label=com.docker.compose.project={self.project}").stdout.split()
+
+    def volumes(self):
+        return docker("volume", "ls", "-q", "--filter",
+                      f"label=com.docker.compose.project={self.project}").stdout.split()
+
+
 class Containers:
     """Containers of the image under test, on the host's network."""
 
@@ -227,13 +277,15 @@ def containers(image, request):
 
 class Queue:
     """A queue on a broker, bound to the default exchange by its name (or to
-    exchange/routing_key), read with basic.get."""
+    exchange/routing_key), read with basic.get; arguments are the declare's
+    (e.g. {"x-queue-type": "quorum"})."""
 
-    def __init__(self, url, name, exchange="", routing_key=None):
+    def __init__(self, url, name, exchange="", routing_key=None, arguments=None):
         self.name = name
         self.conn = pika.BlockingConnection(pika.URLParameters(url))
         self.ch = self.conn.channel()
-        self.ch.queue_declare(queue=name, durable=True, auto_delete=False)
+        self.ch.queue_declare(queue=name, durable=True, auto_delete=False,
+                              arguments=arguments)
         if exchange:
             self.ch.exchange_declare(exchange=exchange, exchange_type="direct",
                                      durable=True)

@@ -16,15 +16,17 @@
 #      and stops it at the end, only if it started it;
 #   3. makes the base image debian:bookworm-slim with debootstrap if it is
 #      missing (kept cached: no registry can be reached here);
-#   4. runs pytest on tests/deploy/test_deploy.py (extra arguments go to
-#      pytest) and exits with its status.
+#   4. runs pytest on tests/deploy/test_deploy.py and test_ha_compose.py
+#      (deploy/docker-compose.ha.yml; extra arguments go to pytest) and exits
+#      with its status.
 # The image under test, its containers, volumes and compose project are
 # removed by the tests themselves; the cached base images (debian:bookworm-
-# slim and the RabbitMQ stand-in rabbitmq:3-management) stay. With
-# RMQS_DEPLOY_KEEP_CACHE=1 the build layers of the image stay too (reruns
-# then build in seconds instead of minutes).
+# slim and the stand-ins rabbitmq:3-management, postgres:15, haproxy:2.6)
+# stay. With RMQS_DEPLOY_KEEP_CACHE=1 the build layers of the image stay too
+# (reruns then build in seconds instead of minutes).
 # The container tests use the suite's RabbitMQ (RMQS_TEST_AMQP_URL, set by
-# tests/run.sh); the compose test runs its own broker on free loopback ports.
+# tests/run.sh); the compose tests run their own brokers (the HA one a 3-node
+# cluster and PostgreSQL) on free loopback ports.
 set -euo pipefail
 
 # shellcheck source=tests/lib/as-root.sh
@@ -101,7 +103,8 @@ bash tests/deploy/make-base-image.sh debian:bookworm-slim
 
 # --- 4. tests -------------------------------------------------------------------
 set +e
-timeout -s INT -k 60 3000 "$PYTHON" -m pytest -q -p no:cacheprovider -rA tests/deploy/test_deploy.py "$@"
+timeout -s INT -k 60 3000 "$PYTHON" -m pytest -q -p no:cacheprovider -rA tests/deploy/test_deploy.py \
+    tests/deploy/test_ha_compose.py "$@"
 status=$?
 set -e
 exit "$status"

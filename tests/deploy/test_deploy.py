@@ -6,7 +6,6 @@ the test override runs the README's curl flow), deploy/grafana-dashboard.json
 deploy/rmq-scheduler.service (started hardened by a real systemd).
 Run through tests/deploy/run.sh (ctest: deploy.docker)."""
 
-import datetime
 import json
 import os
 import re
@@ -21,20 +20,14 @@ import uuid
 import pytest
 import yaml
 
-from conftest import (IMAGE_TAG, REPO, RUN_ID, TOKEN, Queue, docker,
-                      docker_env, free_ports, http, inspect, sh, wait_ready,
-                      wait_until)
+from conftest import (COMPOSE, IMAGE_TAG, REPO, RUN_ID, TOKEN, ComposeProject,
+                      Queue, docker, docker_env, free_ports, http, inspect,
+                      parse_time, sh, standin_image, wait_ready, wait_until)
 
-COMPOSE = os.environ.get("DOCKER_COMPOSE", "docker-compose")
 BASE_FILE = os.path.join(REPO, "deploy", "docker-compose.yml")
 TEST_FILE = os.path.join(REPO, "deploy", "docker-compose.test.yml")
 DASHBOARD = os.path.join(REPO, "deploy", "grafana-dashboard.json")
 STANDIN = "rabbitmq:3-management"
-
-
-def parse_time(s):
-    return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=datetime.timezone.utc).timestamp()
 
 
 # --- the image -------------------------------------------------------------
@@ -193,20 +186,12 @@ def test_compose_file_is_valid(report):
 
 @pytest.fixture
 def standin_broker_image(engine, report):
-    """rabbitmq:3-management: used as found (a real one, or the stand-in of
-    an earlier run), else built from deploy/rabbitmq.Dockerfile and kept,
-    like the base image, for the next run."""
-    if docker("image", "inspect", STANDIN, check=False).returncode == 0:
-        return STANDIN
-    t0 = time.monotonic()
-    docker("build", "--network", "host", "--force-rm", "-f", "deploy/rabbitmq.Dockerfile",
-           "-t", STANDIN, "deploy", timeout=1800)
-    report(f"built {STANDIN} from deploy/rabbitmq.Dockerfile in "
-           f"{time.monotonic() - t0:.0f} s (kept cached)")
-    return STANDIN
+    """rabbitmq:3-management: a real one, or the stand-in of
+    deploy/rabbitmq.Dockerfile (conftest.standin_image)."""
+    return standin_image(STANDIN, "deploy/rabbitmq.Dockerfile", report)
 
 
-class ComposeStack:
+class ComposeStack(ComposeProject):
     """deploy/docker-compose.yml + deploy/docker-compose.test.yml as one
     project. docker-compose 1.29 refuses `ports:` together with
     network_mode: host (the engine would ignore them anyway), and an
@@ -215,28 +200,15 @@ class ComposeStack:
     host-network services and started from there."""
 
     def __init__(self, workdir, env):
-        self.project = f"rmqsdeploy{RUN_ID}"
-        self.env = env
         merged = yaml.safe_load(sh(COMPOSE, "-f", BASE_FILE, "-f", TEST_FILE,
                                    "config", env=env).stdout)
         for s in merged["services"].values():
             if s.get("network_mode") == "host":
                 s.pop("ports", None)
-        self.file = os.path.join(workdir, "docker-compose.yml")
-        with open(self.file, "w", encoding="utf-8") as f:
+        file = os.path.join(workdir, "docker-compose.yml")
+        with open(file, "w", encoding="utf-8") as f:
             yaml.safe_dump(merged, f, sort_keys=False)
-
-    def run(self, *args, timeout=120, check=True):
-        return sh(COMPOSE, "-p", self.project, "-f", self.file, *args,
-                  env=self.env, timeout=timeout, check=check)
-
-    def containers(self):
-        return docker("ps", "-aq", "--filter",
-                      f"label=com.docker.compose.project={self.project}").stdout.split()
-
-    def volumes(self):
-        return docker("volume", "ls", "-q", "--filter",
-                      f"label=com.docker.compose.project={self.project}").stdout.split()
+        super().__init__(f"rmqsdeploy{RUN_ID}", file, env)
 
 
 def curl(*args, timeout=15):
@@ -473,7 +445,7 @@ PROBE_DOCKERFILE = """\
 FROM debian:bookworm-slim
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-        systemd systemd-sysv libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 \\
+        systemd systemd-sysv libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 libpq5 \\
         ca-certificates \\
  && rm -rf /var/lib/apt/lists/* \\
  && systemctl mask getty.target console-getty.service systemd-logind.service \\

@@ -24,7 +24,7 @@ so these tests apply to PostgreSQL only.
 import http.client
 import os
 import random
-import shutil
+import re
 import signal
 import statistics
 import threading
@@ -32,7 +32,8 @@ import time
 
 import pytest
 
-from helpers import format_ts, http_request, parse_ts, wait_until
+from helpers import (format_ts, http_request, http_request_text, parse_ts,
+                     wait_until)
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RMQS_TEST_STORE", "sqlite") != "postgres",
@@ -61,13 +62,15 @@ def early_messages(by_job, deliver_at):
     return out
 
 
-def metric(svc, name):
-    r = svc.get("/metrics")
+def metric(svc, series):
+    """The value of one series of GET /metrics, e.g.
+    'rmqs_jobs_published_total{result="sent"}'."""
+    r = http_request_text(svc.port, "/metrics")
     assert r.status == 200, r
-    for line in r.raw.decode().splitlines():
-        if line.startswith(name + " "):
+    for line in r.text.splitlines():
+        if line.startswith(series + " "):
             return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
+    raise AssertionError(f"{series} not in /metrics")
 
 
 # --- (a) kill -9 of random instances -------------------------------------
@@ -230,30 +233,35 @@ def test_frozen_instance_past_its_lease_publishes_nothing_it_lost(
 
 # --- (c) clocks that disagree -------------------------------------------
 
-def faketime_binary(tmp_path, offset):
-    """A wrapper that runs the service with its clock shifted by offset."""
-    ft = shutil.which("faketime")
-    assert ft, "faketime is not installed (tests/run.sh installs it)"
-    path = tmp_path / f"rmq-scheduler{offset}"
-    path.write_text(f"#!/bin/sh\nexec {ft} -f '{offset}' "
-                    f"\"{os.environ['RMQS_BIN']}\" \"$@\"\n")
-    path.chmod(0o755)
-    return str(path)
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+
+
+def skewed(offset):
+    """Environment that shifts the service's wall clock by offset (Debian's
+    libfaketime, preloaded into the service itself so that signals reach
+    it; the faketime command would stand between). Monotonic time stays
+    real, as a host's would."""
+    assert os.path.exists(LIBFAKETIME), \
+        "libfaketime is not installed (tests/run.sh installs faketime)"
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": offset,
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1",
+            # the sanitizer runtime is not first in the preload list
+            "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
+            ":verify_asan_link_order=0"}
 
 
 def test_instances_whose_clocks_disagree_by_2s_never_publish_early(
-        service, amqp, tmp_path, report):
+        service, amqp, report):
     n = 300
-    skew_env = {"FAKETIME_DONT_FAKE_MONOTONIC": "1",
-                # libfaketime comes first in the preload list
-                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") +
-                ":verify_asan_link_order=0"}
-    ahead = service("--lease-ms", str(LEASE_MS),
-                    binary=faketime_binary(tmp_path, "+2s"), extra_env=skew_env)
+    ahead = service("--lease-ms", str(LEASE_MS), extra_env=skewed("+2s"))
     honest = service("--lease-ms", str(LEASE_MS), share_db_with=ahead)
     behind = service("--lease-ms", str(LEASE_MS), share_db_with=ahead,
-                     binary=faketime_binary(tmp_path, "-2s"), extra_env=skew_env)
+                     extra_env=skewed("-2s"))
     svcs = [ahead, honest, behind]
+    for svc, want in ((ahead, -2000), (behind, 2000)):  # the skew took hold
+        offsets = [int(x) for x in re.findall(r"clock_offset_ms=(-?\d+)", svc.log())]
+        assert offsets and abs(offsets[-1] - want) < 500, \
+            f"database clock minus the service's: {offsets}, expected ~{want}"
     due = {}
     t0 = time.time()
     for k in range(n):
@@ -264,7 +272,8 @@ def test_instances_whose_clocks_disagree_by_2s_never_publish_early(
         due[j["id"]] = parse_ts(j["deliver_at"])
     by_job = amqp.wait_for_jobs(due, timeout=30)
     early = early_messages(by_job, due)
-    published = [metric(s, "rmqs_jobs_published_total") for s in svcs]
+    published = [metric(s, 'rmqs_jobs_published_total{result="sent"}')
+                 for s in svcs]
     late = sorted(min(m.received_at for m in msgs) - due[j]
                   for j, msgs in by_job.items())
     report(f"clock skew +2 s / 0 / -2 s: {n} jobs, published "
@@ -324,6 +333,8 @@ def test_cancel_against_a_claim_on_another_instance(service, amqp, report):
                         "deliver_at": format_ts(t_due + 0.001 * k)})
         ids.append(j["id"])
     wait_until(lambda: time.time() >= t_due - 0.1, 5, "cancels begin")
+    print("statuses at cancel start:", sorted(
+        {j["status"] for j in a.list_all()[0]}))
     outcomes = {}
     for i in ids:
         r = b.delete(f"/jobs/{i}")

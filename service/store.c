@@ -546,6 +546,13 @@ int64_t store_clock_offset_ms(store_t *st)
                                             : 0;
 }
 
+int64_t store_lease_renewed_until(store_t *st)
+{
+    return st->ops->lease_renewed_until != NULL
+               ? st->ops->lease_renewed_until(st->b)
+               : 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
  * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too.

@@ -290,11 +290,20 @@ void store_set_wake(store_t *st, store_wake_fn fn, void *arg);
  * SQLite (one host, one clock). */
 int64_t store_clock_offset_ms(store_t *st);
 
-/* Embedded migrations generated from migrations/sqlite/ and
- * migrations/postgres/ at build time. store_open_with takes a list for
- * the backend target names. */
+/* Database-clock ms until which every claim this instance holds is known
+ * to be its own: the end of the lease its last renewal wrote (a backend
+ * shared by instances renews its claims' leases in the background), 0 if
+ * there is none. A claimed job's claim holds until the later of this and
+ * its job_t.lease_until; a publisher checks that before each publish, so
+ * an instance that was frozen past its lease does not publish what
+ * another instance has taken over. */
+int64_t store_lease_renewed_until(store_t *st);
+
+/* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];
 extern const size_t store_builtin_migrations_count;
+/* And from migrations/postgres/ (store_open picks the list for the
+ * backend the target names). */
 extern const store_migration store_pg_migrations[];
 extern const size_t store_pg_migrations_count;
 

@@ -93,10 +93,12 @@ typedef struct store_ops {
                       int64_t now_ms);
     rmqs_rc (*recover)(store_backend *b, size_t *n_out);
 
-    /* Optional (NULL: never calls fn / offset 0): store_set_wake and
-     * store_clock_offset_ms, for backends shared by several instances. */
+    /* Optional (NULL: never calls fn / 0): store_set_wake,
+     * store_clock_offset_ms and store_lease_renewed_until, for backends
+     * shared by several instances. */
     void (*set_wake)(store_backend *b, store_wake_fn fn, void *arg);
     int64_t (*clock_offset_ms)(store_backend *b);
+    int64_t (*lease_renewed_until)(store_backend *b);
 } store_ops;
 
 #endif

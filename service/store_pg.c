@@ -728,6 +728,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
                        b->safe_url);
         goto fail;
     }
+    /* no claim is older than this: its lease ends after open + lease */
+    atomic_store(&b->renew_chain,
+                 tu_now_ms() + atomic_load(&b->clock_offset) + b->lease_ms);
     rc = pg_threads_start(b, err);
     if (rc != RMQS_OK)
         goto fail;
@@ -901,4 +904,5 @@ const store_ops store_pg_ops = {
     .recover = pg_recover,
     .set_wake = pg_set_wake,
     .clock_offset_ms = pg_clock_offset_ms,
+    .lease_renewed_until = pg_lease_renewed_until,
 };

@@ -42,7 +42,9 @@
  *   - Clock: every due time is compared with the database's clock. The
  *     offset (db - local CLOCK_REALTIME) is measured as db_ts - t_after,
  *     the best of three round trips, at open and every lease/4: a lower
- *     bound, so local + offset is never ahead of the database. Times passed
+ *     bound, so local + offset is never ahead of the database (by more
+ *     than a round trip: when [db_ts - t_after, db_ts - t_before] holds 0,
+ *     the clocks agree within the round trip and the offset is 0). Times passed
  *     in by the dispatcher (due_by, retry_at) are local and converted here;
  *     times given back (due_at, next_due, lease_until) are database clock.
  */
@@ -98,6 +100,7 @@ rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc)
     rmqs_rc rc = RMQS_OK;
 
     for (int i = 0; i < 3 && rc == RMQS_OK; i++) {
+        int64_t before = real_us();
         PGresult *res = pg_exec(pc, "clock",
                                 "SELECT floor(extract(epoch from "
                                 "clock_timestamp()) * 1000000)::bigint",
@@ -105,9 +108,15 @@ rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc)
         int64_t after = real_us();
 
         if (res != NULL && PQntuples(res) == 1) {
-            int64_t d = pg_int(res, 0, 0) - after; /* <= the true offset */
-            /* floor to ms, so it stays a lower bound */
-            int64_t ms = d >= 0 ? d / 1000 : -((-d + 999) / 1000);
+            int64_t db = pg_int(res, 0, 0);
+            int64_t lo = db - after;  /* <= the true offset */
+            int64_t hi = db - before; /* >= the true offset */
+            /* floor to ms, so it stays a lower bound; a round trip that
+             * brackets 0 is one clock (one host, or NTP-synced to within
+             * the round trip): 0, rather than 1 ms late for ever */
+            int64_t ms = lo <= 0 && hi >= 0 ? 0
+                         : lo >= 0          ? lo / 1000
+                                            : -((-lo + 999) / 1000);
             if (ms > best)
                 best = ms;
         }
@@ -456,6 +465,14 @@ rmqs_rc pg_recover(store_backend *b, size_t *n_out)
     return rc;
 }
 
+/* Renew the leases of the jobs this instance holds (on pc, locked, up),
+ * and keep store_lease_renewed_until: it covers every claim of this
+ * instance only while the renewals are continuous, each made before the
+ * end of the lease the previous one wrote (the first one before open +
+ * lease, which no earlier claim's lease ends before). A renewal that comes
+ * later (the process was frozen, or cut off from the database) may follow
+ * a reclaim of some of our jobs by another instance: from then on the
+ * value stays 0, and each claim holds only until its own lease_until. */
 static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
 {
     char lease[24];
@@ -463,13 +480,40 @@ static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
     PGresult *res;
     rmqs_rc rc;
 
+    *n_out = 0;
     res = pg_exec(pc, "renew",
-                  "UPDATE jobs SET lease_until = " PG_NOW_MS " + $2::bigint "
-                  "WHERE status = 1 AND owner = $1",
+                  "WITH u AS (SELECT " PG_NOW_MS " AS r), "
+                  "upd AS (UPDATE jobs SET lease_until = "
+                  "(SELECT r FROM u) + $2::bigint "
+                  "WHERE status = 1 AND owner = $1 "
+                  "AND lease_until >= (SELECT r FROM u) RETURNING 1) "
+                  "SELECT (SELECT r FROM u), (SELECT count(*) FROM upd)",
                   2, vals, NULL, NULL, &rc);
-    *n_out = res ? (size_t)strtoull(PQcmdTuples(res), NULL, 10) : 0;
+    if (res != NULL && PQntuples(res) == 1) {
+        int64_t r = pg_int(res, 0, 0);
+        int64_t prev = atomic_load(&b->renew_chain);
+
+        *n_out = (size_t)pg_int(res, 0, 1);
+        if (prev > 0 && r <= prev) {
+            atomic_store(&b->renew_chain, r + b->lease_ms);
+            atomic_store(&b->renewed_until, r + b->lease_ms);
+        } else if (prev > 0) {
+            atomic_store(&b->renew_chain, 0);
+            atomic_store(&b->renewed_until, 0);
+            log_warn(MODULE, "lease renewal came after the lease ended "
+                     "(frozen, or cut off from the database): each claim "
+                     "now holds only until its own lease",
+                     "late_ms=%" PRId64 " instance=%s", r - prev,
+                     b->instance);
+        }
+    }
     PQclear(res);
     return rc;
+}
+
+int64_t pg_lease_renewed_until(store_backend *b)
+{
+    return atomic_load(&b->renewed_until);
 }
 
 /* Wait up to ms on the stop condition; true if stopping. */

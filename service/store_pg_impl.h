@@ -79,6 +79,9 @@ struct store_backend {
     int64_t lease_ms;
     pg_conn wr, feed, disp;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
+    /* store_lease_renewed_until, and the end of the lease the last
+     * continuous renewal wrote (0: the chain broke; store_pg_dispatch.c) */
+    _Atomic int64_t renewed_until, renew_chain;
     /* wake callback (store_set_wake), read by the listener thread */
     pthread_mutex_t wake_mu;
     store_wake_fn wake_fn;
@@ -157,6 +160,7 @@ rmqs_rc pg_record(store_backend *b,
 rmqs_rc pg_recover(store_backend *b, size_t *n_out);
 void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
 int64_t pg_clock_offset_ms(store_backend *b);
+int64_t pg_lease_renewed_until(store_backend *b);
 /* Measure the clock offset on pc (locked, up) and store it. */
 rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc);
 /* Start / stop the housekeeping and listener threads. */

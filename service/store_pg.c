@@ -179,7 +179,8 @@ static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
      * by a server crash only makes a job published again */
     snprintf(set, sizeof(set),
              "SET application_name = 'rmq-scheduler %s'; "
-             "SET synchronous_commit = %s", role, relaxed ? "off" : "on");
+             "SET synchronous_commit = %s; SET client_min_messages = warning",
+             role, relaxed ? "off" : "on");
     res = PQexec(c, set);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         first_line(PQerrorMessage(c), buf, len);

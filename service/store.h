@@ -31,11 +31,12 @@
  * owner = this store's instance id, a lease renewed while the process
  * lives; store_record's claims are then a no-op); settles only mark jobs
  * this instance still owns; jobs whose lease expired are reclaimed by any
- * instance (store_recover at start-up does only that). Clocks: times
- * passed in by the dispatcher (due_by_ms, retry_at) are this host's clock
- * and the store adds store_clock_offset_ms; times given back (job due_at,
- * store_next_due, lease_until) are the database's clock. HTTP times
- * (deliver_at, due_at at insert, updated_at) are stored as given.
+ * instance (store_recover at start-up does only that). Clocks: the
+ * dispatcher's times (due_by_ms, retry_at, and what it gets back: due_at,
+ * store_next_due, lease_until) are on the database's clock, its own clock
+ * plus store_clock_offset_ms. HTTP times (deliver_at, due_at at insert,
+ * updated_at) are stored as given: a host whose clock is ahead makes a
+ * job due later, never earlier.
  */
 #ifndef RMQS_STORE_H
 #define RMQS_STORE_H

@@ -44,9 +44,10 @@
  *     the best of three round trips, at open and every lease/4: a lower
  *     bound, so local + offset is never ahead of the database (by more
  *     than a round trip: when [db_ts - t_after, db_ts - t_before] holds 0,
- *     the clocks agree within the round trip and the offset is 0). Times passed
- *     in by the dispatcher (due_by, retry_at) are local and converted here;
- *     times given back (due_at, next_due, lease_until) are database clock.
+ *     the clocks agree within the round trip and the offset is 0). Every
+ *     time the dispatcher passes (due_by, retry_at) or gets back (due_at,
+ *     next_due, lease_until) is on the database's clock: the dispatcher
+ *     adds the offset to its own clock.
  */
 #include "store_pg_impl.h"
 
@@ -152,8 +153,8 @@ rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
     return rc;
 }
 
-/* The claim on the feeder's connection: up to limit jobs due by the local
- * due_by_ms, into c[] (grown), in due order, as before the claim. */
+/* The claim on the feeder's connection: up to limit jobs due by
+ * due_by_ms (database clock), into c[] (grown), in due order, as before the claim. */
 static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
                      size_t limit, store_claimed **c, size_t *cap,
                      size_t *n_out)
@@ -171,7 +172,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     vals[0] = b->instance;
     vals[1] = pg_i64(lease, b->lease_ms);
     vals[2] = pg_i64(now, now_ms);
-    vals[3] = pg_i64(due, due_by_ms + pg_clock_offset_ms(b));
+    vals[3] = pg_i64(due, due_by_ms);
     vals[4] = pg_i64(lim, (int64_t)limit);
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
@@ -349,7 +350,7 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
 {
     char now[24], retry[24];
     const char *vals[5] = {pg_i64(now, now_ms), (const char *)id, o->error,
-                           pg_i64(retry, o->retry_at + pg_clock_offset_ms(b)),
+                           pg_i64(retry, o->retry_at),
                            b->instance};
     int lens[5] = {0, JOB_ID_BYTES, 0, 0, 0}, fmts[5] = {0, 1, 0, 0, 0};
     PGresult *res;

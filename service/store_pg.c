@@ -36,6 +36,7 @@
  */
 #include "store_pg_impl.h"
 
+#include <ctype.h>
 #include <endian.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -114,6 +115,60 @@ void store_pg_safe_url(const char *url, char *buf, size_t len)
     }
 }
 
+/* The password of url (user:password@) and of a password= parameter:
+ * pointers into url with their lengths (0: none). */
+static void url_secrets(const char *url, const char *sec[2], size_t len[2])
+{
+    const char *p = url ? strstr(url, "://") : NULL, *auth_end, *at = NULL;
+
+    sec[0] = sec[1] = NULL;
+    len[0] = len[1] = 0;
+    if (p == NULL)
+        return;
+    p += 3;
+    auth_end = p + strcspn(p, "/?");
+    for (const char *s = p; s < auth_end; s++)
+        if (*s == '@')
+            at = s;
+    if (at != NULL) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon != NULL) {
+            sec[0] = colon + 1;
+            len[0] = (size_t)(at - colon - 1);
+        }
+    }
+    for (const char *q = strchr(auth_end, '?'); q != NULL && *q;
+         q = strchr(q + 1, '&')) {
+        if (strncasecmp(q + 1, "password=", 9) == 0) {
+            sec[1] = q + 10;
+            len[1] = strcspn(sec[1], "&");
+        }
+    }
+}
+
+void store_pg_scrub(const char *url, const char *msg, char *buf, size_t len)
+{
+    const char *sec[2];
+    size_t slen[2], at = 0;
+
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    url_secrets(url, sec, slen);
+    for (const char *m = msg; m != NULL && *m && *m != '\n';) {
+        bool hit = false;
+        for (int i = 0; i < 2 && !hit; i++) {
+            if (slen[i] > 0 && strncmp(m, sec[i], slen[i]) == 0) {
+                put(buf, len, &at, "***", 3);
+                m += slen[i];
+                hit = true;
+            }
+        }
+        if (!hit)
+            put(buf, len, &at, m++, 1);
+    }
+}
+
 rmqs_rc store_pg_map_sqlstate(const char *st)
 {
     if (st == NULL || strlen(st) != 5)
@@ -170,7 +225,8 @@ static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
         return NULL;
     }
     if (PQstatus(c) != CONNECTION_OK) {
-        first_line(PQerrorMessage(c), buf, len);
+        /* libpq may quote the connection string, password and all */
+        store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
         PQfinish(c);
         return NULL;
     }
@@ -183,7 +239,7 @@ static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
              role, relaxed ? "off" : "on");
     res = PQexec(c, set);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        first_line(PQerrorMessage(c), buf, len);
+        store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
         PQclear(res);
         PQfinish(c);
         return NULL;
@@ -693,6 +749,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    /* libpq knows the scheme in lower case only */
+    for (char *p = b->url; *p && *p != ':'; p++)
+        *p = (char)tolower((unsigned char)*p);
     store_pg_safe_url(target, b->safe_url, strlen(target) + 1);
     if (new_instance(b, &hash) != RMQS_OK) {
         rc = rmqs_fail(err, RMQS_ESYS, NULL, "no randomness for the "

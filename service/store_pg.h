@@ -24,6 +24,11 @@ bool store_pg_is_url(const char *target);
  * into buf of len bytes (truncated, always NUL-terminated): safe to log. */
 void store_pg_safe_url(const char *url, char *buf, size_t len);
 
+/* The first line of msg (a libpq message) into buf (len bytes, truncated,
+ * NUL-terminated), with every occurrence of url's passwords replaced by
+ * "***": libpq quotes the connection string in some of its errors. */
+void store_pg_scrub(const char *url, const char *msg, char *buf, size_t len);
+
 /* The service's code for a PostgreSQL SQLSTATE (five characters; NULL or
  * empty: the connection failed without one): 53100 disk full and 53400
  * (configured limit) -> RMQS_EFULL; 23505 unique violation ->

@@ -593,11 +593,13 @@ static PGconn *listen_connect(store_backend *b, bool *logged)
             return c;
         }
     }
-    if (!*logged)
+    if (!*logged) {
+        char msg[256];
+        store_pg_scrub(b->url, c ? PQerrorMessage(c) : "out of memory", msg,
+                       sizeof(msg));
         log_warn(MODULE, "cannot listen for due jobs; retrying",
-                 "url=%s reason=\"%.*s\"", b->safe_url,
-                 c ? (int)strcspn(PQerrorMessage(c), "\n") : 13,
-                 c ? PQerrorMessage(c) : "out of memory");
+                 "url=%s reason=\"%s\"", b->safe_url, msg);
+    }
     *logged = true;
     PQclear(res);
     PQfinish(c);

@@ -212,6 +212,20 @@ static void first_line(const char *msg, char *buf, size_t len)
     buf[n] = '\0';
 }
 
+/* libpq's notices and asynchronous errors (a backend terminated, a
+ * NOTICE): one log line instead of raw text on stderr. */
+static void on_notice(void *arg, const char *msg)
+{
+    (void)arg;
+    log_warn(MODULE, "database notice", "message=\"%.*s\"",
+             (int)strcspn(msg, "\n"), msg);
+}
+
+void pg_quiet(PGconn *c)
+{
+    PQsetNoticeProcessor(c, on_notice, NULL);
+}
+
 /* Open a connection to b->url; NULL (message in buf) on failure. */
 static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
                           char *buf, size_t len)
@@ -230,6 +244,7 @@ static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
         PQfinish(c);
         return NULL;
     }
+    pg_quiet(c);
     /* the dispatcher's connections commit without waiting for the flush,
      * as SQLite's relaxed transactions (store.h): a claim or settle lost
      * by a server crash only makes a job published again */
@@ -248,11 +263,11 @@ static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
     return c;
 }
 
-rmqs_rc pg_use(store_backend *b, pg_conn *pc)
+/* pc (locked) up, (re)connected if needed. */
+static rmqs_rc ensure_up(store_backend *b, pg_conn *pc)
 {
     char msg[256];
 
-    pthread_mutex_lock(&pc->mu);
     if (pc->c != NULL && PQstatus(pc->c) == CONNECTION_OK)
         return RMQS_OK;
     if (pc->c != NULL) {
@@ -268,6 +283,12 @@ rmqs_rc pg_use(store_backend *b, pg_conn *pc)
     log_info(MODULE, "database connected", "role=%s url=%s", pc->role,
              b->safe_url);
     return RMQS_OK;
+}
+
+rmqs_rc pg_use(store_backend *b, pg_conn *pc)
+{
+    pthread_mutex_lock(&pc->mu);
+    return ensure_up(b, pc);
 }
 
 void pg_done(pg_conn *pc)
@@ -341,11 +362,19 @@ rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql)
 /* ------------------------------------------------------------------------ */
 /* Transactions                                                             */
 
-rmqs_rc pg_tx_begin(pg_conn *pc)
+rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc)
 {
+    rmqs_rc rc;
+
     store_delta_clear(&pc->delta);
     pc->notify_due = INT64_MAX;
-    return pg_exec_simple(pc, "begin", "BEGIN");
+    rc = pg_exec_simple(pc, "begin", "BEGIN");
+    /* A connection that died while idle (server restarted, failed over,
+     * a backend terminated) is only found out here, before anything was
+     * sent: connect again and begin once more. */
+    if (rc == RMQS_EDB && pc->c == NULL && ensure_up(b, pc) == RMQS_OK)
+        rc = pg_exec_simple(pc, "begin", "BEGIN");
+    return rc;
 }
 
 void pg_tx_abort(pg_conn *pc)
@@ -837,7 +866,7 @@ static rmqs_rc pg_purge(store_backend *b, int64_t before_ms, size_t limit,
     *deleted = 0;
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
-        rc = pg_tx_begin(pc);
+        rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
         goto done;
     res = pg_exec(pc, "purge",
@@ -925,11 +954,12 @@ static rmqs_rc pg_ping(store_backend *b)
      * primary) is not ready either */
     if (rc == RMQS_OK) {
         PGresult *res = pg_exec(&b->wr, "ping",
-                                "SELECT pg_is_in_recovery()", 0, NULL, NULL,
-                                NULL, &rc);
+                                "SELECT pg_is_in_recovery() OR "
+                                "current_setting('transaction_read_only')"
+                                "::boolean", 0, NULL, NULL, NULL, &rc);
         if (res != NULL && PQntuples(res) == 1 &&
             PQgetvalue(res, 0, 0)[0] != 0) {
-            log_warn(MODULE, "the database is a standby (read-only)", "url=%s",
+            log_warn(MODULE, "the database takes no writes (a standby, or read-only)", "url=%s",
                      b->safe_url);
             PQfinish(b->wr.c);
             b->wr.c = NULL; /* the next call looks for the primary */

@@ -176,7 +176,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     vals[4] = pg_i64(lim, (int64_t)limit);
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
-        rc = pg_tx_begin(pc);
+        rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
         goto done;
     res = pg_exec(pc, "claim", pg_claim_sql, 5, vals, NULL, NULL, &rc);
@@ -396,7 +396,7 @@ rmqs_rc pg_record(store_backend *b,
         return RMQS_OK;
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
-        rc = pg_tx_begin(pc);
+        rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
         goto unlock;
     rc = settle_group(pc, b, o, ids, n, STORE_OUT_SENT, now_ms, &asked,
@@ -436,7 +436,7 @@ static rmqs_rc reclaim(store_backend *b, pg_conn *pc, size_t *n_out)
     rmqs_rc rc;
 
     *n_out = 0;
-    rc = pg_tx_begin(pc);
+    rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
         return rc;
     res = pg_exec(pc, "reclaim", reclaim_sql, 0, NULL, NULL, NULL, &rc);
@@ -583,6 +583,7 @@ static PGconn *listen_connect(store_backend *b, bool *logged)
     PGresult *res = NULL;
 
     if (c != NULL && PQstatus(c) == CONNECTION_OK) {
+        pg_quiet(c);
         res = PQexec(c, "LISTEN " PG_NOTIFY_CHANNEL);
         if (PQresultStatus(res) == PGRES_COMMAND_OK) {
             PQclear(res);

@@ -103,6 +103,10 @@ struct store_backend {
 rmqs_rc pg_use(store_backend *b, pg_conn *pc);
 void pg_done(pg_conn *pc);
 
+/* Route c's notices and asynchronous errors to the log (one line each)
+ * instead of stderr. */
+void pg_quiet(PGconn *c);
+
 /* Run sql with n text parameters (binary where bin[i] is nonzero; lens
  * for those), results in binary. Returns the result (caller PQclear) or
  * NULL after a failure, which is mapped (store_pg_map_sqlstate), logged
@@ -113,11 +117,12 @@ PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
 /* As pg_exec without parameters (text protocol, several statements OK). */
 rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql);
 
-/* Transactions on pc: BEGIN clears delta and notify_due; commit flushes
+/* Transactions on pc: BEGIN clears delta and notify_due (and connects
+ * again once if the connection turns out dead); commit flushes
  * the deltas into job_counts and sends the notification, in the
  * transaction, then COMMITs; abort rolls back. Both end with delta
  * cleared. */
-rmqs_rc pg_tx_begin(pg_conn *pc);
+rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc);
 rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc);
 void pg_tx_abort(pg_conn *pc);
 

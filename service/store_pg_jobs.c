@@ -325,7 +325,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
         return RMQS_ENOMEM;
     out = pg_use(b, pc);
     if (out == RMQS_OK)
-        out = pg_tx_begin(pc);
+        out = pg_tx_begin(b, pc);
     if (out != RMQS_OK)
         goto fail_all;
     for (size_t i = 0; i < n; i++) {
@@ -509,7 +509,7 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
 
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
-        rc = pg_tx_begin(pc);
+        rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
         goto unlock;
     /* a claim by any instance holds the row (FOR UPDATE) until it commits;

@@ -183,7 +183,7 @@ static rmqs_rc open_database(service_t *svc)
     }
     if (store_recover(svc->st, &recovered) != RMQS_OK) {
         log_error(MOD, "cannot recover jobs left in flight", "db=\"%s\"",
-                  cfg->db_path);
+                  file ? cfg->db_path : "(a URL)");
         return RMQS_EDB;
     }
     if (recovered > 0)

@@ -37,6 +37,14 @@
     "max_attempts, last_error, headers, properties, body_kind, body, "       \
     "source, message_id) VALUES "
 
+/* A new job's due_at on the database's clock: the HTTP layer made it the
+ * later of deliver_at and its own clock; where that clock won (due_at >
+ * deliver_at), the database's clock decides instead, so an instance whose
+ * clock is ahead does not make a job due late. */
+#define DUE_AT_SQL                                                            \
+    ",CASE WHEN $%zu::bigint > $%zu::bigint THEN greatest($%zu::bigint, "     \
+    PG_NOW_MS ") ELSE $%zu::bigint END"
+
 /* The parameters of one multi-row INSERT. */
 typedef struct rows {
     size_t n;                 /* rows */
@@ -131,7 +139,8 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
 static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
                            size_t *bad)
 {
-    size_t cap = sizeof(INSERT_HEAD) + n * (INSERT_NCOLS * 8 + 4);
+    size_t cap = sizeof(INSERT_HEAD) +
+                 n * (INSERT_NCOLS * 8 + sizeof(DUE_AT_SQL) + 40);
     char *sql = malloc(cap);
     size_t at;
     PGresult *res;
@@ -148,18 +157,27 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
     }
     at = (size_t)snprintf(sql, cap, "%s", INSERT_HEAD);
     for (size_t i = 0; i < n; i++) {
+        size_t p0 = i * INSERT_NCOLS; /* $p0+1 is the row's first column */
+
         at += (size_t)snprintf(sql + at, cap - at, "%s(", i ? "," : "");
-        for (int c = 0; c < INSERT_NCOLS; c++)
-            at += (size_t)snprintf(sql + at, cap - at, "%s$%zu", c ? "," : "",
-                                   i * INSERT_NCOLS + (size_t)c + 1);
+        for (int c = 0; c < INSERT_NCOLS; c++) {
+            if (c == 5) /* due_at: see DUE_AT_SQL */
+                at += (size_t)snprintf(sql + at, cap - at, DUE_AT_SQL,
+                                       p0 + 6, p0 + 5, p0 + 5, p0 + 6);
+            else
+                at += (size_t)snprintf(sql + at, cap - at, "%s$%zu",
+                                       c ? "," : "", p0 + (size_t)c + 1);
+        }
         at += (size_t)snprintf(sql + at, cap - at, ")");
     }
     res = pg_exec(pc, "insert", sql, (int)(n * INSERT_NCOLS), r.vals, r.lens,
                   r.fmts, &rc);
     if (rc == RMQS_OK) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) /* due by deliver_at at the earliest */
             if (jobs[i]->status == JOB_PENDING)
-                pg_note_due(pc, jobs[i]->due_at);
+                pg_note_due(pc, jobs[i]->deliver_at < jobs[i]->due_at
+                                    ? jobs[i]->deliver_at
+                                    : jobs[i]->due_at);
     } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
         log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
                  jobs[0]->id, n);
@@ -512,7 +530,9 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
         goto unlock;
-    /* a claim by any instance holds the row (FOR UPDATE) until it commits;
+    /* due_at: the later of deliver_at and the database's clock (not
+     * now_ms, this host's), as at insert. A claim by any instance holds
+     * the row (FOR UPDATE) until it commits;
      * this UPDATE waits for it and then finds the job publishing */
     res = cancel ? pg_exec(pc, "cancel",
                            "UPDATE jobs SET status = 4, updated_at = $1 "
@@ -520,7 +540,7 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                            PG_JOB_COLS, 2, vals, lens, fmts, &rc)
                  : pg_exec(pc, "reschedule",
                            "UPDATE jobs SET deliver_at = $1, "
-                           "due_at = greatest($1::bigint, $3::bigint), "
+                           "due_at = greatest($1::bigint, " PG_NOW_MS "), "
                            "delay_ms = $2, updated_at = $3 "
                            "WHERE id = $4 AND status = 0 RETURNING "
                            PG_JOB_COLS, 4, vals, lens, fmts, &rc);

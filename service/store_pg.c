@@ -297,7 +297,7 @@ void pg_done(pg_conn *pc)
 }
 
 /* Map and log a failed result; close the connection if it is gone. */
-static rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
+rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
 {
     const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     rmqs_rc out = store_pg_map_sqlstate(st);

@@ -114,6 +114,9 @@ void pg_quiet(PGconn *c);
 PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
                   const char *const *vals, const int *lens, const int *bin,
                   rmqs_rc *rc);
+/* Map and log a failed result (res may be NULL: the connection's own
+ * error); a broken connection is closed. */
+rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res);
 /* As pg_exec without parameters (text protocol, several statements OK). */
 rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql);
 

@@ -8,11 +8,12 @@
  * makes, on the writer's connection, answered to a client.
  *
  * Group commit: a writer batch is one transaction. Requests without a key
- * (almost all of them) go in multi-row INSERTs of up to CHUNK_ROWS jobs,
- * under one savepoint; if one of them is refused by the schema (a job id
- * taken, a value out of range), that savepoint is rolled back and those
- * requests are inserted again one by one, each under its own savepoint, so
- * only the bad one fails. A request with an Idempotency-Key inserts its key
+ * (almost all of them) go in one binary COPY under one savepoint (a
+ * multi-row INSERT of 1000 jobs spent most of its time in the server's
+ * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine); if the schema refuses a row (a
+ * job id taken, a value out of range), that savepoint is rolled back and
+ * those requests are inserted again one by one (INSERT), each under its own
+ * savepoint, so only the bad one fails. A request with an Idempotency-Key inserts its key
  * first with ON CONFLICT DO NOTHING: the key's primary key makes a second
  * instance inserting the same key at the same moment wait for the first
  * one's COMMIT, then find the key taken and answer from the stored job
@@ -21,6 +22,7 @@
  */
 #include "store_pg_impl.h"
 
+#include <endian.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,6 @@
 
 #include "log.h"
 
-#define CHUNK_ROWS 1000 /* jobs per multi-row INSERT (19 parameters each) */
 #define INSERT_NCOLS 19
 
 #define INSERT_HEAD                                                          \
@@ -134,7 +135,7 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
     return RMQS_OK;
 }
 
-/* One multi-row INSERT of jobs[0..n) (n <= CHUNK_ROWS) in pc's open
+/* One multi-row INSERT of jobs[0..n) (a few: COPY takes the bulk) in pc's open
  * transaction. */
 static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
                            size_t *bad)
@@ -185,6 +186,189 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
     PQclear(res);
     rows_free(&r);
     free(sql);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* COPY: the group commit's bulk path                                       */
+
+/* A growing buffer for the binary COPY stream. */
+typedef struct cbuf {
+    unsigned char *p;
+    size_t n, cap;
+    bool oom;
+} cbuf;
+
+static void cb_put(cbuf *b, const void *v, size_t len)
+{
+    if (b->oom)
+        return;
+    if (b->n + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 65536;
+        unsigned char *np;
+        while (cap < b->n + len)
+            cap *= 2;
+        np = realloc(b->p, cap);
+        if (np == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, v, len);
+    b->n += len;
+}
+
+static void cb_u16(cbuf *b, uint16_t v)
+{
+    v = htobe16(v);
+    cb_put(b, &v, 2);
+}
+
+static void cb_u32(cbuf *b, uint32_t v)
+{
+    v = htobe32(v);
+    cb_put(b, &v, 4);
+}
+
+/* One field: its length, then its bytes (NULL: length -1). */
+static void cb_field(cbuf *b, const void *v, size_t len)
+{
+    if (v == NULL) {
+        cb_u32(b, UINT32_MAX);
+        return;
+    }
+    cb_u32(b, (uint32_t)len);
+    cb_put(b, v, len);
+}
+
+static void cb_i16(cbuf *b, int v)
+{
+    cb_u32(b, 2);
+    cb_u16(b, (uint16_t)v);
+}
+
+static void cb_i32(cbuf *b, int v)
+{
+    cb_u32(b, 4);
+    cb_u32(b, (uint32_t)v);
+}
+
+static void cb_i64(cbuf *b, int64_t v)
+{
+    uint64_t x = htobe64((uint64_t)v);
+    cb_u32(b, 8);
+    cb_put(b, &x, 8);
+}
+
+static void cb_text(cbuf *b, const char *t)
+{
+    cb_field(b, t, t ? strlen(t) : 0);
+}
+
+#define COPY_SQL                                                             \
+    "COPY jobs (id, status, exchange, routing_key, deliver_at, due_at, "     \
+    "delay_ms, created_at, updated_at, sent_at, attempts, max_attempts, "    \
+    "last_error, headers, properties, body_kind, body, source, message_id) " \
+    "FROM STDIN (FORMAT binary)"
+
+/* One binary COPY of jobs[0..n) in pc's open transaction. due_at as
+ * DUE_AT_SQL, with this host's clock plus the offset (a lower bound of the
+ * database's) for the database's. */
+static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
+                         int64_t offset, size_t *bad)
+{
+    static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
+    cbuf b = {0};
+    PGresult *res;
+    rmqs_rc rc = RMQS_OK;
+
+    *bad = 0;
+    cb_put(&b, head, sizeof(head));
+    for (size_t i = 0; i < n && rc == RMQS_OK && !b.oom; i++) {
+        const job_t *j = jobs[i];
+        unsigned char id[JOB_ID_BYTES];
+        char *hdr = NULL, *props = NULL;
+        int64_t due = j->due_at;
+
+        if (job_id_parse(j->id, id) != RMQS_OK || j->body_len > INT32_MAX) {
+            *bad = i;
+            rc = RMQS_EINVAL;
+            break;
+        }
+        if (store_json_text(j->headers, &hdr) != RMQS_OK ||
+            store_json_text(j->properties, &props) != RMQS_OK) {
+            free(hdr);
+            rc = RMQS_ENOMEM;
+            break;
+        }
+        if (due > j->deliver_at)
+            due = j->created_at + offset > j->deliver_at
+                      ? j->created_at + offset
+                      : j->deliver_at;
+        cb_u16(&b, INSERT_NCOLS);
+        cb_field(&b, id, JOB_ID_BYTES);
+        cb_i16(&b, (int)j->status);
+        cb_text(&b, j->exchange ? j->exchange : "");
+        cb_text(&b, j->routing_key ? j->routing_key : "");
+        cb_i64(&b, j->deliver_at);
+        cb_i64(&b, due);
+        cb_i64(&b, j->delay_ms);
+        cb_i64(&b, j->created_at);
+        cb_i64(&b, j->updated_at);
+        if (j->sent_at >= 0)
+            cb_i64(&b, j->sent_at);
+        else
+            cb_field(&b, NULL, 0);
+        cb_i32(&b, j->attempts);
+        cb_i32(&b, j->max_attempts);
+        cb_text(&b, j->last_error);
+        cb_text(&b, hdr);
+        cb_text(&b, props);
+        cb_i16(&b, (int)j->body_kind);
+        cb_field(&b, j->body_len ? (const void *)j->body : "", j->body_len);
+        cb_i16(&b, j->source == JOB_SOURCE_AMQP ? 1 : 0);
+        cb_text(&b, store_job_message_id(j));
+        free(hdr);
+        free(props);
+    }
+    cb_u16(&b, UINT16_MAX); /* trailer: -1 */
+    if (rc == RMQS_OK && b.oom)
+        rc = RMQS_ENOMEM;
+    if (rc != RMQS_OK) {
+        free(b.p);
+        return rc;
+    }
+    res = pc->c ? PQexec(pc->c, COPY_SQL) : NULL;
+    if (PQresultStatus(res) != PGRES_COPY_IN)
+        rc = pc->c ? pg_fail(pc, "copy", res) : RMQS_EDB;
+    PQclear(res);
+    if (rc == RMQS_OK &&
+        (PQputCopyData(pc->c, (const char *)b.p, (int)b.n) != 1 ||
+         PQputCopyEnd(pc->c, NULL) != 1))
+        rc = pg_fail(pc, "copy_data", NULL);
+    free(b.p);
+    if (rc != RMQS_OK)
+        return rc;
+    /* the COPY's own result, then the end of results */
+    while ((res = PQgetResult(pc->c)) != NULL) {
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == RMQS_OK)
+            rc = pg_fail(pc, "copy", res);
+        PQclear(res);
+        if (pc->c == NULL)
+            break;
+    }
+    if (rc == RMQS_OK) {
+        for (size_t i = 0; i < n; i++) /* due by deliver_at at the earliest */
+            if (jobs[i]->status == JOB_PENDING)
+                pg_note_due(pc, jobs[i]->deliver_at < jobs[i]->due_at
+                                    ? jobs[i]->deliver_at
+                                    : jobs[i]->due_at);
+    } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
+        log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
+                 jobs[0]->id, n);
+    }
     return rc;
 }
 
@@ -282,8 +466,9 @@ undo:
 /* The requests without a key (idx[0..m)), in multi-row INSERTs under one
  * savepoint; if the schema refuses a row, one by one instead. A database
  * failure is returned; request failures are in each reqs[].rc. */
-static rmqs_rc insert_bulk(pg_conn *pc, store_insert_req *reqs,
-                           const size_t *idx, size_t m)
+static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
+                           store_insert_req *reqs, const size_t *idx,
+                           size_t m)
 {
     const job_t **jobs;
     size_t total = 0, at = 0, bad;
@@ -301,10 +486,8 @@ static rmqs_rc insert_bulk(pg_conn *pc, store_insert_req *reqs,
         for (size_t i = 0; i < reqs[idx[k]].n; i++)
             jobs[at++] = &reqs[idx[k]].jobs[i];
     rc = sp(pc, "SAVEPOINT bulk");
-    for (at = 0; rc == RMQS_OK && at < total; at += CHUNK_ROWS) {
-        size_t n = total - at < CHUNK_ROWS ? total - at : CHUNK_ROWS;
-        rc = insert_rows(pc, jobs + at, n, &bad);
-    }
+    if (rc == RMQS_OK)
+        rc = copy_rows(pc, jobs, total, pg_clock_offset_ms(b), &bad);
     if (rc == RMQS_OK) {
         rc = sp(pc, "RELEASE bulk");
         for (size_t i = 0; rc == RMQS_OK && i < total; i++)
@@ -363,7 +546,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
             goto abort;
         }
     }
-    out = insert_bulk(pc, reqs, bulk, m);
+    out = insert_bulk(b, pc, reqs, bulk, m);
     if (out != RMQS_OK)
         goto abort;
     out = pg_tx_commit(b, pc);

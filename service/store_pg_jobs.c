@@ -135,6 +135,24 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
     return RMQS_OK;
 }
 
+/* After jobs[0..n) were written (rc): note the earliest due of the
+ * pending ones for the NOTIFY (deliver_at at the earliest: the database's
+ * clock may make them due before this host's due_at), or log the refusal. */
+static void rows_done(pg_conn *pc, const job_t *const *jobs, size_t n,
+                      rmqs_rc rc)
+{
+    if (rc == RMQS_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (jobs[i]->status == JOB_PENDING)
+                pg_note_due(pc, jobs[i]->deliver_at < jobs[i]->due_at
+                                    ? jobs[i]->deliver_at
+                                    : jobs[i]->due_at);
+    } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
+        log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
+                 jobs[0]->id, n);
+    }
+}
+
 /* One multi-row INSERT of jobs[0..n) (a few: COPY takes the bulk) in pc's open
  * transaction. */
 static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
@@ -173,16 +191,7 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
     }
     res = pg_exec(pc, "insert", sql, (int)(n * INSERT_NCOLS), r.vals, r.lens,
                   r.fmts, &rc);
-    if (rc == RMQS_OK) {
-        for (size_t i = 0; i < n; i++) /* due by deliver_at at the earliest */
-            if (jobs[i]->status == JOB_PENDING)
-                pg_note_due(pc, jobs[i]->deliver_at < jobs[i]->due_at
-                                    ? jobs[i]->deliver_at
-                                    : jobs[i]->due_at);
-    } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
-        log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
-                 jobs[0]->id, n);
-    }
+    rows_done(pc, jobs, n, rc);
     PQclear(res);
     rows_free(&r);
     free(sql);
@@ -359,16 +368,7 @@ static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         if (pc->c == NULL)
             break;
     }
-    if (rc == RMQS_OK) {
-        for (size_t i = 0; i < n; i++) /* due by deliver_at at the earliest */
-            if (jobs[i]->status == JOB_PENDING)
-                pg_note_due(pc, jobs[i]->deliver_at < jobs[i]->due_at
-                                    ? jobs[i]->deliver_at
-                                    : jobs[i]->due_at);
-    } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
-        log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
-                 jobs[0]->id, n);
-    }
+    rows_done(pc, jobs, n, rc);
     return rc;
 }
 

@@ -1,10 +1,14 @@
 # Turns migrations/<backend>/NNNN_name.sql (the folder is DIR) into a C
-# array of store_migration, so the binary carries its schema. Run by the
+# array of store_migration named SYMBOL (default store_builtin_migrations,
+# with SYMBOL_count beside it), so the binary carries its schema. Run by the
 # build (see CMakeLists.txt); the output lives in the build tree only.
 get_filename_component(backend ${DIR} NAME)
+if(NOT SYMBOL)
+  set(SYMBOL store_builtin_migrations)
+endif()
 file(GLOB files RELATIVE ${DIR} ${DIR}/*.sql)
 list(SORT files)
-set(body "/* Generated from migrations/${backend}/ by migrations/embed.cmake. */\n#include \"store.h\"\n\nconst store_migration store_builtin_migrations[] = {\n")
+set(body "/* Generated from migrations/${backend}/ by migrations/embed.cmake. */\n#include \"store.h\"\n\nconst store_migration ${SYMBOL}[] = {\n")
 set(count 0)
 foreach(f ${files})
   if(NOT f MATCHES "^([0-9]+)_[A-Za-z0-9_]+\\.sql$")
@@ -18,7 +22,7 @@ foreach(f ${files})
   string(APPEND body "  {${version}, \"${f}\",\n    \"${sql}\"},\n")
   math(EXPR count "${count} + 1")
 endforeach()
-string(APPEND body "};\nconst size_t store_builtin_migrations_count = ${count};\n")
+string(APPEND body "};\nconst size_t ${SYMBOL}_count = ${count};\n")
 file(WRITE ${OUT}.tmp "${body}")
 file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)
 file(REMOVE ${OUT}.tmp)

@@ -68,7 +68,10 @@ static const opt_def opt_table[] = {
     {"listen", "RMQS_LISTEN", OPT_STR, F(listen), "127.0.0.1:8080", 0, 0,
      "HTTP listen address, host:port ([::1]:port for IPv6)", NULL},
     {"db", "RMQS_DB", OPT_STR, F(db_path), "./data/scheduler.db", 0, 0,
-     "SQLite database file (its folder is created)", NULL},
+     "SQLite database file (its folder is created), or a PostgreSQL URL "
+     "postgres://user:pass@host:port/db (several instances may share it; "
+     "host1:port1,host2:port2 with target_session_attrs=read-write follows "
+     "failover)", NULL},
     {"amqp-url", "RMQS_AMQP_URL", OPT_STR, F(amqp_url),
      "amqp://guest:guest@localhost:5672/", 0, 0,
      "RabbitMQ URL, amqp://user:pass@host:port/vhost; several separated by "
@@ -129,6 +132,10 @@ static const opt_def opt_table[] = {
      "16777216", 0, INT64_MAX, "new jobs get 503 storage_full while less than "
      "this is free on the database's disk; the rest is kept for delivering "
      "stored jobs (0: no reserve)", NULL},
+    {"lease-ms", "RMQS_LEASE_MS", OPT_INT, F(lease_ms), "10000", 500,
+     3600000, "PostgreSQL: a job claimed by an instance that stops renewing "
+     "it (crashed, frozen) is published again by another after this long",
+     NULL},
     {"sync", "RMQS_SYNC", OPT_BOOL, F(sync_full), "full", 0, 0,
      "full: fsync every accepted job; normal: survive process crashes only",
      sync_choices},

@@ -174,7 +174,8 @@ static rmqs_rc open_database(service_t *svc)
     }
     if (store_open(cfg->db_path,
                    &(store_options){.synchronous_full = cfg->sync_full,
-                                    .manual_checkpoint = true},
+                                    .manual_checkpoint = true,
+                                    .lease_ms = cfg->lease_ms},
                    &svc->st, &err) != RMQS_OK) {
         log_error(MOD, "cannot open the database", "db=\"%s\" error=\"%s\"",
                   file ? cfg->db_path : "(a URL)", err.message);
@@ -182,7 +183,7 @@ static rmqs_rc open_database(service_t *svc)
     }
     if (store_recover(svc->st, &recovered) != RMQS_OK) {
         log_error(MOD, "cannot recover jobs left in flight", "db=\"%s\"",
-                  cfg->db_path);
+                  file ? cfg->db_path : "(a URL)");
         return RMQS_EDB;
     }
     if (recovered > 0)

@@ -2,14 +2,14 @@
  * store.c - the front of the store (the contract is store.h): picks the
  * backend, and keeps what every backend shares about the dispatcher's held
  * jobs, ids and cursors; everything that touches the database goes through
- * the backend's table (store_backend.h). Today the one backend is SQLite
- * (store_sqlite*.c).
+ * the backend's table (store_backend.h): SQLite (store_sqlite*.c) or
+ * PostgreSQL (store_pg*.c).
  *
- * Why a front: a second backend (PostgreSQL, issue 12) must be a new table
- * of ops, not a fork of the store. What is not about rows lives here once:
+ * Why a front: a second backend (PostgreSQL, issue 12) is a new table of
+ * ops, not a fork of the store. What is not about rows lives here once:
  *   - the backend is chosen from the database setting: a postgres:// or
- *     postgresql:// URL is refused with RMQS_EINVAL ("not supported yet"),
- *     anything else is a SQLite file path;
+ *     postgresql:// URL is PostgreSQL (with migrations/postgres/), anything
+ *     else is a SQLite file path (migrations/sqlite/);
  *   - job ids are parsed here (a malformed id is RMQS_ENOTFOUND, as an
  *     unknown one), the listing cursor text too (store_common.h);
  *   - the claimset of jobs held by the dispatcher, and its rules.
@@ -32,16 +32,24 @@
  * job as pending until then. store_claim_due (the claim in one locked
  * transaction) must not run beside store_claim_ahead: it does not hold
  * what it claims.
+ *
+ * A backend whose read is the claim (ops->claims_in_read, PostgreSQL: the
+ * database arbitrates between instances) uses the same claimset: a job it
+ * read is publishing in the database already, and one the claimset does not
+ * keep (a change overlapped the read) is given back at once with a RELEASE,
+ * so it never stays claimed by nobody until its lease expires.
  */
 #include "store.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "claimset.h"
+#include "log.h"
 #include "store_backend.h"
+#include "store_pg.h"
 #include "store_sqlite.h"
 
 #define CLAIM_READS 3 /* snapshots one store_claim_ahead call may read */
@@ -55,16 +63,19 @@ struct store {
     pthread_mutex_t feed_mu;
 };
 
-/* A URL scheme of a backend that is not built yet. */
-static bool not_yet_supported(const char *target)
-{
-    return strncasecmp(target, "postgres://", 11) == 0 ||
-           strncasecmp(target, "postgresql://", 13) == 0;
-}
-
 bool store_is_file(const char *target)
 {
-    return target && !not_yet_supported(target);
+    return target && !store_pg_is_url(target);
+}
+
+void store_safe_target(const char *target, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    if (store_pg_is_url(target))
+        store_pg_safe_url(target, buf, len);
+    else
+        snprintf(buf, len, "%s", target ? target : "");
 }
 
 rmqs_rc store_open_with(const char *path, const store_options *opt,
@@ -79,14 +90,10 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
     *out = NULL;
     if (!path || !*path)
         return rmqs_fail(err, RMQS_EINVAL, NULL, "database path is empty");
-    if (not_yet_supported(path))
-        return rmqs_fail(err, RMQS_EINVAL, NULL,
-                         "database: PostgreSQL (postgres:// URLs) is not "
-                         "supported yet; give the path of a SQLite file");
     st = calloc(1, sizeof(*st));
     if (!st)
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
-    st->ops = &store_sqlite_ops;
+    st->ops = store_pg_is_url(path) ? &store_pg_ops : &store_sqlite_ops;
     if (pthread_mutex_init(&st->feed_mu, NULL) != 0) {
         free(st);
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
@@ -112,6 +119,9 @@ fail:
 rmqs_rc store_open(const char *path, const store_options *opt, store_t **out,
                    rmqs_error *err)
 {
+    if (path && store_pg_is_url(path))
+        return store_open_with(path, opt, store_pg_migrations,
+                               store_pg_migrations_count, out, err);
     return store_open_with(path, opt, store_builtin_migrations,
                            store_builtin_migrations_count, out, err);
 }
@@ -340,6 +350,38 @@ rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
                               n_out);
 }
 
+/* claims_in_read: the candidates read (claimed) but not kept go back to
+ * pending at once (file comment). A failure is logged; their lease brings
+ * them back later. */
+static void give_back(store_t *st, const store_claimed *c, size_t n,
+                      const bool *keep, int64_t now_ms)
+{
+    unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
+    store_outcome *o = calloc(n, sizeof(*o));
+    size_t m = 0;
+
+    if (ids != NULL && o != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            if (keep[i] || job_id_parse(c[i].job.id, ids[m]) != RMQS_OK)
+                continue;
+            o[m].id = c[i].job.id;
+            o[m].kind = STORE_OUT_RELEASE;
+            m++;
+        }
+        if (m > 0 &&
+            st->ops->record(st->b, NULL, 0, o,
+                            (const unsigned char(*)[JOB_ID_BYTES])ids, m,
+                            now_ms) == RMQS_OK) {
+            m = 0;
+        }
+    }
+    if (ids == NULL || o == NULL || m > 0)
+        log_warn("store", "claimed jobs not kept could not be given back; "
+                 "their lease brings them back", "n=%zu", n);
+    free(ids);
+    free(o);
+}
+
 rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
                           size_t limit, job_t **jobs_out, size_t *n_out)
 {
@@ -398,6 +440,8 @@ rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
             }
             jobs = nj;
         }
+        if (st->ops->claims_in_read && (size_t)kept < n)
+            give_back(st, c, n, keep, now_ms);
         for (size_t i = 0; i < n; i++) {
             if (!keep[i]) {
                 job_clear(&c[i].job);
@@ -512,7 +556,8 @@ int64_t store_lease_renewed_until(store_t *st)
 /* ------------------------------------------------------------------------ */
 /* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
  * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too.
- * They are about the SQLite backend (the only one today). */
+ * They are about the SQLite backend, but for store__sql("pg_claim"), the
+ * claim of the PostgreSQL backend (for its EXPLAIN test). */
 
 /* The SQL text of the statement called name ("claim_due", "next_due",
  * "list_all", ...), or NULL: lets the test EXPLAIN QUERY PLAN the exact
@@ -520,6 +565,8 @@ int64_t store_lease_renewed_until(store_t *st)
 const char *store__sql(const char *name);
 const char *store__sql(const char *name)
 {
+    if (strcmp(name, "pg_claim") == 0)
+        return pg_claim_sql;
     return store_sqlite__sql(name);
 }
 

@@ -1,10 +1,11 @@
 /*
  * store.h - durable job storage. Every SQL statement of the service lives in
- * the store (store_sqlite*.c for SQLite); everything above this header
- * speaks in jobs, not rows, so another backend implements store_backend.h
- * without touching HTTP or dispatch code. store_open picks the backend from
- * the database setting: a file path is SQLite; a postgres:// or
- * postgresql:// URL is refused for now (RMQS_EINVAL, "not supported yet").
+ * the store (store_sqlite*.c for SQLite, store_pg*.c for PostgreSQL);
+ * everything above this header speaks in jobs, not rows, so a backend
+ * implements store_backend.h without touching HTTP or dispatch code.
+ * store_open picks the backend from the database setting: a file path is
+ * SQLite; a postgres:// or postgresql:// URL is PostgreSQL (libpq; several
+ * instances may share the database, see "Shared stores" below).
  *
  * The SQLite backend keeps one database file in WAL mode with
  * synchronous=FULL (configurable): when a write function returns RMQS_OK the
@@ -24,6 +25,18 @@
  *
  * Errors: RMQS_EDB for an unusable database, RMQS_EFULL when the disk or the
  * database is full, RMQS_ENOTFOUND / RMQS_ECONFLICT as documented per call.
+ *
+ * Shared stores (PostgreSQL): several instances claim from one database.
+ * store_claim_ahead's read is the claim itself (FOR UPDATE SKIP LOCKED,
+ * owner = this store's instance id, a lease renewed while the process
+ * lives; store_record's claims are then a no-op); settles only mark jobs
+ * this instance still owns; jobs whose lease expired are reclaimed by any
+ * instance (store_recover at start-up does only that). Clocks: the
+ * dispatcher's times (due_by_ms, retry_at, and what it gets back: due_at,
+ * store_next_due, lease_until) are on the database's clock, its own clock
+ * plus store_clock_offset_ms. HTTP times (deliver_at, due_at at insert,
+ * updated_at) are stored as given: a host whose clock is ahead makes a
+ * job due later, never earlier.
  */
 #ifndef RMQS_STORE_H
 #define RMQS_STORE_H
@@ -48,23 +61,29 @@ typedef struct store_options {
     bool synchronous_full; /* true: fsync every commit (default) */
     bool manual_checkpoint; /* true: no automatic WAL checkpoints in commits;
                                the owner calls store_checkpoint() */
+    int64_t lease_ms;       /* PostgreSQL: how long a claim holds without
+                               renewal (0: 10000; at least 500) */
 } store_options;
 
 /*
  * Open (creating if needed) the database at path, apply the embedded
  * migrations and return the store in *out. A database whose schema is newer
- * than this binary, a corrupt file or an unreadable one gives RMQS_EDB and
- * one clear message in err; a postgres:// URL gives RMQS_EINVAL (not
- * supported yet). The caller owns *out (store_close).
+ * than this binary, a corrupt file or an unreadable one, an unreachable
+ * PostgreSQL server gives RMQS_EDB and one clear message in err (never the
+ * password of a URL). The caller owns *out (store_close).
  */
 rmqs_rc store_open(const char *path, const store_options *opt, store_t **out,
                    rmqs_error *err);
 
 /* Whether target (the database setting) names a file, which the caller
  * may prepare (its folder, a lock file beside it) and log; false for a URL
- * such as postgres://user:password@host/db, which may carry a password and
- * which store_open refuses for now. */
+ * such as postgres://user:password@host/db, which may carry a password:
+ * log store_safe_target instead. */
 bool store_is_file(const char *target);
+
+/* target fit for a log line: a file path as it is, a URL without its
+ * password; written into buf (len bytes, truncated, NUL-terminated). */
+void store_safe_target(const char *target, char *buf, size_t len);
 
 /* As store_open with an explicit migration list (tests use this). */
 rmqs_rc store_open_with(const char *path, const store_options *opt,
@@ -284,5 +303,9 @@ int64_t store_lease_renewed_until(store_t *st);
 /* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];
 extern const size_t store_builtin_migrations_count;
+/* And from migrations/postgres/ (store_open picks the list for the
+ * backend the target names). */
+extern const store_migration store_pg_migrations[];
+extern const size_t store_pg_migrations_count;
 
 #endif

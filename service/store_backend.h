@@ -7,8 +7,8 @@
  * of jobs held by the dispatcher and its rules, id parsing, the listing
  * cursor text, the all-or-nothing insert wrapper) and calls the backend
  * through this table for everything that touches the database. Today the
- * only backend is SQLite (store_sqlite.h); PostgreSQL (issue 12) adds a
- * second table without touching the front or anything above store.h.
+ * backends are SQLite (store_sqlite.h) and PostgreSQL (store_pg.h, issue
+ * 12), two tables behind the same front.
  *
  * Each op has the contract of the store.h call of the same name, with ids
  * already parsed (JOB_ID_BYTES binary) and these differences:
@@ -36,7 +36,12 @@
 typedef struct store_backend store_backend;
 
 typedef struct store_ops {
-    const char *name; /* "sqlite": for logs */
+    const char *name; /* "sqlite", "postgres": for logs */
+    /* read_due writes the claim itself (PostgreSQL: several instances
+     * claim from one database, so the claim and the read are one
+     * statement); record's claims are then a no-op, and a job the front
+     * does not keep after read_due must be given back with a RELEASE. */
+    bool claims_in_read;
 
     /* Open (creating if needed) what target names, apply migrations (n of
      * them), return the state in *out; errors as store_open. */

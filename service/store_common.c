@@ -159,3 +159,43 @@ void store_jobs_free(job_t *jobs, size_t n)
         job_clear(&jobs[i]);
     free(jobs);
 }
+
+void store_insert_reqs_reset(store_insert_req *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].rc = RMQS_OK;
+        reqs[i].existed = false;
+        reqs[i].failed_index = 0;
+        memset(&reqs[i].existing, 0, sizeof(reqs[i].existing));
+    }
+}
+
+void store_insert_reqs_fail(store_insert_req *reqs, size_t n, rmqs_rc rc)
+{
+    for (size_t i = 0; i < n; i++) {
+        job_clear(&reqs[i].existing);
+        reqs[i].existed = false;
+        reqs[i].rc = rc;
+    }
+}
+
+rmqs_rc store_migrations_check(const store_migration *m, size_t n,
+                               rmqs_error *err)
+{
+    if (n && !m)
+        return rmqs_fail(err, RMQS_EINVAL, NULL, "migration list is NULL");
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].version < 1 || !m[i].name || !m[i].sql)
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "migration #%zu (%s) is malformed: needs version "
+                             ">= 1, a name and SQL", i,
+                             m[i].name ? m[i].name : "?");
+        if (i > 0 && m[i].version <= m[i - 1].version)
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "migration list is not strictly ascending: %s "
+                             "(version %d) follows %s (version %d)",
+                             m[i].name, m[i].version, m[i - 1].name,
+                             m[i - 1].version);
+    }
+    return RMQS_OK;
+}

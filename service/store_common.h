@@ -21,6 +21,7 @@
 
 #include "job.h"
 #include "rmqs.h"
+#include "store.h"
 
 #define STORE_N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
 #define STORE_CURSOR_MAX 48 /* "<int64>.<int64>" + NUL */
@@ -88,6 +89,17 @@ void store_jobs_sort_due(job_t *jobs, size_t n);
  * array reallocated to twice the size (16 at first) and *cap updated, or
  * NULL when out of memory (arr and *cap untouched). */
 void *store_grow(void *arr, size_t *cap, size_t elem);
+
+/* Group commit outcomes (store_insert_batch): every request reset to
+ * RMQS_OK with nothing existing, before a batch; every request failed with
+ * rc (its existing job cleared), when the database failed the batch. */
+void store_insert_reqs_reset(store_insert_req *reqs, size_t n);
+void store_insert_reqs_fail(store_insert_req *reqs, size_t n, rmqs_rc rc);
+
+/* A migration list fit to apply: versions >= 1, strictly ascending, each
+ * with a name and SQL; RMQS_EINVAL with the reason in err otherwise. */
+rmqs_rc store_migrations_check(const store_migration *m, size_t n,
+                               rmqs_error *err);
 
 /* Clear n jobs and free the array (NULL is fine). */
 void store_jobs_free(job_t *jobs, size_t n);

@@ -490,7 +490,7 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
 
     pthread_once(&once, sq_global_config);
     *out = NULL;
-    rc = sq_check_migration_list(migrations, n, err);
+    rc = store_migrations_check(migrations, n, err);
     if (rc != RMQS_OK)
         return rc;
 

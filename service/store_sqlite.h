@@ -130,8 +130,6 @@ rmqs_rc sq_open_fail(rmqs_error *err, sqlite3 *db, const char *path,
 void sq_global_config(void);
 rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
                           rmqs_error *err);
-rmqs_rc sq_check_migration_list(const store_migration *m, size_t n,
-                                rmqs_error *err);
 rmqs_rc sq_migrate(sqlite3 *db, const char *path, const store_migration *m,
                    size_t n, rmqs_error *err);
 rmqs_rc sq_rd_open(store_backend *st, const char *path, rmqs_error *err);

@@ -211,12 +211,7 @@ rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n)
 {
     rmqs_rc out;
 
-    for (size_t i = 0; i < n; i++) {
-        reqs[i].rc = RMQS_OK;
-        reqs[i].existed = false;
-        reqs[i].failed_index = 0;
-        memset(&reqs[i].existing, 0, sizeof(reqs[i].existing));
-    }
+    store_insert_reqs_reset(reqs, n);
     if (n == 0)
         return RMQS_OK;
 
@@ -239,11 +234,7 @@ rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n)
     return RMQS_OK;
 
 fail_all:
-    for (size_t i = 0; i < n; i++) {
-        job_clear(&reqs[i].existing);
-        reqs[i].existed = false;
-        reqs[i].rc = out;
-    }
+    store_insert_reqs_fail(reqs, n, out);
     pthread_mutex_unlock(&st->mu);
     return out;
 }

@@ -140,27 +140,6 @@ rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
     return RMQS_OK;
 }
 
-rmqs_rc sq_check_migration_list(const store_migration *m, size_t n,
-                                rmqs_error *err)
-{
-    if (n && !m)
-        return rmqs_fail(err, RMQS_EINVAL, NULL, "migration list is NULL");
-    for (size_t i = 0; i < n; i++) {
-        if (m[i].version < 1 || !m[i].name || !m[i].sql)
-            return rmqs_fail(err, RMQS_EINVAL, NULL,
-                             "migration #%zu (%s) is malformed: needs version "
-                             ">= 1, a name and SQL", i,
-                             m[i].name ? m[i].name : "?");
-        if (i > 0 && m[i].version <= m[i - 1].version)
-            return rmqs_fail(err, RMQS_EINVAL, NULL,
-                             "migration list is not strictly ascending: %s "
-                             "(version %d) follows %s (version %d)",
-                             m[i].name, m[i].version, m[i - 1].name,
-                             m[i - 1].version);
-    }
-    return RMQS_OK;
-}
-
 /* Apply one migration in its own transaction with its schema_migrations
  * row. Skips it if another process applied it meanwhile. */
 static rmqs_rc apply_migration(sqlite3 *db, const char *path,

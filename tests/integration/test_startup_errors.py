@@ -128,15 +128,17 @@ def test_database_in_unwritable_place_is_refused(report):
     report(f"startup errors: {path} -> {line.split('msg=', 1)[1]}")
 
 
-def test_postgres_url_is_refused_as_not_supported_yet(tmp_path, report):
-    # Nothing listens there and nothing may connect: the store refuses the
-    # URL before any network traffic. The password never reaches the log,
-    # and no folder or lock file is made from the URL.
-    url = f"postgres://app:{PASSWORD}@127.0.0.1:{free_port()}/appdb"
+def test_unreachable_postgres_url_is_refused(tmp_path, report):
+    # Nothing listens there (a free loopback port): one clear error naming
+    # the server without the password, an exit within FAIL_WITHIN_S, and no
+    # folder or lock file made from the URL.
+    port = free_port()
+    url = f"postgres://app:{PASSWORD}@127.0.0.1:{port}/appdb"
     cwd = os.getcwd()
     before = set(os.listdir(cwd))
     result = run_binary(["--db", url])
-    line = assert_refused(result, (1, 2), must=("database", "not supported yet"))
+    line = assert_refused(result, (1, 2), must=(
+        "cannot connect to database", f"postgres://app@127.0.0.1:{port}/appdb"))
     assert PASSWORD not in result[1], f"the password was logged:\n{result[1][-3000:]}"
     assert set(os.listdir(cwd)) == before, "files were made from the URL"
     report(f"startup errors: --db postgres://... -> {line.split('msg=', 1)[1]}")

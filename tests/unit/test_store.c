@@ -306,19 +306,22 @@ Test(store, open_missing_directory_is_edb)
               err.message);
 }
 
-Test(store, open_postgres_url_is_einval_not_supported_yet)
+Test(store, open_unreachable_postgres_url_is_edb_without_password)
 {
-    const char *urls[] = {"postgres://app:secret@127.0.0.1:5999/appdb",
-                          "POSTGRESQL://127.0.0.1/appdb"};
+    /* port 1 on loopback: nothing listens, refused at once */
+    const char *urls[] = {"postgres://app:secret@127.0.0.1:1/appdb",
+                          "POSTGRESQL://app:secret@127.0.0.1:1/appdb"};
 
     for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
         rmqs_error err = {0};
 
         cr_assert_not(store_is_file(urls[i]), "%s", urls[i]);
-        cr_assert_eq(store_open(urls[i], &k_opts, &g_st, &err), RMQS_EINVAL,
+        cr_assert_eq(store_open(urls[i], &k_opts, &g_st, &err), RMQS_EDB,
                      "%s", urls[i]);
         cr_assert_null(g_st);
-        cr_assert(strstr(err.message, "not supported yet"), "%s", err.message);
+        cr_assert(strstr(err.message, "cannot connect to database ") &&
+                      strstr(err.message, "://app@127.0.0.1:1/appdb"),
+                  "%s", err.message);
         cr_assert_null(strstr(err.message, "secret"), "%s", err.message);
     }
     cr_assert(store_is_file(g_path));

@@ -1,0 +1,692 @@
+/*
+ * store_pg_dispatch.c - the dispatcher's calls of the PostgreSQL backend and
+ * what makes N instances on one database safe (store_pg.h; the contract is
+ * store.h and store_backend.h): the claim, the settle as a compare-and-set
+ * on the owner, lease renewal, reclaim of expired leases, the LISTEN/NOTIFY
+ * wake-up and the clock offset.
+ *
+ * Why: every instance dispatches; no leader. A job must be published by one
+ * of them, again (at least once) if its claimer dies, and never marked by
+ * an instance that lost it.
+ *
+ * How it works:
+ *   - Claim. read_due IS the claim, on the feeder's connection:
+ *       UPDATE jobs SET status = publishing, owner = <instance>,
+ *         lease_until = <db now + lease>, attempts = attempts + 1
+ *       WHERE seq = ANY(ARRAY(SELECT seq ... WHERE status = pending AND
+ *         due_at <= <due_by> ORDER BY due_at, seq LIMIT n
+ *         FOR UPDATE SKIP LOCKED))
+ *     Two instances claiming at once skip each other's locked rows, so a
+ *     job is claimed once; a cancel or reschedule waits for the claim's row
+ *     lock and then finds the job publishing (409), or holds the row first
+ *     and the claim skips it. The jobs are returned as before the claim
+ *     (pending, attempts not bumped): store.c's front turns them into what
+ *     the claim made them, as for SQLite.
+ *   - Settle (record): claims are already written; outcomes are UPDATE ...
+ *     WHERE id = ANY(...) AND status = publishing AND owner = <instance>.
+ *     A job reclaimed by another instance is never marked by us: counted,
+ *     one warning per batch, not an error.
+ *   - Housekeeping thread, every lease/4 (on the dispatch connection):
+ *     renews the leases of the jobs this instance holds (lease_until = db
+ *     now + lease, while the process lives), puts publishing jobs whose
+ *     lease expired back to pending (attempts - 1, as SQLite's recover),
+ *     and measures the clock. A crashed instance's jobs are therefore
+ *     published again within lease + lease/4 (plus the claim's look-ahead).
+ *     store_recover at start-up does the same reclaim: it never touches the
+ *     jobs of live instances, whose leases are current.
+ *   - Wake: every transaction that stores or reschedules pending jobs
+ *     (anywhere) sends pg_notify('rmqs_due', <earliest due_at>) at COMMIT
+ *     (store_pg.c); a listener thread with a connection of its own polls
+ *     its socket and calls the wake callback (store_set_wake). After a
+ *     reconnect it calls it with 0: anything may have been missed.
+ *   - Clock: every due time is compared with the database's clock. The
+ *     offset (db - local CLOCK_REALTIME) is measured as db_ts - t_after,
+ *     the best of three round trips, at open and every lease/4: a lower
+ *     bound, so local + offset is never ahead of the database (by more
+ *     than a round trip: when [db_ts - t_after, db_ts - t_before] holds 0,
+ *     the clocks agree within the round trip and the offset is 0). Every
+ *     time the dispatcher passes (due_by, retry_at) or gets back (due_at,
+ *     next_due, lease_until) is on the database's clock: the dispatcher
+ *     adds the offset to its own clock.
+ */
+#include "store_pg_impl.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "timeutil.h"
+
+/* The claim; returns the jobs as they were (pending, attempts before). */
+const char pg_claim_sql[] =
+    "UPDATE jobs SET status = 1, owner = $1, "
+    "lease_until = " PG_NOW_MS " + $2::bigint, attempts = attempts + 1, "
+    "updated_at = $3::bigint "
+    "WHERE seq = ANY(ARRAY(SELECT seq FROM jobs WHERE status = 0 AND "
+    "due_at <= $4::bigint ORDER BY due_at, seq LIMIT $5::bigint "
+    "FOR UPDATE SKIP LOCKED)) AND status = 0 "
+    "RETURNING seq, id, 0::smallint, exchange, routing_key, deliver_at, "
+    "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
+    "max_attempts, last_error, headers, properties, body_kind, body, source, "
+    "lease_until";
+
+/* Expired leases back to pending (every instance, every lease/4). */
+static const char reclaim_sql[] =
+    "UPDATE jobs SET status = 0, attempts = greatest(attempts - 1, 0), "
+    "owner = NULL, lease_until = NULL "
+    "WHERE status = 1 AND lease_until < " PG_NOW_MS " RETURNING due_at";
+
+int64_t pg_clock_offset_ms(store_backend *b)
+{
+    return atomic_load(&b->clock_offset);
+}
+
+static int64_t real_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc)
+{
+    int64_t best = INT64_MIN;
+    rmqs_rc rc = RMQS_OK;
+
+    for (int i = 0; i < 3 && rc == RMQS_OK; i++) {
+        int64_t before = real_us();
+        PGresult *res = pg_exec(pc, "clock",
+                                "SELECT floor(extract(epoch from "
+                                "clock_timestamp()) * 1000000)::bigint",
+                                0, NULL, NULL, NULL, &rc);
+        int64_t after = real_us();
+
+        if (res != NULL && PQntuples(res) == 1) {
+            int64_t db = pg_int(res, 0, 0);
+            int64_t lo = db - after;  /* <= the true offset */
+            int64_t hi = db - before; /* >= the true offset */
+            /* floor to ms, so it stays a lower bound; a round trip that
+             * brackets 0 is one clock (one host, or NTP-synced to within
+             * the round trip): 0, rather than 1 ms late for ever */
+            int64_t ms = lo <= 0 && hi >= 0 ? 0
+                         : lo >= 0          ? lo / 1000
+                                            : -((-lo + 999) / 1000);
+            if (ms > best)
+                best = ms;
+        }
+        PQclear(res);
+    }
+    if (best != INT64_MIN)
+        atomic_store(&b->clock_offset, best);
+    return best != INT64_MIN ? RMQS_OK : rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Next due, claim                                                          */
+
+rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
+                    int64_t *due_at_out)
+{
+    PGresult *res = NULL;
+    rmqs_rc rc;
+
+    (void)held; /* a claimed job is publishing in the database already */
+    *any = false;
+    rc = pg_use(b, &b->feed);
+    if (rc == RMQS_OK)
+        res = pg_exec(&b->feed, "next_due",
+                      "SELECT min(due_at) FROM jobs WHERE status = 0", 0,
+                      NULL, NULL, NULL, &rc);
+    if (res != NULL && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+        *any = true;
+        *due_at_out = pg_int(res, 0, 0);
+    }
+    PQclear(res);
+    pg_done(&b->feed);
+    return rc;
+}
+
+/* The claim on the feeder's connection: up to limit jobs due by
+ * due_by_ms (database clock), into c[] (grown), in due order, as before the claim. */
+static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
+                     size_t limit, store_claimed **c, size_t *cap,
+                     size_t *n_out)
+{
+    char lease[24], now[24], due[24], lim[24];
+    const char *vals[5];
+    PGresult *res = NULL;
+    pg_conn *pc = &b->feed;
+    size_t n = 0;
+    rmqs_rc rc;
+
+    *n_out = 0;
+    if (limit > (size_t)INT64_MAX)
+        limit = (size_t)INT64_MAX;
+    vals[0] = b->instance;
+    vals[1] = pg_i64(lease, b->lease_ms);
+    vals[2] = pg_i64(now, now_ms);
+    vals[3] = pg_i64(due, due_by_ms);
+    vals[4] = pg_i64(lim, (int64_t)limit);
+    rc = pg_use(b, pc);
+    if (rc == RMQS_OK)
+        rc = pg_tx_begin(b, pc);
+    if (rc != RMQS_OK)
+        goto done;
+    res = pg_exec(pc, "claim", pg_claim_sql, 5, vals, NULL, NULL, &rc);
+    if (rc != RMQS_OK) {
+        pg_tx_abort(pc);
+        goto done;
+    }
+    store_delta_move(&pc->delta, JOB_PENDING, JOB_PUBLISHING,
+                     PQntuples(res));
+    rc = pg_tx_commit(b, pc);
+    for (int i = 0; rc == RMQS_OK && i < PQntuples(res); i++) {
+        if (n == *cap) {
+            store_claimed *nc = store_grow(*c, cap, sizeof(**c));
+            if (nc == NULL) {
+                rc = RMQS_ENOMEM;
+                break;
+            }
+            *c = nc;
+        }
+        rc = pg_row_to_job(res, i, &(*c)[n].job, &(*c)[n].seq);
+        if (rc == RMQS_OK)
+            n++;
+    }
+    if (rc != RMQS_OK && n > 0) {
+        /* committed, but we cannot hand them over: the lease brings them
+         * back (they stay ours until it expires, never lost) */
+        log_error(MODULE, "claimed jobs dropped; their lease will expire",
+                  "n=%zu", n);
+        for (size_t i = 0; i < n; i++)
+            job_clear(&(*c)[i].job);
+        n = 0;
+    }
+done:
+    PQclear(res);
+    pg_done(pc);
+    /* RETURNING order is unspecified: due order is (due_at, seq) */
+    store_claimed_sort(*c, n);
+    *n_out = n;
+    return rc;
+}
+
+rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
+                    size_t limit, store_claimed **c, size_t *cap,
+                    size_t *n_out)
+{
+    (void)held; /* nothing held is pending in the database */
+    return claim(b, due_by_ms, tu_now_ms(), limit, c, cap, n_out);
+}
+
+rmqs_rc pg_claim_due(store_backend *b, int64_t due_by_ms, int64_t now_ms,
+                     size_t limit, job_t **jobs_out, size_t *n_out)
+{
+    store_claimed *c = NULL;
+    size_t cap = 0, n = 0;
+    job_t *jobs = NULL;
+    rmqs_rc rc;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    rc = claim(b, due_by_ms, now_ms, limit, &c, &cap, &n);
+    if (rc == RMQS_OK && n > 0) {
+        jobs = malloc(n * sizeof(*jobs));
+        if (jobs == NULL)
+            rc = RMQS_ENOMEM;
+    }
+    if (rc != RMQS_OK) {
+        for (size_t i = 0; i < n; i++)
+            job_clear(&c[i].job);
+        free(c);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++) {
+        jobs[i] = c[i].job; /* as the claim made it */
+        jobs[i].status = JOB_PUBLISHING;
+        jobs[i].attempts++;
+        jobs[i].updated_at = now_ms;
+    }
+    free(c);
+    *jobs_out = jobs;
+    *n_out = n;
+    return RMQS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Record: outcomes as a compare-and-set on the owner                       */
+
+/* "{hex,hex,...}" of the ids of outcomes of kind k, for decode(..., 'hex');
+ * malloc'd, *count how many (0: NULL returned, nothing to do). */
+static char *id_array(const store_outcome *o,
+                      const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                      store_outcome_kind k, size_t *count)
+{
+    size_t m = 0, at = 0;
+    char *s;
+
+    for (size_t i = 0; i < n; i++)
+        m += o[i].kind == k;
+    *count = m;
+    if (m == 0)
+        return NULL;
+    s = malloc(m * (2 * JOB_ID_BYTES + 1) + 3);
+    if (s == NULL)
+        return NULL;
+    s[at++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (o[i].kind != k)
+            continue;
+        if (at > 1)
+            s[at++] = ',';
+        for (int j = 0; j < JOB_ID_BYTES; j++)
+            at += (size_t)snprintf(s + at, 3, "%02x", ids[i][j]);
+    }
+    s[at++] = '}';
+    s[at] = '\0';
+    return s;
+}
+
+#define IDS_MATCH                                                             \
+    "id = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($2::text[]) h)) "     \
+    "AND status = 1 AND owner = $3"
+
+/* SENT or RELEASE of every outcome of kind k, one statement; *matched
+ * gets the rows changed. */
+static rmqs_rc settle_group(pg_conn *pc, store_backend *b,
+                            const store_outcome *o,
+                            const unsigned char (*ids)[JOB_ID_BYTES],
+                            size_t n, store_outcome_kind k, int64_t now_ms,
+                            size_t *asked, size_t *matched)
+{
+    char now[24];
+    char *arr = id_array(o, ids, n, k, asked);
+    const char *vals[3] = {pg_i64(now, now_ms), arr, b->instance};
+    PGresult *res;
+    rmqs_rc rc;
+
+    *matched = 0;
+    if (*asked == 0)
+        return RMQS_OK;
+    if (arr == NULL)
+        return RMQS_ENOMEM;
+    res = k == STORE_OUT_SENT
+              ? pg_exec(pc, "settle_sent",
+                        "UPDATE jobs SET status = 2, sent_at = $1, "
+                        "updated_at = $1, owner = NULL, lease_until = NULL "
+                        "WHERE " IDS_MATCH " RETURNING due_at",
+                        3, vals, NULL, NULL, &rc)
+              : pg_exec(pc, "settle_release",
+                        "UPDATE jobs SET status = 0, "
+                        "attempts = greatest(attempts - 1, 0), "
+                        "updated_at = $1, owner = NULL, lease_until = NULL "
+                        "WHERE " IDS_MATCH " RETURNING due_at",
+                        3, vals, NULL, NULL, &rc);
+    free(arr);
+    if (rc != RMQS_OK)
+        return rc;
+    *matched = (size_t)PQntuples(res);
+    store_delta_move(&pc->delta, JOB_PUBLISHING,
+                     k == STORE_OUT_SENT ? JOB_SENT : JOB_PENDING,
+                     (int64_t)*matched);
+    for (size_t i = 0; k == STORE_OUT_RELEASE && i < *matched; i++)
+        pg_note_due(pc, pg_int(res, (int)i, 0));
+    PQclear(res);
+    return RMQS_OK;
+}
+
+/* One RETRY outcome; *matched 0 or 1. */
+static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
+                            const store_outcome *o,
+                            const unsigned char id[JOB_ID_BYTES],
+                            int64_t now_ms, size_t *matched)
+{
+    char now[24], retry[24];
+    const char *vals[5] = {pg_i64(now, now_ms), (const char *)id, o->error,
+                           pg_i64(retry, o->retry_at),
+                           b->instance};
+    int lens[5] = {0, JOB_ID_BYTES, 0, 0, 0}, fmts[5] = {0, 1, 0, 0, 0};
+    PGresult *res;
+    rmqs_rc rc;
+
+    *matched = 0;
+    res = pg_exec(pc, "settle_retry",
+                  "UPDATE jobs SET last_error = $3, updated_at = $1, "
+                  "status = CASE WHEN attempts >= max_attempts "
+                  "THEN 3 ELSE 0 END, "
+                  "due_at = CASE WHEN attempts >= max_attempts "
+                  "THEN due_at ELSE $4::bigint END, "
+                  "owner = NULL, lease_until = NULL "
+                  "WHERE id = $2 AND status = 1 AND owner = $5 "
+                  "RETURNING status, due_at",
+                  5, vals, lens, fmts, &rc);
+    if (rc != RMQS_OK)
+        return rc;
+    if (PQntuples(res) == 1) {
+        int status = (int)pg_int(res, 0, 0);
+        *matched = 1;
+        store_delta_move(&pc->delta, JOB_PUBLISHING, status, 1);
+        if (status == JOB_PENDING)
+            pg_note_due(pc, pg_int(res, 0, 1));
+    }
+    PQclear(res);
+    return RMQS_OK;
+}
+
+rmqs_rc pg_record(store_backend *b,
+                  const unsigned char (*claims)[JOB_ID_BYTES], size_t n_claims,
+                  const store_outcome *o,
+                  const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                  int64_t now_ms)
+{
+    pg_conn *pc = &b->disp;
+    size_t asked, matched, lost = 0;
+    rmqs_rc rc;
+
+    (void)claims; /* written by the claim itself (read_due) */
+    (void)n_claims;
+    if (n == 0)
+        return RMQS_OK;
+    rc = pg_use(b, pc);
+    if (rc == RMQS_OK)
+        rc = pg_tx_begin(b, pc);
+    if (rc != RMQS_OK)
+        goto unlock;
+    rc = settle_group(pc, b, o, ids, n, STORE_OUT_SENT, now_ms, &asked,
+                      &matched);
+    lost += asked - matched;
+    if (rc == RMQS_OK) {
+        rc = settle_group(pc, b, o, ids, n, STORE_OUT_RELEASE, now_ms, &asked,
+                          &matched);
+        lost += asked - matched;
+    }
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        if (o[i].kind != STORE_OUT_RETRY)
+            continue;
+        rc = settle_retry(pc, b, &o[i], ids[i], now_ms, &matched);
+        lost += 1 - matched;
+    }
+    if (rc == RMQS_OK)
+        rc = pg_tx_commit(b, pc);
+    else
+        pg_tx_abort(pc);
+    if (rc == RMQS_OK && lost > 0)
+        log_warn(MODULE, "outcomes not recorded: the jobs are no longer "
+                 "this instance's (lease expired and reclaimed)",
+                 "n=%zu of=%zu instance=%s", lost, n, b->instance);
+unlock:
+    pg_done(pc);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Leases: renew ours, reclaim expired ones                                 */
+
+/* On pc (locked, up): expired leases back to pending; *n_out how many. */
+static rmqs_rc reclaim(store_backend *b, pg_conn *pc, size_t *n_out)
+{
+    PGresult *res;
+    rmqs_rc rc;
+
+    *n_out = 0;
+    rc = pg_tx_begin(b, pc);
+    if (rc != RMQS_OK)
+        return rc;
+    res = pg_exec(pc, "reclaim", reclaim_sql, 0, NULL, NULL, NULL, &rc);
+    if (rc != RMQS_OK) {
+        pg_tx_abort(pc);
+        return rc;
+    }
+    store_delta_move(&pc->delta, JOB_PUBLISHING, JOB_PENDING,
+                     PQntuples(res));
+    for (int i = 0; i < PQntuples(res); i++)
+        pg_note_due(pc, pg_int(res, i, 0));
+    rc = pg_tx_commit(b, pc);
+    if (rc == RMQS_OK)
+        *n_out = (size_t)PQntuples(res);
+    PQclear(res);
+    return rc;
+}
+
+rmqs_rc pg_recover(store_backend *b, size_t *n_out)
+{
+    rmqs_rc rc = pg_use(b, &b->disp);
+
+    *n_out = 0;
+    if (rc == RMQS_OK)
+        rc = reclaim(b, &b->disp, n_out);
+    pg_done(&b->disp);
+    return rc;
+}
+
+/* Renew the leases of the jobs this instance holds (on pc, locked, up),
+ * and keep store_lease_renewed_until: it covers every claim of this
+ * instance only while the renewals are continuous, each made before the
+ * end of the lease the previous one wrote (the first one before open +
+ * lease, which no earlier claim's lease ends before). A renewal that comes
+ * later (the process was frozen, or cut off from the database) may follow
+ * a reclaim of some of our jobs by another instance: from then on the
+ * value stays 0, and each claim holds only until its own lease_until. */
+static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
+{
+    char lease[24];
+    const char *vals[2] = {b->instance, pg_i64(lease, b->lease_ms)};
+    PGresult *res;
+    rmqs_rc rc;
+
+    *n_out = 0;
+    res = pg_exec(pc, "renew",
+                  "WITH u AS (SELECT " PG_NOW_MS " AS r), "
+                  "upd AS (UPDATE jobs SET lease_until = "
+                  "(SELECT r FROM u) + $2::bigint "
+                  "WHERE status = 1 AND owner = $1 "
+                  "AND lease_until >= (SELECT r FROM u) RETURNING 1) "
+                  "SELECT (SELECT r FROM u), (SELECT count(*) FROM upd)",
+                  2, vals, NULL, NULL, &rc);
+    if (res != NULL && PQntuples(res) == 1) {
+        int64_t r = pg_int(res, 0, 0);
+        int64_t prev = atomic_load(&b->renew_chain);
+
+        *n_out = (size_t)pg_int(res, 0, 1);
+        if (prev > 0 && r <= prev) {
+            atomic_store(&b->renew_chain, r + b->lease_ms);
+            atomic_store(&b->renewed_until, r + b->lease_ms);
+        } else if (prev > 0) {
+            atomic_store(&b->renew_chain, 0);
+            atomic_store(&b->renewed_until, 0);
+            log_warn(MODULE, "lease renewal came after the lease ended "
+                     "(frozen, or cut off from the database): each claim "
+                     "now holds only until its own lease",
+                     "late_ms=%" PRId64 " instance=%s", r - prev,
+                     b->instance);
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
+int64_t pg_lease_renewed_until(store_backend *b)
+{
+    return atomic_load(&b->renewed_until);
+}
+
+/* Wait up to ms on the stop condition; true if stopping. */
+static bool wait_stop(store_backend *b, int64_t ms)
+{
+    struct timespec ts = tu_mono_deadline(ms);
+    bool stop;
+
+    pthread_mutex_lock(&b->stop_mu);
+    while (!b->stopping &&
+           pthread_cond_timedwait(&b->stop_cv, &b->stop_mu, &ts) == 0)
+        ;
+    stop = b->stopping;
+    pthread_mutex_unlock(&b->stop_mu);
+    return stop;
+}
+
+static void *keeper_main(void *arg)
+{
+    store_backend *b = arg;
+    int64_t period = b->lease_ms / 4;
+
+    while (!wait_stop(b, period)) {
+        pg_conn *pc = &b->disp;
+        size_t renewed = 0, reclaimed = 0;
+
+        if (pg_use(b, pc) == RMQS_OK) {
+            (void)pg_measure_clock(b, pc);
+            if (pc->c != NULL)
+                (void)renew(b, pc, &renewed);
+            if (pc->c != NULL)
+                (void)reclaim(b, pc, &reclaimed);
+        }
+        pg_done(pc);
+        if (reclaimed > 0)
+            log_warn(MODULE, "jobs whose claimer's lease expired will be "
+                     "published again", "n=%zu instance=%s", reclaimed,
+                     b->instance);
+    }
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* LISTEN/NOTIFY                                                            */
+
+void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg)
+{
+    pthread_mutex_lock(&b->wake_mu);
+    b->wake_fn = fn;
+    b->wake_arg = arg;
+    pthread_mutex_unlock(&b->wake_mu);
+}
+
+static void wake(store_backend *b, int64_t due_at)
+{
+    pthread_mutex_lock(&b->wake_mu);
+    if (b->wake_fn != NULL)
+        b->wake_fn(b->wake_arg, due_at);
+    pthread_mutex_unlock(&b->wake_mu);
+}
+
+/* A listening connection, or NULL (logged once per outage). */
+static PGconn *listen_connect(store_backend *b, bool *logged)
+{
+    PGconn *c = PQconnectdb(b->url);
+    PGresult *res = NULL;
+
+    if (c != NULL && PQstatus(c) == CONNECTION_OK) {
+        pg_quiet(c);
+        res = PQexec(c, "LISTEN " PG_NOTIFY_CHANNEL);
+        if (PQresultStatus(res) == PGRES_COMMAND_OK) {
+            PQclear(res);
+            if (*logged)
+                log_info(MODULE, "listening for due jobs again", "url=%s",
+                         b->safe_url);
+            *logged = false;
+            return c;
+        }
+    }
+    if (!*logged) {
+        char msg[256];
+        store_pg_scrub(b->url, c ? PQerrorMessage(c) : "out of memory", msg,
+                       sizeof(msg));
+        log_warn(MODULE, "cannot listen for due jobs; retrying",
+                 "url=%s reason=\"%s\"", b->safe_url, msg);
+    }
+    *logged = true;
+    PQclear(res);
+    PQfinish(c);
+    return NULL;
+}
+
+static void *listener_main(void *arg)
+{
+    store_backend *b = arg;
+    bool logged = false, first = true;
+    PGconn *c = NULL;
+
+    for (;;) {
+        struct pollfd fds[2] = {{.fd = b->stop_pipe[0], .events = POLLIN},
+                                {.fd = -1, .events = POLLIN}};
+        int64_t due = INT64_MAX;
+        PGnotify *nf;
+
+        if (c == NULL) {
+            c = listen_connect(b, &logged);
+            if (c == NULL) {
+                if (poll(fds, 1, 1000) > 0)
+                    break; /* stopping */
+                continue;
+            }
+            if (!first)
+                wake(b, 0); /* notifications may have been missed */
+            first = false;
+        }
+        fds[1].fd = PQsocket(c);
+        if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (fds[0].revents)
+            break; /* stopping */
+        if (!PQconsumeInput(c)) {
+            PQfinish(c);
+            c = NULL;
+            continue;
+        }
+        while ((nf = PQnotifies(c)) != NULL) {
+            char *end;
+            long long v = strtoll(nf->extra, &end, 10);
+            if (end != nf->extra && v < due)
+                due = v;
+            PQfreemem(nf);
+        }
+        if (due != INT64_MAX)
+            wake(b, due);
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err)
+{
+    int rc;
+
+    if (pipe(b->stop_pipe) != 0)
+        return rmqs_fail(err, RMQS_ESYS, NULL, "pipe: %s", strerror(errno));
+    rc = pthread_create(&b->keeper, NULL, keeper_main, b);
+    if (rc != 0)
+        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_create: %s",
+                         strerror(rc));
+    b->keeper_started = true;
+    rc = pthread_create(&b->listener, NULL, listener_main, b);
+    if (rc != 0)
+        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_create: %s",
+                         strerror(rc));
+    b->listener_started = true;
+    return RMQS_OK;
+}
+
+void pg_threads_stop(store_backend *b)
+{
+    pthread_mutex_lock(&b->stop_mu);
+    b->stopping = true;
+    pthread_cond_broadcast(&b->stop_cv);
+    pthread_mutex_unlock(&b->stop_mu);
+    if (b->stop_pipe[1] >= 0)
+        (void)!write(b->stop_pipe[1], "x", 1);
+    if (b->keeper_started)
+        pthread_join(b->keeper, NULL);
+    if (b->listener_started)
+        pthread_join(b->listener, NULL);
+    b->keeper_started = b->listener_started = false;
+}

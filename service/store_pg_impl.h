@@ -1,0 +1,178 @@
+/*
+ * store_pg_impl.h - the PostgreSQL backend's insides, shared by its files
+ * only
+ * (store_pg.c: connections, errors, transactions, rows, migrations, open and
+ * the small calls; store_pg_jobs.c: the clients' calls; store_pg_dispatch.c:
+ * claim, record, lease renewal and reclaim, LISTEN/NOTIFY, the clock).
+ * store.c sees only store_pg.h.
+ *
+ * Why one header for three files: they share the connections, the
+ * transaction discipline and the row decoding; each file is one room (who
+ * calls it), as for SQLite (store_sqlite.h).
+ *
+ * Connections, one per role, each with its own mutex (a libpq connection is
+ * used by one thread at a time):
+ *   - wr: HTTP and ingest calls (insert, get, list, update, counts, purge,
+ *     ping), serialised like SQLite's writer;
+ *   - feed: the dispatcher's feeder (read_due = the claim, next_due,
+ *     claim_due), so a claim never waits for the writer's commit;
+ *   - disp: record, recover and the housekeeping thread (lease renewal,
+ *     reclaim of expired leases, the clock offset);
+ *   - the listener thread's own connection (LISTEN rmqs_due).
+ * A connection found broken is closed and opened again on the next call
+ * (a fresh PQconnectdb of the same URL: a multi-host URL with
+ * target_session_attrs=read-write then lands on whichever host is now the
+ * primary); the call that found it broken fails with RMQS_EDB.
+ */
+#ifndef RMQS_STORE_PG_IMPL_H
+#define RMQS_STORE_PG_IMPL_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "store_backend.h"
+#include "store_pg.h"
+
+#define MODULE "store"
+
+#define PG_SLOTS 64             /* job_counts slots (migration 0001) */
+#define PG_DEFAULT_LEASE_MS 10000
+#define PG_MIN_LEASE_MS 500
+#define PG_NOTIFY_CHANNEL "rmqs_due"
+
+/* The database clock in ms, in SQL. clock_timestamp(), not now(): now() is
+ * the start of the transaction. */
+#define PG_NOW_MS "floor(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+/* The columns every job-returning statement yields, in pg_row_to_job
+ * order. */
+#define PG_JOB_COLS                                                           \
+    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
+    "headers, properties, body_kind, body, source, lease_until"
+
+enum {
+    PC_SEQ, PC_ID, PC_STATUS, PC_EXCHANGE, PC_ROUTING_KEY, PC_DELIVER_AT,
+    PC_DUE_AT, PC_DELAY_MS, PC_CREATED_AT, PC_UPDATED_AT, PC_SENT_AT,
+    PC_ATTEMPTS, PC_MAX_ATTEMPTS, PC_LAST_ERROR, PC_HEADERS, PC_PROPERTIES,
+    PC_BODY_KIND, PC_BODY, PC_SOURCE, PC_LEASE_UNTIL, PC_COUNT
+};
+
+/* One connection of a role, and its open transaction's bookkeeping. */
+typedef struct pg_conn {
+    pthread_mutex_t mu;  /* held by every call that uses it */
+    const char *role;    /* "writer", "feeder", "dispatch": for logs */
+    PGconn *c;           /* NULL or broken: (re)opened by pg_use */
+    bool relaxed;        /* synchronous_commit = off on this connection */
+    int slot;            /* its job_counts slot */
+    store_delta delta;   /* the open transaction's count changes */
+    int64_t notify_due;  /* earliest pending due_at stored, or INT64_MAX */
+} pg_conn;
+
+struct store_backend {
+    char *url;            /* as given (may hold a password: never logged) */
+    char *safe_url;       /* for logs: no password */
+    char instance[40];    /* this store's instance id (random hex) */
+    int64_t lease_ms;
+    pg_conn wr, feed, disp;
+    _Atomic int64_t clock_offset; /* store_clock_offset_ms */
+    /* store_lease_renewed_until, and the end of the lease the last
+     * continuous renewal wrote (0: the chain broke; store_pg_dispatch.c) */
+    _Atomic int64_t renewed_until, renew_chain;
+    /* wake callback (store_set_wake), read by the listener thread */
+    pthread_mutex_t wake_mu;
+    store_wake_fn wake_fn;
+    void *wake_arg;
+    /* housekeeping and listener threads, stopped at close */
+    pthread_mutex_t stop_mu;
+    pthread_cond_t stop_cv;
+    bool stopping;
+    int stop_pipe[2]; /* wakes the listener's poll at close */
+    bool keeper_started, listener_started;
+    pthread_t keeper, listener;
+};
+
+/* ---- store_pg.c ---- */
+
+/* Lock pc and make sure its connection is up ((re)opened if needed);
+ * RMQS_EDB (logged) if it cannot be: pc stays locked either way, the
+ * caller unlocks it (pg_done). */
+rmqs_rc pg_use(store_backend *b, pg_conn *pc);
+void pg_done(pg_conn *pc);
+
+/* Route c's notices and asynchronous errors to the log (one line each)
+ * instead of stderr. */
+void pg_quiet(PGconn *c);
+
+/* Run sql with n text parameters (binary where bin[i] is nonzero; lens
+ * for those), results in binary. Returns the result (caller PQclear) or
+ * NULL after a failure, which is mapped (store_pg_map_sqlstate), logged
+ * with op, and in *rc; a broken connection is closed for pg_use to reopen. */
+PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
+                  const char *const *vals, const int *lens, const int *bin,
+                  rmqs_rc *rc);
+/* Map and log a failed result (res may be NULL: the connection's own
+ * error); a broken connection is closed. */
+rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res);
+/* As pg_exec without parameters (text protocol, several statements OK). */
+rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql);
+
+/* Transactions on pc: BEGIN clears delta and notify_due (and connects
+ * again once if the connection turns out dead); commit flushes
+ * the deltas into job_counts and sends the notification, in the
+ * transaction, then COMMITs; abort rolls back. Both end with delta
+ * cleared. */
+rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc);
+rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc);
+void pg_tx_abort(pg_conn *pc);
+
+/* A pending job due at due_at was stored in pc's transaction. */
+void pg_note_due(pg_conn *pc, int64_t due_at);
+
+/* Row r of res (PG_JOB_COLS, binary) into *out (zeroed first); *seq_out
+ * may be NULL. */
+rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
+                      int64_t *seq_out);
+/* An integer column (int2, int4 or int8, binary) of row r; 0 if NULL. */
+int64_t pg_int(const PGresult *res, int r, int c);
+
+/* Decimal text of v into buf (24 bytes). */
+const char *pg_i64(char buf[24], int64_t v);
+
+/* ---- store_pg_jobs.c ---- */
+rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n);
+rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+               job_t *out);
+rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
+                const store_cursor *after, job_t **jobs_out, size_t *n_out,
+                bool *more, store_cursor *last);
+rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+                  const store_change *ch, int64_t now_ms, job_t *out);
+
+/* ---- store_pg_dispatch.c ---- */
+rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
+                    int64_t *due_at_out);
+rmqs_rc pg_claim_due(store_backend *b, int64_t due_by_ms, int64_t now_ms,
+                     size_t limit, job_t **jobs_out, size_t *n_out);
+rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
+                    size_t limit, store_claimed **c, size_t *cap,
+                    size_t *n_out);
+rmqs_rc pg_record(store_backend *b,
+                  const unsigned char (*claims)[JOB_ID_BYTES], size_t n_claims,
+                  const store_outcome *o,
+                  const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                  int64_t now_ms);
+rmqs_rc pg_recover(store_backend *b, size_t *n_out);
+void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
+int64_t pg_clock_offset_ms(store_backend *b);
+int64_t pg_lease_renewed_until(store_backend *b);
+/* Measure the clock offset on pc (locked, up) and store it. */
+rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc);
+/* Start / stop the housekeeping and listener threads. */
+rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err);
+void pg_threads_stop(store_backend *b);
+
+#endif

@@ -1,0 +1,754 @@
+/*
+ * store_pg_jobs.c - the clients' calls of the PostgreSQL backend: insert
+ * (one group commit of requests, each all-or-nothing, with its idempotency
+ * key), get, list, and the one update path of a reschedule or a cancel
+ * (store_pg.h; the contract is store.h and store_backend.h).
+ *
+ * Why a room of its own: these are the calls an HTTP request or the ingest
+ * makes, on the writer's connection, answered to a client.
+ *
+ * Group commit: a writer batch is one transaction. Requests without a key
+ * (almost all of them) go in one binary COPY under one savepoint (a
+ * multi-row INSERT of 1000 jobs spent most of its time in the server's
+ * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine); if the schema refuses a row (a
+ * job id taken, a value out of range), that savepoint is rolled back and
+ * those requests are inserted again one by one (INSERT), each under its own
+ * savepoint, so only the bad one fails. A request with an Idempotency-Key inserts its key
+ * first with ON CONFLICT DO NOTHING: the key's primary key makes a second
+ * instance inserting the same key at the same moment wait for the first
+ * one's COMMIT, then find the key taken and answer from the stored job
+ * (the same request: existed; another one: RMQS_ECONFLICT). Its job is
+ * checked against the key at COMMIT (a deferred reference).
+ */
+#include "store_pg_impl.h"
+
+#include <endian.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+#define INSERT_NCOLS 19
+
+#define INSERT_HEAD                                                          \
+    "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "      \
+    "due_at, delay_ms, created_at, updated_at, sent_at, attempts, "          \
+    "max_attempts, last_error, headers, properties, body_kind, body, "       \
+    "source, message_id) VALUES "
+
+/* A new job's due_at on the database's clock: the HTTP layer made it the
+ * later of deliver_at and its own clock; where that clock won (due_at >
+ * deliver_at), the database's clock decides instead, so an instance whose
+ * clock is ahead does not make a job due late. */
+#define DUE_AT_SQL                                                            \
+    ",CASE WHEN $%zu::bigint > $%zu::bigint THEN greatest($%zu::bigint, "     \
+    PG_NOW_MS ") ELSE $%zu::bigint END"
+
+/* The parameters of one multi-row INSERT. */
+typedef struct rows {
+    size_t n;                 /* rows */
+    const char **vals;        /* INSERT_NCOLS per row */
+    int *lens, *fmts;
+    char (*num)[24];          /* 10 numbers per row */
+    char **owned;             /* 2 JSON texts per row (freed) */
+    unsigned char (*ids)[JOB_ID_BYTES];
+} rows;
+
+static void rows_free(rows *r)
+{
+    for (size_t i = 0; r->owned && i < 2 * r->n; i++)
+        free(r->owned[i]);
+    free(r->vals);
+    free(r->lens);
+    free(r->fmts);
+    free(r->num);
+    free(r->owned);
+    free(r->ids);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Bind jobs[0..n) (parsed ids) into r: RMQS_EINVAL with *bad the index of
+ * a job whose id does not parse, RMQS_ENOMEM. */
+static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
+                         size_t *bad)
+{
+    memset(r, 0, sizeof(*r));
+    r->vals = calloc(n * INSERT_NCOLS, sizeof(*r->vals));
+    r->lens = calloc(n * INSERT_NCOLS, sizeof(*r->lens));
+    r->fmts = calloc(n * INSERT_NCOLS, sizeof(*r->fmts));
+    r->num = calloc(n * 10, sizeof(*r->num));
+    r->owned = calloc(n * 2, sizeof(*r->owned));
+    r->ids = calloc(n, sizeof(*r->ids));
+    if (!r->vals || !r->lens || !r->fmts || !r->num || !r->owned || !r->ids) {
+        rows_free(r);
+        return RMQS_ENOMEM;
+    }
+    r->n = n;
+    for (size_t i = 0; i < n; i++) {
+        const job_t *j = jobs[i];
+        const char **v = r->vals + i * INSERT_NCOLS;
+        int *len = r->lens + i * INSERT_NCOLS;
+        int *fmt = r->fmts + i * INSERT_NCOLS;
+        char(*num)[24] = r->num + i * 10;
+
+        if (job_id_parse(j->id, r->ids[i]) != RMQS_OK) {
+            *bad = i;
+            rows_free(r);
+            return RMQS_EINVAL;
+        }
+        if (store_json_text(j->headers, &r->owned[2 * i]) != RMQS_OK ||
+            store_json_text(j->properties, &r->owned[2 * i + 1]) != RMQS_OK) {
+            rows_free(r);
+            return RMQS_ENOMEM;
+        }
+        v[0] = (const char *)r->ids[i];
+        len[0] = JOB_ID_BYTES;
+        fmt[0] = 1;
+        v[1] = pg_i64(num[0], (int)j->status);
+        v[2] = j->exchange ? j->exchange : "";
+        v[3] = j->routing_key ? j->routing_key : "";
+        v[4] = pg_i64(num[1], j->deliver_at);
+        v[5] = pg_i64(num[2], j->due_at);
+        v[6] = pg_i64(num[3], j->delay_ms);
+        v[7] = pg_i64(num[4], j->created_at);
+        v[8] = pg_i64(num[5], j->updated_at);
+        v[9] = j->sent_at >= 0 ? pg_i64(num[6], j->sent_at) : NULL;
+        v[10] = pg_i64(num[7], j->attempts);
+        v[11] = pg_i64(num[8], j->max_attempts);
+        v[12] = j->last_error;
+        v[13] = r->owned[2 * i];
+        v[14] = r->owned[2 * i + 1];
+        v[15] = pg_i64(num[9], (int)j->body_kind);
+        v[16] = j->body_len > 0 ? (const char *)j->body : "";
+        if (j->body_len > INT32_MAX) {
+            *bad = i;
+            rows_free(r);
+            return RMQS_EINVAL;
+        }
+        len[16] = (int)j->body_len;
+        fmt[16] = 1;
+        v[17] = j->source == JOB_SOURCE_AMQP ? "1" : "0";
+        v[18] = store_job_message_id(j);
+    }
+    return RMQS_OK;
+}
+
+/* After jobs[0..n) were written (rc): note the earliest due of the
+ * pending ones for the NOTIFY (deliver_at at the earliest: the database's
+ * clock may make them due before this host's due_at), or log the refusal. */
+static void rows_done(pg_conn *pc, const job_t *const *jobs, size_t n,
+                      rmqs_rc rc)
+{
+    if (rc == RMQS_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (jobs[i]->status == JOB_PENDING)
+                pg_note_due(pc, jobs[i]->deliver_at < jobs[i]->due_at
+                                    ? jobs[i]->deliver_at
+                                    : jobs[i]->due_at);
+    } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
+        log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
+                 jobs[0]->id, n);
+    }
+}
+
+/* One multi-row INSERT of jobs[0..n) (a few: COPY takes the bulk) in pc's open
+ * transaction. */
+static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
+                           size_t *bad)
+{
+    size_t cap = sizeof(INSERT_HEAD) +
+                 n * (INSERT_NCOLS * 8 + sizeof(DUE_AT_SQL) + 40);
+    char *sql = malloc(cap);
+    size_t at;
+    PGresult *res;
+    rows r;
+    rmqs_rc rc;
+
+    *bad = 0;
+    if (sql == NULL)
+        return RMQS_ENOMEM;
+    rc = rows_bind(&r, jobs, n, bad);
+    if (rc != RMQS_OK) {
+        free(sql);
+        return rc;
+    }
+    at = (size_t)snprintf(sql, cap, "%s", INSERT_HEAD);
+    for (size_t i = 0; i < n; i++) {
+        size_t p0 = i * INSERT_NCOLS; /* $p0+1 is the row's first column */
+
+        at += (size_t)snprintf(sql + at, cap - at, "%s(", i ? "," : "");
+        for (int c = 0; c < INSERT_NCOLS; c++) {
+            if (c == 5) /* due_at: see DUE_AT_SQL */
+                at += (size_t)snprintf(sql + at, cap - at, DUE_AT_SQL,
+                                       p0 + 6, p0 + 5, p0 + 5, p0 + 6);
+            else
+                at += (size_t)snprintf(sql + at, cap - at, "%s$%zu",
+                                       c ? "," : "", p0 + (size_t)c + 1);
+        }
+        at += (size_t)snprintf(sql + at, cap - at, ")");
+    }
+    res = pg_exec(pc, "insert", sql, (int)(n * INSERT_NCOLS), r.vals, r.lens,
+                  r.fmts, &rc);
+    rows_done(pc, jobs, n, rc);
+    PQclear(res);
+    rows_free(&r);
+    free(sql);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* COPY: the group commit's bulk path                                       */
+
+/* A growing buffer for the binary COPY stream. */
+typedef struct cbuf {
+    unsigned char *p;
+    size_t n, cap;
+    bool oom;
+} cbuf;
+
+static void cb_put(cbuf *b, const void *v, size_t len)
+{
+    if (b->oom)
+        return;
+    if (b->n + len > b->cap) {
+        size_t cap = b->cap ? b->cap : 65536;
+        unsigned char *np;
+        while (cap < b->n + len)
+            cap *= 2;
+        np = realloc(b->p, cap);
+        if (np == NULL) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, v, len);
+    b->n += len;
+}
+
+static void cb_u16(cbuf *b, uint16_t v)
+{
+    v = htobe16(v);
+    cb_put(b, &v, 2);
+}
+
+static void cb_u32(cbuf *b, uint32_t v)
+{
+    v = htobe32(v);
+    cb_put(b, &v, 4);
+}
+
+/* One field: its length, then its bytes (NULL: length -1). */
+static void cb_field(cbuf *b, const void *v, size_t len)
+{
+    if (v == NULL) {
+        cb_u32(b, UINT32_MAX);
+        return;
+    }
+    cb_u32(b, (uint32_t)len);
+    cb_put(b, v, len);
+}
+
+static void cb_i16(cbuf *b, int v)
+{
+    cb_u32(b, 2);
+    cb_u16(b, (uint16_t)v);
+}
+
+static void cb_i32(cbuf *b, int v)
+{
+    cb_u32(b, 4);
+    cb_u32(b, (uint32_t)v);
+}
+
+static void cb_i64(cbuf *b, int64_t v)
+{
+    uint64_t x = htobe64((uint64_t)v);
+    cb_u32(b, 8);
+    cb_put(b, &x, 8);
+}
+
+static void cb_text(cbuf *b, const char *t)
+{
+    cb_field(b, t, t ? strlen(t) : 0);
+}
+
+#define COPY_SQL                                                             \
+    "COPY jobs (id, status, exchange, routing_key, deliver_at, due_at, "     \
+    "delay_ms, created_at, updated_at, sent_at, attempts, max_attempts, "    \
+    "last_error, headers, properties, body_kind, body, source, message_id) " \
+    "FROM STDIN (FORMAT binary)"
+
+/* One binary COPY of jobs[0..n) in pc's open transaction. due_at as
+ * DUE_AT_SQL, with this host's clock plus the offset (a lower bound of the
+ * database's) for the database's. */
+static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
+                         int64_t offset, size_t *bad)
+{
+    static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
+    cbuf b = {0};
+    PGresult *res;
+    rmqs_rc rc = RMQS_OK;
+
+    *bad = 0;
+    cb_put(&b, head, sizeof(head));
+    for (size_t i = 0; i < n && rc == RMQS_OK && !b.oom; i++) {
+        const job_t *j = jobs[i];
+        unsigned char id[JOB_ID_BYTES];
+        char *hdr = NULL, *props = NULL;
+        int64_t due = j->due_at;
+
+        if (job_id_parse(j->id, id) != RMQS_OK || j->body_len > INT32_MAX) {
+            *bad = i;
+            rc = RMQS_EINVAL;
+            break;
+        }
+        if (store_json_text(j->headers, &hdr) != RMQS_OK ||
+            store_json_text(j->properties, &props) != RMQS_OK) {
+            free(hdr);
+            rc = RMQS_ENOMEM;
+            break;
+        }
+        if (due > j->deliver_at)
+            due = j->created_at + offset > j->deliver_at
+                      ? j->created_at + offset
+                      : j->deliver_at;
+        cb_u16(&b, INSERT_NCOLS);
+        cb_field(&b, id, JOB_ID_BYTES);
+        cb_i16(&b, (int)j->status);
+        cb_text(&b, j->exchange ? j->exchange : "");
+        cb_text(&b, j->routing_key ? j->routing_key : "");
+        cb_i64(&b, j->deliver_at);
+        cb_i64(&b, due);
+        cb_i64(&b, j->delay_ms);
+        cb_i64(&b, j->created_at);
+        cb_i64(&b, j->updated_at);
+        if (j->sent_at >= 0)
+            cb_i64(&b, j->sent_at);
+        else
+            cb_field(&b, NULL, 0);
+        cb_i32(&b, j->attempts);
+        cb_i32(&b, j->max_attempts);
+        cb_text(&b, j->last_error);
+        cb_text(&b, hdr);
+        cb_text(&b, props);
+        cb_i16(&b, (int)j->body_kind);
+        cb_field(&b, j->body_len ? (const void *)j->body : "", j->body_len);
+        cb_i16(&b, j->source == JOB_SOURCE_AMQP ? 1 : 0);
+        cb_text(&b, store_job_message_id(j));
+        free(hdr);
+        free(props);
+    }
+    cb_u16(&b, UINT16_MAX); /* trailer: -1 */
+    if (rc == RMQS_OK && b.oom)
+        rc = RMQS_ENOMEM;
+    if (rc != RMQS_OK) {
+        free(b.p);
+        return rc;
+    }
+    res = pc->c ? PQexec(pc->c, COPY_SQL) : NULL;
+    if (PQresultStatus(res) != PGRES_COPY_IN)
+        rc = pc->c ? pg_fail(pc, "copy", res) : RMQS_EDB;
+    PQclear(res);
+    if (rc == RMQS_OK &&
+        (PQputCopyData(pc->c, (const char *)b.p, (int)b.n) != 1 ||
+         PQputCopyEnd(pc->c, NULL) != 1))
+        rc = pg_fail(pc, "copy_data", NULL);
+    free(b.p);
+    if (rc != RMQS_OK)
+        return rc;
+    /* the COPY's own result, then the end of results */
+    while ((res = PQgetResult(pc->c)) != NULL) {
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == RMQS_OK)
+            rc = pg_fail(pc, "copy", res);
+        PQclear(res);
+        if (pc->c == NULL)
+            break;
+    }
+    rows_done(pc, jobs, n, rc);
+    return rc;
+}
+
+static rmqs_rc sp(pg_conn *pc, const char *sql)
+{
+    return pg_exec_simple(pc, "savepoint", sql);
+}
+
+/* A failure that is about the request itself, not the database: the other
+ * requests of the transaction go on. */
+static bool local_failure(rmqs_rc rc)
+{
+    return rc == RMQS_EINVAL || rc == RMQS_ECONFLICT;
+}
+
+/* One request, all-or-nothing under its own savepoint: its key (if any),
+ * then its jobs one by one (so failed_index names the bad one). */
+static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
+{
+    store_delta added = {{0}};
+    int64_t due = INT64_MAX;
+    rmqs_rc rc;
+
+    if ((rc = sp(pc, "SAVEPOINT req")) != RMQS_OK)
+        return rc;
+    if (r->idem_key) {
+        char id[JOB_ID_BYTES];
+        const char *vals[3] = {r->idem_key, id, r->idem_request};
+        int lens[3] = {0, JOB_ID_BYTES, 0}, fmts[3] = {0, 1, 0};
+        PGresult *res;
+
+        if (job_id_parse(r->jobs[0].id, (unsigned char *)id) != RMQS_OK) {
+            rc = RMQS_EINVAL;
+            goto undo;
+        }
+        res = pg_exec(pc, "idem_insert",
+                      "INSERT INTO idempotency (key, job_id, request) "
+                      "VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING "
+                      "RETURNING 1", 3, vals, lens, fmts, &rc);
+        if (rc == RMQS_OK && PQntuples(res) == 0) {
+            /* taken, maybe a moment ago by another instance: answer from
+             * what it stored */
+            PQclear(res);
+            res = pg_exec(pc, "idem_lookup",
+                          "SELECT " PG_JOB_COLS ", request FROM idempotency "
+                          "JOIN jobs ON jobs.id = idempotency.job_id "
+                          "WHERE key = $1", 1, vals, NULL, NULL, &rc);
+            if (rc == RMQS_OK && PQntuples(res) == 1 &&
+                strcmp(PQgetvalue(res, 0, PC_COUNT), r->idem_request) == 0) {
+                rc = pg_row_to_job(res, 0, &r->existing, NULL);
+                r->existed = rc == RMQS_OK;
+            } else if (rc == RMQS_OK) {
+                rc = RMQS_ECONFLICT;
+            }
+            PQclear(res);
+            if (rc == RMQS_OK)
+                return sp(pc, "RELEASE req");
+            goto undo;
+        }
+        PQclear(res);
+        if (rc != RMQS_OK)
+            goto undo;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        const job_t *j = &r->jobs[i];
+        size_t bad;
+
+        rc = insert_rows(pc, &j, 1, &bad);
+        if (rc != RMQS_OK) {
+            r->failed_index = i;
+            goto undo;
+        }
+        store_delta_add(&added, (int)j->status, 1);
+        if (j->status == JOB_PENDING && j->due_at < due)
+            due = j->due_at;
+    }
+    rc = sp(pc, "RELEASE req");
+    if (rc == RMQS_OK) {
+        store_delta_merge(&pc->delta, &added);
+        if (due != INT64_MAX)
+            pg_note_due(pc, due);
+    }
+    return rc;
+undo:
+    if (local_failure(rc)) {
+        rmqs_rc u = sp(pc, "ROLLBACK TO req");
+        if (u == RMQS_OK)
+            u = sp(pc, "RELEASE req");
+        if (u != RMQS_OK)
+            return u;
+    }
+    return rc;
+}
+
+/* The requests without a key (idx[0..m)), in multi-row INSERTs under one
+ * savepoint; if the schema refuses a row, one by one instead. A database
+ * failure is returned; request failures are in each reqs[].rc. */
+static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
+                           store_insert_req *reqs, const size_t *idx,
+                           size_t m)
+{
+    const job_t **jobs;
+    size_t total = 0, at = 0, bad;
+    int64_t notify = pc->notify_due;
+    rmqs_rc rc;
+
+    for (size_t k = 0; k < m; k++)
+        total += reqs[idx[k]].n;
+    if (total == 0)
+        return RMQS_OK;
+    jobs = malloc(total * sizeof(*jobs));
+    if (jobs == NULL)
+        return RMQS_ENOMEM;
+    for (size_t k = 0; k < m; k++)
+        for (size_t i = 0; i < reqs[idx[k]].n; i++)
+            jobs[at++] = &reqs[idx[k]].jobs[i];
+    rc = sp(pc, "SAVEPOINT bulk");
+    if (rc == RMQS_OK)
+        rc = copy_rows(pc, jobs, total, pg_clock_offset_ms(b), &bad);
+    if (rc == RMQS_OK) {
+        rc = sp(pc, "RELEASE bulk");
+        for (size_t i = 0; rc == RMQS_OK && i < total; i++)
+            store_delta_add(&pc->delta, (int)jobs[i]->status, 1);
+        free(jobs);
+        return rc;
+    }
+    free(jobs);
+    if (!local_failure(rc))
+        return rc;
+    /* one of them is bad: find which, one request at a time */
+    pc->notify_due = notify;
+    rc = sp(pc, "ROLLBACK TO bulk");
+    if (rc == RMQS_OK)
+        rc = sp(pc, "RELEASE bulk");
+    for (size_t k = 0; rc == RMQS_OK && k < m; k++) {
+        store_insert_req *r = &reqs[idx[k]];
+        r->rc = insert_one_req(pc, r);
+        if (!local_failure(r->rc) && r->rc != RMQS_OK)
+            rc = r->rc;
+    }
+    return rc;
+}
+
+rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
+{
+    pg_conn *pc = &b->wr;
+    size_t *bulk = NULL, m = 0;
+    rmqs_rc out;
+
+    store_insert_reqs_reset(reqs, n);
+    if (n == 0)
+        return RMQS_OK;
+    bulk = malloc(n * sizeof(*bulk));
+    if (bulk == NULL)
+        return RMQS_ENOMEM;
+    out = pg_use(b, pc);
+    if (out == RMQS_OK)
+        out = pg_tx_begin(b, pc);
+    if (out != RMQS_OK)
+        goto fail_all;
+    for (size_t i = 0; i < n; i++) {
+        store_insert_req *r = &reqs[i];
+
+        if (r->n == 0 || (r->idem_key && (!r->idem_request || r->n != 1))) {
+            r->rc = RMQS_EINVAL;
+            continue;
+        }
+        if (r->idem_key == NULL) {
+            bulk[m++] = i;
+            continue;
+        }
+        r->rc = insert_one_req(pc, r);
+        if (!local_failure(r->rc) && r->rc != RMQS_OK) {
+            out = r->rc; /* the database failed: nothing is kept */
+            goto abort;
+        }
+    }
+    out = insert_bulk(b, pc, reqs, bulk, m);
+    if (out != RMQS_OK)
+        goto abort;
+    out = pg_tx_commit(b, pc);
+    if (out != RMQS_OK)
+        goto fail_all;
+    pg_done(pc);
+    free(bulk);
+    return RMQS_OK;
+abort:
+    pg_tx_abort(pc);
+fail_all:
+    store_insert_reqs_fail(reqs, n, out);
+    pg_done(pc);
+    free(bulk);
+    return out;
+}
+
+/* Load a job by id on pc (locked, up). */
+static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
+                      job_t *out)
+{
+    const char *vals[1] = {(const char *)id};
+    int lens[1] = {JOB_ID_BYTES}, fmts[1] = {1};
+    PGresult *res;
+    rmqs_rc rc;
+
+    memset(out, 0, sizeof(*out));
+    res = pg_exec(pc, "get", "SELECT " PG_JOB_COLS " FROM jobs WHERE id = $1",
+                  1, vals, lens, fmts, &rc);
+    if (rc == RMQS_OK)
+        rc = PQntuples(res) == 1 ? pg_row_to_job(res, 0, out, NULL)
+                                 : RMQS_ENOTFOUND;
+    PQclear(res);
+    return rc;
+}
+
+rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+               job_t *out)
+{
+    rmqs_rc rc = pg_use(b, &b->wr);
+
+    memset(out, 0, sizeof(*out));
+    if (rc == RMQS_OK)
+        rc = get_on(&b->wr, id, out);
+    pg_done(&b->wr);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Listing                                                                  */
+
+rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
+                const store_cursor *after, job_t **jobs_out, size_t *n_out,
+                bool *more, store_cursor *last)
+{
+    char sql[512], num[4][24], srcs[24];
+    const char *vals[6];
+    int np = 0;
+    size_t at;
+    PGresult *res = NULL;
+    job_t *jobs = NULL;
+    int64_t last_seq = 0;
+    size_t n = 0;
+    rmqs_rc rc;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    *more = false;
+    if (limit > (size_t)INT64_MAX - 1)
+        limit = (size_t)INT64_MAX - 1;
+    at = (size_t)snprintf(sql, sizeof(sql),
+                          "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
+    if (after) {
+        vals[np] = pg_i64(num[0], after->deliver_at);
+        vals[np + 1] = pg_i64(num[1], after->seq);
+        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
+                               " AND (deliver_at, seq) > ($%d, $%d)", np + 1,
+                               np + 2);
+        np += 2;
+    }
+    if (f && f->status >= 0) {
+        vals[np++] = pg_i64(num[2], f->status);
+        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
+                               " AND status = $%d", np);
+    }
+    if (f && f->source >= 0) {
+        vals[np++] = pg_i64(srcs, f->source);
+        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
+                               " AND source = $%d", np);
+    }
+    if (f && f->message_id) {
+        vals[np++] = f->message_id;
+        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
+                               " AND message_id = $%d", np);
+    }
+    vals[np++] = pg_i64(num[3], (int64_t)limit + 1); /* one more: a next page? */
+    snprintf(sql + at, sizeof(sql) - at,
+             " ORDER BY deliver_at, seq LIMIT $%d", np);
+
+    rc = pg_use(b, &b->wr);
+    if (rc == RMQS_OK)
+        res = pg_exec(&b->wr, "list", sql, np, vals, NULL, NULL, &rc);
+    pg_done(&b->wr);
+    if (rc != RMQS_OK)
+        return rc;
+    n = (size_t)PQntuples(res);
+    if (n > limit) {
+        *more = true;
+        n = limit;
+    }
+    if (n > 0) {
+        jobs = calloc(n, sizeof(*jobs));
+        if (jobs == NULL) {
+            PQclear(res);
+            return RMQS_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        rc = pg_row_to_job(res, (int)i, &jobs[i], &last_seq);
+        if (rc != RMQS_OK) {
+            PQclear(res);
+            store_jobs_free(jobs, i);
+            return rc;
+        }
+    }
+    PQclear(res);
+    if (n > 0) {
+        last->deliver_at = jobs[n - 1].deliver_at;
+        last->seq = last_seq;
+    }
+    *jobs_out = jobs;
+    *n_out = n;
+    return RMQS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Client changes: reschedule, cancel                                       */
+
+rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+                  const store_change *ch, int64_t now_ms, job_t *out)
+{
+    bool cancel = ch->kind == STORE_CHANGE_CANCEL;
+    char num[3][24];
+    const char *vals[4];
+    int lens[4] = {0}, fmts[4] = {0};
+    pg_conn *pc = &b->wr;
+    PGresult *res;
+    rmqs_rc rc;
+
+    memset(out, 0, sizeof(*out));
+    if (cancel) {
+        vals[0] = pg_i64(num[0], now_ms);
+    } else {
+        vals[0] = pg_i64(num[0], ch->deliver_at);
+        vals[1] = pg_i64(num[1], ch->delay_ms);
+        vals[2] = pg_i64(num[2], now_ms);
+    }
+    vals[cancel ? 1 : 3] = (const char *)id;
+    lens[cancel ? 1 : 3] = JOB_ID_BYTES;
+    fmts[cancel ? 1 : 3] = 1;
+
+    rc = pg_use(b, pc);
+    if (rc == RMQS_OK)
+        rc = pg_tx_begin(b, pc);
+    if (rc != RMQS_OK)
+        goto unlock;
+    /* due_at: the later of deliver_at and the database's clock (not
+     * now_ms, this host's), as at insert. A claim by any instance holds
+     * the row (FOR UPDATE) until it commits;
+     * this UPDATE waits for it and then finds the job publishing */
+    res = cancel ? pg_exec(pc, "cancel",
+                           "UPDATE jobs SET status = 4, updated_at = $1 "
+                           "WHERE id = $2 AND status = 0 RETURNING "
+                           PG_JOB_COLS, 2, vals, lens, fmts, &rc)
+                 : pg_exec(pc, "reschedule",
+                           "UPDATE jobs SET deliver_at = $1, "
+                           "due_at = greatest($1::bigint, " PG_NOW_MS "), "
+                           "delay_ms = $2, updated_at = $3 "
+                           "WHERE id = $4 AND status = 0 RETURNING "
+                           PG_JOB_COLS, 4, vals, lens, fmts, &rc);
+    if (rc == RMQS_OK && PQntuples(res) == 1) {
+        rc = pg_row_to_job(res, 0, out, NULL);
+        if (rc == RMQS_OK && cancel)
+            store_delta_move(&pc->delta, JOB_PENDING, JOB_CANCELLED, 1);
+        else if (rc == RMQS_OK)
+            pg_note_due(pc, out->due_at);
+    } else if (rc == RMQS_OK) {
+        rc = get_on(pc, id, out);
+        if (rc == RMQS_OK)
+            rc = cancel && out->status == JOB_CANCELLED
+                     ? RMQS_OK /* cancelling a cancelled job changes nothing */
+                     : RMQS_ECONFLICT;
+    }
+    PQclear(res);
+    if (rc == RMQS_OK)
+        rc = pg_tx_commit(b, pc);
+    else
+        pg_tx_abort(pc);
+    /* on a conflict *out is the job as it is (store_update) */
+    if (rc != RMQS_OK && rc != RMQS_ECONFLICT)
+        job_clear(out);
+unlock:
+    pg_done(pc);
+    return rc;
+}

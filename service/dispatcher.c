@@ -849,6 +849,8 @@ void disp_free(disp_t *d)
 {
     if (d == NULL)
         return;
+    /* no more wake-ups from the store's thread (it calls under a lock) */
+    store_set_wake(d->st, NULL, NULL);
     disp_stop(d);
     amqpp_free(d->pub);
     /* Items are left only if the threads never ran. */

@@ -262,14 +262,19 @@ def test_instances_whose_clocks_disagree_by_2s_never_publish_early(
         offsets = [int(x) for x in re.findall(r"clock_offset_ms=(-?\d+)", svc.log())]
         assert offsets and abs(offsets[-1] - want) < 500, \
             f"database clock minus the service's: {offsets}, expected ~{want}"
+    # A third of the jobs through each instance (one batch each), due over
+    # 3 s from 2 s on; every instance claims from the whole table.
     due = {}
-    t0 = time.time()
-    for k in range(n):
-        at = format_ts(t0 + 1.0 + 3.0 * k / n)
-        j = svcs[k % 3].schedule({"exchange": amqp.exchange,
-                                  "routing_key": amqp.routing_key,
-                                  "body": "skew", "deliver_at": at})
-        due[j["id"]] = parse_ts(j["deliver_at"])
+    t0 = time.time() + 2.0
+    for k, svc in enumerate(svcs):
+        items = [{"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                  "body": "skew",
+                  "deliver_at": format_ts(t0 + 3.0 * (3 * m + k) / n)}
+                 for m in range(n // 3)]
+        st, _, body = svc.post("/schedule/batch", items, timeout=60)
+        assert st == 201, (st, body)
+        due.update({j["id"]: parse_ts(j["deliver_at"]) for j in body["jobs"]})
+    assert time.time() < t0, "scheduling took too long: jobs already due"
     by_job = amqp.wait_for_jobs(due, timeout=30)
     early = early_messages(by_job, due)
     published = [metric(s, 'rmqs_jobs_published_total{result="sent"}')
@@ -323,26 +328,31 @@ def test_one_idempotency_key_raced_on_two_instances_gives_one_job(
 
 def test_cancel_against_a_claim_on_another_instance(service, amqp, report):
     n = 200
+    spread_s = 0.4  # due times spread so the cancels meet claims at every stage
     a, b = instances(service, 2, "--dispatch-lookahead-ms", "50")
-    t_due = time.time() + 2.0
-    ids = []
-    for k in range(n):
-        # spread over 200 ms so the cancels meet claims at every stage
-        j = a.schedule({"exchange": amqp.exchange,
-                        "routing_key": amqp.routing_key, "body": "cancel race",
-                        "deliver_at": format_ts(t_due + 0.001 * k)})
-        ids.append(j["id"])
-    wait_until(lambda: time.time() >= t_due - 0.1, 5, "cancels begin")
-    print("statuses at cancel start:", sorted(
-        {j["status"] for j in a.list_all()[0]}))
+    t_due = time.time() + 3.0
+    items = [{"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+              "body": "cancel race",
+              "deliver_at": format_ts(t_due + spread_s * k / n)}
+             for k in range(n)]
+    st, _, body = a.post("/schedule/batch", items, timeout=60)
+    assert st == 201, (st, body)
+    ids = [j["id"] for j in body["jobs"]]
+    assert time.time() < t_due - 0.5, "scheduling took too long: already due"
+    # Cancel on B, in due order, each job at a moment that sweeps from
+    # 250 ms before its due time (pending: the lookahead is 50 ms) to 50 ms
+    # after it (claimed, by A or B), across the moment of its claim.
     outcomes = {}
-    for i in ids:
+    for k, i in enumerate(ids):
+        at = t_due + spread_s * k / n - 0.25 + 0.3 * k / n
+        wait_until(lambda at=at: time.time() >= at, 5, "the cancel's moment",
+                   interval=0.001)
         r = b.delete(f"/jobs/{i}")
         assert r.status in (200, 409), (r.status, r.body)
         outcomes[i] = r.status
     cancelled = [i for i, s in outcomes.items() if s == 200]
     refused = [i for i, s in outcomes.items() if s == 409]
-    by_job = amqp.wait_for_jobs(refused, timeout=30)
+    amqp.wait_for_jobs(refused, timeout=30)
     # every job is settled one way or the other before we look
     wait_until(lambda: all(a.job(i)["status"] in ("sent", "cancelled")
                            for i in ids), 20, "every job sent or cancelled")
@@ -357,3 +367,6 @@ def test_cancel_against_a_claim_on_another_instance(service, amqp, report):
         assert a.job(i)["status"] == "cancelled"
     for i in refused:
         assert a.job(i)["status"] == "sent"
+    assert cancelled and refused, \
+        "the cancels did not meet both pending and claimed jobs: the race " \
+        "was not run"

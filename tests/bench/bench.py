@@ -52,6 +52,7 @@ import pylib.service
 from pylib.http import KeepAlive, exchange
 from pylib.procs import rss_kib, stop_proc
 from pylib.times import format_ts_ms, now_ms, ts_ms
+import stores  # issue 12: SQLite / PostgreSQL 1 / PostgreSQL 3, side by side
 
 HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -1517,6 +1518,8 @@ PRAGMA wal_checkpoint(TRUNCATE);
         R["empty_rss_end"] = svc.rss()
         if want("ingest"):
             self.step("memory", self.memory_flood, svc)
+        if want("stores"):
+            self.step("stores", stores.scenario, self, svc)
         if want("backlog"):
             try:
                 (pending,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due WHERE status = 0")
@@ -1770,7 +1773,7 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog")
+                    "comparisons,ingest,backlog,stores")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--precision-seconds", type=int, default=20)
     ap.add_argument("--ingest-seconds", type=int, default=10)

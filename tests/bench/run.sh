@@ -6,6 +6,7 @@
 #   tests/bench/run.sh --backlog 10000000  # the headline backlog figure
 #   tests/bench/run.sh --full              # backlog 10,000,000 (same as above)
 #   tests/bench/run.sh --only precision,burst   # a subset (see bench.py --help)
+#   tests/bench/run.sh --only stores           # SQLite vs PostgreSQL 1 and 3 instances
 #   tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
 #   tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
 #   tests/bench/run.sh -- --precision-seconds 5 # after --: options of bench.py
@@ -17,9 +18,12 @@
 #   2. builds a Release binary in build-bench/ (tests off) and the two C tools
 #      tests/bench/bare_publisher.c and tests/bench/bench_consumer.c;
 #   3. starts a private RabbitMQ node on free loopback ports (own name, data
-#      folder and epmd), stopped at the end whatever happens;
+#      folder and epmd) and a private PostgreSQL 15 server (fsync on,
+#      synchronous_commit on, pg_stat_statements preloaded; for the stores
+#      scenario), both stopped at the end whatever happens;
 #   4. runs the scenarios (tests/bench/bench.py: precision, burst, ingest,
-#      backlog, comparisons), each bounded in time, prints a table
+#      backlog, comparisons; tests/bench/stores.py: stores, SQLite against
+#      PostgreSQL with 1 and 3 instances), each bounded in time, prints a table
 #      (scenario, figure, target, met?) and writes build-bench/bench-results.json;
 #   5. cleans up: the node, its data folder, every process it started (by PID).
 # Package install, free ports and the node are tests/lib/common.sh's, as
@@ -41,12 +45,12 @@ RMQS_LOG_PREFIX=bench
 
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev rabbitmq-server python3 python3-pika
-          wrk sqlite3)
+          wrk sqlite3 postgresql-15 libpq-dev)
 PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench
 
 usage() {
-    sed -n '3,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -129,8 +133,10 @@ cleanup() {
     cp "$WORK"/*.log "$BUILD/bench-logs/" 2>/dev/null
     if [ "$rc" -ne 0 ]; then
         rmqs_rabbit_stop "$BUILD/bench-logs/rabbitmq-log"
+        rmqs_pg_stop "$BUILD/bench-logs/postgres.log"
     else
         rmqs_rabbit_stop
+        rmqs_pg_stop
     fi
     rmqs_log "logs in build-bench/bench-logs"
     rm -rf "$WORK"
@@ -142,6 +148,22 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 rmqs_rabbit_start "rmqs-bench-$$" "$(mktemp -d /tmp/rmqs-bench-rabbit.XXXXXX)"
+
+# The stores scenario's PostgreSQL server (tests/lib/common.sh): commits as
+# in production (fsync, synchronous_commit on: the defaults, written out),
+# pg_stat_statements loaded at start (a restart), a database per column
+# created through tests/pylib/pg.py, which reads the RMQS_TEST_PG_* names.
+rmqs_pg_start "$(mktemp -d /tmp/rmqs-bench-pg.XXXXXX)"
+printf '%s\n' "synchronous_commit = on" "shared_preload_libraries = 'pg_stat_statements'" \
+    "pg_stat_statements.track = top" >>"$RMQS_PG_DIR/data/postgresql.conf"
+(cd "$RMQS_PG_DIR" && runuser -u postgres -- "$RMQS_PG_BIN/pg_ctl" -D "$RMQS_PG_DIR/data" \
+    -l "$RMQS_PG_DIR/postgres.log" -w -t 60 restart >/dev/null)
+"$RMQS_PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$RMQS_PG_SOCKET_DIR" -p "$RMQS_PG_PORT" \
+    -U postgres -d postgres -c "CREATE EXTENSION pg_stat_statements"
+export RMQS_TEST_PG_USER=$RMQS_PG_USER RMQS_TEST_PG_PASSWORD=$RMQS_PG_PASSWORD
+export RMQS_TEST_PG_ADMIN="host=$RMQS_PG_SOCKET_DIR port=$RMQS_PG_PORT user=postgres dbname=postgres"
+export RMQS_TEST_PG_URL="postgres://$RMQS_PG_USER:$RMQS_PG_PASSWORD@127.0.0.1:$RMQS_PG_PORT"
+export RMQS_BENCH_PG_PIDFILE=$RMQS_PG_DIR/data/postmaster.pid
 
 # --- 4. the scenarios ----------------------------------------------------------
 "$PYTHON" "$ROOT/tests/bench/bench.py" \

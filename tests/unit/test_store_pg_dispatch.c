@@ -1,0 +1,185 @@
+/*
+ * test_store_pg_dispatch.c - the query plan of the PostgreSQL claim
+ * (service/store_pg_dispatch.c, pg_claim_sql) on a real server: the claim
+ * must find due jobs through the partial index jobs_due (due_at, seq) WHERE
+ * status = 0, in index order, and update them by primary key, never scan
+ * or sort the table. Its cost then stays flat however many jobs wait (the
+ * benchmark measures it at 1M and 10M pending: tests/bench/stores.py).
+ *
+ * Why a unit test: the text comes from the store's test hook
+ * store__sql("pg_claim") (store.c), the exact statement the dispatcher runs,
+ * so a change to it that loses the index fails here; as the SQLite plan test
+ * in test_store.c does with EXPLAIN QUERY PLAN. The server is tests/run.sh's
+ * (RMQS_TEST_PG_*, tests/lib/common.sh); this test makes a database of its
+ * own, migrates it through store_open, fills it with psql (the admin over
+ * the server's unix socket), EXPLAINs a PREPAREd claim, and drops the
+ * database.
+ *
+ * Suite "store_pg_dispatch" (CTest filters on the suite name).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store.h"
+#include "testutil.h"
+
+/* Test hook defined in service/store.c. */
+const char *store__sql(const char *name);
+
+#define PSQL "/usr/lib/postgresql/15/bin/psql"
+
+static char g_dir[UT_PATH_MAX];
+static char g_db[64];
+
+static const char *need_env(const char *name)
+{
+    const char *v = getenv(name);
+
+    cr_assert(v != NULL && *v != '\0',
+              "%s is not set: run the unit tests through tests/run.sh, which "
+              "starts the PostgreSQL server they use", name);
+    return v;
+}
+
+/* Run the SQL script text with psql as the admin in database db (unaligned,
+ * tuples only, stop at the first error); returns its output (malloc'd). */
+static char *psql(const char *db, const char *script)
+{
+    char file[UT_PATH_MAX], cmd[1024];
+    size_t cap = 1 << 16, len = 0, got;
+    char *out = calloc(1, cap);
+    FILE *f, *p;
+
+    cr_assert_not_null(out);
+    ut_path(file, g_dir, "script.sql");
+    f = fopen(file, "w");
+    cr_assert_not_null(f);
+    cr_assert_eq(fputs(script, f) >= 0, true);
+    cr_assert_eq(fclose(f), 0);
+    snprintf(cmd, sizeof(cmd),
+             "PGCONNECT_TIMEOUT=5 timeout 120 " PSQL " -X -q -A -t -v ON_ERROR_STOP=1 "
+             "-d '%s dbname=%s' -f '%s' 2>&1",
+             need_env("RMQS_TEST_PG_ADMIN"), db, file);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    while ((got = fread(out + len, 1, cap - 1 - len, p)) > 0)
+        len += got;
+    int status = pclose(p);
+    cr_assert_eq(status, 0, "psql failed (%d) on:\n%s\n%s", status, script, out);
+    return out;
+}
+
+static void setup(void)
+{
+    ut_tmpdir(g_dir, "store-pg");
+    snprintf(g_db, sizeof(g_db), "rmqs_u_%ld_%ld", (long)getpid(), (long)time(NULL));
+    char sql[256];
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s OWNER %s;", g_db,
+             need_env("RMQS_TEST_PG_USER"));
+    free(psql("postgres", sql));
+}
+
+static void teardown(void)
+{
+    char sql[256];
+
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE);", g_db);
+    free(psql("postgres", sql));
+    ut_rmtree(g_dir);
+}
+
+TestSuite(store_pg_dispatch, .init = setup, .fini = teardown, .timeout = 120);
+
+/* The schema, as the service makes it: store_open migrates. */
+static void migrate(void)
+{
+    char url[512];
+    store_t *st;
+
+    snprintf(url, sizeof(url), "%s/%s", need_env("RMQS_TEST_PG_URL"), g_db);
+    st = ut_store_open(url, &(store_options){.synchronous_full = true});
+    store_close(st);
+}
+
+/* n jobs, every tenth pending and due over the next n seconds, the rest
+ * sent (finished jobs pile up in a real table). */
+static void fill(int n)
+{
+    char sql[1024];
+
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
+             "due_at, delay_ms, created_at, updated_at, attempts, max_attempts, "
+             "body_kind, body) SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), "
+             "CASE WHEN i %% 10 = 0 THEN 0 ELSE 2 END, '', 'rk', i * 1000, "
+             "i * 1000, 0, 0, 0, 0, 5, 0, '\\x'::bytea "
+             "FROM generate_series(1, %d) i;",
+             n);
+    free(psql(g_db, sql));
+}
+
+/* EXPLAIN of the store's claim text, prepared with the parameter types the
+ * store sends ($1 text, the rest bigint): claim up to 100 jobs due by
+ * 5,000,000 ms. */
+static char *claim_plan(void)
+{
+    const char *claim = store__sql("pg_claim");
+    size_t len;
+    char *script;
+
+    cr_assert_not_null(claim, "no test hook for the PostgreSQL claim");
+    len = strlen(claim) + 256;
+    script = malloc(len);
+    cr_assert_not_null(script);
+    snprintf(script, len,
+             "PREPARE claim(text, bigint, bigint, bigint, bigint) AS %s;\n"
+             "EXPLAIN (COSTS OFF) EXECUTE claim('test', 10000, 0, 5000000, 100);\n",
+             claim);
+    char *plan = psql(g_db, script);
+    free(script);
+    return plan;
+}
+
+static void assert_claim_uses_due_index(const char *when)
+{
+    char *plan = claim_plan();
+    bool ok = strstr(plan, "Index Scan using jobs_due on jobs") != NULL &&
+              strstr(plan, "Index Scan using jobs_pkey on jobs") != NULL &&
+              strstr(plan, "LockRows") != NULL && strstr(plan, "Seq Scan") == NULL &&
+              strstr(plan, "Sort") == NULL && strstr(plan, "Bitmap") == NULL;
+    char msg[8192];
+
+    snprintf(msg, sizeof(msg), "%s", plan);
+    free(plan);
+    cr_assert(ok,
+              "%s: the claim does not read jobs_due in index order and update "
+              "by seq (or it scans or sorts):\n%s",
+              when, msg);
+}
+
+/* With the statistics of a realistic table: 200,000 jobs, 10% pending. */
+Test(store_pg_dispatch, claim_uses_partial_due_index)
+{
+    migrate();
+    fill(200000);
+    free(psql(g_db, "ANALYZE jobs;"));
+    assert_claim_uses_due_index("200,000 jobs, analyzed");
+}
+
+/* As deployed, before autovacuum has analyzed the table: 50 jobs, no
+ * statistics. Disabled until the service is changed (reported to the lead,
+ * issue 12): the claim's inner SELECT does use jobs_due, but the outer
+ * UPDATE finds its rows through "Index Scan using jobs_status_deliver
+ * (status = 0), Filter: seq = ANY($1)", which reads every pending job: a
+ * claim that costs O(pending) until the first ANALYZE. */
+Test(store_pg_dispatch, claim_uses_partial_due_index_without_statistics,
+     .disabled = true)
+{
+    migrate();
+    fill(50);
+    assert_claim_uses_due_index("50 jobs, no statistics");
+}

@@ -63,14 +63,18 @@
 #include "log.h"
 #include "timeutil.h"
 
-/* The claim; returns the jobs as they were (pending, attempts before). */
+/* The claim; returns the jobs as they were (pending, attempts before). The
+ * rows are locked by the inner SELECT (re-checked pending when locked), so
+ * the outer UPDATE finds them by seq alone: a second "status = 0" there let
+ * the planner of a table without statistics read every pending job through
+ * jobs_status_deliver and filter on seq (test_store_pg_dispatch.c). */
 const char pg_claim_sql[] =
     "UPDATE jobs SET status = 1, owner = $1, "
     "lease_until = " PG_NOW_MS " + $2::bigint, attempts = attempts + 1, "
     "updated_at = $3::bigint "
     "WHERE seq = ANY(ARRAY(SELECT seq FROM jobs WHERE status = 0 AND "
     "due_at <= $4::bigint ORDER BY due_at, seq LIMIT $5::bigint "
-    "FOR UPDATE SKIP LOCKED)) AND status = 0 "
+    "FOR UPDATE SKIP LOCKED)) "
     "RETURNING seq, id, 0::smallint, exchange, routing_key, deliver_at, "
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "

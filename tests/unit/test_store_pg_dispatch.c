@@ -144,20 +144,28 @@ static char *claim_plan(void)
     return plan;
 }
 
-static void assert_claim_uses_due_index(const char *when)
+/* strict: the plan of a table with statistics (index scans in order, no
+ * sort); otherwise any access through the two indexes will do, as long as
+ * nothing reads the table or another index (every pending job). */
+static void assert_claim_uses_due_index(const char *when, bool strict)
 {
     char *plan = claim_plan();
-    bool ok = strstr(plan, "Index Scan using jobs_due on jobs") != NULL &&
-              strstr(plan, "Index Scan using jobs_pkey on jobs") != NULL &&
-              strstr(plan, "LockRows") != NULL && strstr(plan, "Seq Scan") == NULL &&
-              strstr(plan, "Sort") == NULL && strstr(plan, "Bitmap") == NULL;
+    bool due = strstr(plan, strict ? "Index Scan using jobs_due on jobs"
+                                   : "jobs_due") != NULL;
+    bool pkey = strstr(plan, strict ? "Index Scan using jobs_pkey on jobs"
+                                    : "jobs_pkey") != NULL;
+    bool ok = due && pkey && strstr(plan, "LockRows") != NULL &&
+              strstr(plan, "Seq Scan") == NULL &&
+              strstr(plan, "jobs_status_deliver") == NULL &&
+              (!strict || (strstr(plan, "Sort") == NULL &&
+                           strstr(plan, "Bitmap") == NULL));
     char msg[8192];
 
     snprintf(msg, sizeof(msg), "%s", plan);
     free(plan);
     cr_assert(ok,
-              "%s: the claim does not read jobs_due in index order and update "
-              "by seq (or it scans or sorts):\n%s",
+              "%s: the claim does not read jobs_due and update by seq (or it "
+              "scans the table or another index):\n%s",
               when, msg);
 }
 
@@ -167,19 +175,19 @@ Test(store_pg_dispatch, claim_uses_partial_due_index)
     migrate();
     fill(200000);
     free(psql(g_db, "ANALYZE jobs;"));
-    assert_claim_uses_due_index("200,000 jobs, analyzed");
+    assert_claim_uses_due_index("200,000 jobs, analyzed", true);
 }
 
-/* As deployed, before autovacuum has analyzed the table: 50 jobs, no
- * statistics. Disabled until the service is changed (reported to the lead,
- * issue 12): the claim's inner SELECT does use jobs_due, but the outer
- * UPDATE finds its rows through "Index Scan using jobs_status_deliver
- * (status = 0), Filter: seq = ANY($1)", which reads every pending job: a
- * claim that costs O(pending) until the first ANALYZE. */
-Test(store_pg_dispatch, claim_uses_partial_due_index_without_statistics,
-     .disabled = true)
+/* As deployed, before autovacuum has analyzed the table: 20,000 jobs
+ * (autovacuum off for it, so none comes meanwhile), no statistics. (With a
+ * second "status = 0" in the outer UPDATE, this found its rows through
+ * "Index Scan using jobs_status_deliver (status = 0), Filter: seq =
+ * ANY($1)": every pending job read by each claim until the first
+ * ANALYZE.) */
+Test(store_pg_dispatch, claim_uses_partial_due_index_without_statistics)
 {
     migrate();
-    fill(50);
-    assert_claim_uses_due_index("50 jobs, no statistics");
+    free(psql(g_db, "ALTER TABLE jobs SET (autovacuum_enabled = false);"));
+    fill(20000);
+    assert_claim_uses_due_index("20,000 jobs, no statistics", false);
 }

@@ -221,6 +221,11 @@ def test_read_only_database_is_503_stores_nothing_and_recovers_without_restart(
     try:
         _server_read_only(True)
         t0 = time.monotonic()
+        # A session takes the reloaded setting between its statements; the
+        # service's writer may commit once more before it has. /readyz
+        # (on the writer's connection) saying 503 is the moment it has.
+        wait_until(lambda: svc.get("/readyz").status == 503, 15,
+                   "/readyz to say 503 while the database refuses writes")
         refused = []
         for i in range(5):
             resp = svc.post("/schedule", job(f"refused {i}", delay_ms=0))
@@ -229,8 +234,6 @@ def test_read_only_database_is_503_stores_nothing_and_recovers_without_restart(
             assert resp.body["error"]["code"] in ("storage_full", "unavailable"), resp.body
             refused.append(resp.body["error"]["code"])
         first_503_s = time.monotonic() - t0
-        wait_until(lambda: svc.get("/readyz").status == 503, 15,
-                   "/readyz to say 503 while the database refuses writes")
         # what was stored is still readable; nothing refused was stored
         assert svc.job(before["id"])["body"] == "before"
     finally:
@@ -251,6 +254,7 @@ def test_read_only_database_is_503_stores_nothing_and_recovers_without_restart(
     got = amqp.wait_for_jobs(list(acked), timeout=60)
     for job_id, body in acked.items():
         assert [m.body for m in got[job_id]] == [body], (job_id, got[job_id])
-    report(f"read-only PostgreSQL: 5 POSTs 503 {sorted(set(refused))} in "
-           f"{first_503_s:.2f} s, /readyz 503, none stored; 201 again "
+    report(f"read-only PostgreSQL: /readyz 503, then 5 POSTs 503 "
+           f"{sorted(set(refused))}, {first_503_s:.2f} s after the switch, none "
+           f"stored; 201 again "
            f"{recovered_s:.2f} s after writes returned, without a restart")

@@ -252,12 +252,22 @@ def test_ha_stack_spreads_jobs_and_survives_an_instance_kill(image, engine, repo
         report(f"HA stack: docker-compose up -d {up_s:.0f} s, every instance ready "
                f"{time.monotonic() - t0:.0f} s after the start")
 
-        # A real 3-node cluster.
-        p = docker("exec", stack.container("rabbitmq1"), "rabbitmqctl", "-n",
-                   "rabbit1@localhost", "-q", "cluster_status", "--formatter", "json",
-                   timeout=60)
-        running = sorted(json.loads(p.stdout)["running_nodes"])
-        assert running == ["rabbit1@localhost", "rabbit2@localhost", "rabbit3@localhost"]
+        # A real 3-node cluster: nodes 2 and 3 start once node 1 is healthy
+        # and join it at their first boot, which can outlast the instances'
+        # start (they need one node only).
+        seen = {}
+
+        def cluster_formed():
+            p = docker("exec", stack.container("rabbitmq1"), "rabbitmqctl", "-n",
+                       "rabbit1@localhost", "-q", "cluster_status", "--formatter",
+                       "json", timeout=60)
+            seen["running"] = sorted(json.loads(p.stdout)["running_nodes"])
+            return seen["running"] == ["rabbit1@localhost", "rabbit2@localhost",
+                                       "rabbit3@localhost"]
+        try:
+            wait_until(cluster_formed, 120, "3 running RabbitMQ nodes", interval=2)
+        except AssertionError:
+            raise AssertionError(f"running nodes: {seen.get('running')}") from None
         queue = Queue(f"amqp://{user}:{password}@127.0.0.1:{port['RABBITMQ_AMQP_PORT_2']}/",
                       f"ha-{RUN_ID}-{uuid.uuid4().hex[:6]}",
                       arguments={"x-queue-type": "quorum"})

@@ -518,7 +518,10 @@ def test_x_delay_every_field_type_has_its_documented_outcome(
 def test_string_x_delays_arrive_in_delay_order(cleanup, service, amqp):
     """The plugin's own string_delay_header case: x-delay as long strings."""
     svc, ingest = ingest_service(service, cleanup, amqp.exchange)
-    delays = ["500", "100", "300", "200", "100", "400"]
+    # The plugin's test uses 100-500 ms; each delay counts from when its
+    # message is taken in, so the steps must outlast taking in all six (a
+    # ThreadSanitizer build on PostgreSQL took more than 100 ms): 1-5 s.
+    delays = ["5000", "1000", "3000", "2000", "1000", "4000"]
     pub = Publisher()
     try:
         for i, d in enumerate(delays):

@@ -23,6 +23,7 @@ import yaml
 from conftest import (COMPOSE, IMAGE_TAG, REPO, RUN_ID, TOKEN, ComposeProject,
                       Queue, docker, docker_env, free_ports, http, parse_time,
                       sh, standin_image, wait_ready, wait_until)
+from pylib.wait import port_open  # tests/pylib, on the path through conftest
 
 HA_FILE = os.path.join(REPO, "deploy", "docker-compose.ha.yml")
 INSTANCES = ("rmqs1", "rmqs2", "rmqs3")
@@ -268,6 +269,10 @@ def test_ha_stack_spreads_jobs_and_survives_an_instance_kill(image, engine, repo
             wait_until(cluster_formed, 120, "3 running RabbitMQ nodes", interval=2)
         except AssertionError:
             raise AssertionError(f"running nodes: {seen.get('running')}") from None
+        # a node counts as running a moment before its AMQP listener opens
+        for n in (1, 2, 3):
+            wait_until(lambda n=n: port_open(port[f"RABBITMQ_AMQP_PORT_{n}"]), 60,
+                       f"rabbitmq{n} to accept AMQP connections", interval=0.5)
         queue = Queue(f"amqp://{user}:{password}@127.0.0.1:{port['RABBITMQ_AMQP_PORT_2']}/",
                       f"ha-{RUN_ID}-{uuid.uuid4().hex[:6]}",
                       arguments={"x-queue-type": "quorum"})

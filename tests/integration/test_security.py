@@ -569,7 +569,9 @@ def test_allow_list_refuses_other_exchanges_and_stores_nothing(service, how):
         svc = service("--allow-exchanges", "billing,amq.*")
     else:
         svc = service(extra_env={"RMQS_ALLOW_EXCHANGES": "billing,amq.*"})
-    assert "allow_exchanges=list" in svc.log()
+    # the server answers a moment before its "listening" line is written
+    wait_until(lambda: "allow_exchanges=list" in svc.log(), 10,
+               "the log to say the allow list is on")
     for name in FORBIDDEN:
         resp = svc.post("/schedule", later_job(exchange=name),
                         headers={"Idempotency-Key": f"k-{uuid.uuid4().hex}"})

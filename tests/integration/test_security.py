@@ -311,7 +311,7 @@ def test_without_a_token_every_endpoint_is_open(service):
         assert st == 201, batch
         assert svc.post("/schedule", later_job(), headers=headers).status == 201
     assert svc.delete(f"/jobs/{job['id']}").status == 200
-    assert "auth=off" in svc.log()
+    wait_until(lambda: "auth=off" in svc.log(), 10, "the log line 'listening' with auth=off")
 
 
 def _endpoints(job_id):
@@ -348,7 +348,7 @@ def test_with_a_token_every_endpoint_but_healthz_needs_it(service):
     token = new_token()
     svc = service(wait="health", extra_env={"RMQS_API_TOKEN": token})
     wait_ready(svc, bearer(token))
-    assert "auth=bearer" in svc.log()
+    wait_until(lambda: "auth=bearer" in svc.log(), 10, "the log line 'listening' with auth=bearer")
     job = svc.schedule(later_job(body="kept"), headers=bearer(token))
 
     # /healthz stays open, with or without (even wrong) credentials.
@@ -617,7 +617,7 @@ def test_allowed_jobs_are_published(service, amqp):
 
 def test_without_an_allow_list_any_exchange_is_accepted(service):
     svc = service()
-    assert "allow_exchanges=any" in svc.log()
+    wait_until(lambda: "allow_exchanges=any" in svc.log(), 10, "the log line 'listening' with allow_exchanges=any")
     for name in FORBIDDEN + ALLOWED + [f"anything-{uuid.uuid4().hex}"]:
         svc.schedule(later_job(exchange=name))
 
@@ -629,7 +629,7 @@ def test_without_an_allow_list_any_exchange_is_accepted(service):
 def test_https_schedule_and_read_with_a_trusted_ca(service, pki, amqp):
     token = new_token()
     svc = start_https_service(service, pki, extra_env={"RMQS_API_TOKEN": token})
-    assert "tls=on" in svc.log()
+    wait_until(lambda: "tls=on" in svc.log(), 10, "the log line 'listening' with tls=on")
     ctx = trusting(pki.ca)
     h = bearer(token)
     st, _, ready = https_request(svc.port, "GET", "/readyz", headers=h, context=ctx)

@@ -177,7 +177,7 @@ def model_walls(fields, start):
     MON = expand(month, 1, 12, MONTHS)[0]
     W, _, wnth = expand(dow, 0, 7, DAYS)
     both = not dom.startswith("*") and not dow.startswith("*")
-    day = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    day = first = start.replace(hour=0, minute=0, second=0, microsecond=0)
     for _ in range(146097):
         if day.month in MON:
             nxt = day.replace(day=28) + dt.timedelta(days=4)
@@ -187,7 +187,11 @@ def model_walls(fields, start):
             wm = wd in W or (wd, (day.day - 1) // 7 + 1) in wnth
             if (dm or wm) if both else (dm and wm):
                 for h in H:
+                    if day == first and h < start.hour:
+                        continue
                     for mi in M:
+                        if day == first and (h, mi) < (start.hour, start.minute):
+                            continue
                         for s in S:
                             w = day.replace(hour=h, minute=mi, second=s)
                             if w >= start:
@@ -230,22 +234,31 @@ def wall_instants(w, z, skipped_next, repeated_both):
 
 
 def model_fires(fields, zone, start_ms):
-    """Our rule, computed independently of cron.c: naive croniter + zoneinfo."""
+    """Our rule, computed independently of cron.c: model_walls + zoneinfo."""
     z = ZoneInfo(zone)
     wild = "*" in fields[2] or "/" in fields[2]
     skipped_next, repeated_both = (not wild), wild
     start_s = math.floor(start_ms / 1000)
     local = dt.datetime.fromtimestamp(start_s, tz=z).replace(tzinfo=None)
-    found = []
-    for w in model_walls(fields, local - dt.timedelta(days=2)):
+    epoch = dt.datetime(1970, 1, 1)
+
+    def offsets_near(s):  # hourly samples 30 h either side
+        return [utc_offset(z, s + h * 3600) for h in range(-30, 31)]
+    # walls before the start's own wall time map after the start only if
+    # the offset drops soon after it: begin that much earlier
+    back = max(0, utc_offset(z, start_s) - min(offsets_near(start_s)))
+    found, bound = [], None
+    for w in model_walls(fields, local - dt.timedelta(seconds=back + 1)):
         new = [t * 1000 for t in wall_instants(w, z, skipped_next, repeated_both)
                if t * 1000 > start_ms]
         if new:
+            before = found[-1] if len(found) == COUNT else None
             found = sorted(set(found + new))[:COUNT]
-        if len(found) == COUNT:
-            last_wall = dt.datetime.fromtimestamp(found[-1] // 1000, tz=z).replace(tzinfo=None)
-            if w > last_wall + dt.timedelta(days=2):
-                break
+            if len(found) == COUNT and found[-1] != before:
+                # no wall after found[-1] + the largest offset near it maps before it
+                bound = found[-1] // 1000 + max(offsets_near(found[-1] // 1000))
+        if bound is not None and (w - epoch).total_seconds() > bound:
+            break
     return found
 
 

@@ -101,6 +101,9 @@ Test(cron, dst_berlin)
         /* several gap times collapse into the one instant after the gap */
         {"*/15 2 * * *", "Europe/Berlin", "2027-03-28T00:40:00Z", DST_DEFAULT,
          {"2027-03-28T03:00:00.000+02:00", "2027-03-29T02:00:00.000+02:00"}},
+        /* 02:00 collapses into 03:00, which matches too: one fire, not two */
+        {"0 2,3 * * *", "Europe/Berlin", "2027-03-27T12:00:00Z", DST_DEFAULT,
+         {"2027-03-28T03:00:00.000+02:00", "2027-03-29T02:00:00.000+02:00"}},
         /* fall back 2027-10-31: 02:00-03:00 happens twice */
         {"30 2 * * *", "Europe/Berlin", "2027-10-30T12:00:00Z", DST_DEFAULT,
          {"2027-10-31T02:30:00.000+02:00", "2027-11-01T02:30:00.000+01:00"}},

@@ -19,6 +19,8 @@ What each test proves:
   grace is expired, not published;
 - PATCH (routing key, body), DELETE and pause / resume take effect for the
   next run, and a fire time is never published twice across the change;
+- RabbitMQ down past the grace: one run waits and expires unpublished, then
+  the latest missed run fires once, the rest are skipped;
 - the README's "Recurring schedules" curl examples run as written.
 
 Times are built relative to now; every wait has a deadline. The figures
@@ -711,6 +713,56 @@ def test_pause_stops_runs_and_resume_does_not_replay_them(service, amqp):
     assert runs(svc, "misfired_fired") == 0 and runs(svc, "skipped") == 0, \
         "a paused schedule misses nothing"
     assert not duplicates(amqp)
+
+
+def test_broker_down_past_the_grace_one_run_waits_expires_and_one_fires_after(
+        service, amqp_factory, broker, report):
+    """RabbitMQ stopped for longer than the grace under a 1-second schedule:
+    the scheduler keeps one run waiting (it creates no more while the last
+    one is more than 1 s overdue), that run expires unpublished (cancelled,
+    last_error naming misfire_grace_ms), and after the broker is back the
+    catch-up fires the latest missed run once and skips the others; nothing
+    is published more than the grace after its fire time."""
+    grace = 2000
+    svc = service("--backoff-base-ms", "100", "--backoff-cap-ms", "500")
+    amqp = amqp_factory(durable=True)
+    name = name_of("outage")
+    put_ok(svc, name, {"cron": EVERY_SECOND, "misfire_grace_ms": grace,
+                       "job": template(amqp)})
+    amqp.wait_for(2, timeout=15)
+    t_stop = now_ms()
+    broker.stop_app()
+    wait_until(lambda: svc.get("/readyz").status == 503, 20, "/readyz 503")
+    wait_past(now_ms() + grace + 4000, "the outage to outlast the grace")
+    made = [j for j in schedule_jobs(svc, name) if ts_ms(j["fire_at"]) > t_stop]
+    outage_s = (now_ms() - t_stop) / 1000
+    broker.start_app()
+    t_back = now_ms()
+    wait_until(lambda: svc.get("/readyz").status == 200, 60, "/readyz 200 again")
+    wait_until(lambda: any(fire_ms(m) > t_back + 2000 for m in amqp.snapshot()), 30,
+               "runs on time again")
+    # one run waiting, plus those created ahead before the broker went
+    assert len(made) <= 4, \
+        f"{len(made)} runs created during a {outage_s:.0f} s outage: " \
+        f"{[ts_ms(j['fire_at']) - t_stop for j in made]}"
+    got = by_fire_time(amqp.snapshot())
+    for t, msgs in got.items():
+        assert len({m.job_id for m in msgs}) == 1, f"fire time {t} by two runs"
+        late = msgs[0].received_at * 1000 - t
+        assert late <= grace + 500, f"published {late:.0f} ms after its fire time " \
+            f"(grace {grace})"
+    expired = []
+    for j in made:
+        if ts_ms(j["fire_at"]) not in got:
+            j = svc.wait_status(j["id"], ("cancelled",), timeout=20)
+            assert "misfire_grace_ms" in (j["last_error"] or ""), j
+            expired.append(j["id"])
+    assert expired, "the run waiting through the outage was published past its grace?"
+    mf, sk = runs(svc, "misfired_fired"), runs(svc, "skipped")
+    report(f"schedules: broker down {outage_s:.1f} s on {svc.store} (grace {grace} ms): "
+           f"{len(made)} runs made meanwhile, {len(expired)} expired, then "
+           f"misfired_fired {mf:.0f}, skipped {sk:.0f}")
+    assert mf == 1 and sk >= 1, (mf, sk)
 
 
 # --- the README's examples, run ----------------------------------------------

@@ -18,7 +18,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config \
-        libmicrohttpd-dev librabbitmq-dev libsqlite3-dev libjansson-dev libpq-dev \
+        libmicrohttpd-dev librabbitmq-dev libsqlite3-dev libjansson-dev libpq-dev libglib2.0-dev \
  && rm -rf /var/lib/apt/lists/*
 # Only what the build reads: .dockerignore lets in CMakeLists.txt,
 # migrations/ and service/, so edits elsewhere keep the cache.
@@ -32,7 +32,8 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DRMQS_TESTS=OFF \
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 libpq5 ca-certificates \
+        libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 libpq5 libglib2.0-0 tzdata \
+        ca-certificates \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt/* /var/log/dpkg.log \
  && groupadd --system --gid 10001 rmqs \
  && useradd --system --uid 10001 --gid rmqs --home-dir /data --no-create-home \

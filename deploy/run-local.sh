@@ -50,7 +50,7 @@ as_root() { if [ -n "$SUDO" ]; then sudo -E "$@"; else "$@"; fi; }
 
 # --- 1. packages: the build's and the quick start's, nothing else ------------
 PKGS="cmake make gcc libc6-dev pkg-config libmicrohttpd-dev librabbitmq-dev
-      libsqlite3-dev libjansson-dev rabbitmq-server curl python3"
+      libsqlite3-dev libjansson-dev libglib2.0-dev rabbitmq-server curl python3"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

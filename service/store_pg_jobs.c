@@ -30,13 +30,13 @@
 
 #include "log.h"
 
-#define INSERT_NCOLS 19
+#define INSERT_NCOLS 22
 
 #define INSERT_HEAD                                                          \
     "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "      \
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts, "          \
     "max_attempts, last_error, headers, properties, body_kind, body, "       \
-    "source, message_id) VALUES "
+    "source, message_id, schedule, fire_at, expires_at) VALUES "
 
 /* A new job's due_at on the database's clock: the HTTP layer made it the
  * later of deliver_at and its own clock; where that clock won (due_at >
@@ -46,12 +46,14 @@
     ",CASE WHEN $%zu::bigint > $%zu::bigint THEN greatest($%zu::bigint, "     \
     PG_NOW_MS ") ELSE $%zu::bigint END"
 
+#define ROW_NUMS 12 /* numbers a row binds as text */
+
 /* The parameters of one multi-row INSERT. */
 typedef struct rows {
     size_t n;                 /* rows */
     const char **vals;        /* INSERT_NCOLS per row */
     int *lens, *fmts;
-    char (*num)[24];          /* 10 numbers per row */
+    char (*num)[24];          /* ROW_NUMS numbers per row */
     char **owned;             /* 2 JSON texts per row (freed) */
     unsigned char (*ids)[JOB_ID_BYTES];
 } rows;
@@ -78,7 +80,7 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
     r->vals = calloc(n * INSERT_NCOLS, sizeof(*r->vals));
     r->lens = calloc(n * INSERT_NCOLS, sizeof(*r->lens));
     r->fmts = calloc(n * INSERT_NCOLS, sizeof(*r->fmts));
-    r->num = calloc(n * 10, sizeof(*r->num));
+    r->num = calloc(n * ROW_NUMS, sizeof(*r->num));
     r->owned = calloc(n * 2, sizeof(*r->owned));
     r->ids = calloc(n, sizeof(*r->ids));
     if (!r->vals || !r->lens || !r->fmts || !r->num || !r->owned || !r->ids) {
@@ -91,7 +93,7 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
         const char **v = r->vals + i * INSERT_NCOLS;
         int *len = r->lens + i * INSERT_NCOLS;
         int *fmt = r->fmts + i * INSERT_NCOLS;
-        char(*num)[24] = r->num + i * 10;
+        char(*num)[24] = r->num + i * ROW_NUMS;
 
         if (job_id_parse(j->id, r->ids[i]) != RMQS_OK) {
             *bad = i;
@@ -129,8 +131,15 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
         }
         len[16] = (int)j->body_len;
         fmt[16] = 1;
-        v[17] = j->source == JOB_SOURCE_AMQP ? "1" : "0";
+        v[17] = j->source == JOB_SOURCE_SCHEDULE ? "2"
+                : j->source == JOB_SOURCE_AMQP   ? "1"
+                                                 : "0";
         v[18] = store_job_message_id(j);
+        /* a schedule's run: its name and fire time; NULL for other jobs
+         * (whatever fire_at a zeroed job carries) */
+        v[19] = j->schedule;
+        v[20] = j->schedule != NULL ? pg_i64(num[10], j->fire_at) : NULL;
+        v[21] = j->expires_at > 0 ? pg_i64(num[11], j->expires_at) : NULL;
     }
     return RMQS_OK;
 }
@@ -153,12 +162,17 @@ static void rows_done(pg_conn *pc, const job_t *const *jobs, size_t n,
     }
 }
 
+/* A schedule's runs: a run created already (its id is derived from the
+ * fire time) is skipped, not refused; the ids inserted come back. */
+#define IF_ABSENT_SQL " ON CONFLICT (id) DO NOTHING RETURNING id"
+
 /* One multi-row INSERT of jobs[0..n) (a few: COPY takes the bulk) in pc's open
- * transaction. */
+ * transaction. if_absent: IF_ABSENT_SQL, and *res_out gets the result (the
+ * ids inserted; caller PQclear), else NULL. */
 static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
-                           size_t *bad)
+                           size_t *bad, bool if_absent, PGresult **res_out)
 {
-    size_t cap = sizeof(INSERT_HEAD) +
+    size_t cap = sizeof(INSERT_HEAD) + sizeof(IF_ABSENT_SQL) +
                  n * (INSERT_NCOLS * 8 + sizeof(DUE_AT_SQL) + 40);
     char *sql = malloc(cap);
     size_t at;
@@ -189,10 +203,16 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         }
         at += (size_t)snprintf(sql + at, cap - at, ")");
     }
-    res = pg_exec(pc, "insert", sql, (int)(n * INSERT_NCOLS), r.vals, r.lens,
-                  r.fmts, &rc);
+    if (if_absent)
+        snprintf(sql + at, cap - at, "%s", IF_ABSENT_SQL);
+    res = pg_exec(pc, if_absent ? "insert_runs" : "insert", sql,
+                  (int)(n * INSERT_NCOLS), r.vals, r.lens, r.fmts, &rc);
+    /* runs that existed already are noted too: at worst a spurious wake */
     rows_done(pc, jobs, n, rc);
-    PQclear(res);
+    if (res_out != NULL && rc == RMQS_OK)
+        *res_out = res;
+    else
+        PQclear(res);
     rows_free(&r);
     free(sql);
     return rc;
@@ -279,8 +299,8 @@ static void cb_text(cbuf *b, const char *t)
 #define COPY_SQL                                                             \
     "COPY jobs (id, status, exchange, routing_key, deliver_at, due_at, "     \
     "delay_ms, created_at, updated_at, sent_at, attempts, max_attempts, "    \
-    "last_error, headers, properties, body_kind, body, source, message_id) " \
-    "FROM STDIN (FORMAT binary)"
+    "last_error, headers, properties, body_kind, body, source, message_id, " \
+    "schedule, fire_at, expires_at) FROM STDIN (FORMAT binary)"
 
 /* One binary COPY of jobs[0..n) in pc's open transaction. due_at as
  * DUE_AT_SQL, with this host's clock plus the offset (a lower bound of the
@@ -337,8 +357,19 @@ static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         cb_text(&b, props);
         cb_i16(&b, (int)j->body_kind);
         cb_field(&b, j->body_len ? (const void *)j->body : "", j->body_len);
-        cb_i16(&b, j->source == JOB_SOURCE_AMQP ? 1 : 0);
+        cb_i16(&b, j->source == JOB_SOURCE_SCHEDULE ? 2
+                    : j->source == JOB_SOURCE_AMQP ? 1
+                                                   : 0);
         cb_text(&b, store_job_message_id(j));
+        cb_text(&b, j->schedule);
+        if (j->schedule != NULL)
+            cb_i64(&b, j->fire_at);
+        else
+            cb_field(&b, NULL, 0);
+        if (j->expires_at > 0)
+            cb_i64(&b, j->expires_at);
+        else
+            cb_field(&b, NULL, 0);
         free(hdr);
         free(props);
     }
@@ -436,7 +467,7 @@ static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
         const job_t *j = &r->jobs[i];
         size_t bad;
 
-        rc = insert_rows(pc, &j, 1, &bad);
+        rc = insert_rows(pc, &j, 1, &bad, false, NULL);
         if (rc != RMQS_OK) {
             r->failed_index = i;
             goto undo;
@@ -564,6 +595,41 @@ fail_all:
     return out;
 }
 
+#define RUNS_PER_INSERT 500 /* 22 parameters a row: well under 65535 */
+
+rmqs_rc pg_insert_runs(pg_conn *pc, const job_t *const *jobs, size_t n,
+                       bool *inserted)
+{
+    for (size_t at = 0; at < n; at += RUNS_PER_INSERT) {
+        size_t m = n - at < RUNS_PER_INSERT ? n - at : RUNS_PER_INSERT;
+        unsigned char id[JOB_ID_BYTES];
+        PGresult *res = NULL;
+        size_t bad;
+        rmqs_rc rc = insert_rows(pc, jobs + at, m, &bad, true, &res);
+
+        if (rc != RMQS_OK)
+            return rc;
+        for (size_t i = 0; i < m; i++)
+            inserted[at + i] = false;
+        /* RETURNING order is unspecified: match the ids (m <= 500) */
+        for (int r = 0; r < PQntuples(res); r++) {
+            if (PQgetlength(res, r, 0) != JOB_ID_BYTES)
+                continue;
+            for (size_t i = 0; i < m; i++) {
+                if (inserted[at + i] ||
+                    job_id_parse(jobs[at + i]->id, id) != RMQS_OK ||
+                    memcmp(id, PQgetvalue(res, r, 0), JOB_ID_BYTES) != 0)
+                    continue;
+                inserted[at + i] = true;
+                store_delta_add(&pc->delta, (int)jobs[at + i]->status, 1);
+                break;
+            }
+        }
+        PQclear(res);
+    }
+    return RMQS_OK;
+}
+
 /* Load a job by id on pc (locked, up). */
 static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
                       job_t *out)
@@ -602,8 +668,8 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
                 const store_cursor *after, job_t **jobs_out, size_t *n_out,
                 bool *more, store_cursor *last)
 {
-    char sql[512], num[4][24], srcs[24];
-    const char *vals[6];
+    char sql[640], num[4][24], srcs[24];
+    const char *vals[7];
     int np = 0;
     size_t at;
     PGresult *res = NULL;
@@ -641,6 +707,12 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
         vals[np++] = f->message_id;
         at += (size_t)snprintf(sql + at, sizeof(sql) - at,
                                " AND message_id = $%d", np);
+    }
+    if (f && f->schedule) {
+        /* the partial index jobs_schedule (schedule, deliver_at, seq) */
+        vals[np++] = f->schedule;
+        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
+                               " AND schedule = $%d", np);
     }
     vals[np++] = pg_i64(num[3], (int64_t)limit + 1); /* one more: a next page? */
     snprintf(sql + at, sizeof(sql) - at,

@@ -23,8 +23,8 @@
 #define MS_PER_DAY 86400000LL
 
 /* First and last instants the formatter can express in 4-digit years. */
-#define DAYS_0000_01_01 (-719528LL) /* days_from_civil(0, 1, 1) */
-#define DAYS_9999_12_31 2932896LL   /* days_from_civil(9999, 12, 31) */
+#define DAYS_0000_01_01 (-719528LL) /* tu_days_from_civil(0, 1, 1) */
+#define DAYS_9999_12_31 2932896LL   /* tu_days_from_civil(9999, 12, 31) */
 
 /* The instants the parser accepts: years 0001-9999 in UTC. */
 #define MS_0001_01_01 (-62135596800000LL) /* 0001-01-01T00:00:00.000Z */
@@ -76,19 +76,18 @@ int64_t tu_jitter_ms(int64_t ms)
     return ms / 2 + (int64_t)(r % (unsigned int)(ms / 2 + 1));
 }
 
-static bool is_leap(int64_t y)
+bool tu_is_leap(int64_t y)
 {
     return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
 }
 
-static int days_in_month(int64_t y, int m)
+int tu_days_in_month(int64_t y, int m)
 {
     static const int dim[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return m == 2 && is_leap(y) ? 29 : dim[m - 1];
+    return m == 2 && tu_is_leap(y) ? 29 : dim[m - 1];
 }
 
-/* Days since 1970-01-01 of the proleptic Gregorian date y-m-d. */
-static int64_t days_from_civil(int64_t y, int m, int d)
+int64_t tu_days_from_civil(int64_t y, int m, int d)
 {
     y -= m <= 2;
     int64_t era = (y >= 0 ? y : y - 399) / 400;
@@ -99,8 +98,7 @@ static int64_t days_from_civil(int64_t y, int m, int d)
     return era * 146097 + doe - 719468;
 }
 
-/* Inverse of days_from_civil. */
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+void tu_civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {
     z += 719468;
     int64_t era = (z >= 0 ? z : z - 146096) / 146097;
@@ -149,7 +147,7 @@ rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out)
         return RMQS_EINVAL;
 
     if (year < 1 || mon < 1 || mon > 12 || day < 1 ||
-        day > days_in_month(year, mon) || hour > 23 || min > 59 || sec > 60)
+        day > tu_days_in_month(year, mon) || hour > 23 || min > 59 || sec > 60)
         return RMQS_EINVAL;
 
     /* time-secfrac ".d+": any length, truncated to milliseconds */
@@ -194,7 +192,7 @@ rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out)
         frac_ms = 999;
     }
 
-    int64_t days = days_from_civil(year, mon, day);
+    int64_t days = tu_days_from_civil(year, mon, day);
     int64_t local_ms = days * MS_PER_DAY +
                        ((int64_t)hour * 3600 + (int64_t)min * 60 + sec) * MS_PER_SEC +
                        frac_ms;
@@ -240,7 +238,7 @@ void tu_format_rfc3339(int64_t ms, char out[TU_RFC3339_LEN + 1])
 
     int64_t y;
     int m, d;
-    civil_from_days(days, &y, &m, &d);
+    tu_civil_from_days(days, &y, &m, &d);
 
     put_digits(out, y, 4);
     out[4] = '-';

@@ -9,6 +9,7 @@
 #ifndef RMQS_TIMEUTIL_H
 #define RMQS_TIMEUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,5 +43,11 @@ rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out);
 
 /* Format ms as "YYYY-MM-DDTHH:MM:SS.mmmZ" into out (TU_RFC3339_LEN + 1). */
 void tu_format_rfc3339(int64_t ms, char out[TU_RFC3339_LEN + 1]);
+
+/* Proleptic Gregorian calendar arithmetic (shared with cron.c and tz.c). */
+bool tu_is_leap(int64_t y);
+int tu_days_in_month(int64_t y, int m);                      /* m 1-12 */
+int64_t tu_days_from_civil(int64_t y, int m, int d);         /* days since 1970-01-01 */
+void tu_civil_from_days(int64_t days, int64_t *y, int *m, int *d); /* its inverse */
 
 #endif

@@ -46,7 +46,7 @@ ROOT=$PWD
 RMQS_LOG_PREFIX=bench
 
 PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
-          libsqlite3-dev libjansson-dev rabbitmq-server python3 python3-pika
+          libsqlite3-dev libjansson-dev libglib2.0-dev rabbitmq-server python3 python3-pika
           wrk sqlite3 postgresql-15 libpq-dev)
 PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench

@@ -445,7 +445,7 @@ PROBE_DOCKERFILE = """\
 FROM debian:bookworm-slim
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-        systemd systemd-sysv libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 libpq5 \\
+        systemd systemd-sysv libmicrohttpd12 librabbitmq4 libsqlite3-0 libjansson4 libpq5 libglib2.0-0 tzdata \\
         ca-certificates \\
  && rm -rf /var/lib/apt/lists/* \\
  && systemctl mask getty.target console-getty.service systemd-logind.service \\

@@ -143,7 +143,7 @@ class ScheduleBench:
 
         # 2. N firing at the minute boundary T
         est_s = self.n / max(1.0, CALIBRATION / secs)
-        T = ((now_ms() + int(est_s * 1500) + 20000) // 60000 + 1) * 60000
+        T = ((now_ms() + int(est_s * 2500) + 20000) // 60000 + 1) * 60000
         tm = time.gmtime(T / 1000)
         cron = f"0 {tm.tm_min} {tm.tm_hour} * * *"
         res.update(fire_at_ms=T, cron=cron, estimated_put_s=round(est_s, 1))

@@ -721,10 +721,10 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
                          (long long)it->job.fire_at,
                          (long long)it->job.expires_at,
                          (long long)it->job.updated_at);
-                it->out = (store_outcome){.id = it->job.id,
-                                          .kind = STORE_OUT_EXPIRE,
-                                          .error = "missed its fire time by more "
-                                                   "than misfire_grace_ms"};
+                it->out = (store_outcome){
+                    .id = it->job.id, .kind = STORE_OUT_EXPIRE,
+                    .error = "missed its fire time by more than "
+                             "misfire_grace_ms"};
                 done_push(d, it);
                 continue;
             }

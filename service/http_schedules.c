@@ -15,7 +15,7 @@
  * still ahead and still pending are cancelled (a run the dispatcher
  * already holds, claimed within its lookahead of the fire time, goes out);
  * runs whose fire time has passed keep their lifecycle. The new next fire
- * time is the first after now, and after the last run that was not
+ * time is the first after now, and after the last run that could not be
  * cancelled. The same body PUT again changes nothing (200, generation
  * unchanged): the store compares the canonical spec.
  */
@@ -67,9 +67,9 @@ static bool query_int(struct MHD_Connection *c, const char *key, size_t lo,
 
 static const char *state_name(const store_schedule *row)
 {
-    if (row->next_fire_at < 0)
-        return "ended";
-    return row->paused ? "paused" : "active";
+    if (row->paused)
+        return "paused";
+    return row->next_fire_at < 0 ? "ended" : "active";
 }
 
 /* The stored spec of row as a schedule, with the every_ms phase the row
@@ -113,14 +113,14 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
         json_object_set_new(o, "last_job_id", row->last_job_id[0]
                                                   ? json_string(row->last_job_id)
                                                   : json_null());
-        /* Active: from the next fire time on. Paused: what would fire if
+        /* Active: from now on (runs created ahead included), or from the
+         * next fire time if that is overdue. Paused: what would fire if
          * resumed now. Ended: none. */
-        if (row->next_fire_at < 0)
+        if (row->next_fire_at < 0) {
             json_object_set_new(o, "next_runs", json_array());
-        else {
-            after = row->paused ? now : row->next_fire_at - 1;
-            if (row->last_fire_at > after)
-                after = row->last_fire_at;
+        } else {
+            after = !row->paused && row->next_fire_at <= now ? row->next_fire_at - 1
+                                                             : now;
             json_object_set_new(o, "next_runs",
                                 schedule_next_runs_json(&s, after, count));
         }
@@ -232,12 +232,14 @@ out:
     scheduler_notify(api->opt.scheduler);
 }
 
-/* The first fire time of s after now and after last_fire_ms (-1: none). */
-static int64_t first_fire(const schedule_t *s, int64_t now, int64_t last_fire_ms)
+/* The first fire time of s after now, -1 if none. Runs created ahead for
+ * a later fire time are cancelled by settle_change, which moves the next
+ * fire time past any it could not cancel. */
+static int64_t first_fire(const schedule_t *s, int64_t now)
 {
-    int64_t after = last_fire_ms > now ? last_fire_ms : now, next;
+    int64_t next;
 
-    return schedule_next(s, after, &next) ? next : -1;
+    return schedule_next(s, now, &next) ? next : -1;
 }
 
 /* The every_ms of a stored spec text, 0 if none. */
@@ -290,7 +292,7 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
     row.last_fire_at = existed ? old.last_fire_at : -1;
     if (existed)
         memcpy(row.last_job_id, old.last_job_id, sizeof row.last_job_id);
-    row.next_fire_at = first_fire(&s, now, row.last_fire_at);
+    row.next_fire_at = first_fire(&s, now);
     rc = store_schedule_put(api->st, &row, &created, &unchanged, &stored);
     if (rc != RMQS_OK) {
         ret = http_reply_rc(c, rc, NULL, "cannot store the schedule");
@@ -370,7 +372,7 @@ static enum MHD_Result h_patch(http_api_t *api, struct MHD_Connection *c,
             upd.spec = merged;
             upd.paused = s.paused;
             upd.updated_at = now;
-            upd.next_fire_at = first_fire(&s, now, old.last_fire_at);
+            upd.next_fire_at = first_fire(&s, now);
             store_schedule_clear(&stored);
             rc = store_schedule_update(api->st, &upd, old.generation, &stored);
         }

@@ -25,7 +25,7 @@ static const double http_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 #define HTTP_N (sizeof(http_bounds) / sizeof(http_bounds[0]))
 
 /* Status codes the API answers with; anything else counts as "other". */
-static const unsigned http_codes[] = {200, 201, 400, 401, 403, 404, 405,
+static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404, 405,
                                       409, 413, 415, 500, 503};
 #define CODES_N (sizeof(http_codes) / sizeof(http_codes[0]))
 

@@ -269,8 +269,8 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
             goto out;
         }
         dst = cron_default_dst(s.cron);
-    } else {
-        dst = (cron_dst){CRON_SKIPPED_NEXT, CRON_REPEATED_FIRST};
+    } else { /* an interval is real elapsed time: no wall clock involved */
+        dst = (cron_dst){CRON_SKIPPED_SKIP, CRON_REPEATED_BOTH};
     }
     rc = parse_dst(json_object_get(root, "dst"), &dst, err);
     if (rc != RMQS_OK)

@@ -15,11 +15,16 @@
  *
  * The rules of a pass, for each active schedule whose next fire time is
  * within the lead (earliest first, up to BATCH per transaction):
- *   - One outstanding run: while the last run's job is still pending or
- *     publishing more than 1 s after its fire time (the dispatcher is not
- *     publishing: the broker is away), no further run is created. That
- *     run fires when the broker is back if still within its grace, or the
- *     dispatcher expires it (STORE_OUT_EXPIRE); then the catch-up applies.
+ *   - One outstanding run: while a run of the schedule is still pending
+ *     more than 1 s after its fire time (the dispatcher is not publishing:
+ *     the broker is away), no further run is created. The last run's
+ *     status comes with the row; a schedule that fires more often than the
+ *     lead has several runs ahead and its last one is in the future, so
+ *     while that one is pending the earliest pending run is looked up (one
+ *     indexed read, only for such schedules). The runs created before the
+ *     outage (at most the lead's worth) fire when the broker is back if
+ *     still within their grace, or the dispatcher expires them
+ *     (STORE_OUT_EXPIRE); then the catch-up applies.
  *   - Catch-up: a next fire time more than 1 s in the past (downtime, or
  *     the wait above) is not fired run by run. L = the latest fire time up
  *     to now; every fire time before L is skipped; L fires once, at once
@@ -96,6 +101,32 @@ typedef struct plan {
 } plan;
 
 /*
+ * Whether schedule name has a run still pending more than OVERDUE_MS after
+ * its fire time (the dispatcher is not publishing). Asked only when the
+ * last run is still pending and not overdue itself: a schedule firing more
+ * often than the lead has several runs created ahead, and the last one is
+ * always in the future, so the earliest pending one is what tells.
+ */
+static bool earlier_run_overdue(scheduler_t *sc, const char *name, int64_t now)
+{
+    store_filter f = {.status = JOB_PENDING, .source = JOB_SOURCE_SCHEDULE,
+                      .schedule = name};
+    job_t *jobs = NULL;
+    size_t n = 0;
+    char *next = NULL;
+    bool overdue = false;
+
+    if (store_list(sc->st, &f, 1, NULL, &jobs, &n, &next) != RMQS_OK)
+        return true; /* unknown: do not pile up runs; looked at again soon */
+    overdue = n > 0 && jobs[0].fire_at < now - OVERDUE_MS;
+    for (size_t i = 0; i < n; i++)
+        job_clear(&jobs[i]);
+    free(jobs);
+    free(next);
+    return overdue;
+}
+
+/*
  * Decide the advance of one due schedule row at now_ms: fills *a (name and
  * generation borrowed from row), *job (the run, or zeroed) and *p. Returns
  * false if nothing is to be done now (the one outstanding run waits).
@@ -115,7 +146,8 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
     if (row->last_job_id[0] != '\0' &&
         (row->last_job_status == JOB_PENDING ||
          row->last_job_status == JOB_PUBLISHING) &&
-        row->last_fire_at < now - OVERDUE_MS)
+        (row->last_fire_at < now - OVERDUE_MS ||
+         earlier_run_overdue(sc, row->name, now)))
         return false; /* one outstanding run: wait for it */
     if (schedule_from_request(row->name, row->spec, strlen(row->spec),
                               &sc->opt.limits, now, &s, NULL, &err) != RMQS_OK) {

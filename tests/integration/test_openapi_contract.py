@@ -432,9 +432,10 @@ def test_every_documented_operation_exists_and_takes_its_examples(service, contr
     svc = service()
     job = svc.schedule(later_job())
     seen = []
-    # DELETE last: it cancels the job (and deletes the schedule) the others
-    # use; PUT /schedules/{name} comes first in the file, before its GET.
-    order = sorted(operations(contract.doc), key=lambda t: t[1] == "delete")
+    # PUT first (it creates the schedule the others use), DELETE last (it
+    # cancels the job and deletes the schedule).
+    order = sorted(operations(contract.doc),
+                   key=lambda t: (t[1] == "delete", t[1] != "put"))
     for template, method, op in order:
         path = template.replace("{id}", job["id"]).replace("{name}", EXAMPLE_SCHEDULE)
         examples = _request_examples(contract, op) or [(None, None)]

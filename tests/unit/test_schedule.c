@@ -212,6 +212,8 @@ Test(schedule, every_ms_without_start_at_is_anchored_at_the_put)
 
     parse_ok("{'every_ms':30000," JOB "}", &s);
     cr_expect_eq(s.anchor, NOW);
+    cr_expect_eq(s.dst.skipped, CRON_SKIPPED_SKIP, "shown as real elapsed time");
+    cr_expect_eq(s.dst.repeated, CRON_REPEATED_BOTH);
     cr_assert(schedule_next(&s, NOW, &t));
     cr_expect_eq(t, NOW + 30000);
     cr_assert(schedule_next(&s, NOW + 30000, &t));

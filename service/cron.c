@@ -238,7 +238,7 @@ static rmqs_rc parse_item(parser *ps, cron_expr *e)
         } else if (!(ps->p < ps->end && *ps->p == '/')) {
             hi = lo; /* a single value */
         } else if (f == F_DOW) {
-            hi = 6; /* "a/n" runs to Saturday */
+            hi = 7; /* "a/n" runs to the max: 7, Sunday again (as croniter) */
         }
     }
     int step = 1;
@@ -423,7 +423,7 @@ static bool day_matches(const cron_expr *e, int64_t y, int m, int d, int64_t day
             last -= 2;
         dom = d == last;
     }
-    for (int n = 1; !dom && e->dom_w >> n != 0; n++)
+    for (int n = 1; !dom && n <= 31 && e->dom_w >> n != 0; n++)
         if (((e->dom_w >> n) & 1) && nearest_weekday(y, m, n, dim) == d)
             dom = true;
     bool dow = (e->bits[F_DOW] >> wd) & 1;

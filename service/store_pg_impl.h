@@ -154,8 +154,8 @@ const char *pg_i64(char buf[24], int64_t v);
  * it was; counts those (pc->delta) and notes their due times for the
  * NOTIFY at commit. RMQS_EINVAL for a job the schema refuses (the
  * transaction is then aborted: PostgreSQL). */
-rmqs_rc pg_insert_runs(pg_conn *pc, const job_t *const *jobs, size_t n,
-                       bool *inserted);
+rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
+                       const job_t *const *jobs, size_t n, bool *inserted);
 rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n);
 rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out);

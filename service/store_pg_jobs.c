@@ -162,17 +162,12 @@ static void rows_done(pg_conn *pc, const job_t *const *jobs, size_t n,
     }
 }
 
-/* A schedule's runs: a run created already (its id is derived from the
- * fire time) is skipped, not refused; the ids inserted come back. */
-#define IF_ABSENT_SQL " ON CONFLICT (id) DO NOTHING RETURNING id"
-
 /* One multi-row INSERT of jobs[0..n) (a few: COPY takes the bulk) in pc's open
- * transaction. if_absent: IF_ABSENT_SQL, and *res_out gets the result (the
- * ids inserted; caller PQclear), else NULL. */
+ * transaction. */
 static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
-                           size_t *bad, bool if_absent, PGresult **res_out)
+                           size_t *bad)
 {
-    size_t cap = sizeof(INSERT_HEAD) + sizeof(IF_ABSENT_SQL) +
+    size_t cap = sizeof(INSERT_HEAD) +
                  n * (INSERT_NCOLS * 8 + sizeof(DUE_AT_SQL) + 40);
     char *sql = malloc(cap);
     size_t at;
@@ -203,16 +198,10 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         }
         at += (size_t)snprintf(sql + at, cap - at, ")");
     }
-    if (if_absent)
-        snprintf(sql + at, cap - at, "%s", IF_ABSENT_SQL);
-    res = pg_exec(pc, if_absent ? "insert_runs" : "insert", sql,
-                  (int)(n * INSERT_NCOLS), r.vals, r.lens, r.fmts, &rc);
-    /* runs that existed already are noted too: at worst a spurious wake */
+    res = pg_exec(pc, "insert", sql, (int)(n * INSERT_NCOLS), r.vals, r.lens,
+                  r.fmts, &rc);
     rows_done(pc, jobs, n, rc);
-    if (res_out != NULL && rc == RMQS_OK)
-        *res_out = res;
-    else
-        PQclear(res);
+    PQclear(res);
     rows_free(&r);
     free(sql);
     return rc;
@@ -296,17 +285,21 @@ static void cb_text(cbuf *b, const char *t)
     cb_field(b, t, t ? strlen(t) : 0);
 }
 
-#define COPY_SQL                                                             \
-    "COPY jobs (id, status, exchange, routing_key, deliver_at, due_at, "     \
-    "delay_ms, created_at, updated_at, sent_at, attempts, max_attempts, "    \
-    "last_error, headers, properties, body_kind, body, source, message_id, " \
-    "schedule, fire_at, expires_at) FROM STDIN (FORMAT binary)"
+#define COPY_COLS_LIST                                                       \
+    "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "      \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
+    "headers, properties, body_kind, body, source, message_id, schedule, "   \
+    "fire_at, expires_at"
+#define COPY_COLS "(" COPY_COLS_LIST ")"
+#define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
 
-/* One binary COPY of jobs[0..n) in pc's open transaction. due_at as
- * DUE_AT_SQL, with this host's clock plus the offset (a lower bound of the
- * database's) for the database's. */
-static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
-                         int64_t offset, size_t *bad)
+/* One binary COPY of jobs[0..n) in pc's open transaction (copy_sql: COPY
+ * <table> COPY_COLS FROM STDIN binary). due_at as DUE_AT_SQL, with this
+ * host's clock plus the offset (a lower bound of the database's) for the
+ * database's. */
+static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
+                         const job_t *const *jobs, size_t n, int64_t offset,
+                         size_t *bad)
 {
     static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
     cbuf b = {0};
@@ -380,7 +373,7 @@ static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         free(b.p);
         return rc;
     }
-    res = pc->c ? PQexec(pc->c, COPY_SQL) : NULL;
+    res = pc->c ? PQexec(pc->c, copy_sql) : NULL;
     if (PQresultStatus(res) != PGRES_COPY_IN)
         rc = pc->c ? pg_fail(pc, "copy", res) : RMQS_EDB;
     PQclear(res);
@@ -467,7 +460,7 @@ static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
         const job_t *j = &r->jobs[i];
         size_t bad;
 
-        rc = insert_rows(pc, &j, 1, &bad, false, NULL);
+        rc = insert_rows(pc, &j, 1, &bad);
         if (rc != RMQS_OK) {
             r->failed_index = i;
             goto undo;
@@ -518,7 +511,8 @@ static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
             jobs[at++] = &reqs[idx[k]].jobs[i];
     rc = sp(pc, "SAVEPOINT bulk");
     if (rc == RMQS_OK)
-        rc = copy_rows(pc, jobs, total, pg_clock_offset_ms(b), &bad);
+        rc = copy_rows(pc, COPY_SQL, jobs, total, pg_clock_offset_ms(b),
+                       &bad);
     if (rc == RMQS_OK) {
         rc = sp(pc, "RELEASE bulk");
         for (size_t i = 0; rc == RMQS_OK && i < total; i++)
@@ -595,39 +589,71 @@ fail_all:
     return out;
 }
 
-#define RUNS_PER_INSERT 500 /* 22 parameters a row: well under 65535 */
+/* A schedule's runs go through a temporary table of this session (made
+ * once per connection, emptied at every commit): one binary COPY of the
+ * batch into it, then one INSERT ... SELECT that skips a run created
+ * already (its id is derived from the fire time) and returns the ids it
+ * inserted. Measured on the test VM, 1000 runs: 78 ms as a multi-row
+ * INSERT (22 parameters a row: mostly the server's parser), 28 ms so. */
+#define RUNS_IN_SQL                                                          \
+    "DO $$BEGIN IF to_regclass('pg_temp.runs_in') IS NULL THEN "             \
+    "CREATE TEMP TABLE runs_in (id bytea, status smallint, exchange text, "  \
+    "routing_key text, deliver_at bigint, due_at bigint, delay_ms bigint, "  \
+    "created_at bigint, updated_at bigint, sent_at bigint, attempts "        \
+    "integer, max_attempts integer, last_error text, headers text, "         \
+    "properties text, body_kind smallint, body bytea, source smallint, "     \
+    "message_id text, schedule text, fire_at bigint, expires_at bigint) "    \
+    "ON COMMIT DELETE ROWS; END IF; END$$"
+#define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
+#define RUNS_INSERT_SQL                                                      \
+    "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST                  \
+    " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING id"
 
-rmqs_rc pg_insert_runs(pg_conn *pc, const job_t *const *jobs, size_t n,
-                       bool *inserted)
+/* The position of id among ids[0..n) not taken yet, or n. */
+static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
+                      const bool *taken, size_t n, const void *id)
 {
-    for (size_t at = 0; at < n; at += RUNS_PER_INSERT) {
-        size_t m = n - at < RUNS_PER_INSERT ? n - at : RUNS_PER_INSERT;
-        unsigned char id[JOB_ID_BYTES];
-        PGresult *res = NULL;
-        size_t bad;
-        rmqs_rc rc = insert_rows(pc, jobs + at, m, &bad, true, &res);
+    for (size_t i = 0; i < n; i++)
+        if (!taken[i] && memcmp(ids[i], id, JOB_ID_BYTES) == 0)
+            return i;
+    return n;
+}
 
-        if (rc != RMQS_OK)
-            return rc;
-        for (size_t i = 0; i < m; i++)
-            inserted[at + i] = false;
-        /* RETURNING order is unspecified: match the ids (m <= 500) */
-        for (int r = 0; r < PQntuples(res); r++) {
-            if (PQgetlength(res, r, 0) != JOB_ID_BYTES)
-                continue;
-            for (size_t i = 0; i < m; i++) {
-                if (inserted[at + i] ||
-                    job_id_parse(jobs[at + i]->id, id) != RMQS_OK ||
-                    memcmp(id, PQgetvalue(res, r, 0), JOB_ID_BYTES) != 0)
-                    continue;
-                inserted[at + i] = true;
-                store_delta_add(&pc->delta, (int)jobs[at + i]->status, 1);
-                break;
-            }
-        }
-        PQclear(res);
+rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
+                       const job_t *const *jobs, size_t n, bool *inserted)
+{
+    unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
+    PGresult *res = NULL;
+    size_t bad;
+    rmqs_rc rc = ids != NULL ? RMQS_OK : RMQS_ENOMEM;
+
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        inserted[i] = false;
+        if (job_id_parse(jobs[i]->id, ids[i]) != RMQS_OK)
+            rc = RMQS_EINVAL;
     }
-    return RMQS_OK;
+    if (rc == RMQS_OK)
+        rc = pg_exec_simple(pc, "runs_in", RUNS_IN_SQL);
+    if (rc == RMQS_OK)
+        rc = copy_rows(pc, RUNS_COPY_SQL, jobs, n, pg_clock_offset_ms(b),
+                       &bad);
+    if (rc == RMQS_OK)
+        res = pg_exec(pc, "insert_runs", RUNS_INSERT_SQL, 0, NULL, NULL,
+                      NULL, &rc);
+    /* RETURNING order is unspecified: match the ids */
+    for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
+        size_t i = PQgetlength(res, r, 0) == JOB_ID_BYTES
+                       ? find_id((const unsigned char(*)[JOB_ID_BYTES])ids,
+                                 inserted, n, PQgetvalue(res, r, 0))
+                       : n;
+        if (i == n)
+            continue;
+        inserted[i] = true;
+        store_delta_add(&pc->delta, (int)jobs[i]->status, 1);
+    }
+    PQclear(res);
+    free(ids);
+    return rc;
 }
 
 /* Load a job by id on pc (locked, up). */

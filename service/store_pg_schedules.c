@@ -25,7 +25,8 @@
  *     LOCKED (a row another instance is advancing right now is skipped:
  *     instances never wait for each other; its compare-and-set will have
  *     failed anyway once that commits) and moves them on, returning which;
- *     then the runs of those are inserted "if absent" (ON CONFLICT (id) DO
+ *     then the runs of those are inserted "if absent" (binary COPY into a
+ *     session's temporary table, INSERT ... SELECT ... ON CONFLICT (id) DO
  *     NOTHING RETURNING id: run ids are derived from the fire time). The
  *     commit flushes the job counts and sends the usual NOTIFY, so every
  *     instance's dispatcher wakes for the new runs.
@@ -563,7 +564,7 @@ static rmqs_rc pgs_advance(store_backend *b, store_advance *a, size_t n,
     }
     PQclear(res);
     if (rc == RMQS_OK && m > 0)
-        rc = pg_insert_runs(pc, jobs, m, inserted);
+        rc = pg_insert_runs(b, pc, jobs, m, inserted);
     for (size_t k = 0; rc == RMQS_OK && k < m; k++)
         a[of[k]].job_existed = !inserted[k];
     if (rc == RMQS_OK)

@@ -11,11 +11,15 @@
  * it once for every offset change between 1800 and 2500 (the interval
  * index it returns grows with time: bisecting between two instants with
  * different indices finds each boundary to the second) and keeps a sorted
- * table; every later lookup is a binary search in that table.
+ * table; every later lookup is a binary search in that table. Tables are
+ * kept for the life of the process, one per zone name (a few hundred zones
+ * exist, each table a few kB), so opening a zone again costs a lookup, not
+ * the 10 ms of asking GLib.
  */
 #include "tz.h"
 
 #include <glib.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +29,20 @@
 #define TZ_FIRST_S (-5364662400LL) /* 1800-01-01T00:00:00Z */
 #define TZ_LAST_S 16725225600LL    /* 2500-01-01T00:00:00Z */
 
-struct tz {
+typedef struct tz_table {
     char *name;
-    size_t n;       /* transitions */
-    int64_t *at;    /* at[i]: the instant the offset becomes off[i + 1] */
-    int32_t *off;   /* n + 1 offsets; off[0] before at[0] */
+    size_t n;           /* transitions */
+    int64_t *at;        /* at[i]: the instant the offset becomes off[i + 1] */
+    int32_t *off;       /* n + 1 offsets; off[0] before at[0] */
+    struct tz_table *next;
+} tz_table;
+
+struct tz {
+    const tz_table *t; /* shared, never freed */
 };
+
+static pthread_mutex_t tables_mu = PTHREAD_MUTEX_INITIALIZER;
+static tz_table *tables; /* every zone opened so far */
 
 typedef struct tz_builder {
     GTimeZone *gz;
@@ -84,84 +96,110 @@ static void bisect(tz_builder *b, int64_t lo, int ilo, int64_t hi, int ihi)
     bisect(b, mid, imid, hi, ihi);
 }
 
-rmqs_rc tz_open(const char *iana, tz_t **out, rmqs_error *err)
+/* Read zone iana from GLib into a new table (NULL: unknown zone or no memory). */
+static tz_table *table_load(const char *iana, rmqs_rc *rc)
 {
-    *out = NULL;
+    *rc = RMQS_EINVAL;
+    GTimeZone *gz = g_time_zone_new_identifier(iana);
+    if (gz == NULL)
+        return NULL;
+    *rc = RMQS_ENOMEM;
+    tz_builder b = {.gz = gz, .cap = 64};
+    b.at = malloc(b.cap * sizeof *b.at);
+    b.off = malloc((b.cap + 1) * sizeof *b.off);
+    tz_table *t = calloc(1, sizeof *t);
+    char *name = strdup(iana);
+    if (b.at == NULL || b.off == NULL || t == NULL || name == NULL)
+        goto out;
+    int ilo = interval_at(gz, TZ_FIRST_S), ihi = interval_at(gz, TZ_LAST_S);
+    b.off[0] = g_time_zone_get_offset(gz, ilo);
+    bisect(&b, TZ_FIRST_S, ilo, TZ_LAST_S, ihi);
+    if (b.failed)
+        goto out;
+    t->name = name;
+    t->n = b.n;
+    t->at = b.at;
+    t->off = b.off;
+    *rc = RMQS_OK;
+    g_time_zone_unref(gz);
+    return t;
+out:
+    free(name);
+    free(t);
+    free(b.at);
+    free(b.off);
+    g_time_zone_unref(gz);
+    return NULL;
+}
+
+/* Only IANA names: each part letters, digits, '_', '-', '+', the parts
+ * joined by single '/' (GLib also takes POSIX TZ strings such as
+ * "EST5EDT,M3.2.0,M11.1.0" and offsets such as "+01:00"), naming a file
+ * under /usr/share/zoneinfo. */
+static bool iana_name_ok(const char *iana)
+{
     if (iana == NULL || iana[0] == '\0' || strlen(iana) > 200)
-        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone");
-    /* GLib also accepts POSIX TZ strings ("EST5EDT,M3.2.0,M11.1.0") and
-     * offsets ("+01:00"); only IANA names are accepted here: each part
-     * letters, digits, '_', '-', '+' and the parts joined by '/'. */
+        return false;
+    if (iana[0] == '+' || iana[0] == '-' || (iana[0] >= '0' && iana[0] <= '9'))
+        return false;
     for (const char *p = iana; *p != '\0'; p++) {
         char c = *p;
         bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
                   (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '+' ||
                   (c == '/' && p != iana && p[1] != '\0' && p[1] != '/');
         if (!ok)
-            return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"", iana);
+            return false;
     }
-    if (iana[0] == '+' || iana[0] == '-' || (iana[0] >= '0' && iana[0] <= '9'))
-        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"", iana);
     char path[256];
     snprintf(path, sizeof path, "/usr/share/zoneinfo/%s", iana);
-    if (strcmp(iana, "UTC") != 0 && !g_file_test(path, G_FILE_TEST_IS_REGULAR))
-        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"", iana);
-    GTimeZone *gz = g_time_zone_new_identifier(iana);
-    if (gz == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"", iana);
+    return strcmp(iana, "UTC") == 0 || g_file_test(path, G_FILE_TEST_IS_REGULAR);
+}
 
-    tz_builder b = {.gz = gz, .cap = 64};
-    b.at = malloc(b.cap * sizeof *b.at);
-    b.off = malloc((b.cap + 1) * sizeof *b.off);
-    tz_t *z = calloc(1, sizeof *z);
-    char *name = strdup(iana);
+rmqs_rc tz_open(const char *iana, tz_t **out, rmqs_error *err)
+{
+    *out = NULL;
+    if (!iana_name_ok(iana))
+        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"",
+                         iana != NULL ? iana : "");
+    tz_t *z = malloc(sizeof *z);
+    if (z == NULL)
+        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     rmqs_rc rc = RMQS_OK;
-    if (b.at == NULL || b.off == NULL || z == NULL || name == NULL) {
-        rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
-        goto out;
+    pthread_mutex_lock(&tables_mu);
+    tz_table *t = tables;
+    while (t != NULL && strcmp(t->name, iana) != 0)
+        t = t->next;
+    if (t == NULL) {
+        t = table_load(iana, &rc);
+        if (t != NULL) {
+            t->next = tables;
+            tables = t;
+        }
     }
-    int ilo = interval_at(gz, TZ_FIRST_S), ihi = interval_at(gz, TZ_LAST_S);
-    b.off[0] = g_time_zone_get_offset(gz, ilo);
-    bisect(&b, TZ_FIRST_S, ilo, TZ_LAST_S, ihi);
-    if (b.failed) {
-        rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
-        goto out;
+    pthread_mutex_unlock(&tables_mu);
+    if (t == NULL) {
+        free(z);
+        if (rc == RMQS_ENOMEM)
+            return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"", iana);
     }
-    z->name = name;
-    z->n = b.n;
-    z->at = b.at;
-    z->off = b.off;
+    z->t = t;
     *out = z;
-    name = NULL;
-    z = NULL;
-    b.at = NULL;
-    b.off = NULL;
-out:
-    free(name);
-    free(z);
-    free(b.at);
-    free(b.off);
-    g_time_zone_unref(gz);
-    return rc;
+    return RMQS_OK;
 }
 
 void tz_free(tz_t *z)
 {
-    if (z == NULL)
-        return;
-    free(z->name);
-    free(z->at);
-    free(z->off);
     free(z);
 }
 
 const char *tz_name(const tz_t *z)
 {
-    return z->name;
+    return z->t->name;
 }
 
 /* The number of transitions at or before t. */
-static size_t count_upto(const tz_t *z, int64_t t)
+static size_t count_upto(const tz_table *z, int64_t t)
 {
     size_t lo = 0, hi = z->n;
     while (lo < hi) {
@@ -176,30 +214,32 @@ static size_t count_upto(const tz_t *z, int64_t t)
 
 int32_t tz_offset_at(const tz_t *z, int64_t utc_s)
 {
-    return z->off[count_upto(z, utc_s)];
+    return z->t->off[count_upto(z->t, utc_s)];
 }
 
 bool tz_next_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *before,
                         int32_t *after)
 {
-    size_t i = count_upto(z, utc_s);
-    if (i >= z->n)
+    const tz_table *t = z->t;
+    size_t i = count_upto(t, utc_s);
+    if (i >= t->n)
         return false;
-    *at = z->at[i];
-    *before = z->off[i];
-    *after = z->off[i + 1];
+    *at = t->at[i];
+    *before = t->off[i];
+    *after = t->off[i + 1];
     return true;
 }
 
 bool tz_prev_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *before,
                         int32_t *after)
 {
-    size_t i = count_upto(z, utc_s);
+    const tz_table *t = z->t;
+    size_t i = count_upto(t, utc_s);
     if (i == 0)
         return false;
-    *at = z->at[i - 1];
-    *before = z->off[i - 1];
-    *after = z->off[i];
+    *at = t->at[i - 1];
+    *before = t->off[i - 1];
+    *after = t->off[i];
     return true;
 }
 

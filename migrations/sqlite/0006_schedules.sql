@@ -16,16 +16,27 @@
 --
 -- idempotency references jobs (seq) ON DELETE CASCADE and the store opens
 -- with foreign_keys = ON, which a migration (inside the runner's
--- transaction) cannot turn off: dropping the old jobs table would delete
--- every key by cascade. So the keys are set aside first and put back after
--- the rename (the reference is by name, so it points at the new table).
+-- transaction) cannot turn off: dropping jobs while idempotency refers to it
+-- would delete every key by cascade, one row at a time. So the keys are set
+-- aside, idempotency is dropped first (then jobs has no child and drops at
+-- once) and made again exactly as 0001 made it, with its keys.
+--
+-- Speed: the copy goes into a table without the UNIQUE on id, whose index
+-- (jobs_id: the same constraint) is then built in one sorted pass. Measured
+-- on the test VM with 1M jobs (240 MB, 100-byte bodies, random ids, 100k
+-- keys): inserting the ids into a unique index row by row took 9.7 s and
+-- dropping jobs while idempotency referred to it 12.1 s, 25.8 s in all;
+-- this way 6.9 s (copy 2.6 s, the id index 1.1 s, the other indexes 1.9 s,
+-- COMMIT 1.0 s). The store is not open meanwhile (migrations run at open).
 
 CREATE TABLE idempotency_0006 AS SELECT key, job_seq, request FROM idempotency;
+DROP TABLE idempotency;
 
 CREATE TABLE jobs_0006 (
     seq          INTEGER PRIMARY KEY,          -- insertion order; list cursor
-    id           BLOB    NOT NULL UNIQUE
-                         CHECK (length(id) = 16), -- binary UUID
+    id           BLOB    NOT NULL
+                         CHECK (length(id) = 16), -- binary UUID (unique:
+                                                  -- jobs_id below)
     status       INTEGER NOT NULL
                          CHECK (status BETWEEN 0 AND 4),
                          -- 0 pending, 1 publishing, 2 sent, 3 failed,
@@ -52,7 +63,8 @@ CREATE TABLE jobs_0006 (
     message_id   TEXT,                         -- the message_id property
     schedule     TEXT,                         -- the schedule's name, or NULL
     fire_at      INTEGER,                      -- the run's fire time, or NULL
-    expires_at   INTEGER                       -- not published after; NULL never
+    expires_at   INTEGER                       -- not published after it
+                                               -- (NULL: never)
 );
 
 INSERT INTO jobs_0006 (seq, id, status, exchange, routing_key, deliver_at,
@@ -66,10 +78,18 @@ FROM jobs;
 
 DROP TABLE jobs;
 ALTER TABLE jobs_0006 RENAME TO jobs;
+CREATE UNIQUE INDEX jobs_id ON jobs (id);
 
+-- idempotency as 0001 made it, with its keys.
+CREATE TABLE idempotency (
+    key     TEXT    PRIMARY KEY,
+    job_seq INTEGER NOT NULL REFERENCES jobs (seq) ON DELETE CASCADE,
+    request TEXT    NOT NULL
+);
 INSERT INTO idempotency (key, job_seq, request)
 SELECT key, job_seq, request FROM idempotency_0006;
 DROP TABLE idempotency_0006;
+CREATE INDEX idempotency_job ON idempotency (job_seq);
 
 -- The indexes of 0001, 0003 and 0004, as they were (see there).
 CREATE INDEX jobs_due ON jobs (due_at) WHERE status = 0;

@@ -16,8 +16,9 @@
 # tests/lib/as-root.sh), on Debian 12, it:
 #   1. installs what it needs if missing (build deps, wrk, python3-pika,
 #      rabbitmq-server, sqlite3);
-#   2. builds a Release binary in build-bench/ (tests off) and the two C tools
-#      tests/bench/bare_publisher.c and tests/bench/bench_consumer.c;
+#   2. builds a Release binary in build-bench/ (tests off) and the C tools
+#      tests/bench/bare_publisher.c and tests/bench/bench_consumer.c, and
+#      runs tests/bench/cron_next.c (ns per next-fire computation);
 #   3. starts a private RabbitMQ node on free loopback ports (own name, data
 #      folder and epmd) and a private PostgreSQL 15 server (fsync on,
 #      synchronous_commit on, pg_stat_statements preloaded; for the stores
@@ -113,6 +114,14 @@ for tool in bare_publisher bench_consumer; do
 done
 gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$BUILD/stall_fsync.so" \
     tests/bench/stall_fsync.c -ldl
+# The cost of one next-fire computation (issue 13): the service's own cron.c
+# and tz.c at -O2, no broker needed; its figures go to the log.
+# shellcheck disable=SC2046  # pkg-config's flags are words
+gcc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Iservice -o "$BUILD/cron_next" \
+    tests/bench/cron_next.c service/cron.c service/tz.c service/timeutil.c service/rmqs.c \
+    $(pkg-config --cflags --libs glib-2.0)
+rmqs_log "cron_next: ns per next-fire computation (median of 7 runs)"
+"$BUILD/cron_next" 20000 7
 
 # --- 3. a work folder and a private RabbitMQ node (tests/lib/common.sh) ---
 WORK=$(mktemp -d /tmp/rmqs-bench-work.XXXXXX)

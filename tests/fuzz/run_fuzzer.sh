@@ -5,7 +5,8 @@
 #
 # Copies the seed corpus (tests/fuzz/corpus/NAME, read only) to
 # WORK_DIR/corpus in the build tree, so whatever libFuzzer adds stays out of
-# the repository, then fuzzes for ${RMQS_FUZZ_SECONDS:-60} seconds. Exits
+# the repository, then fuzzes for ${RMQS_FUZZ_SECONDS:-60} seconds (at most
+# ${RMQS_FUZZ_MAX_SECONDS}, when the test sets it). Exits
 # with libFuzzer's status: non-zero on a crash, a sanitizer report, a leak
 # or a timeout; the input that did it is in WORK_DIR/artifacts (reproduce
 # with: FUZZER WORK_DIR/artifacts/crash-...). Prints the tail of the log
@@ -20,6 +21,9 @@ fi
 name=$1 fuzzer=$2 seeds=$3 work=$4
 shift 4
 seconds=${RMQS_FUZZ_SECONDS:-60}
+if [ -n "${RMQS_FUZZ_MAX_SECONDS:-}" ] && [ "$seconds" -gt "$RMQS_FUZZ_MAX_SECONDS" ]; then
+    seconds=$RMQS_FUZZ_MAX_SECONDS
+fi
 
 rm -rf "$work"
 mkdir -p "$work/corpus" "$work/artifacts" || exit 1

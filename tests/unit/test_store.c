@@ -1160,7 +1160,7 @@ static void check_all_plans(void)
     check_plan("list_all_after", "INDEX jobs_deliver");
     check_plan("list_status", "INDEX jobs_status_deliver (status=?)");
     check_plan("list_status_after", "INDEX jobs_status_deliver (status=?");
-    check_plan("get", "INDEX sqlite_autoindex_jobs_1 (id=?)");
+    check_plan("get", "INDEX jobs_id (id=?)"); /* 0006 */
     /* recurring schedules (issue 13): a schedule's runs from their
      * partial index; due schedules and the next fire time from theirs */
     check_plan("list_schedule", "INDEX jobs_schedule (schedule=?");

@@ -787,6 +787,10 @@ static void old_job_and_new_run(const unsigned char id_bytes[JOB_ID_BYTES])
     job_clear(&got);
     run_make(&run, 9999, "s", g_now);
     cr_expect_eq(store_insert(g_st, &run, NULL, NULL, NULL, NULL), RMQS_OK);
+    /* ids are still unique */
+    memcpy(run.id, id, sizeof(run.id));
+    cr_expect_eq(store_insert(g_st, &run, NULL, NULL, NULL, NULL),
+                 RMQS_ECONFLICT);
     job_clear(&run);
 }
 
@@ -842,11 +846,16 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     char want_idx[512];
     snprintf(want_idx, sizeof(want_idx), "%s", idx_before);
     cr_expect_str_eq(idx_after,
-                     "jobs_deliver,jobs_due,jobs_finished,jobs_message_id,"
-                     "jobs_schedule,jobs_status_deliver",
+                     "jobs_deliver,jobs_due,jobs_finished,jobs_id,"
+                     "jobs_message_id,jobs_schedule,jobs_status_deliver",
                      "before: %s", want_idx);
     cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM idempotency"), keys,
                  "the keys survive the rebuild");
+    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema WHERE "
+                                    "name = 'idempotency_job'"), 1);
+    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema WHERE "
+                                    "name = 'jobs_id' AND sql LIKE "
+                                    "'CREATE UNIQUE INDEX%'"), 1);
     cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
     cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema "
                                     "WHERE name LIKE '%0006'"), 0,

@@ -33,7 +33,8 @@ const size_t amqpm_n_str_props =
     sizeof amqpm_str_props / sizeof amqpm_str_props[0];
 
 static const char *const reserved_headers[] = {
-    AMQPM_HDR_JOB_ID, AMQPM_HDR_SCHEDULED_AT, AMQPM_HDR_DELAY};
+    AMQPM_HDR_JOB_ID, AMQPM_HDR_SCHEDULED_AT, AMQPM_HDR_DELAY,
+    AMQPM_HDR_SCHEDULE, AMQPM_HDR_FIRE_TIME};
 
 amqp_bytes_t *amqpm_str_prop_field(amqp_basic_properties_t *props, size_t i)
 {

@@ -30,6 +30,10 @@
 #define AMQPM_HDR_SCHEDULED_AT "x-scheduled-at"
 #define AMQPM_HDR_DELAY "x-delay"
 #define AMQPM_HDR_DELIVER_AT "x-deliver-at"
+/* On the runs of a recurring schedule only: its name, and the fire time
+ * (RFC 3339 UTC, ms) the run is for. */
+#define AMQPM_HDR_SCHEDULE "x-scheduler-schedule"
+#define AMQPM_HDR_FIRE_TIME "x-scheduler-fire-time"
 
 /* One short-string basic property, by its name in a job's "properties". */
 typedef struct amqpm_str_prop {

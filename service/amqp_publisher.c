@@ -749,8 +749,18 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
 typedef struct msg_buf {
     amqp_basic_properties_t props;
     char scheduled_at[TU_RFC3339_LEN + 1];
+    char fire_time[TU_RFC3339_LEN + 1]; /* runs of a recurring schedule */
     char expiration[24];
 } msg_buf;
+
+/* A header entry whose value is the text s (borrowed: it must outlive the
+ * publish). */
+static void put_text_header(amqp_table_entry_t *e, const char *key, const char *s)
+{
+    e->key = amqp_cstring_bytes(key);
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(s);
+}
 
 /*
  * Fill m->props for job (pointers into the job, m and pool). Returns 0, or
@@ -842,7 +852,7 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
     }
 
     /* Headers: the job's own, then ours (which win over same-named ones). */
-    e = amqp_pool_alloc(pool, (json_object_size(job->headers) + 3) *
+    e = amqp_pool_alloc(pool, (json_object_size(job->headers) + 5) *
                                   sizeof(amqp_table_entry_t));
     if (!e) {
         rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
@@ -867,14 +877,8 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
         }
     }
     tu_format_rfc3339(job->deliver_at, m->scheduled_at);
-    e[n].key = amqp_cstring_bytes(AMQPM_HDR_JOB_ID);
-    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[n].value.value.bytes = amqp_cstring_bytes(job->id);
-    n++;
-    e[n].key = amqp_cstring_bytes(AMQPM_HDR_SCHEDULED_AT);
-    e[n].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[n].value.value.bytes = amqp_cstring_bytes(m->scheduled_at);
-    n++;
+    put_text_header(&e[n++], AMQPM_HDR_JOB_ID, job->id);
+    put_text_header(&e[n++], AMQPM_HDR_SCHEDULED_AT, m->scheduled_at);
     /* x-delay as the plugin (3.x) writes it on delivery: minus the delay,
      * a signed 32-bit integer ("I"), which every client decodes alike
      * (python3-pika 1.2 reads a 64-bit "l" as unsigned); only a delay
@@ -889,6 +893,11 @@ static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
         e[n].value.value.i64 = -job->delay_ms;
     }
     n++;
+    if (job->schedule != NULL) { /* a run: which schedule, which fire time */
+        tu_format_rfc3339(job->fire_at, m->fire_time);
+        put_text_header(&e[n++], AMQPM_HDR_SCHEDULE, job->schedule);
+        put_text_header(&e[n++], AMQPM_HDR_FIRE_TIME, m->fire_time);
+    }
     pr->headers.num_entries = (int)n;
     pr->headers.entries = e;
     pr->_flags |= AMQP_BASIC_HEADERS_FLAG;

@@ -136,6 +136,9 @@ static const opt_def opt_table[] = {
      3600000, "PostgreSQL: a job claimed by an instance that stops renewing "
      "it (crashed, frozen) is published again by another after this long",
      NULL},
+    {"schedule-lead-ms", "RMQS_SCHEDULE_LEAD_MS", OPT_INT, F(schedule_lead_ms),
+     "2000", 1000, 600000, "the run of a recurring schedule is stored this long "
+     "before its fire time (so it is published on time like any job)", NULL},
     {"sync", "RMQS_SYNC", OPT_BOOL, F(sync_full), "full", 0, 0,
      "full: fsync every accepted job; normal: survive process crashes only",
      sync_choices},

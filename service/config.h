@@ -66,6 +66,7 @@ typedef struct config {
     int64_t write_queue_bytes; /* admission budget of the writer */
     int64_t min_free_bytes;  /* disk reserve kept for delivering stored jobs */
     int64_t lease_ms;        /* PostgreSQL: a claim's lease (renewed) */
+    int64_t schedule_lead_ms; /* runs of schedules are created this early */
     bool sync_full;          /* --sync full (true) or normal */
     log_level log_level;     /* least severe level written */
     log_format log_format;   /* text or json lines */

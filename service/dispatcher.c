@@ -50,6 +50,10 @@
  * have taken it over (an instance frozen past its lease wakes to find
  * this).
  *
+ * Runs of recurring schedules carry an expiry (job_t.expires_at): one
+ * claimed after it (the broker was away past the schedule's grace) is
+ * settled STORE_OUT_EXPIRE instead of published.
+ *
  * Nothing due is ever lost while the broker is away: jobs stay pending in
  * the store (the feeder does not claim while the publisher is not
  * connected) and are claimed oldest first once the connection is back.
@@ -144,6 +148,16 @@ static bool lease_lapsing(const disp_t *d, const job_t *j, int64_t now)
     if (until < j->lease_until)
         until = j->lease_until;
     return now >= until - LEASE_MARGIN_MS;
+}
+
+/* A job with an expiry (a run of a recurring schedule: its fire time plus
+ * misfire_grace_ms) claimed after it: it is not published but settled
+ * STORE_OUT_EXPIRE (cancelled). The claim time is what counts (updated_at
+ * of the claim), not the publish: a run claimed ahead on time goes out
+ * even if the broker's confirm of the previous ones took a while. */
+static bool claimed_expired(const job_t *j)
+{
+    return j->expires_at != 0 && j->updated_at > j->expires_at;
 }
 
 static void wake_publisher(disp_t *d)
@@ -699,6 +713,21 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
             dueq_item *it = take_due(d, now, &next_due);
             if (it == NULL)
                 break;
+            if (claimed_expired(&it->job)) {
+                log_warn("dispatcher", "run expired; not published",
+                         "job_id=%s schedule=\"%s\" fire_at=%lld "
+                         "expires_at=%lld claimed_at=%lld", it->job.id,
+                         it->job.schedule ? it->job.schedule : "",
+                         (long long)it->job.fire_at,
+                         (long long)it->job.expires_at,
+                         (long long)it->job.updated_at);
+                it->out = (store_outcome){
+                    .id = it->job.id, .kind = STORE_OUT_EXPIRE,
+                    .error = "missed its fire time by more than "
+                             "misfire_grace_ms"};
+                done_push(d, it);
+                continue;
+            }
             if (lease_lapsing(d, &it->job, now)) {
                 log_warn("dispatcher", "claim lease lapsed; not published",
                          "job_id=%s lease_until=%lld now=%lld note=\"another "

@@ -24,8 +24,9 @@
  * and the 413 is that word).
  *
  * Every answer goes out through respond(), the one place a response is
- * made, given its headers and queued. The job endpoints are http_jobs.c
- * (what the two files share: http_internal.h).
+ * made, given its headers and queued. The job endpoints are http_jobs.c,
+ * the recurring schedules http_schedules.c (what the files share:
+ * http_internal.h).
  */
 #include "http_api.h"
 
@@ -186,6 +187,15 @@ enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
     }
 }
 
+enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status)
+{
+    char *text = malloc(1);
+
+    if (text != NULL)
+        text[0] = '\0';
+    return respond(c, status, CONTENT_JSON, text, 0, NULL);
+}
+
 enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
                                job_buf *b, const char *job_id, bool minimal)
 {
@@ -290,6 +300,9 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     src.db_bytes = store_size_bytes(api->st);
     src.broker_connected = disp_broker_connected(api->disp);
     src.requests_waiting = (int64_t)writer_waiting(api->writer);
+    src.have_schedule_counts =
+        store_schedule_counts(api->st, src.schedules_by_state) == RMQS_OK;
+    src.tzdata_version = api->opt.tzdata_version;
     text = metrics_render(&src);
     if (text == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
@@ -334,6 +347,10 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? http_jobs_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/jobs/", 6) == 0 && strchr(url + 6, '/') == NULL)
         return http_jobs_one(api, c, method, url + 6, rq);
+    if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
+        return get ? http_schedules_list(api, c) : method_not_allowed(c, "GET");
+    if (strncmp(url, "/schedules/", 11) == 0 && strchr(url + 11, '/') == NULL)
+        return http_schedules_one(api, c, method, url + 11, rq);
     return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
 }
 

@@ -18,6 +18,7 @@
 #include "dispatcher.h"
 #include "job.h"
 #include "rmqs.h"
+#include "scheduler.h"
 #include "store.h"
 #include "writer.h"
 
@@ -39,6 +40,12 @@ typedef struct http_api_options {
      * ingest configured). */
     bool (*ingest_up)(void *cls);
     void *ingest_cls;
+    /* Told of every schedule change (PUT, PATCH, DELETE /schedules); may be
+     * NULL (borrowed, outlives the API). */
+    scheduler_t *scheduler;
+    /* The tzdata release the time zones come from, for /metrics
+     * (rmqs_build_info); NULL: "unknown". */
+    const char *tzdata_version;
 } http_api_options;
 
 /* Bind and start serving. st, d and w are borrowed and must outlive the

@@ -4,9 +4,10 @@
  *
  * The layer is two rooms: http_api.c (the daemon, reading bodies, limits,
  * authentication, routing, health and metrics, and the one path that
- * queues a response) and http_jobs.c (the job endpoints: POST /schedule,
- * /schedule/batch, GET /jobs, /jobs/{id}, PATCH, DELETE). Both see the
- * daemon's state and a request's state, defined here.
+ * queues a response), http_jobs.c (the job endpoints: POST /schedule,
+ * /schedule/batch, GET /jobs, /jobs/{id}, PATCH, DELETE) and
+ * http_schedules.c (the recurring schedules: /schedules, /schedules/{name}).
+ * All see the daemon's state and a request's state, defined here.
  */
 #ifndef RMQS_HTTP_INTERNAL_H
 #define RMQS_HTTP_INTERNAL_H
@@ -98,6 +99,19 @@ enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
 /* A JSON string of s (new reference), bytes that are not UTF-8 as '?'. */
 json_t *http_safe_string(const char *s);
 
+/* An answer without a body (204). */
+enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status);
+
+/* ---- request checks shared by the endpoints (http_jobs.c) --------------- */
+
+/* Whether Content-Type is application/json (parameters allowed). */
+bool http_is_json_content(struct MHD_Connection *c);
+/* The first query argument not in allowed (NULL-terminated), or NULL. */
+const char *http_query_unknown(struct MHD_Connection *c,
+                               const char *const *allowed);
+/* Whether --allow-exchanges lets a job publish to name. */
+bool http_exchange_allowed(const http_api_t *api, const char *name);
+
 /* ---- the job endpoints (http_jobs.c) ----------------------------------- */
 
 /* POST /schedule (batch false) or /schedule/batch: checks the content
@@ -113,6 +127,15 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c);
 /* GET, PATCH, DELETE /jobs/{id}. */
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                               const char *method, const char *id, http_req *rq);
+/* ---- the schedule endpoints (http_schedules.c) ------------------------- */
+
+/* GET /schedules. */
+enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
+/* PUT, GET, PATCH, DELETE /schedules/{name}. */
+enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
+                                   const char *method, const char *name,
+                                   http_req *rq);
+
 /* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
 void http_jobs_release(http_req *rq);
 

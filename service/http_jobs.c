@@ -58,7 +58,7 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
                           (flags & JOB_WRITE_MINIMAL) != 0);
 }
 
-static bool is_json_content(struct MHD_Connection *c)
+bool http_is_json_content(struct MHD_Connection *c)
 {
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_TYPE);
@@ -94,7 +94,7 @@ static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
-static const char *query_unknown(struct MHD_Connection *c,
+const char *http_query_unknown(struct MHD_Connection *c,
                                  const char *const *allowed)
 {
     query_check q = {allowed, NULL};
@@ -102,7 +102,7 @@ static const char *query_unknown(struct MHD_Connection *c,
     return q.unknown;
 }
 
-static bool exchange_allowed(const http_api_t *api, const char *name)
+bool http_exchange_allowed(const http_api_t *api, const char *name)
 {
     if (api->allow == NULL)
         return true;
@@ -291,7 +291,7 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, &err, "invalid request");
     rq->njobs = 1;
-    if (!exchange_allowed(api, rq->jobs[0].exchange))
+    if (!http_exchange_allowed(api, rq->jobs[0].exchange))
         return reply_forbidden_exchange(c, rq->jobs[0].exchange, -1);
     rc = job_id_generate(now, rq->jobs[0].id);
     if (rc != RMQS_OK)
@@ -362,7 +362,7 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
         }
     }
     for (size_t i = 0; bad == 0 && i < n; i++) {
-        if (!exchange_allowed(api, rq->jobs[i].exchange)) {
+        if (!http_exchange_allowed(api, rq->jobs[i].exchange)) {
             ret = reply_forbidden_exchange(c, rq->jobs[i].exchange, (long)i);
             goto out;
         }
@@ -389,15 +389,18 @@ out:
 enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
 {
     static const char *const allowed[] = {"status", "limit", "after", "source",
-                                          "message_id", NULL};
+                                          "message_id", "schedule", NULL};
     const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source");
     const char *message_id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
                                                          "message_id");
-    store_filter filter = {.status = -1, .source = -1, .message_id = message_id};
+    const char *schedule = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                       "schedule");
+    store_filter filter = {.status = -1, .source = -1, .message_id = message_id,
+                           .schedule = schedule};
     const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
     const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
     const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    const char *unknown = query_unknown(c, allowed);
+    const char *unknown = http_query_unknown(c, allowed);
     job_t *jobs = NULL;
     size_t n = 0, limit = LIST_LIMIT_DEFAULT;
     char *next = NULL;
@@ -426,8 +429,10 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
             filter.source = JOB_SOURCE_HTTP;
         } else if (strcmp(source, "amqp") == 0) {
             filter.source = JOB_SOURCE_AMQP;
+        } else if (strcmp(source, "schedule") == 0) {
+            filter.source = JOB_SOURCE_SCHEDULE;
         } else {
-            rmqs_fail(&err, RMQS_EINVAL, "source", "source: http or amqp");
+            rmqs_fail(&err, RMQS_EINVAL, "source", "source: http, amqp or schedule");
             ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
             goto out;
         }
@@ -490,7 +495,7 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                             : http_reply_rc(c, rc, &err, "cannot cancel the job");
     } else if (strcmp(method, "PATCH") == 0) {
         int64_t now = tu_now_ms(), deliver_at, delay_ms;
-        if (!is_json_content(c)) {
+        if (!http_is_json_content(c)) {
             ret = http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                    "unsupported_media_type", NULL,
                                    "Content-Type must be application/json");
@@ -526,7 +531,7 @@ out:
 enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
                                    http_req *rq, bool batch)
 {
-    if (!is_json_content(c))
+    if (!http_is_json_content(c))
         return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                 "unsupported_media_type", NULL,
                                 "Content-Type must be application/json");

@@ -68,6 +68,7 @@ void job_clear(job_t *job)
     json_decref(job->headers);
     json_decref(job->properties);
     free(job->body);
+    free(job->schedule);
     memset(job, 0, sizeof *job);
 }
 
@@ -785,6 +786,7 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
     job.created_at = now_ms;
     job.updated_at = now_ms;
     job.sent_at = -1;
+    job.fire_at = -1; /* not a schedule's run; expires_at 0: never */
     job.attempts = 0;
     job.last_error = NULL;
 

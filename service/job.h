@@ -40,7 +40,8 @@ typedef enum job_body_kind {
 
 typedef enum job_source {
     JOB_SOURCE_HTTP = 0, /* POST /schedule or /schedule/batch */
-    JOB_SOURCE_AMQP = 1  /* a message to an ingest exchange (amqp_ingest) */
+    JOB_SOURCE_AMQP = 1, /* a message to an ingest exchange (amqp_ingest) */
+    JOB_SOURCE_SCHEDULE = 2 /* a run of a recurring schedule (scheduler) */
 } job_source;
 
 typedef struct job {
@@ -70,6 +71,15 @@ typedef struct job {
     unsigned char *body;      /* owned; the bytes to publish (may be NULL if
                                  body_len == 0) */
     size_t body_len;
+    /* Runs of a recurring schedule (source JOB_SOURCE_SCHEDULE); the
+     * stores keep them for every job: */
+    char *schedule;           /* owned; the schedule's name, NULL for other
+                                 jobs */
+    int64_t fire_at;          /* ms: the fire time this run is for (with
+                                 schedule, its key); -1 for other jobs */
+    int64_t expires_at;       /* ms: a job claimed after this is not
+                                 published but settled STORE_OUT_EXPIRE
+                                 (cancelled); 0: never */
 } job_t;
 
 /* Limits and defaults the validation applies; from the configuration. */

@@ -221,10 +221,20 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
         PUT_LIT(b, "}");
         return b->oom ? RMQS_ENOMEM : RMQS_OK;
     }
-    if (job->source == JOB_SOURCE_AMQP)
+    if (job->source == JOB_SOURCE_SCHEDULE) {
+        /* a run of a recurring schedule: which one, and for which fire time */
+        PUT_LIT(b, ",\"source\":\"schedule\",\"schedule\":");
+        put_cstring(b, job->schedule);
+        PUT_LIT(b, ",\"fire_at\":");
+        put_time(b, job->fire_at, job->fire_at >= 0);
+        PUT_LIT(b, ",\"expires_at\":");
+        put_time(b, job->expires_at, job->expires_at != 0);
+        PUT_LIT(b, ",\"exchange\":");
+    } else if (job->source == JOB_SOURCE_AMQP) {
         PUT_LIT(b, ",\"source\":\"amqp\",\"exchange\":");
-    else
+    } else {
         PUT_LIT(b, ",\"source\":\"http\",\"exchange\":");
+    }
     put_cstring(b, job->exchange);
     PUT_LIT(b, ",\"routing_key\":");
     put_cstring(b, job->routing_key);

@@ -46,7 +46,8 @@ void job_buf_free(job_buf *b);
 
 /*
  * Append the API representation of job to b:
- * {"id","status","source","exchange","routing_key","deliver_at",
+ * {"id","status","source" (then "schedule","fire_at","expires_at" for a
+ * run of a recurring schedule),"exchange","routing_key","deliver_at",
  * "next_attempt_at","created_at","updated_at","sent_at","attempts",
  * "max_attempts","last_error","headers","properties", then "body" (a
  * string or the JSON value) or "body_base64"}, in that order. Times are

@@ -25,13 +25,16 @@ static const double http_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 #define HTTP_N (sizeof(http_bounds) / sizeof(http_bounds[0]))
 
 /* Status codes the API answers with; anything else counts as "other". */
-static const unsigned http_codes[] = {200, 201, 400, 401, 403, 404, 405,
+static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404, 405,
                                       409, 413, 415, 500, 503};
 #define CODES_N (sizeof(http_codes) / sizeof(http_codes[0]))
 
 static const char *const route_names[MR_COUNT] = {
-    "/schedule", "/schedule/batch", "/jobs", "/jobs/{id}",
-    "/healthz",  "/readyz",         "/metrics", "other"};
+    "/schedule", "/schedule/batch", "/jobs", "/jobs/{id}", "/schedules",
+    "/schedules/{name}", "/healthz", "/readyz", "/metrics", "other"};
+static const char *const run_result_names[MRR_COUNT] = {
+    "fired", "misfired_fired", "skipped"};
+static const char *const schedule_state_names[3] = {"active", "paused", "ended"};
 static const char *const failure_names[MF_COUNT] = {
     "returned", "nacked", "channel_closed", "connection_lost"};
 static const char *const status_names[5] = {"pending", "publishing", "sent",
@@ -51,6 +54,7 @@ static struct {
     atomic_uint_fast64_t failed;
     atomic_uint_fast64_t reconnects;
     atomic_uint_fast64_t leases_lapsed;
+    atomic_uint_fast64_t schedule_runs[MRR_COUNT];
     histogram lateness;
     atomic_uint_fast64_t http_count[MR_COUNT][CODES_N + 1];
     histogram http_duration[MR_COUNT];
@@ -76,6 +80,12 @@ void metrics_publish_attempts(uint64_t n) { atomic_fetch_add(&m.attempts, n); }
 void metrics_job_failed(void) { atomic_fetch_add(&m.failed, 1); }
 void metrics_broker_reconnect(void) { atomic_fetch_add(&m.reconnects, 1); }
 void metrics_lease_lapsed(void) { atomic_fetch_add(&m.leases_lapsed, 1); }
+
+void metrics_schedule_runs(metrics_run_result r, uint64_t n)
+{
+    if (r < MRR_COUNT)
+        atomic_fetch_add(&m.schedule_runs[r], n);
+}
 
 void metrics_publish_failure(metrics_failure reason)
 {
@@ -116,6 +126,10 @@ metrics_route metrics_route_of(const char *url)
         return MR_JOBS;
     if (strncmp(url, "/jobs/", 6) == 0)
         return MR_JOB;
+    if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
+        return MR_SCHEDULES;
+    if (strncmp(url, "/schedules/", 11) == 0)
+        return MR_SCHEDULE_ONE;
     if (strcmp(url, "/healthz") == 0)
         return MR_HEALTHZ;
     if (strcmp(url, "/readyz") == 0)
@@ -269,6 +283,27 @@ char *metrics_render(const metrics_sources *src)
                   "instance may take them over).\n"
                   "# TYPE rmqs_claims_lapsed_total counter\n"
                   "rmqs_claims_lapsed_total %llu\n", U(m.leases_lapsed));
+    sb_printf(&b, "# HELP rmqs_schedule_runs_total Fire times of recurring "
+                  "schedules, by what became of them.\n"
+                  "# TYPE rmqs_schedule_runs_total counter\n");
+    for (int i = 0; i < MRR_COUNT; i++)
+        sb_printf(&b, "rmqs_schedule_runs_total{result=\"%s\"} %llu\n",
+                  run_result_names[i], U(m.schedule_runs[i]));
+    if (src != NULL && src->have_schedule_counts) {
+        sb_printf(&b, "# HELP rmqs_schedules Recurring schedules by state.\n"
+                      "# TYPE rmqs_schedules gauge\n");
+        for (int i = 0; i < 3; i++)
+            sb_printf(&b, "rmqs_schedules{state=\"%s\"} %lld\n",
+                      schedule_state_names[i],
+                      (long long)src->schedules_by_state[i]);
+    }
+    sb_printf(&b, "# HELP rmqs_build_info The running build: version, and "
+                  "the tzdata release the time zones come from.\n"
+                  "# TYPE rmqs_build_info gauge\n"
+                  "rmqs_build_info{version=\"%s\",tzdata=\"%s\"} 1\n",
+              RMQS_VERSION,
+              src != NULL && src->tzdata_version != NULL ? src->tzdata_version
+                                                         : "unknown");
     if (src != NULL && src->db_bytes >= 0)
         sb_printf(&b, "# HELP rmqs_database_size_bytes Database file plus "
                       "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"

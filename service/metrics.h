@@ -15,8 +15,8 @@
 #include <stdint.h>
 
 typedef enum metrics_route {
-    MR_SCHEDULE, MR_SCHEDULE_BATCH, MR_JOBS, MR_JOB, MR_HEALTHZ, MR_READYZ,
-    MR_METRICS, MR_OTHER, MR_COUNT
+    MR_SCHEDULE, MR_SCHEDULE_BATCH, MR_JOBS, MR_JOB, MR_SCHEDULES,
+    MR_SCHEDULE_ONE, MR_HEALTHZ, MR_READYZ, MR_METRICS, MR_OTHER, MR_COUNT
 } metrics_route;
 
 typedef enum metrics_failure {
@@ -27,7 +27,16 @@ typedef enum metrics_failure {
     MF_COUNT
 } metrics_failure;
 
+/* What became of a recurring schedule's fire time (scheduler.c). */
+typedef enum metrics_run_result {
+    MRR_FIRED,          /* its run was created ahead, due at the fire time */
+    MRR_MISFIRED_FIRED, /* missed (downtime), within the grace: fired late */
+    MRR_SKIPPED,        /* missed and not fired */
+    MRR_COUNT
+} metrics_run_result;
+
 void metrics_jobs_scheduled(uint64_t n);
+void metrics_schedule_runs(metrics_run_result r, uint64_t n);
 void metrics_publish_attempts(uint64_t n);
 void metrics_publish_failure(metrics_failure reason);
 /* publish time - when this attempt was due: max(deliver_at, accepted or
@@ -49,6 +58,9 @@ typedef struct metrics_sources {
     int64_t db_bytes;          /* database file + WAL, -1 if unknown */
     bool broker_connected;
     int64_t requests_waiting;  /* POSTs waiting for write-queue room */
+    bool have_schedule_counts;
+    int64_t schedules_by_state[3]; /* active, paused, ended */
+    const char *tzdata_version;    /* for rmqs_build_info; NULL: "unknown" */
 } metrics_sources;
 
 /* The whole exposition, malloc'd (caller frees); NULL on ENOMEM. */

@@ -4,6 +4,7 @@
  *   HTTP (http_api) -> validate (job) -> writer (group commit) -> store
  *   AMQP ingest (amqp_ingest) -> writer
  *   dispatcher (due) -> amqp_publisher (confirm) -> store (sent)
+ *   scheduler (recurring schedules) -> store (runs as pending jobs, ahead)
  *
  * Start-up order: each subsystem starts after the ones it hands work to, so
  * nothing is accepted before it can be stored and published. Stop order is
@@ -43,7 +44,9 @@
 #include "janitor.h"
 #include "log.h"
 #include "netaddr.h"
+#include "scheduler.h"
 #include "store.h"
+#include "tz.h"
 #include "writer.h"
 
 #define MOD "main"
@@ -59,6 +62,7 @@ struct service {
     amqpp_t *pub;       /* the AMQP publisher, owned by disp once it exists */
     disp_t *disp;
     writer_t *writer;
+    scheduler_t *scheduler; /* the runs of recurring schedules */
     ingest_t *ingest;   /* NULL: no --ingest */
     http_api_t *api;
 };
@@ -277,7 +281,9 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,
                 .ingest_up = svc->ingest != NULL ? ingest_up : NULL,
-                .ingest_cls = svc->ingest},
+                .ingest_cls = svc->ingest,
+                .scheduler = svc->scheduler,
+                .tzdata_version = tz_data_version()},
             svc->st, svc->disp, svc->writer, &svc->api, &err) != RMQS_OK) {
         log_error(MOD, "cannot start the HTTP server", "error=\"%s\"",
                   err.message);
@@ -300,6 +306,8 @@ static void teardown(service_t *svc)
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
     http_api_drain(svc->api, 500, false); /* lets those be answered */
     http_api_stop(svc->api);  /* closes every connection */
+    scheduler_free(svc->scheduler); /* its pass in progress ends; it wakes
+                                       the dispatcher, so before it goes */
     if (svc->disp != NULL)
         disp_free(svc->disp); /* records what is in flight; frees pub */
     writer_free(svc->writer);
@@ -324,8 +332,8 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     json_object_seed(0); /* before any thread uses jansson */
     log_set_level(cfg->log_level);
     log_set_format(cfg->log_format);
-    log_info(MOD, "starting", "version=%s db=\"%s\" listen=%s sync=%s",
-             RMQS_VERSION,
+    log_info(MOD, "starting", "version=%s tzdata=%s db=\"%s\" listen=%s sync=%s",
+             RMQS_VERSION, tz_data_version(),
              store_is_file(cfg->db_path) ? cfg->db_path : "(a URL)",
              cfg->listen,
              cfg->sync_full ? "full" : "normal");
@@ -360,6 +368,18 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     rc = thread_started(svc->writer == NULL ? RMQS_ENOMEM
                                             : writer_start(svc->writer),
                         "cannot start the writer thread");
+    if (rc == RMQS_OK) {
+        /* After the dispatcher (it wakes it for each run), before HTTP
+         * (which tells it of changes). */
+        svc->scheduler = scheduler_new(
+            svc->st, svc->disp,
+            &(scheduler_options){.lead_ms = cfg->schedule_lead_ms,
+                                 .limits = limits});
+        rc = thread_started(svc->scheduler == NULL
+                                ? RMQS_ENOMEM
+                                : scheduler_start(svc->scheduler),
+                            "cannot start the scheduler thread");
+    }
     if (rc == RMQS_OK)
         rc = start_ingest(svc, &limits);
     if (rc == RMQS_OK)

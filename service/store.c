@@ -54,14 +54,7 @@
 
 #define CLAIM_READS 3 /* snapshots one store_claim_ahead call may read */
 
-struct store {
-    const store_ops *ops; /* the backend's table */
-    store_backend *b;     /* its state (ops->close) */
-    claimset_t *held;     /* the dispatcher's held jobs (file comment) */
-    /* the feeder's calls (store_claim_ahead, store_next_due): one at a
-     * time, as store_backend.h promises the backend */
-    pthread_mutex_t feed_mu;
-};
+/* struct store is in store_backend.h (store_schedules.c shares it). */
 
 bool store_is_file(const char *target)
 {
@@ -253,7 +246,7 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
     *n_out = 0;
     *next_out = NULL;
     if (limit == 0 || status_filter > JOB_CANCELLED ||
-        source_filter > JOB_SOURCE_AMQP)
+        source_filter > JOB_SOURCE_SCHEDULE)
         return RMQS_EINVAL;
     if (after && !store_cursor_parse(after, &cur))
         return RMQS_EINVAL;
@@ -503,7 +496,7 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
     }
     for (size_t i = 0; i < n; i++) {
         if (!o[i].id || job_id_parse(o[i].id, ids[n_claims + i]) != RMQS_OK ||
-            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_RELEASE) {
+            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_EXPIRE) {
             free(ids);
             return RMQS_EINVAL;
         }

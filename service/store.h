@@ -161,6 +161,8 @@ typedef struct store_filter {
     int status;             /* a job_status, or -1 */
     int source;             /* a job_source, or -1 */
     const char *message_id; /* the message_id property, or NULL */
+    const char *schedule;   /* runs of this schedule (job_t.schedule), or
+                               NULL (GET /jobs?schedule=) */
 } store_filter;
 
 /*
@@ -246,14 +248,17 @@ typedef enum store_outcome_kind {
     STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now */
     STORE_OUT_RETRY,   /* the attempt failed: last_error set; failed if
                           attempts >= max_attempts, else pending at retry_at */
-    STORE_OUT_RELEASE  /* not attempted after all: pending again at due_at
+    STORE_OUT_RELEASE, /* not attempted after all: pending again at due_at
                           unchanged, attempts - 1 */
+    STORE_OUT_EXPIRE   /* not published: claimed after its expires_at;
+                          cancelled, last_error = error (the caller's
+                          reason), attempts as claimed */
 } store_outcome_kind;
 
 typedef struct store_outcome {
     const char *id;        /* job id text (borrowed) */
     store_outcome_kind kind;
-    const char *error;     /* RETRY: why (borrowed), else NULL */
+    const char *error;     /* RETRY, EXPIRE: why (borrowed), else NULL */
     int64_t retry_at;      /* RETRY: next due_at */
 } store_outcome;
 
@@ -299,6 +304,136 @@ int64_t store_clock_offset_ms(store_t *st);
  * an instance that was frozen past its lease does not publish what
  * another instance has taken over. */
 int64_t store_lease_renewed_until(store_t *st);
+
+/* ------------------------------------------------------------------------ */
+/* Recurring schedules (issue 13). The store keeps the schedules and makes
+ * their runs as jobs (source JOB_SOURCE_SCHEDULE, schedule = the name,
+ * fire_at = the fire time, id derived from (name, generation, fire time)
+ * by the caller); the spec is opaque text here (the HTTP layer's canonical
+ * JSON), the fire times are the caller's (cron.h). Schedules survive their
+ * jobs and jobs survive their schedule (a DELETE leaves its runs alone). */
+
+typedef enum store_schedule_state {
+    STORE_SCHED_ACTIVE, /* not paused, next_fire_at >= 0 */
+    STORE_SCHED_PAUSED, /* paused (whatever next_fire_at) */
+    STORE_SCHED_ENDED   /* not paused, next_fire_at = -1: no more runs */
+} store_schedule_state;
+
+typedef struct store_schedule {
+    char *name;            /* owned */
+    char *spec;            /* owned: canonical JSON of the accepted PUT body
+                              (compact, sorted keys) */
+    int64_t generation;    /* 1 at creation, +1 at every effective change
+                              (PUT with another body, PATCH) */
+    int64_t created_at, updated_at; /* ms */
+    bool paused;
+    int64_t next_fire_at;  /* the next fire time whose run is NOT yet
+                              created; -1: none (ended) */
+    int64_t last_fire_at;  /* fire time of the last run created, -1 if none */
+    char last_job_id[JOB_ID_LEN + 1]; /* "" if none */
+    int last_job_status;   /* filled by store_schedule_due only: the
+                              job_status of last_job_id as store_get would
+                              show it (a run the dispatcher holds is
+                              publishing), -1 if none or gone (purged);
+                              -1 from every other call */
+} store_schedule;
+
+/* Release what s owns and zero it. Safe on a zeroed one. */
+void store_schedule_clear(store_schedule *s);
+/* Clear n schedules and free the array (NULL is fine). */
+void store_schedules_free(store_schedule *rows, size_t n);
+
+/* Create or replace by name, in one durable transaction. *created: it did
+ * not exist (stored with generation 1, whatever s->generation). If it
+ * exists with the same spec, nothing changes (*unchanged = true, *out the
+ * row). Otherwise the row is replaced with s: spec, updated_at, paused,
+ * next_fire_at, last_fire_at, last_job_id as given, generation = old + 1,
+ * created_at kept. *out (may be NULL) the row as stored (caller clears).
+ * created/unchanged may be NULL. RMQS_EINVAL for a NULL/empty name or a
+ * NULL spec. A replace computed from a row read earlier races the
+ * scheduler's advances: the store takes s as it is (the caller cancels
+ * runs and recomputes next_fire_at, s5-design.md). */
+rmqs_rc store_schedule_put(store_t *st, const store_schedule *s,
+                           bool *created, bool *unchanged,
+                           store_schedule *out);
+
+/* Compare-and-set update of spec, paused, next_fire_at and updated_at (from
+ * s; s->name names the row) for PATCH: only if the stored generation is
+ * expect_generation, else RMQS_ECONFLICT (nothing changed; the caller
+ * re-reads and retries); the stored generation becomes
+ * expect_generation + 1. RMQS_ENOTFOUND if there is no such schedule.
+ * *out (may be NULL) the row as stored. One durable transaction. */
+rmqs_rc store_schedule_update(store_t *st, const store_schedule *s,
+                              int64_t expect_generation, store_schedule *out);
+
+/* Load one by name into *out (caller clears). RMQS_ENOTFOUND. */
+rmqs_rc store_schedule_get(store_t *st, const char *name,
+                           store_schedule *out);
+
+/* A page of at most limit (>= 1, else RMQS_EINVAL) schedules in name order
+ * (bytewise) after the name `after` (NULL: from the first). *rows a
+ * malloc'd array of *n (store_schedules_free); *next_out a malloc'd name
+ * cursor (the last name of this page) or NULL on the last page. */
+rmqs_rc store_schedule_list(store_t *st, size_t limit, const char *after,
+                            store_schedule **rows, size_t *n,
+                            char **next_out);
+
+/* Delete one (durable); its jobs stay. RMQS_ENOTFOUND. */
+rmqs_rc store_schedule_delete(store_t *st, const char *name);
+
+/* Active (not paused, next_fire_at >= 0) schedules with next_fire_at <=
+ * by_ms, earliest first (then by name), at most limit, with
+ * last_job_status. A plain read: PostgreSQL instances may read the same
+ * rows; store_schedule_advance's compare-and-set decides who wins. */
+rmqs_rc store_schedule_due(store_t *st, int64_t by_ms, size_t limit,
+                           store_schedule **rows, size_t *n);
+
+/* Earliest next_fire_at of active schedules; *any false if none. */
+rmqs_rc store_schedule_next_at(store_t *st, bool *any, int64_t *at);
+
+/*
+ * One durable transaction over n advances. Each: UPDATE schedules SET
+ * next_fire_at = new_next (-1: ended), and when job != NULL last_fire_at =
+ * job->fire_at, last_job_id = job->id, WHERE name AND generation AND
+ * next_fire_at = old_next (compare-and-set; no row: a->applied = false and
+ * nothing else for it); then, if applied and job != NULL, insert the job
+ * unless its id exists already (a->job_existed = true: nothing inserted,
+ * the schedule still advanced). The job is inserted as store_insert would
+ * (its fields as given: the caller sets status pending, source
+ * JOB_SOURCE_SCHEDULE, schedule, fire_at, expires_at). A job refused by the
+ * schema (RMQS_EINVAL) or a database failure fails the whole call: nothing
+ * of any advance is kept, every applied/job_existed false.
+ *
+ * Waking the dispatcher: PostgreSQL sends the same NOTIFY as any insert at
+ * COMMIT (every instance's dispatcher wakes, this one's too, through
+ * store_set_wake). SQLite has no such path (the HTTP layer and the writer
+ * call disp_notify themselves after their commits): the caller must call
+ * disp_notify(d, earliest due_at of the jobs inserted) after this returns
+ * RMQS_OK. Calling it on PostgreSQL too is harmless (and saves the NOTIFY
+ * round trip). A pending run is then claimed like any job, with the
+ * claimset rules of store.c (a held run answers store_cancel with
+ * RMQS_ECONFLICT, as any publishing job).
+ *
+ * PostgreSQL: each schedule row is locked FOR UPDATE SKIP LOCKED first; a
+ * row another instance is advancing right now is skipped (applied =
+ * false), so instances never wait for each other. now_ms: unused by the
+ * stores today (kept for the contract; the caller's clock).
+ */
+typedef struct store_advance {
+    const char *name;     /* borrowed */
+    int64_t generation;
+    int64_t old_next;     /* the next_fire_at the caller read */
+    int64_t new_next;     /* the one to store; -1: ended */
+    const job_t *job;     /* borrowed, id assigned (schedule_run_id), or
+                             NULL (a fire time skipped) */
+    bool applied, job_existed; /* out */
+} store_advance;
+rmqs_rc store_schedule_advance(store_t *st, store_advance *a, size_t n,
+                               int64_t now_ms);
+
+/* Schedules by state (indexed by store_schedule_state), for
+ * rmqs_schedules{state}: a count over the schedules table. */
+rmqs_rc store_schedule_counts(store_t *st, int64_t counts[3]);
 
 /* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];

@@ -28,12 +28,44 @@
 #ifndef RMQS_STORE_BACKEND_H
 #define RMQS_STORE_BACKEND_H
 
+#include <pthread.h>
+
 #include "claimset.h"
 #include "store.h"
 #include "store_common.h"
 
 /* A backend's own state, defined by each backend's files. */
 typedef struct store_backend store_backend;
+
+/*
+ * The schedules of a backend (store.h's store_schedule_* calls, issue 13),
+ * in a table of their own (store_<backend>_schedules.c). Each op has the
+ * contract of the store.h call, checked by the front first (names non-NULL
+ * and non-empty, limit >= 1), with these differences:
+ *   - rows come back with last_job_status -1, except from due, which gives
+ *     the status in the database (the front shows a run the dispatcher
+ *     holds as publishing, as store_get does);
+ *   - list gets the limit and returns *more (a row follows) instead of the
+ *     cursor, which the front makes from the last name;
+ *   - advance resets every a[i].applied/job_existed itself, and counts an
+ *     inserted run (store_delta) and wakes the dispatchers as an insert.
+ */
+typedef struct store_schedule_ops {
+    rmqs_rc (*put)(store_backend *b, const store_schedule *s, bool *created,
+                   bool *unchanged, store_schedule *out);
+    rmqs_rc (*update)(store_backend *b, const store_schedule *s,
+                      int64_t expect_generation, store_schedule *out);
+    rmqs_rc (*get)(store_backend *b, const char *name, store_schedule *out);
+    rmqs_rc (*list)(store_backend *b, size_t limit, const char *after,
+                    store_schedule **rows, size_t *n, bool *more);
+    rmqs_rc (*del)(store_backend *b, const char *name);
+    rmqs_rc (*due)(store_backend *b, int64_t by_ms, size_t limit,
+                   store_schedule **rows, size_t *n);
+    rmqs_rc (*next_at)(store_backend *b, bool *any, int64_t *at);
+    rmqs_rc (*advance)(store_backend *b, store_advance *a, size_t n,
+                       int64_t now_ms);
+    rmqs_rc (*counts)(store_backend *b, int64_t counts[3]);
+} store_schedule_ops;
 
 typedef struct store_ops {
     const char *name; /* "sqlite", "postgres": for logs */
@@ -99,6 +131,20 @@ typedef struct store_ops {
     void (*set_wake)(store_backend *b, store_wake_fn fn, void *arg);
     int64_t (*clock_offset_ms)(store_backend *b);
     int64_t (*lease_renewed_until)(store_backend *b);
+
+    /* Recurring schedules (above). */
+    const store_schedule_ops *sched;
 } store_ops;
+
+/* The front's state (store.c, store_schedules.c). */
+struct store {
+    const store_ops *ops; /* the backend's table */
+    store_backend *b;     /* its state (ops->close) */
+    claimset_t *held;     /* the dispatcher's held jobs (store.c's file
+                             comment) */
+    /* the feeder's calls (store_claim_ahead, store_next_due): one at a
+     * time, as store_backend.h promises the backend */
+    pthread_mutex_t feed_mu;
+};
 
 #endif

@@ -537,6 +537,11 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
     out->exchange = col_text(res, r, PC_EXCHANGE, &nomem);
     out->routing_key = col_text(res, r, PC_ROUTING_KEY, &nomem);
     out->last_error = col_text(res, r, PC_LAST_ERROR, &nomem);
+    out->schedule = col_text(res, r, PC_SCHEDULE, &nomem);
+    out->fire_at = PQgetisnull(res, r, PC_FIRE_AT)
+                       ? -1
+                       : pg_int(res, r, PC_FIRE_AT);
+    out->expires_at = pg_int(res, r, PC_EXPIRES_AT); /* NULL: 0, never */
     if (nomem || !out->exchange || !out->routing_key)
         goto nomem;
     if (!PQgetisnull(res, r, PC_HEADERS) &&
@@ -715,6 +720,7 @@ static void pg_free(store_backend *b)
     conn_free(&b->wr);
     conn_free(&b->feed);
     conn_free(&b->disp);
+    conn_free(&b->sched);
     pthread_mutex_destroy(&b->wake_mu);
     pthread_mutex_destroy(&b->stop_mu);
     pthread_cond_destroy(&b->stop_cv);
@@ -793,6 +799,8 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
               (int)(hash % PG_SLOTS));
     conn_init(&b->feed, "feeder", true, (int)((hash + 1) % PG_SLOTS));
     conn_init(&b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS));
+    conn_init(&b->sched, "scheduler", b->wr.relaxed,
+              (int)((hash + 3) % PG_SLOTS));
 
     b->wr.c = pg_connect(b, "writer", b->wr.relaxed, msg, sizeof(msg));
     if (b->wr.c == NULL) {
@@ -995,4 +1003,5 @@ const store_ops store_pg_ops = {
     .set_wake = pg_set_wake,
     .clock_offset_ms = pg_clock_offset_ms,
     .lease_renewed_until = pg_lease_renewed_until,
+    .sched = &pg_schedule_ops,
 };

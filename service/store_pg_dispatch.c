@@ -78,7 +78,7 @@ const char pg_claim_sql[] =
     "RETURNING seq, id, 0::smallint, exchange, routing_key, deliver_at, "
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "
-    "lease_until";
+    "lease_until, schedule, fire_at, expires_at";
 
 /* Expired leases back to pending (every instance, every lease/4). */
 static const char reclaim_sql[] =
@@ -384,6 +384,35 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
     return RMQS_OK;
 }
 
+/* One EXPIRE outcome (its own error text); *matched 0 or 1. */
+static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
+                             const store_outcome *o,
+                             const unsigned char id[JOB_ID_BYTES],
+                             int64_t now_ms, size_t *matched)
+{
+    char now[24];
+    const char *vals[4] = {pg_i64(now, now_ms), (const char *)id, o->error,
+                           b->instance};
+    int lens[4] = {0, JOB_ID_BYTES, 0, 0}, fmts[4] = {0, 1, 0, 0};
+    PGresult *res;
+    rmqs_rc rc;
+
+    *matched = 0;
+    res = pg_exec(pc, "settle_expire",
+                  "UPDATE jobs SET status = 4, last_error = $3, "
+                  "updated_at = $1, owner = NULL, lease_until = NULL "
+                  "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                  4, vals, lens, fmts, &rc);
+    if (rc != RMQS_OK)
+        return rc;
+    if (PQntuples(res) == 1) {
+        *matched = 1;
+        store_delta_move(&pc->delta, JOB_PUBLISHING, JOB_CANCELLED, 1);
+    }
+    PQclear(res);
+    return RMQS_OK;
+}
+
 rmqs_rc pg_record(store_backend *b,
                   const unsigned char (*claims)[JOB_ID_BYTES], size_t n_claims,
                   const store_outcome *o,
@@ -415,6 +444,12 @@ rmqs_rc pg_record(store_backend *b,
         if (o[i].kind != STORE_OUT_RETRY)
             continue;
         rc = settle_retry(pc, b, &o[i], ids[i], now_ms, &matched);
+        lost += 1 - matched;
+    }
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        if (o[i].kind != STORE_OUT_EXPIRE)
+            continue;
+        rc = settle_expire(pc, b, &o[i], ids[i], now_ms, &matched);
         lost += 1 - matched;
     }
     if (rc == RMQS_OK)

@@ -52,13 +52,15 @@
 #define PG_JOB_COLS                                                           \
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
-    "headers, properties, body_kind, body, source, lease_until"
+    "headers, properties, body_kind, body, source, lease_until, schedule, "  \
+    "fire_at, expires_at"
 
 enum {
     PC_SEQ, PC_ID, PC_STATUS, PC_EXCHANGE, PC_ROUTING_KEY, PC_DELIVER_AT,
     PC_DUE_AT, PC_DELAY_MS, PC_CREATED_AT, PC_UPDATED_AT, PC_SENT_AT,
     PC_ATTEMPTS, PC_MAX_ATTEMPTS, PC_LAST_ERROR, PC_HEADERS, PC_PROPERTIES,
-    PC_BODY_KIND, PC_BODY, PC_SOURCE, PC_LEASE_UNTIL, PC_COUNT
+    PC_BODY_KIND, PC_BODY, PC_SOURCE, PC_LEASE_UNTIL, PC_SCHEDULE,
+    PC_FIRE_AT, PC_EXPIRES_AT, PC_COUNT
 };
 
 /* One connection of a role, and its open transaction's bookkeeping. */
@@ -78,6 +80,10 @@ struct store_backend {
     char instance[40];    /* this store's instance id (random hex) */
     int64_t lease_ms;
     pg_conn wr, feed, disp;
+    /* the scheduler's thread (store_schedule_due/next_at/advance), so
+     * creating runs never queues behind HTTP writes; connected on first
+     * use, durable like the writer's */
+    pg_conn sched;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
     /* store_lease_renewed_until, and the end of the lease the last
      * continuous renewal wrote (0: the chain broke; store_pg_dispatch.c) */
@@ -143,6 +149,13 @@ int64_t pg_int(const PGresult *res, int r, int c);
 const char *pg_i64(char buf[24], int64_t v);
 
 /* ---- store_pg_jobs.c ---- */
+/* Insert jobs[0..n) in pc's open transaction, each unless its id exists
+ * already (a schedule's runs: store_schedule_advance): inserted[i] whether
+ * it was; counts those (pc->delta) and notes their due times for the
+ * NOTIFY at commit. RMQS_EINVAL for a job the schema refuses (the
+ * transaction is then aborted: PostgreSQL). */
+rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
+                       const job_t *const *jobs, size_t n, bool *inserted);
 rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n);
 rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out);
@@ -151,6 +164,9 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
                 bool *more, store_cursor *last);
 rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out);
+
+/* ---- store_pg_schedules.c ---- */
+extern const store_schedule_ops pg_schedule_ops;
 
 /* ---- store_pg_dispatch.c ---- */
 rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,

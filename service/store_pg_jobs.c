@@ -30,13 +30,13 @@
 
 #include "log.h"
 
-#define INSERT_NCOLS 19
+#define INSERT_NCOLS 22
 
 #define INSERT_HEAD                                                          \
     "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "      \
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts, "          \
     "max_attempts, last_error, headers, properties, body_kind, body, "       \
-    "source, message_id) VALUES "
+    "source, message_id, schedule, fire_at, expires_at) VALUES "
 
 /* A new job's due_at on the database's clock: the HTTP layer made it the
  * later of deliver_at and its own clock; where that clock won (due_at >
@@ -46,12 +46,14 @@
     ",CASE WHEN $%zu::bigint > $%zu::bigint THEN greatest($%zu::bigint, "     \
     PG_NOW_MS ") ELSE $%zu::bigint END"
 
+#define ROW_NUMS 12 /* numbers a row binds as text */
+
 /* The parameters of one multi-row INSERT. */
 typedef struct rows {
     size_t n;                 /* rows */
     const char **vals;        /* INSERT_NCOLS per row */
     int *lens, *fmts;
-    char (*num)[24];          /* 10 numbers per row */
+    char (*num)[24];          /* ROW_NUMS numbers per row */
     char **owned;             /* 2 JSON texts per row (freed) */
     unsigned char (*ids)[JOB_ID_BYTES];
 } rows;
@@ -78,7 +80,7 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
     r->vals = calloc(n * INSERT_NCOLS, sizeof(*r->vals));
     r->lens = calloc(n * INSERT_NCOLS, sizeof(*r->lens));
     r->fmts = calloc(n * INSERT_NCOLS, sizeof(*r->fmts));
-    r->num = calloc(n * 10, sizeof(*r->num));
+    r->num = calloc(n * ROW_NUMS, sizeof(*r->num));
     r->owned = calloc(n * 2, sizeof(*r->owned));
     r->ids = calloc(n, sizeof(*r->ids));
     if (!r->vals || !r->lens || !r->fmts || !r->num || !r->owned || !r->ids) {
@@ -91,7 +93,7 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
         const char **v = r->vals + i * INSERT_NCOLS;
         int *len = r->lens + i * INSERT_NCOLS;
         int *fmt = r->fmts + i * INSERT_NCOLS;
-        char(*num)[24] = r->num + i * 10;
+        char(*num)[24] = r->num + i * ROW_NUMS;
 
         if (job_id_parse(j->id, r->ids[i]) != RMQS_OK) {
             *bad = i;
@@ -129,8 +131,15 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
         }
         len[16] = (int)j->body_len;
         fmt[16] = 1;
-        v[17] = j->source == JOB_SOURCE_AMQP ? "1" : "0";
+        v[17] = j->source == JOB_SOURCE_SCHEDULE ? "2"
+                : j->source == JOB_SOURCE_AMQP   ? "1"
+                                                 : "0";
         v[18] = store_job_message_id(j);
+        /* a schedule's run: its name and fire time; NULL for other jobs
+         * (whatever fire_at a zeroed job carries) */
+        v[19] = j->schedule;
+        v[20] = j->schedule != NULL ? pg_i64(num[10], j->fire_at) : NULL;
+        v[21] = j->expires_at > 0 ? pg_i64(num[11], j->expires_at) : NULL;
     }
     return RMQS_OK;
 }
@@ -276,17 +285,21 @@ static void cb_text(cbuf *b, const char *t)
     cb_field(b, t, t ? strlen(t) : 0);
 }
 
-#define COPY_SQL                                                             \
-    "COPY jobs (id, status, exchange, routing_key, deliver_at, due_at, "     \
-    "delay_ms, created_at, updated_at, sent_at, attempts, max_attempts, "    \
-    "last_error, headers, properties, body_kind, body, source, message_id) " \
-    "FROM STDIN (FORMAT binary)"
+#define COPY_COLS_LIST                                                       \
+    "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "      \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
+    "headers, properties, body_kind, body, source, message_id, schedule, "   \
+    "fire_at, expires_at"
+#define COPY_COLS "(" COPY_COLS_LIST ")"
+#define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
 
-/* One binary COPY of jobs[0..n) in pc's open transaction. due_at as
- * DUE_AT_SQL, with this host's clock plus the offset (a lower bound of the
- * database's) for the database's. */
-static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
-                         int64_t offset, size_t *bad)
+/* One binary COPY of jobs[0..n) in pc's open transaction (copy_sql: COPY
+ * <table> COPY_COLS FROM STDIN binary). due_at as DUE_AT_SQL, with this
+ * host's clock plus the offset (a lower bound of the database's) for the
+ * database's. */
+static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
+                         const job_t *const *jobs, size_t n, int64_t offset,
+                         size_t *bad)
 {
     static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
     cbuf b = {0};
@@ -337,8 +350,19 @@ static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         cb_text(&b, props);
         cb_i16(&b, (int)j->body_kind);
         cb_field(&b, j->body_len ? (const void *)j->body : "", j->body_len);
-        cb_i16(&b, j->source == JOB_SOURCE_AMQP ? 1 : 0);
+        cb_i16(&b, j->source == JOB_SOURCE_SCHEDULE ? 2
+                    : j->source == JOB_SOURCE_AMQP ? 1
+                                                   : 0);
         cb_text(&b, store_job_message_id(j));
+        cb_text(&b, j->schedule);
+        if (j->schedule != NULL)
+            cb_i64(&b, j->fire_at);
+        else
+            cb_field(&b, NULL, 0);
+        if (j->expires_at > 0)
+            cb_i64(&b, j->expires_at);
+        else
+            cb_field(&b, NULL, 0);
         free(hdr);
         free(props);
     }
@@ -349,7 +373,7 @@ static rmqs_rc copy_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         free(b.p);
         return rc;
     }
-    res = pc->c ? PQexec(pc->c, COPY_SQL) : NULL;
+    res = pc->c ? PQexec(pc->c, copy_sql) : NULL;
     if (PQresultStatus(res) != PGRES_COPY_IN)
         rc = pc->c ? pg_fail(pc, "copy", res) : RMQS_EDB;
     PQclear(res);
@@ -487,7 +511,8 @@ static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
             jobs[at++] = &reqs[idx[k]].jobs[i];
     rc = sp(pc, "SAVEPOINT bulk");
     if (rc == RMQS_OK)
-        rc = copy_rows(pc, jobs, total, pg_clock_offset_ms(b), &bad);
+        rc = copy_rows(pc, COPY_SQL, jobs, total, pg_clock_offset_ms(b),
+                       &bad);
     if (rc == RMQS_OK) {
         rc = sp(pc, "RELEASE bulk");
         for (size_t i = 0; rc == RMQS_OK && i < total; i++)
@@ -564,6 +589,73 @@ fail_all:
     return out;
 }
 
+/* A schedule's runs go through a temporary table of this session (made
+ * once per connection, emptied at every commit): one binary COPY of the
+ * batch into it, then one INSERT ... SELECT that skips a run created
+ * already (its id is derived from the fire time) and returns the ids it
+ * inserted. Measured on the test VM, 1000 runs: 78 ms as a multi-row
+ * INSERT (22 parameters a row: mostly the server's parser), 28 ms so. */
+#define RUNS_IN_SQL                                                          \
+    "DO $$BEGIN IF to_regclass('pg_temp.runs_in') IS NULL THEN "             \
+    "CREATE TEMP TABLE runs_in (id bytea, status smallint, exchange text, "  \
+    "routing_key text, deliver_at bigint, due_at bigint, delay_ms bigint, "  \
+    "created_at bigint, updated_at bigint, sent_at bigint, attempts "        \
+    "integer, max_attempts integer, last_error text, headers text, "         \
+    "properties text, body_kind smallint, body bytea, source smallint, "     \
+    "message_id text, schedule text, fire_at bigint, expires_at bigint) "    \
+    "ON COMMIT DELETE ROWS; END IF; END$$"
+#define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
+#define RUNS_INSERT_SQL                                                      \
+    "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST                  \
+    " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING id"
+
+/* The position of id among ids[0..n) not taken yet, or n. */
+static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
+                      const bool *taken, size_t n, const void *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!taken[i] && memcmp(ids[i], id, JOB_ID_BYTES) == 0)
+            return i;
+    return n;
+}
+
+rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
+                       const job_t *const *jobs, size_t n, bool *inserted)
+{
+    unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
+    PGresult *res = NULL;
+    size_t bad;
+    rmqs_rc rc = ids != NULL ? RMQS_OK : RMQS_ENOMEM;
+
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        inserted[i] = false;
+        if (job_id_parse(jobs[i]->id, ids[i]) != RMQS_OK)
+            rc = RMQS_EINVAL;
+    }
+    if (rc == RMQS_OK)
+        rc = pg_exec_simple(pc, "runs_in", RUNS_IN_SQL);
+    if (rc == RMQS_OK)
+        rc = copy_rows(pc, RUNS_COPY_SQL, jobs, n, pg_clock_offset_ms(b),
+                       &bad);
+    if (rc == RMQS_OK)
+        res = pg_exec(pc, "insert_runs", RUNS_INSERT_SQL, 0, NULL, NULL,
+                      NULL, &rc);
+    /* RETURNING order is unspecified: match the ids */
+    for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
+        size_t i = PQgetlength(res, r, 0) == JOB_ID_BYTES
+                       ? find_id((const unsigned char(*)[JOB_ID_BYTES])ids,
+                                 inserted, n, PQgetvalue(res, r, 0))
+                       : n;
+        if (i == n)
+            continue;
+        inserted[i] = true;
+        store_delta_add(&pc->delta, (int)jobs[i]->status, 1);
+    }
+    PQclear(res);
+    free(ids);
+    return rc;
+}
+
 /* Load a job by id on pc (locked, up). */
 static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
                       job_t *out)
@@ -602,8 +694,8 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
                 const store_cursor *after, job_t **jobs_out, size_t *n_out,
                 bool *more, store_cursor *last)
 {
-    char sql[512], num[4][24], srcs[24];
-    const char *vals[6];
+    char sql[640], num[4][24], srcs[24];
+    const char *vals[7];
     int np = 0;
     size_t at;
     PGresult *res = NULL;
@@ -641,6 +733,12 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
         vals[np++] = f->message_id;
         at += (size_t)snprintf(sql + at, sizeof(sql) - at,
                                " AND message_id = $%d", np);
+    }
+    if (f && f->schedule) {
+        /* the partial index jobs_schedule (schedule, deliver_at, seq) */
+        vals[np++] = f->schedule;
+        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
+                               " AND schedule = $%d", np);
     }
     vals[np++] = pg_i64(num[3], (int64_t)limit + 1); /* one more: a next page? */
     snprintf(sql + at, sizeof(sql) - at,

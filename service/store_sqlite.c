@@ -84,9 +84,21 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                   "INSERT INTO jobs (id, status, exchange, routing_key, "
                   "deliver_at, due_at, delay_ms, created_at, updated_at, "
                   "sent_at, attempts, max_attempts, last_error, headers, "
-                  "properties, body_kind, body, source, message_id) VALUES "
+                  "properties, body_kind, body, source, message_id, "
+                  "schedule, fire_at, expires_at) VALUES "
                   "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                  "?14, ?15, ?16, ?17, ?18, ?19)"},
+                  "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"},
+    /* a schedule's run (store_schedule_advance): its id is derived from
+     * the fire time, so a run created already is simply not inserted */
+    [S_INSERT_RUN] = {"insert_run",
+                      "INSERT INTO jobs (id, status, exchange, routing_key, "
+                      "deliver_at, due_at, delay_ms, created_at, updated_at, "
+                      "sent_at, attempts, max_attempts, last_error, headers, "
+                      "properties, body_kind, body, source, message_id, "
+                      "schedule, fire_at, expires_at) VALUES "
+                      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                      "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) "
+                      "ON CONFLICT (id) DO NOTHING"},
     [S_IDEM_LOOKUP] = {"idem_lookup",
                        "SELECT " JOB_COLS ", request FROM idempotency "
                        "JOIN jobs ON jobs.seq = idempotency.job_seq "
@@ -124,6 +136,16 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                            "AND (?4 IS NULL OR status = ?4) "
                            "AND (?5 IS NULL OR source = ?5) "
                            "ORDER BY deliver_at, seq LIMIT ?1"},
+    /* A schedule's runs (?7): from the partial index jobs_schedule, in
+     * listing order already. */
+    [S_LIST_SCHEDULE] = {"list_schedule",
+                         "SELECT " JOB_COLS " FROM jobs "
+                         "INDEXED BY jobs_schedule "
+                         "WHERE schedule = ?7 AND (deliver_at, seq) > (?2, ?3) "
+                         "AND (?4 IS NULL OR status = ?4) "
+                         "AND (?5 IS NULL OR source = ?5) "
+                         "AND (?6 IS NULL OR message_id = ?6) "
+                         "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_RESCHEDULE] = {"reschedule",
                       "UPDATE jobs SET deliver_at = ?1, due_at = max(?1, ?3), "
                       "delay_ms = ?2, updated_at = ?3 "
@@ -151,6 +173,9 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                           "UPDATE jobs SET status = 0, "
                           "attempts = max(attempts - 1, 0), updated_at = ?1 "
                           "WHERE id = ?2 AND status = 1"},
+    [S_SETTLE_EXPIRE] = {"settle_expire",
+                         "UPDATE jobs SET status = 4, last_error = ?3, "
+                         "updated_at = ?1 WHERE id = ?2 AND status = 1"},
     [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
                               "attempts = max(attempts - 1, 0) "
                               "WHERE status = 1"},
@@ -385,6 +410,10 @@ rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
     out->attempts = sqlite3_column_int(s, COL_ATTEMPTS);
     out->max_attempts = sqlite3_column_int(s, COL_MAX_ATTEMPTS);
     out->body_kind = (job_body_kind)sqlite3_column_int(s, COL_BODY_KIND);
+    out->fire_at = sqlite3_column_type(s, COL_FIRE_AT) == SQLITE_NULL
+                       ? -1
+                       : sqlite3_column_int64(s, COL_FIRE_AT);
+    out->expires_at = sqlite3_column_int64(s, COL_EXPIRES_AT); /* NULL: 0 */
 
     out->exchange = col_strdup(s, COL_EXCHANGE);
     out->routing_key = col_strdup(s, COL_ROUTING_KEY);
@@ -393,6 +422,11 @@ rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
     if (sqlite3_column_type(s, COL_LAST_ERROR) != SQLITE_NULL) {
         out->last_error = col_strdup(s, COL_LAST_ERROR);
         if (!out->last_error)
+            goto nomem;
+    }
+    if (sqlite3_column_type(s, COL_SCHEDULE) != SQLITE_NULL) {
+        out->schedule = col_strdup(s, COL_SCHEDULE);
+        if (!out->schedule)
             goto nomem;
     }
     if (sqlite3_column_type(s, COL_HEADERS) != SQLITE_NULL) {
@@ -462,6 +496,7 @@ static void sq_free(store_backend *st)
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_finalize(st->purge);
+    sq_sched_finalize(st);
     sqlite3_finalize(st->rd_due);
     sqlite3_finalize(st->rd_next);
     sqlite3_close(st->rd_db);
@@ -555,6 +590,9 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
             goto fail;
         }
     }
+    rc = sq_sched_prepare(st, path, err);
+    if (rc != RMQS_OK)
+        goto fail;
     rc = sq_rd_open(st, path, err);
     if (rc != RMQS_OK)
         goto fail;
@@ -763,6 +801,7 @@ const store_ops store_sqlite_ops = {
     .read_due = sq_read_due,
     .record = sq_record,
     .recover = sq_recover,
+    .sched = &sq_schedule_ops,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -774,7 +813,7 @@ const char *store_sqlite__sql(const char *name)
     for (int i = 0; i < S_COUNT; i++)
         if (strcmp(sq_stmt_defs[i].name, name) == 0)
             return sq_stmt_defs[i].sql;
-    return NULL;
+    return sq_sched__sql(name);
 }
 
 int store_sqlite__synchronous(store_backend *st)

@@ -27,24 +27,30 @@
 #define JOB_COLS                                                              \
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
-    "headers, properties, body_kind, body, source"
+    "headers, properties, body_kind, body, source, schedule, fire_at, "      \
+    "expires_at"
 
 enum {
     COL_SEQ, COL_ID, COL_STATUS, COL_EXCHANGE, COL_ROUTING_KEY, COL_DELIVER_AT,
     COL_DUE_AT, COL_DELAY_MS, COL_CREATED_AT, COL_UPDATED_AT, COL_SENT_AT,
     COL_ATTEMPTS, COL_MAX_ATTEMPTS, COL_LAST_ERROR, COL_HEADERS,
-    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_SOURCE, COL_COUNT
+    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_SOURCE, COL_SCHEDULE,
+    COL_FIRE_AT, COL_EXPIRES_AT, COL_COUNT
 };
+
+/* Statements of store_sqlite_schedules.c (its own table). */
+#define SQ_SCHED_NSTMT 10
 
 /* Every statement of the store, prepared once at open. */
 typedef enum stmt_id {
     S_BEGIN, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_RELEASE_SP, S_ROLLBACK_SP,
     S_PING, S_VERSION,
-    S_INSERT, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
+    S_INSERT, S_INSERT_RUN, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
     S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
-    S_LIST_FILTERED, S_LIST_MESSAGE_ID,
+    S_LIST_FILTERED, S_LIST_MESSAGE_ID, S_LIST_SCHEDULE,
     S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
-    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_RECOVER, S_CLAIM_HELD,
+    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_SETTLE_EXPIRE,
+    S_RECOVER, S_CLAIM_HELD,
     S_COUNTS, S_COUNTS_ADD,
     S_COUNT
 } stmt_id;
@@ -88,6 +94,9 @@ struct store_backend {
     pthread_mutex_t rd_mu; /* the read connection (one feeder uses it) */
     sqlite3 *rd_db;
     sqlite3_stmt *rd_due, *rd_next;
+    /* The schedules' statements (store_sqlite_schedules.c), prepared at
+     * open after the jobs' ones, used under mu. */
+    sqlite3_stmt *sched[SQ_SCHED_NSTMT];
 };
 
 /* How a transaction's COMMIT must reach the disk. */
@@ -135,6 +144,15 @@ rmqs_rc sq_migrate(sqlite3 *db, const char *path, const store_migration *m,
 rmqs_rc sq_rd_open(store_backend *st, const char *path, rmqs_error *err);
 rmqs_rc sq_sync_set(store_backend *st, bool relaxed);
 
+/* store_sqlite_jobs.c: inside the caller's transaction, insert one job
+ * (id parsed) with statement sid: S_INSERT (a duplicate id is
+ * RMQS_ECONFLICT) or S_INSERT_RUN (insert if absent: *inserted false when
+ * the id exists). *seq_out the new row's seq. Counts nothing: the caller
+ * adds the row to its delta. */
+rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
+                      const unsigned char id[JOB_ID_BYTES], int64_t *seq_out,
+                      bool *inserted);
+
 /* store_sqlite_jobs.c: the clients' ops. */
 rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n);
 rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
@@ -159,6 +177,15 @@ rmqs_rc sq_record(store_backend *st,
                   const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                   int64_t now_ms);
 rmqs_rc sq_recover(store_backend *st, size_t *n_out);
+
+/* store_sqlite_schedules.c: the schedule ops (store_backend.h); prepare
+ * its statements at open (RMQS_EDB with the reason in err) and finalize
+ * them at close (safe on a half-opened backend); the SQL text of one by
+ * name for the store__sql test hook, or NULL. */
+extern const store_schedule_ops sq_schedule_ops;
+rmqs_rc sq_sched_prepare(store_backend *st, const char *path, rmqs_error *err);
+void sq_sched_finalize(store_backend *st);
+const char *sq_sched__sql(const char *name);
 
 /* Test hooks behind store.c's store__sql, store__synchronous and
  * store__set_max_pages (see there). */

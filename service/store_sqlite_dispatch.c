@@ -163,8 +163,8 @@ rmqs_rc sq_read_due(store_backend *st, claimset_t *held, int64_t due_by_ms,
     return out;
 }
 
-/* Step one bound settle statement and count what it did: SENT and
- * RELEASE by sqlite3_changes() (0 or 1), RETRY by its RETURNING status
+/* Step one bound settle statement and count what it did: SENT, RELEASE
+ * and EXPIRE by sqlite3_changes() (0 or 1), RETRY by its RETURNING status
  * (pending again, or failed at max_attempts; no row if not publishing).
  * SQLITE_OK with s reset, or the failing code with s left for sq_stmt_fail. */
 static int settle_one(store_backend *st, sqlite3_stmt *s, stmt_id sid)
@@ -172,10 +172,12 @@ static int settle_one(store_backend *st, sqlite3_stmt *s, stmt_id sid)
     int rc;
 
     if (sid != S_SETTLE_RETRY) {
+        int to = sid == S_SETTLE_SENT     ? JOB_SENT
+                 : sid == S_SETTLE_EXPIRE ? JOB_CANCELLED
+                                          : JOB_PENDING;
         rc = sq_stmt_exec(s);
         if (rc == SQLITE_OK && sqlite3_changes(st->db) > 0)
-            store_delta_move(&st->delta, JOB_PUBLISHING,
-                             sid == S_SETTLE_SENT ? JOB_SENT : JOB_PENDING, 1);
+            store_delta_move(&st->delta, JOB_PUBLISHING, to, 1);
         return rc;
     }
     rc = sqlite3_step(s);
@@ -230,9 +232,10 @@ rmqs_rc sq_record(store_backend *st,
         }
     }
     for (size_t i = 0; i < n; i++) {
-        stmt_id sid = o[i].kind == STORE_OUT_SENT    ? S_SETTLE_SENT
-                      : o[i].kind == STORE_OUT_RETRY ? S_SETTLE_RETRY
-                                                     : S_SETTLE_RELEASE;
+        stmt_id sid = o[i].kind == STORE_OUT_SENT     ? S_SETTLE_SENT
+                      : o[i].kind == STORE_OUT_RETRY  ? S_SETTLE_RETRY
+                      : o[i].kind == STORE_OUT_EXPIRE ? S_SETTLE_EXPIRE
+                                                      : S_SETTLE_RELEASE;
         sqlite3_stmt *s = sq_stmt(st, sid);
         int rc;
 
@@ -241,6 +244,8 @@ rmqs_rc sq_record(store_backend *st,
         if (sid == S_SETTLE_RETRY) {
             sq_bind_text_or_null(s, 3, o[i].error);
             sqlite3_bind_int64(s, 4, o[i].retry_at);
+        } else if (sid == S_SETTLE_EXPIRE) {
+            sq_bind_text_or_null(s, 3, o[i].error);
         }
         /* a job no longer publishing (e.g. recovered meanwhile) is left
          * alone: the UPDATE simply matches no row, and counts nothing */

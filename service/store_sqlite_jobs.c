@@ -19,12 +19,12 @@
 /* ------------------------------------------------------------------------ */
 /* Insert and read                                                          */
 
-/* Inside the caller's transaction: insert the job, return its seq. */
-static rmqs_rc insert_job(store_backend *st, const job_t *job,
-                          const unsigned char id[JOB_ID_BYTES],
-                          int64_t *seq_out)
+/* Inside the caller's transaction: insert the job (store_sqlite.h). */
+rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
+                      const unsigned char id[JOB_ID_BYTES], int64_t *seq_out,
+                      bool *inserted)
 {
-    sqlite3_stmt *s = sq_stmt(st, S_INSERT);
+    sqlite3_stmt *s = sq_stmt(st, sid);
     char *headers = NULL;
     char *props = NULL;
     rmqs_rc out;
@@ -69,6 +69,17 @@ static rmqs_rc insert_job(store_backend *st, const job_t *job,
     }
     sqlite3_bind_int(s, 18, (int)job->source);
     sq_bind_text_or_null(s, 19, store_job_message_id(job));
+    /* a schedule's run: its name and fire time; NULL for other jobs
+     * (whatever fire_at a zeroed job carries) */
+    sq_bind_text_or_null(s, 20, job->schedule);
+    if (job->schedule != NULL)
+        sqlite3_bind_int64(s, 21, job->fire_at);
+    else
+        sqlite3_bind_null(s, 21);
+    if (job->expires_at > 0)
+        sqlite3_bind_int64(s, 22, job->expires_at);
+    else
+        sqlite3_bind_null(s, 22);
 
     rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) {
@@ -86,10 +97,12 @@ static rmqs_rc insert_job(store_backend *st, const job_t *job,
             out = RMQS_EINVAL;
             sq_stmt_done(s);
         } else {
-            out = sq_stmt_fail(st, s, rc, S_INSERT);
+            out = sq_stmt_fail(st, s, rc, sid);
         }
         goto done;
     }
+    if (inserted)
+        *inserted = sqlite3_changes(st->db) > 0;
     *seq_out = sqlite3_last_insert_rowid(st->db);
     sq_stmt_done(s);
 done:
@@ -167,7 +180,7 @@ static rmqs_rc insert_req(store_backend *st, store_insert_req *r)
         return out;
     for (size_t i = 0; i < r->n; i++) {
         out = job_id_parse(r->jobs[i].id, id) == RMQS_OK
-                  ? insert_job(st, &r->jobs[i], id, &seq)
+                  ? sq_insert_job(st, S_INSERT, &r->jobs[i], id, &seq, NULL)
                   : RMQS_EINVAL;
         if (out != RMQS_OK) {
             r->failed_index = i;
@@ -260,6 +273,7 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     int status_filter = f ? f->status : -1;
     int source_filter = f ? f->source : -1;
     const char *message_id = f ? f->message_id : NULL;
+    const char *schedule = f ? f->schedule : NULL;
     store_cursor cur = after ? *after : (store_cursor){0, 0};
     int64_t last_seq = 0;
     job_t *jobs = NULL;
@@ -275,7 +289,9 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
 
-    if (message_id != NULL)
+    if (schedule != NULL)
+        sid = S_LIST_SCHEDULE;
+    else if (message_id != NULL)
         sid = S_LIST_MESSAGE_ID;
     else if (source_filter >= 0)
         sid = S_LIST_FILTERED;
@@ -283,7 +299,9 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
         sid = after ? S_LIST_ALL_AFTER : S_LIST_ALL;
     else
         sid = after ? S_LIST_STATUS_AFTER : S_LIST_STATUS;
-    if (!after && (sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED)) {
+    bool filtered = sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED ||
+                    sid == S_LIST_SCHEDULE;
+    if (!after && filtered) {
         cur.deliver_at = INT64_MIN; /* before everything */
         cur.seq = INT64_MIN;
     }
@@ -291,17 +309,19 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     pthread_mutex_lock(&st->mu);
     s = sq_stmt(st, sid);
     sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
-    if (after || sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED) {
+    if (after || filtered) {
         sqlite3_bind_int64(s, 2, cur.deliver_at);
         sqlite3_bind_int64(s, 3, cur.seq);
     }
     if (status_filter >= 0)
         sqlite3_bind_int(s, 4, status_filter);
-    if (sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED) {
+    if (filtered) {
         if (source_filter >= 0)
             sqlite3_bind_int(s, 5, source_filter);
         if (message_id != NULL)
             sqlite3_bind_text(s, 6, message_id, -1, SQLITE_STATIC);
+        if (schedule != NULL)
+            sqlite3_bind_text(s, 7, schedule, -1, SQLITE_STATIC);
     }
 
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {

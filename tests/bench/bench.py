@@ -53,6 +53,7 @@ from pylib.http import KeepAlive, exchange
 from pylib.procs import rss_kib, stop_proc
 from pylib.times import format_ts_ms, now_ms, ts_ms
 import stores  # issue 12: SQLite / PostgreSQL 1 / PostgreSQL 3, side by side
+import schedules  # issue 13: N recurring schedules firing at one minute boundary
 
 HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -1520,6 +1521,8 @@ PRAGMA wal_checkpoint(TRUNCATE);
             self.step("memory", self.memory_flood, svc)
         if want("stores"):
             self.step("stores", stores.scenario, self, svc)
+        if want("schedules"):
+            self.step("schedules", schedules.scenario, self, svc)
         if want("backlog"):
             try:
                 (pending,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due WHERE status = 0")
@@ -1705,6 +1708,9 @@ def table(R, a):
             row(scn, "diagnostic: preloaded precision p99 (vs empty)",
                 f"{qb['p99_ms']} ms (empty {qe['p99_ms']} ms)", "<= 1.2x empty",
                 qb["p99_ms"] <= 1.2 * qe["p99_ms"])
+    if R.get("schedules"):
+        schedules.table_rows(R["schedules"], row)
+        noise_row("schedules", R["schedules"])
     return rows
 
 
@@ -1773,7 +1779,11 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog,stores")
+                    "comparisons,ingest,backlog,stores,schedules")
+    ap.add_argument("--schedules", type=int, default=100_000,
+                    help="schedules scenario: how many fire at one minute boundary")
+    ap.add_argument("--schedules-stores", default="sqlite,postgres",
+                    help="schedules scenario: the stores, a comma list of sqlite,postgres")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--precision-seconds", type=int, default=20)
     ap.add_argument("--ingest-seconds", type=int, default=10)

@@ -7,6 +7,7 @@
 #   tests/bench/run.sh --full              # backlog 10,000,000 (same as above)
 #   tests/bench/run.sh --only precision,burst   # a subset (see bench.py --help)
 #   tests/bench/run.sh --only stores           # SQLite vs PostgreSQL 1 and 3 instances
+#   tests/bench/run.sh --only schedules        # 100,000 schedules firing at one minute
 #   tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
 #   tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
 #   tests/bench/run.sh -- --precision-seconds 5 # after --: options of bench.py
@@ -24,7 +25,8 @@
 #      scenario), both stopped at the end whatever happens;
 #   4. runs the scenarios (tests/bench/bench.py: precision, burst, ingest,
 #      backlog, comparisons; tests/bench/stores.py: stores, SQLite against
-#      PostgreSQL with 1 and 3 instances), each bounded in time, prints a table
+#      PostgreSQL with 1 and 3 instances; tests/bench/schedules.py: schedules,
+#      recurring schedules at scale), each bounded in time, prints a table
 #      (scenario, figure, target, met?) and writes build-bench/bench-results.json;
 #   5. cleans up: the node, its data folder, every process it started (by PID).
 # Package install, free ports and the node are tests/lib/common.sh's, as
@@ -51,7 +53,7 @@ PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench
 
 usage() {
-    sed -n '3,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 

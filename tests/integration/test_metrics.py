@@ -36,6 +36,9 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_claims_lapsed_total": "counter",
     "rmqs_database_size_bytes": "gauge",
     "rmqs_http_requests_waiting": "gauge",
+    "rmqs_schedule_runs_total": "counter",
+    "rmqs_schedules": "gauge",
+    "rmqs_build_info": "gauge",
 }
 
 
@@ -129,7 +132,15 @@ def test_metrics_pass_promtool_and_have_every_documented_family(service):
         route = dict(labels).get("route")
         if route is not None:
             assert route in ("/schedule", "/schedule/batch", "/jobs", "/jobs/{id}",
-                             "/healthz", "/readyz", "/metrics", "other"), route
+                             "/schedules", "/schedules/{name}", "/healthz", "/readyz",
+                             "/metrics", "other"), route
+    for result in ("fired", "misfired_fired", "skipped"):
+        assert m.has("rmqs_schedule_runs_total", result=result), result
+    for state in ("active", "paused", "ended"):
+        assert m.has("rmqs_schedules", state=state), state
+    (info,) = [dict(labels) for (name, labels) in m.samples if name == "rmqs_build_info"]
+    assert re.fullmatch(r"\d{4}[a-z]", info["tzdata"]), info
+    assert info["version"], info
     promtool_check(m.text)
 
 

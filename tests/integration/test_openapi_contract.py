@@ -28,9 +28,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SPEC = os.path.join(ROOT, "api", "openapi.yaml")
 HTTP_API_C = os.path.join(ROOT, "service", "http_api.c")
-# The HTTP layer: http_api.c (routing, transport errors) and http_jobs.c
-# (the job endpoints' errors).
-HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c")]
+# The HTTP layer: http_api.c (routing, transport errors), http_jobs.c
+# (the job endpoints' errors) and http_schedules.c (the schedules').
+HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c"),
+                os.path.join(ROOT, "service", "http_schedules.c")]
+# The schedule the documented /schedules/{name} examples work on.
+EXAMPLE_SCHEDULE = "contract-example"
 METRICS_C = os.path.join(ROOT, "service", "metrics.c")
 REDOCLY = "@redocly/cli@2.77.0"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -348,7 +351,7 @@ def _request_examples(contract, op):
 
 
 # Request fields that name a moment; the examples give them as RFC 3339 text.
-TIME_FIELDS = ("deliver_at",)
+TIME_FIELDS = ("deliver_at", "start_at", "end_at")
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$")
 
 
@@ -429,10 +432,12 @@ def test_every_documented_operation_exists_and_takes_its_examples(service, contr
     svc = service()
     job = svc.schedule(later_job())
     seen = []
-    # DELETE last: it cancels the job the others use.
-    order = sorted(operations(contract.doc), key=lambda t: t[1] == "delete")
+    # PUT first (it creates the schedule the others use), DELETE last (it
+    # cancels the job and deletes the schedule).
+    order = sorted(operations(contract.doc),
+                   key=lambda t: (t[1] == "delete", t[1] != "put"))
     for template, method, op in order:
-        path = template.replace("{id}", job["id"])
+        path = template.replace("{id}", job["id"]).replace("{name}", EXAMPLE_SCHEDULE)
         examples = _request_examples(contract, op) or [(None, None)]
         for name, body in examples:
             body = relative_to_now(body)

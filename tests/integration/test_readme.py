@@ -4,7 +4,8 @@ an error, a batch error), each JSON body of a curl command in a ```sh block
 against the request schema of its route, and the README's schedule request
 sent to the real service answers a job with the same members as the README's
 job example (so a field the server adds, like `source`, cannot be missing
-from the README). The README's quick start is run by
+from the README). The "Recurring schedules" section's curl commands are
+run by test_schedules.py. The README's quick start is run by
 test_readme_quickstart.py, its configuration table checked against --help by
 test_configuration.py."""
 
@@ -39,6 +40,8 @@ def answer_schema(value):
         return "JobPage" if "next" in value else "JobList"
     if isinstance(value, dict) and {"id", "status", "exchange"} <= set(value):
         return "Job"
+    if isinstance(value, dict) and {"name", "next_runs"} <= set(value):
+        return "Schedule"
     return None
 
 
@@ -83,7 +86,9 @@ def curl_requests():
 
 REQUEST_SCHEMAS = {("POST", "/schedule"): "ScheduleRequest",
                    ("POST", "/schedule/batch"): "ScheduleBatchRequest",
-                   ("PATCH", "/jobs/{id}"): "RescheduleRequest"}
+                   ("PATCH", "/jobs/{id}"): "RescheduleRequest",
+                   ("PUT", "/schedules/{name}"): "ScheduleSpec",
+                   ("PATCH", "/schedules/{name}"): "SchedulePatch"}
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +112,7 @@ def test_every_json_example_of_the_readme_matches_its_schema(contract):
         errs = contract.schemas.errors(schema(name), value)
         assert not errs, f"README.md:{line} ({name}): {errs}"
         checked.append(name)
-    assert {"Job", "BatchError"} <= set(checked), checked
+    assert {"Job", "BatchError", "Schedule"} <= set(checked), checked
 
 
 def test_every_curl_body_of_the_readme_matches_its_request_schema(contract):
@@ -123,7 +128,8 @@ def test_every_curl_body_of_the_readme_matches_its_request_schema(contract):
         errs = contract.schemas.errors(schema(name), value)
         assert not errs, f"README.md:{line} ({name}): {errs}"
         checked.append(name)
-    assert {"ScheduleRequest", "RescheduleRequest"} <= set(checked), checked
+    assert {"ScheduleRequest", "RescheduleRequest", "ScheduleSpec",
+            "SchedulePatch"} <= set(checked), checked
 
 
 def test_the_readme_job_is_what_the_service_answers_to_the_readme_request(service):

@@ -466,3 +466,44 @@ Test(job_json, list_page)
     job_clear(&jobs[0]);
     job_clear(&jobs[1]);
 }
+
+/* A run of a recurring schedule says which schedule and fire time it is
+ * for, right after its source; other jobs have none of the three. */
+Test(job_json, schedule_run_fields)
+{
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'tick','delay_ms':60000}");
+    json_t *o;
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    static const char *const first[] = {"id", "status", "source", "schedule",
+                                        "fire_at", "expires_at", "exchange"};
+
+    o = parsed(&j);
+    cr_expect_null(json_object_get(o, "schedule"));
+    cr_expect_null(json_object_get(o, "fire_at"));
+    cr_expect_null(json_object_get(o, "expires_at"));
+    json_decref(o);
+
+    j.source = JOB_SOURCE_SCHEDULE;
+    j.schedule = strdup("daily \"digest\"");
+    j.fire_at = NOW + 60000;
+    j.expires_at = NOW + 120000;
+    o = parsed(&j);
+    json_object_foreach(o, key, v) {
+        if (i < sizeof first / sizeof first[0])
+            cr_expect_str_eq(key, first[i], "member %zu", i);
+        i++;
+    }
+    cr_expect_eq(i, N_KEYS + 3 + 1, "the run's three members more");
+    cr_expect_str_eq(str_of(o, "source"), "schedule");
+    cr_expect_str_eq(str_of(o, "schedule"), "daily \"digest\"");
+    cr_expect_str_eq(str_of(o, "fire_at"), "2026-01-01T00:01:00.000Z");
+    cr_expect_str_eq(str_of(o, "expires_at"), "2026-01-01T00:02:00.000Z");
+    json_decref(o);
+    j.expires_at = 0; /* no expiry: null */
+    o = parsed(&j);
+    cr_expect(json_is_null(json_object_get(o, "expires_at")));
+    json_decref(o);
+    job_clear(&j);
+}

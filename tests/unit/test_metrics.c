@@ -62,3 +62,38 @@ Test(metrics, gauges_left_out_when_sources_unknown)
     cr_expect_not_null(strstr(text, "rmqs_broker_connected 0\n"));
     free(text);
 }
+
+Test(metrics, schedules_routes_runs_states_and_build_info)
+{
+    metrics_sources src = {.have_schedule_counts = true,
+                           .schedules_by_state = {3, 2, 1},
+                           .tzdata_version = "2025b",
+                           .db_bytes = -1};
+    char *text;
+
+    cr_expect_eq(metrics_route_of("/schedules"), MR_SCHEDULES);
+    cr_expect_eq(metrics_route_of("/schedules/"), MR_SCHEDULES);
+    cr_expect_eq(metrics_route_of("/schedules/daily-digest"), MR_SCHEDULE_ONE);
+    cr_expect_eq(metrics_route_of("/schedule"), MR_SCHEDULE);
+    metrics_schedule_runs(MRR_FIRED, 4);
+    metrics_schedule_runs(MRR_MISFIRED_FIRED, 1);
+    metrics_schedule_runs(MRR_SKIPPED, 9);
+    metrics_http(MR_SCHEDULE_ONE, 204, 100);
+    text = metrics_render(&src);
+    cr_assert_not_null(text);
+    cr_expect_not_null(strstr(text, "rmqs_schedule_runs_total{result=\"fired\"} 4\n"));
+    cr_expect_not_null(strstr(text, "rmqs_schedule_runs_total{result=\"misfired_fired\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_schedule_runs_total{result=\"skipped\"} 9\n"));
+    cr_expect_not_null(strstr(text, "rmqs_schedules{state=\"active\"} 3\n"));
+    cr_expect_not_null(strstr(text, "rmqs_schedules{state=\"paused\"} 2\n"));
+    cr_expect_not_null(strstr(text, "rmqs_schedules{state=\"ended\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedules/{name}\",status=\"204\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_build_info{version=\"" RMQS_VERSION "\",tzdata=\"2025b\"} 1\n"));
+    free(text);
+    src.have_schedule_counts = false;
+    src.tzdata_version = NULL;
+    text = metrics_render(&src);
+    cr_expect_null(strstr(text, "rmqs_schedules{"));
+    cr_expect_not_null(strstr(text, "tzdata=\"unknown\"} 1\n"));
+    free(text);
+}

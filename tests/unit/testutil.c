@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <libpq-fe.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +160,112 @@ void ut_sql_exec(const char *path, const char *sql)
     cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : "");
     sqlite3_free(msg);
     sqlite3_close(db);
+}
+
+void ut_sql_migrate(const char *path, const store_migration *m, size_t n)
+{
+    sqlite3 *db = NULL;
+    char *msg = NULL;
+    int rc;
+
+    cr_assert_eq(sqlite3_open_v2(path, &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                                 NULL),
+                 SQLITE_OK, "create %s", path);
+    rc = sqlite3_exec(db,
+                          "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; "
+                          "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                          "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                          "applied_at INTEGER NOT NULL)", NULL, NULL, &msg);
+
+    cr_assert_eq(rc, SQLITE_OK, "schema_migrations: %s", msg ? msg : "");
+    for (size_t i = 0; i < n; i++) {
+        char row[256];
+        snprintf(row, sizeof(row),
+                 "INSERT INTO schema_migrations VALUES (%d, '%s', 1)",
+                 m[i].version, m[i].name);
+        rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, &msg);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(db, m[i].sql, NULL, NULL, &msg);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(db, row, NULL, NULL, &msg);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(db, "COMMIT", NULL, NULL, &msg);
+        cr_assert_eq(rc, SQLITE_OK, "migration %s: %s", m[i].name,
+                     msg ? msg : "");
+    }
+    sqlite3_free(msg);
+    sqlite3_close(db);
+}
+
+bool ut_pg_available(void)
+{
+    const char *u = getenv("RMQS_TEST_PG_URL");
+    const char *a = getenv("RMQS_TEST_PG_ADMIN");
+
+    return u != NULL && *u != '\0' && a != NULL && *a != '\0';
+}
+
+static PGconn *pg_connect_or_fail(const char *url)
+{
+    PGconn *c = PQconnectdb(url);
+
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "connect: %s",
+                 PQerrorMessage(c));
+    return c;
+}
+
+void ut_pg_exec(const char *url, const char *sql)
+{
+    PGconn *c = pg_connect_or_fail(url);
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+
+    cr_assert(st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK, "%s: %s", sql,
+              PQerrorMessage(c));
+    PQclear(r);
+    PQfinish(c);
+}
+
+int64_t ut_pg_int(const char *url, const char *sql)
+{
+    PGconn *c = pg_connect_or_fail(url);
+    PGresult *r = PQexec(c, sql);
+    int64_t v;
+
+    cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK, "%s: %s", sql,
+                 PQerrorMessage(c));
+    cr_assert_geq(PQntuples(r), 1, "%s: no row", sql);
+    v = PQgetisnull(r, 0, 0) ? -1 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    PQfinish(c);
+    return v;
+}
+
+void ut_pg_create(char name[64], char url[UT_URL_MAX])
+{
+    static unsigned seq;
+    char sql[256];
+    const char *user = getenv("RMQS_TEST_PG_USER");
+
+    cr_assert(ut_pg_available() && user != NULL,
+              "RMQS_TEST_PG_* not set: run through tests/run.sh");
+    snprintf(name, 64, "rmqs_ut_%ld_%ld_%u", (long)getpid(), (long)time(NULL),
+             seq++);
+    snprintf(sql, sizeof(sql), "CREATE DATABASE %s OWNER %s", name, user);
+    ut_pg_exec(getenv("RMQS_TEST_PG_ADMIN"), sql);
+    snprintf(url, UT_URL_MAX, "%s/%s", getenv("RMQS_TEST_PG_URL"), name);
+}
+
+void ut_pg_drop(const char *name)
+{
+    char sql[256];
+
+    if (name == NULL || name[0] == '\0' || !ut_pg_available())
+        return;
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)",
+             name);
+    ut_pg_exec(getenv("RMQS_TEST_PG_ADMIN"), sql);
 }
 
 int64_t ut_sql_int(const char *path, const char *sql)

@@ -79,8 +79,33 @@ sqlite3 *ut_sql_open(const char *path);
 /* Run sql (statements without results) on a raw connection to path. */
 void ut_sql_exec(const char *path, const char *sql);
 
+/* Make the file at path a database of the first n of migrations, as the
+ * store's runner would (each in its transaction with its schema_migrations
+ * row, foreign keys on, WAL), without opening a store: a store of this
+ * binary cannot open an older schema without migrating it (its statements
+ * need the newest one), so tests of a migration build the old database
+ * with this. */
+void ut_sql_migrate(const char *path, const store_migration *m, size_t n);
+
 /* The first column of the first row of sql on a raw connection to path. */
 int64_t ut_sql_int(const char *path, const char *sql);
+
+/* PostgreSQL, the server tests/run.sh starts (RMQS_TEST_PG_URL, the app
+ * user's URL without a database; RMQS_TEST_PG_ADMIN, the admin's libpq
+ * conninfo over the server's socket). */
+#define UT_URL_MAX 512
+/* Whether the environment names a server (else the caller skips). */
+bool ut_pg_available(void);
+/* A fresh database owned by the app user: its name into name, the app's
+ * URL of it into url. The caller drops it (ut_pg_drop). */
+void ut_pg_create(char name[64], char url[UT_URL_MAX]);
+/* Drop the database name (if it exists; its connections are ended). */
+void ut_pg_drop(const char *name);
+/* Run sql (statements without results) at url (a URL or conninfo). */
+void ut_pg_exec(const char *url, const char *sql);
+/* The first column of the first row of sql at url, as an integer (NULL:
+ * -1). */
+int64_t ut_pg_int(const char *url, const char *sql);
 
 /* Poll done(arg) every millisecond until it returns true or timeout_ms
  * have passed (CLOCK_MONOTONIC); returns its last answer. For conditions

@@ -109,6 +109,9 @@ bool http_is_json_content(struct MHD_Connection *c);
 /* The first query argument not in allowed (NULL-terminated), or NULL. */
 const char *http_query_unknown(struct MHD_Connection *c,
                                const char *const *allowed);
+/* The same, with the job filter's parameters (http_filter.h) allowed too. */
+const char *http_query_unknown_filter(struct MHD_Connection *c,
+                                      const char *const *allowed);
 /* Whether --allow-exchanges lets a job publish to name. */
 bool http_exchange_allowed(const http_api_t *api, const char *name);
 

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "http_filter.h"
 #include "http_prefer.h"
 #include "log.h"
 #include "timeutil.h"
@@ -79,6 +80,7 @@ bool http_is_json_content(struct MHD_Connection *c)
 /* Collect query arguments not in allowed[] (first one wins). */
 typedef struct query_check {
     const char *const *allowed;
+    bool filter; /* the job filter's parameters are allowed too */
     const char *unknown;
 } query_check;
 
@@ -86,6 +88,8 @@ static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
                                    const char *key, const char *value)
 {
     query_check *q = cls;
+    if (q->filter && http_filter_is_param(key))
+        return MHD_YES;
     for (const char *const *a = q->allowed; *a != NULL; a++)
         if (strcmp(*a, key) == 0)
             return MHD_YES;
@@ -97,7 +101,15 @@ static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
 const char *http_query_unknown(struct MHD_Connection *c,
                                  const char *const *allowed)
 {
-    query_check q = {allowed, NULL};
+    query_check q = {allowed, false, NULL};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
+    return q.unknown;
+}
+
+const char *http_query_unknown_filter(struct MHD_Connection *c,
+                                      const char *const *allowed)
+{
+    query_check q = {allowed, true, NULL};
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
     return q.unknown;
 }
@@ -388,19 +400,11 @@ out:
 
 enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
 {
-    static const char *const allowed[] = {"status", "limit", "after", "source",
-                                          "message_id", "schedule", NULL};
-    const char *source = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "source");
-    const char *message_id = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                         "message_id");
-    const char *schedule = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
-                                                       "schedule");
-    store_filter filter = {.status = -1, .source = -1, .message_id = message_id,
-                           .schedule = schedule};
-    const char *status = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "status");
+    static const char *const allowed[] = {"limit", "after", NULL};
+    store_filter filter;
     const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
     const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    const char *unknown = http_query_unknown(c, allowed);
+    const char *unknown = http_query_unknown_filter(c, allowed);
     job_t *jobs = NULL;
     size_t n = 0, limit = LIST_LIMIT_DEFAULT;
     char *next = NULL;
@@ -414,28 +418,9 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
         ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
         goto out;
     }
-    if (status != NULL) {
-        job_status s;
-        if (job_status_parse(status, &s) != RMQS_OK) {
-            rmqs_fail(&err, RMQS_EINVAL, "status",
-                      "status: one of pending, publishing, sent, failed, cancelled");
-            ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-            goto out;
-        }
-        filter.status = (int)s;
-    }
-    if (source != NULL) {
-        if (strcmp(source, "http") == 0) {
-            filter.source = JOB_SOURCE_HTTP;
-        } else if (strcmp(source, "amqp") == 0) {
-            filter.source = JOB_SOURCE_AMQP;
-        } else if (strcmp(source, "schedule") == 0) {
-            filter.source = JOB_SOURCE_SCHEDULE;
-        } else {
-            rmqs_fail(&err, RMQS_EINVAL, "source", "source: http, amqp or schedule");
-            ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-            goto out;
-        }
+    if (http_filter_from_query(c, &filter, &err) != RMQS_OK) {
+        ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+        goto out;
     }
     if (limit_s != NULL) {
         size_t v = 0, i = 0;

@@ -16,8 +16,11 @@
  * The rules of a pass, for each active schedule whose next fire time is
  * within the lead (earliest first, up to BATCH per transaction):
  *   - One outstanding run: while a run of the schedule is still pending
- *     more than 1 s after its fire time (the dispatcher is not publishing:
- *     the broker is away), no further run is created. The last run's
+ *     more than STUCK_MS (500 ms) after its fire time (the dispatcher
+ *     publishes on the millisecond, so it is not publishing: the broker is
+ *     away), no further run is created. Half the catch-up's 1 s, so that a
+ *     1 s schedule with a 2 s lead, whose pass wakes just as its previous
+ *     run turns 1 s overdue, is never decided by a millisecond of jitter. The last run's
  *     status comes with the row; a schedule that fires more often than the
  *     lead has several runs ahead and its last one is in the future, so
  *     while that one is pending the earliest pending run is looked up (one
@@ -55,6 +58,7 @@
 #define IDLE_CAP_MS 1000    /* longest sleep without looking again */
 #define MIN_SLEEP_MS 20     /* a row another instance holds: not a spin */
 #define OVERDUE_MS 1000     /* a fire time this far past needs a catch-up */
+#define STUCK_MS 500        /* a run pending this far past: not publishing */
 #define MOD "scheduler"
 
 struct scheduler {
@@ -101,7 +105,7 @@ typedef struct plan {
 } plan;
 
 /*
- * Whether schedule name has a run still pending more than OVERDUE_MS after
+ * Whether schedule name has a run still pending more than STUCK_MS after
  * its fire time (the dispatcher is not publishing). Asked only when the
  * last run is still pending and not overdue itself: a schedule firing more
  * often than the lead has several runs created ahead, and the last one is
@@ -109,20 +113,25 @@ typedef struct plan {
  */
 static bool earlier_run_overdue(scheduler_t *sc, const char *name, int64_t now)
 {
-    store_filter f = {.status = JOB_PENDING, .source = JOB_SOURCE_SCHEDULE,
-                      .schedule = name};
-    job_t *jobs = NULL;
-    size_t n = 0;
-    char *next = NULL;
+    /* Claimed runs are publishing: the dispatcher holds them while away. */
+    static const int statuses[] = {JOB_PENDING, JOB_PUBLISHING};
     bool overdue = false;
 
-    if (store_list(sc->st, &f, 1, NULL, &jobs, &n, &next) != RMQS_OK)
-        return true; /* unknown: do not pile up runs; looked at again soon */
-    overdue = n > 0 && jobs[0].fire_at < now - OVERDUE_MS;
-    for (size_t i = 0; i < n; i++)
-        job_clear(&jobs[i]);
-    free(jobs);
-    free(next);
+    for (size_t k = 0; k < sizeof statuses / sizeof statuses[0] && !overdue; k++) {
+        store_filter f = {.status = statuses[k], .source = JOB_SOURCE_SCHEDULE,
+                          .schedule = name};
+        job_t *jobs = NULL;
+        size_t n = 0;
+        char *next = NULL;
+
+        if (store_list(sc->st, &f, 1, NULL, &jobs, &n, &next) != RMQS_OK)
+            return true; /* unknown: do not pile up runs; looked at again soon */
+        overdue = n > 0 && jobs[0].fire_at < now - STUCK_MS;
+        for (size_t i = 0; i < n; i++)
+            job_clear(&jobs[i]);
+        free(jobs);
+        free(next);
+    }
     return overdue;
 }
 
@@ -146,7 +155,7 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
     if (row->last_job_id[0] != '\0' &&
         (row->last_job_status == JOB_PENDING ||
          row->last_job_status == JOB_PUBLISHING) &&
-        (row->last_fire_at < now - OVERDUE_MS ||
+        (row->last_fire_at < now - STUCK_MS ||
          earlier_run_overdue(sc, row->name, now)))
         return false; /* one outstanding run: wait for it */
     if (schedule_from_request(row->name, row->spec, strlen(row->spec),

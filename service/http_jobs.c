@@ -454,7 +454,6 @@ out:
     return ret;
 }
 
-#define COUNT_MAX_DEFAULT 100000
 #define COUNT_MAX_LIMIT 10000000
 
 enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c)
@@ -463,7 +462,7 @@ enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c)
     const char *max_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max");
     const char *unknown = http_query_unknown_filter(c, allowed);
     store_filter filter;
-    int64_t cap = COUNT_MAX_DEFAULT, count = 0;
+    int64_t cap = STORE_COUNT_CAP_DEFAULT, count = 0;
     bool capped = false;
     rmqs_error err = {0};
     json_t *body;

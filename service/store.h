@@ -208,13 +208,15 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
  * cap match). A filter of status alone (or nothing) reads job_counts. A job
  * the dispatcher holds counts under its stored status (pending).
  */
+#define STORE_COUNT_CAP_DEFAULT 100000 /* GET /jobs/count without max */
 rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
                     int64_t *count, bool *capped);
 
 /*
  * The query plan of store_list (count false) or store_count (count true)
  * for f, as the backend's planner gives it (SQLite: EXPLAIN QUERY PLAN
- * lines; PostgreSQL: EXPLAIN (FORMAT JSON)), in a malloc'd *plan_out
+ * lines; PostgreSQL: EXPLAIN (FORMAT JSON)), for a page of 50 after a
+ * cursor or a count with the default cap, in a malloc'd *plan_out
  * (caller frees). For tests and the benchmark: the SQL stays here.
  */
 rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,

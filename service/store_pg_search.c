@@ -274,7 +274,8 @@ rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
     pg_query q;
     PGresult *res = NULL;
     /* a page after a cursor: the plan of every page but the first */
-    rmqs_rc rc = build(f, count, count ? NULL : &cur, 51, &q);
+    rmqs_rc rc = build(f, count, count ? NULL : &cur,
+                       count ? STORE_COUNT_CAP_DEFAULT + 1 : 51, &q);
 
     if (rc == RMQS_OK)
         res = run(b, "explain", "EXPLAIN (FORMAT JSON) ", &q, &rc);

@@ -349,7 +349,8 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
     if (out == RMQS_OK)
         out = prepare(st, &q, "EXPLAIN QUERY PLAN ", &s);
     if (out == RMQS_OK) {
-        bind(s, f, &q, 51, count ? NULL : &cur);
+        bind(s, f, &q, count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
+             count ? NULL : &cur);
         store_text_add(&t, "%s\n", q.sql);
         while ((rc = sqlite3_step(s)) == SQLITE_ROW)
             store_text_add(&t, "%s\n", (const char *)sqlite3_column_text(s, 3));

@@ -179,10 +179,13 @@ Test(store_search, id_prefix_is_a_range_of_ids, .init = setup, .fini = teardown)
     }
 }
 
-/* The plan of f (list and count) names want and never scans jobs bare. */
+/* The plan of f (list and count) names want and never scans jobs bare (a
+ * count of the status alone reads job_counts: only its list). */
 static void check_plan(const store_filter *f, const char *want, const char *what)
 {
-    for (int count = 0; count < 2; count++) {
+    bool status_only = strncmp(what, "status alone", 12) == 0;
+
+    for (int count = 0; count < (status_only ? 1 : 2); count++) {
         char *plan = NULL;
         cr_assert_eq(store_explain(g_st, f, count, &plan), RMQS_OK, "%s", what);
         bool bare_scan = false;

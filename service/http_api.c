@@ -345,6 +345,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     }
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
         return get ? http_jobs_list(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/jobs/count") == 0)
+        return get ? http_jobs_count(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/jobs/", 6) == 0 && strchr(url + 6, '/') == NULL)
         return http_jobs_one(api, c, method, url + 6, rq);
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)

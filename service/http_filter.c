@@ -9,11 +9,18 @@
 #include <string.h>
 
 #include "job.h"
+#include "timeutil.h"
+#include "utf8.h"
+
+#define Q_MIN_CHARS 3   /* the trigram indexes need 3 characters */
+#define Q_MAX_BYTES 256 /* a search, not a document */
+#define ID_PREFIX_MIN 4
 
 typedef const char *(*lookup_fn)(void *ctx, const char *name);
 
-static const char *const params[] = {"status", "source", "message_id", "schedule",
-                                     NULL};
+static const char *const params[] = {
+    "status", "source", "message_id", "schedule", "exchange", "routing_key",
+    "deliver_from", "deliver_to", "id_prefix", "header", "q", NULL};
 
 bool http_filter_is_param(const char *name)
 {
@@ -30,6 +37,108 @@ static const char *field_of(bool json, const char *name, char *buf, size_t size)
         return name;
     snprintf(buf, size, "filter.%s", name);
     return buf;
+}
+
+/* An RFC 3339 instant into *ms (the parser of timeutil). */
+static rmqs_rc parse_time(const char *v, bool *has, int64_t *ms)
+{
+    if (v == NULL)
+        return RMQS_OK;
+    if (tu_parse_rfc3339(v, strlen(v), ms) != RMQS_OK)
+        return RMQS_EINVAL;
+    *has = true;
+    return RMQS_OK;
+}
+
+/* Hex digits of an id's start, dashes allowed anywhere, into out
+ * (lowercase, no dashes): at least ID_PREFIX_MIN of them, at most a whole
+ * id's. */
+static rmqs_rc parse_id_prefix(const char *v, char out[STORE_ID_PREFIX_MAX + 1])
+{
+    size_t n = 0;
+
+    for (const char *p = v; *p != '\0'; p++) {
+        char ch = *p;
+        if (ch == '-')
+            continue;
+        if (ch >= 'A' && ch <= 'F')
+            ch = (char)(ch - 'A' + 'a');
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')) ||
+            n == STORE_ID_PREFIX_MAX)
+            return RMQS_EINVAL;
+        out[n++] = ch;
+    }
+    out[n] = '\0';
+    return n >= ID_PREFIX_MIN ? RMQS_OK : RMQS_EINVAL;
+}
+
+/* "name:value": the name before the first ':' (not empty), the value after
+ * it (may be empty, may hold ':'). */
+static rmqs_rc parse_header(const char *v, store_filter *f)
+{
+    const char *colon = strchr(v, ':');
+
+    if (colon == NULL || colon == v || !utf8_text(v, strlen(v)))
+        return RMQS_EINVAL;
+    f->header_name = v;
+    f->header_name_len = (size_t)(colon - v);
+    f->header_value = colon + 1;
+    return RMQS_OK;
+}
+
+/* Characters (code points) of valid UTF-8 s, or -1 if s is not valid. */
+static long utf8_chars(const char *s, size_t n)
+{
+    long chars = 0;
+
+    for (size_t i = 0; i < n; chars++) {
+        size_t l = utf8_char_len(s + i, n - i);
+        if (l == 0)
+            return -1;
+        i += l;
+    }
+    return chars;
+}
+
+/* The fields the search adds (issue 14), after the first four. */
+static rmqs_rc parse_search(lookup_fn get, void *ctx, bool json, store_filter *f,
+                            rmqs_error *err)
+{
+    const char *from = get(ctx, "deliver_from"), *to = get(ctx, "deliver_to");
+    const char *idp = get(ctx, "id_prefix"), *header = get(ctx, "header");
+    const char *q = get(ctx, "q");
+    char field[64];
+
+    f->exchange = get(ctx, "exchange");
+    f->routing_key = get(ctx, "routing_key");
+    if (parse_time(from, &f->has_deliver_from, &f->deliver_from) != RMQS_OK)
+        return rmqs_fail(err, RMQS_EINVAL,
+                         field_of(json, "deliver_from", field, sizeof field),
+                         "deliver_from: an RFC 3339 instant");
+    if (parse_time(to, &f->has_deliver_to, &f->deliver_to) != RMQS_OK)
+        return rmqs_fail(err, RMQS_EINVAL,
+                         field_of(json, "deliver_to", field, sizeof field),
+                         "deliver_to: an RFC 3339 instant");
+    if (idp != NULL && parse_id_prefix(idp, f->id_prefix) != RMQS_OK)
+        return rmqs_fail(err, RMQS_EINVAL,
+                         field_of(json, "id_prefix", field, sizeof field),
+                         "id_prefix: %d to %d hex digits of a job id (dashes "
+                         "allowed)", ID_PREFIX_MIN, STORE_ID_PREFIX_MAX);
+    if (header != NULL && parse_header(header, f) != RMQS_OK)
+        return rmqs_fail(err, RMQS_EINVAL,
+                         field_of(json, "header", field, sizeof field),
+                         "header: name:value (the name not empty; valid UTF-8)");
+    if (q != NULL) {
+        size_t n = strlen(q);
+        long chars = utf8_chars(q, n);
+        if (chars < Q_MIN_CHARS || n > Q_MAX_BYTES)
+            return rmqs_fail(err, RMQS_EINVAL,
+                             field_of(json, "q", field, sizeof field),
+                             "q: %d characters at least, %d bytes at most, "
+                             "of valid UTF-8", Q_MIN_CHARS, Q_MAX_BYTES);
+        f->q = q;
+    }
+    return RMQS_OK;
 }
 
 static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
@@ -62,7 +171,7 @@ static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
                                                          sizeof field),
                              "source: http, amqp or schedule");
     }
-    return RMQS_OK;
+    return parse_search(get, ctx, json, f, err);
 }
 
 static const char *from_query(void *ctx, const char *name)

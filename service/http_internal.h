@@ -127,6 +127,8 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
                                   http_req *rq);
 /* GET /jobs. */
 enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c);
+/* GET /jobs/count: the jobs GET /jobs's filter selects, counted up to max. */
+enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c);
 /* GET, PATCH, DELETE /jobs/{id}. */
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                               const char *method, const char *id, http_req *rq);

@@ -454,6 +454,45 @@ out:
     return ret;
 }
 
+#define COUNT_MAX_LIMIT 10000000
+
+enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c)
+{
+    static const char *const allowed[] = {"max", NULL};
+    const char *max_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max");
+    const char *unknown = http_query_unknown_filter(c, allowed);
+    store_filter filter;
+    int64_t cap = STORE_COUNT_CAP_DEFAULT, count = 0;
+    bool capped = false;
+    rmqs_error err = {0};
+    json_t *body;
+    rmqs_rc rc;
+
+    if (unknown != NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
+    if (http_filter_from_query(c, &filter, &err) != RMQS_OK)
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    if (max_s != NULL) {
+        int64_t v = 0;
+        size_t i = 0;
+        for (; max_s[i] >= '0' && max_s[i] <= '9' && i < 9; i++)
+            v = v * 10 + (max_s[i] - '0');
+        if (i == 0 || max_s[i] != '\0' || v < 1 || v > COUNT_MAX_LIMIT) {
+            rmqs_fail(&err, RMQS_EINVAL, "max", "max: an integer from 1 to %d",
+                      COUNT_MAX_LIMIT);
+            return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+        }
+        cap = v;
+    }
+    rc = store_count(api->st, &filter, cap, &count, &capped);
+    if (rc != RMQS_OK)
+        return http_reply_rc(c, rc, NULL, "cannot count jobs");
+    body = json_pack("{sIsb}", "count", (json_int_t)count, "capped", capped);
+    return http_reply_json(c, MHD_HTTP_OK, body, NULL, NULL);
+}
+
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                               const char *method, const char *id, http_req *rq)
 {

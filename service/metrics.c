@@ -30,7 +30,7 @@ static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404, 405,
 #define CODES_N (sizeof(http_codes) / sizeof(http_codes[0]))
 
 static const char *const route_names[MR_COUNT] = {
-    "/schedule", "/schedule/batch", "/jobs", "/jobs/{id}", "/schedules",
+    "/schedule", "/schedule/batch", "/jobs", "/jobs/count", "/jobs/{id}", "/schedules",
     "/schedules/{name}", "/healthz", "/readyz", "/metrics", "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
@@ -124,6 +124,8 @@ metrics_route metrics_route_of(const char *url)
         return MR_SCHEDULE_BATCH;
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
         return MR_JOBS;
+    if (strcmp(url, "/jobs/count") == 0)
+        return MR_JOBS_COUNT;
     if (strncmp(url, "/jobs/", 6) == 0)
         return MR_JOB;
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)

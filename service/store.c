@@ -268,6 +268,47 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
     return RMQS_OK;
 }
 
+/* Whether f selects on nothing but (at most) the status. */
+static bool status_only(const store_filter *f)
+{
+    return f == NULL ||
+           (f->source < 0 && f->message_id == NULL && f->schedule == NULL &&
+            f->exchange == NULL && f->routing_key == NULL &&
+            !f->has_deliver_from && !f->has_deliver_to &&
+            f->id_prefix[0] == '\0' && f->header_name == NULL && f->q == NULL);
+}
+
+rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
+                    int64_t *count, bool *capped)
+{
+    int64_t counts[STORE_N_STATUS], n = 0;
+    rmqs_rc rc;
+
+    *count = 0;
+    *capped = false;
+    if (cap < 1 || (f && (f->status > JOB_CANCELLED ||
+                          f->source > JOB_SOURCE_SCHEDULE)))
+        return RMQS_EINVAL;
+    if (!status_only(f))
+        return st->ops->count(st->b, f, cap, count, capped);
+    rc = st->ops->counts(st->b, counts);
+    if (rc != RMQS_OK)
+        return rc;
+    for (int s = 0; s < STORE_N_STATUS; s++)
+        if (f == NULL || f->status < 0 || f->status == s)
+            n += counts[s];
+    *capped = n > cap;
+    *count = *capped ? cap : n;
+    return RMQS_OK;
+}
+
+rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
+                      char **plan_out)
+{
+    *plan_out = NULL;
+    return st->ops->explain(st->b, f, count, plan_out);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Client changes: the one update path                                      */
 

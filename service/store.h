@@ -156,13 +156,40 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n);
 /* Load one job by id text into *out (caller clears). RMQS_ENOTFOUND. */
 rmqs_rc store_get(store_t *st, const char *id, job_t *out);
 
-/* What GET /jobs may filter on; -1 / NULL: any. */
+/* Longest id_prefix: a whole id's hex digits. */
+#define STORE_ID_PREFIX_MAX (2 * JOB_ID_BYTES)
+
+/*
+ * What GET /jobs, GET /jobs/count and POST /jobs/bulk select (filled by
+ * http_filter.c, the one parser); every member set must hold (AND). -1 /
+ * NULL / false / "" : any, so a zeroed filter with status and source -1
+ * matches every job. Strings are borrowed from the request.
+ */
 typedef struct store_filter {
     int status;             /* a job_status, or -1 */
     int source;             /* a job_source, or -1 */
     const char *message_id; /* the message_id property, or NULL */
     const char *schedule;   /* runs of this schedule (job_t.schedule), or
                                NULL (GET /jobs?schedule=) */
+    const char *exchange;   /* exact, or NULL ("" is the default exchange) */
+    const char *routing_key; /* exact, or NULL */
+    bool has_deliver_from;  /* deliver_at >= deliver_from (inclusive) */
+    int64_t deliver_from;
+    bool has_deliver_to;    /* deliver_at < deliver_to (exclusive) */
+    int64_t deliver_to;
+    /* the id's first hex digits, lowercase, no dashes (4 to
+     * STORE_ID_PREFIX_MAX of them), or "" */
+    char id_prefix[STORE_ID_PREFIX_MAX + 1];
+    /* a string header whose value is exactly header_value: the name is
+     * header_name[0..header_name_len) (not NUL-terminated: it is the part
+     * of "name:value" before the ':'); header_name NULL: any */
+    const char *header_name;
+    size_t header_name_len;
+    const char *header_value;
+    /* a substring of the body, bytewise (so case-sensitive), of text and
+     * JSON bodies only (never binary ones); valid UTF-8, at least 3
+     * characters; or NULL */
+    const char *q;
 } store_filter;
 
 /*
@@ -174,6 +201,26 @@ typedef struct store_filter {
 rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
                    const char *after, job_t **jobs_out, size_t *n_out,
                    char **next_out);
+
+/*
+ * How many jobs match f (NULL: all), counted from indexes only, stopping at
+ * cap (>= 1): *count is exact when *capped is false, else cap (more than
+ * cap match). A filter of status alone (or nothing) reads job_counts. A job
+ * the dispatcher holds counts under its stored status (pending).
+ */
+#define STORE_COUNT_CAP_DEFAULT 100000 /* GET /jobs/count without max */
+rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
+                    int64_t *count, bool *capped);
+
+/*
+ * The query plan of store_list (count false) or store_count (count true)
+ * for f, as the backend's planner gives it (SQLite: EXPLAIN QUERY PLAN
+ * lines; PostgreSQL: EXPLAIN (FORMAT JSON)), for a page of 50 after a
+ * cursor or a count with the default cap, in a malloc'd *plan_out
+ * (caller frees). For tests and the benchmark: the SQL stays here.
+ */
+rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
+                      char **plan_out);
 
 /* A client's change to a pending job (PATCH and DELETE /jobs/{id}). */
 typedef enum store_change_kind {

@@ -105,6 +105,13 @@ typedef struct store_ops {
                     size_t *n_out, bool *more, store_cursor *last);
     rmqs_rc (*update)(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                       const store_change *ch, int64_t now_ms, job_t *out);
+    /* store_count for a filter with more than a status (the front
+     * answers status-only and empty filters from counts), and
+     * store_explain (store_sqlite_search.c, store_pg_search.c). */
+    rmqs_rc (*count)(store_backend *b, const store_filter *f, int64_t cap,
+                     int64_t *count, bool *capped);
+    rmqs_rc (*explain)(store_backend *b, const store_filter *f, bool count,
+                       char **plan_out);
 
     rmqs_rc (*next_due)(store_backend *b, claimset_t *held, bool *any,
                         int64_t *due_at_out);

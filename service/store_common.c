@@ -9,6 +9,7 @@
 #include "store_common.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,4 +199,75 @@ rmqs_rc store_migrations_check(const store_migration *m, size_t n,
                              m[i - 1].version);
     }
     return RMQS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Search filters (issue 14)                                                */
+
+bool store_filter_is_search(const store_filter *f)
+{
+    return f != NULL &&
+           (f->exchange != NULL || f->routing_key != NULL ||
+            f->has_deliver_from || f->has_deliver_to ||
+            f->id_prefix[0] != '\0' || f->header_name != NULL || f->q != NULL);
+}
+
+static int hex_val(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 0;
+}
+
+bool store_id_prefix_range(const char *prefix, unsigned char lo[JOB_ID_BYTES],
+                           unsigned char hi[JOB_ID_BYTES])
+{
+    size_t n = strlen(prefix);
+    int carry = 1;
+
+    if (n > 2 * JOB_ID_BYTES)
+        n = 2 * JOB_ID_BYTES;
+    memset(lo, 0, JOB_ID_BYTES);
+    for (size_t i = 0; i < n; i++)
+        lo[i / 2] |= (unsigned char)(hex_val(prefix[i]) << (i % 2 ? 0 : 4));
+    memcpy(hi, lo, JOB_ID_BYTES);
+    /* + 1 at the last digit given, carrying towards the first */
+    for (size_t i = n; i-- > 0 && carry;) {
+        unsigned shift = i % 2 ? 0 : 4;
+        unsigned d = ((unsigned)hi[i / 2] >> shift) & 0xfu;
+        d = (d + 1) & 0xfu;
+        carry = d == 0;
+        hi[i / 2] = (unsigned char)((hi[i / 2] & ~(0xfu << shift)) | (d << shift));
+    }
+    return !carry;
+}
+
+bool store_text_add(store_text *b, const char *fmt, ...)
+{
+    va_list ap;
+    int need;
+
+    if (b->failed)
+        return false;
+    va_start(ap, fmt);
+    need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0)
+        goto fail;
+    if (b->len + (size_t)need + 1 > b->cap) {
+        size_t cap = (b->len + (size_t)need + 1) * 2;
+        char *t = realloc(b->text, cap);
+        if (t == NULL)
+            goto fail;
+        b->text = t;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->text + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)need;
+    return true;
+fail:
+    free(b->text);
+    *b = (store_text){.failed = true};
+    return false;
 }

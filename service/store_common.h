@@ -73,6 +73,26 @@ rmqs_rc store_json_load(const char *text, size_t len, const char *job_id,
  * borrowed from job->properties. */
 const char *store_job_message_id(const job_t *job);
 
+/* Whether f uses a filter of the search (issue 14: exchange, routing_key,
+ * deliver range, id_prefix, header, q), which the backends answer with a
+ * query built for the filter (store_<backend>_search.c). */
+bool store_filter_is_search(const store_filter *f);
+
+/* The binary ids that start with f->id_prefix's hex digits (non-empty):
+ * [lo, hi); false when there is no upper bound (all f's: lo to the end). */
+bool store_id_prefix_range(const char *prefix, unsigned char lo[JOB_ID_BYTES],
+                           unsigned char hi[JOB_ID_BYTES]);
+
+/* A growing malloc'd text (plans for store_explain): append fmt; false once
+ * out of memory (b->text is then NULL and stays so). */
+typedef struct store_text {
+    char *text;
+    size_t len, cap;
+    bool failed;
+} store_text;
+bool store_text_add(store_text *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* A job read or claimed with its insertion order, for the due order. */
 typedef struct store_claimed {
     int64_t seq;

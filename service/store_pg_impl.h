@@ -2,7 +2,8 @@
  * store_pg_impl.h - the PostgreSQL backend's insides, shared by its files
  * only
  * (store_pg.c: connections, errors, transactions, rows, migrations, open and
- * the small calls; store_pg_jobs.c: the clients' calls; store_pg_dispatch.c:
+ * the small calls; store_pg_jobs.c: the clients' calls; store_pg_search.c:
+ * lists and counts under a filter; store_pg_dispatch.c:
  * claim, record, lease renewal and reclaim, LISTEN/NOTIFY, the clock).
  * store.c sees only store_pg.h.
  *
@@ -159,11 +160,17 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
 rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n);
 rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out);
+rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
+                  const store_change *ch, int64_t now_ms, job_t *out);
+
+/* ---- store_pg_search.c: lists, counts and plans under a filter ---- */
 rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
                 const store_cursor *after, job_t **jobs_out, size_t *n_out,
                 bool *more, store_cursor *last);
-rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
-                  const store_change *ch, int64_t now_ms, job_t *out);
+rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
+                 int64_t *count, bool *capped);
+rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
+                   char **plan_out);
 
 /* ---- store_pg_schedules.c ---- */
 extern const store_schedule_ops pg_schedule_ops;

@@ -1,7 +1,7 @@
 /*
  * store_pg_jobs.c - the clients' calls of the PostgreSQL backend: insert
  * (one group commit of requests, each all-or-nothing, with its idempotency
- * key), get, list, and the one update path of a reschedule or a cancel
+ * key), get, and the one update path of a reschedule or a cancel
  * (store_pg.h; the contract is store.h and store_backend.h).
  *
  * Why a room of its own: these are the calls an HTTP request or the ingest
@@ -685,99 +685,6 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
         rc = get_on(&b->wr, id, out);
     pg_done(&b->wr);
     return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Listing                                                                  */
-
-rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
-                const store_cursor *after, job_t **jobs_out, size_t *n_out,
-                bool *more, store_cursor *last)
-{
-    char sql[640], num[4][24], srcs[24];
-    const char *vals[7];
-    int np = 0;
-    size_t at;
-    PGresult *res = NULL;
-    job_t *jobs = NULL;
-    int64_t last_seq = 0;
-    size_t n = 0;
-    rmqs_rc rc;
-
-    *jobs_out = NULL;
-    *n_out = 0;
-    *more = false;
-    if (limit > (size_t)INT64_MAX - 1)
-        limit = (size_t)INT64_MAX - 1;
-    at = (size_t)snprintf(sql, sizeof(sql),
-                          "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
-    if (after) {
-        vals[np] = pg_i64(num[0], after->deliver_at);
-        vals[np + 1] = pg_i64(num[1], after->seq);
-        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
-                               " AND (deliver_at, seq) > ($%d, $%d)", np + 1,
-                               np + 2);
-        np += 2;
-    }
-    if (f && f->status >= 0) {
-        vals[np++] = pg_i64(num[2], f->status);
-        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
-                               " AND status = $%d", np);
-    }
-    if (f && f->source >= 0) {
-        vals[np++] = pg_i64(srcs, f->source);
-        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
-                               " AND source = $%d", np);
-    }
-    if (f && f->message_id) {
-        vals[np++] = f->message_id;
-        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
-                               " AND message_id = $%d", np);
-    }
-    if (f && f->schedule) {
-        /* the partial index jobs_schedule (schedule, deliver_at, seq) */
-        vals[np++] = f->schedule;
-        at += (size_t)snprintf(sql + at, sizeof(sql) - at,
-                               " AND schedule = $%d", np);
-    }
-    vals[np++] = pg_i64(num[3], (int64_t)limit + 1); /* one more: a next page? */
-    snprintf(sql + at, sizeof(sql) - at,
-             " ORDER BY deliver_at, seq LIMIT $%d", np);
-
-    rc = pg_use(b, &b->wr);
-    if (rc == RMQS_OK)
-        res = pg_exec(&b->wr, "list", sql, np, vals, NULL, NULL, &rc);
-    pg_done(&b->wr);
-    if (rc != RMQS_OK)
-        return rc;
-    n = (size_t)PQntuples(res);
-    if (n > limit) {
-        *more = true;
-        n = limit;
-    }
-    if (n > 0) {
-        jobs = calloc(n, sizeof(*jobs));
-        if (jobs == NULL) {
-            PQclear(res);
-            return RMQS_ENOMEM;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        rc = pg_row_to_job(res, (int)i, &jobs[i], &last_seq);
-        if (rc != RMQS_OK) {
-            PQclear(res);
-            store_jobs_free(jobs, i);
-            return rc;
-        }
-    }
-    PQclear(res);
-    if (n > 0) {
-        last->deliver_at = jobs[n - 1].deliver_at;
-        last->seq = last_seq;
-    }
-    *jobs_out = jobs;
-    *n_out = n;
-    return RMQS_OK;
 }
 
 /* ------------------------------------------------------------------------ */

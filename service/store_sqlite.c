@@ -120,32 +120,6 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                              "SELECT " JOB_COLS " FROM jobs "
                              "WHERE status = ?4 AND (deliver_at, seq) > (?2, ?3) "
                              "ORDER BY deliver_at, seq LIMIT ?1"},
-    /* Source and message_id filters (?5, ?6; NULL = any) are rarer: the
-     * first walks deliver_at order and filters, the second starts from the
-     * message_id index and sorts the few rows it finds. */
-    [S_LIST_FILTERED] = {"list_filtered",
-                         "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_deliver "
-                         "WHERE (deliver_at, seq) > (?2, ?3) "
-                         "AND (?4 IS NULL OR status = ?4) "
-                         "AND (?5 IS NULL OR source = ?5) "
-                         "ORDER BY deliver_at, seq LIMIT ?1"},
-    [S_LIST_MESSAGE_ID] = {"list_message_id",
-                           "SELECT " JOB_COLS " FROM jobs "
-                           "INDEXED BY jobs_message_id "
-                           "WHERE message_id = ?6 AND (deliver_at, seq) > (?2, ?3) "
-                           "AND (?4 IS NULL OR status = ?4) "
-                           "AND (?5 IS NULL OR source = ?5) "
-                           "ORDER BY deliver_at, seq LIMIT ?1"},
-    /* A schedule's runs (?7): from the partial index jobs_schedule, in
-     * listing order already. */
-    [S_LIST_SCHEDULE] = {"list_schedule",
-                         "SELECT " JOB_COLS " FROM jobs "
-                         "INDEXED BY jobs_schedule "
-                         "WHERE schedule = ?7 AND (deliver_at, seq) > (?2, ?3) "
-                         "AND (?4 IS NULL OR status = ?4) "
-                         "AND (?5 IS NULL OR source = ?5) "
-                         "AND (?6 IS NULL OR message_id = ?6) "
-                         "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_RESCHEDULE] = {"reschedule",
                       "UPDATE jobs SET deliver_at = ?1, due_at = max(?1, ?3), "
                       "delay_ms = ?2, updated_at = ?3 "
@@ -796,6 +770,8 @@ const store_ops store_sqlite_ops = {
     .get = sq_get,
     .list = sq_list,
     .update = sq_update,
+    .count = sq_count,
+    .explain = sq_explain,
     .next_due = sq_next_due,
     .claim_due = sq_claim_due,
     .read_due = sq_read_due,

@@ -2,8 +2,8 @@
  * store_sqlite.h - the SQLite backend's insides, shared by its files only
  * (store_sqlite.c: statements, transactions, rows, open; store_sqlite_schema.c:
  * pragmas, migrations runner, sync policy, the read connection;
- * store_sqlite_jobs.c: the clients' calls; store_sqlite_dispatch.c: the
- * dispatcher's calls). store.c sees only store_sqlite_ops.
+ * store_sqlite_jobs.c: the clients' calls; store_sqlite_search.c: lists and
+ * counts under a filter; store_sqlite_dispatch.c: the dispatcher's calls). store.c sees only store_sqlite_ops.
  *
  * Why one header for four files: they work on one connection with one set
  * of prepared statements and one transaction discipline; splitting the
@@ -47,7 +47,6 @@ typedef enum stmt_id {
     S_PING, S_VERSION,
     S_INSERT, S_INSERT_RUN, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
     S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
-    S_LIST_FILTERED, S_LIST_MESSAGE_ID, S_LIST_SCHEDULE,
     S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
     S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_SETTLE_EXPIRE,
     S_RECOVER, S_CLAIM_HELD,
@@ -162,6 +161,23 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
                 bool *more, store_cursor *last);
 rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out);
+
+/* store_sqlite_jobs.c: step s (bound; the caller resets or finalizes it)
+ * for a page of at most limit jobs, as the list op returns them (more: a
+ * row follows; last: the cursor of the last one); op names s in logs. */
+rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
+                        size_t limit, job_t **jobs_out, size_t *n_out,
+                        bool *more, store_cursor *last);
+
+/* store_sqlite_search.c: a page of jobs for any filter but none or the
+ * status alone (sq_list's own statements), the count and the plan. */
+rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
+                       const store_cursor *after, job_t **jobs_out,
+                       size_t *n_out, bool *more, store_cursor *last);
+rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
+                 int64_t *count, bool *capped);
+rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
+                   char **plan_out);
 
 /* store_sqlite_dispatch.c: the dispatcher's ops. */
 rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,

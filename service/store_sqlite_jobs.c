@@ -1,7 +1,7 @@
 /*
  * store_sqlite_jobs.c - the clients' calls of the SQLite backend: insert (one
  * group commit of requests, each all-or-nothing in a savepoint, with its
- * idempotency key), get, list, and the one update path of a reschedule or a
+ * idempotency key), get, and the one update path of a reschedule or a
  * cancel (store_sqlite.h; the contract is store.h and store_backend.h).
  *
  * Why a room of its own: these are the calls an HTTP request or the ingest
@@ -266,63 +266,15 @@ rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 /* ------------------------------------------------------------------------ */
 /* Listing                                                                  */
 
-rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
-                const store_cursor *after, job_t **jobs_out, size_t *n_out,
-                bool *more, store_cursor *last)
+rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
+                        size_t limit, job_t **jobs_out, size_t *n_out,
+                        bool *more, store_cursor *last)
 {
-    int status_filter = f ? f->status : -1;
-    int source_filter = f ? f->source : -1;
-    const char *message_id = f ? f->message_id : NULL;
-    const char *schedule = f ? f->schedule : NULL;
-    store_cursor cur = after ? *after : (store_cursor){0, 0};
     int64_t last_seq = 0;
     job_t *jobs = NULL;
     size_t n = 0, cap = 0;
-    sqlite3_stmt *s;
-    stmt_id sid;
     rmqs_rc out = RMQS_OK;
     int rc;
-
-    *jobs_out = NULL;
-    *n_out = 0;
-    *more = false;
-    if (limit > (size_t)INT64_MAX - 1)
-        limit = (size_t)INT64_MAX - 1;
-
-    if (schedule != NULL)
-        sid = S_LIST_SCHEDULE;
-    else if (message_id != NULL)
-        sid = S_LIST_MESSAGE_ID;
-    else if (source_filter >= 0)
-        sid = S_LIST_FILTERED;
-    else if (status_filter < 0)
-        sid = after ? S_LIST_ALL_AFTER : S_LIST_ALL;
-    else
-        sid = after ? S_LIST_STATUS_AFTER : S_LIST_STATUS;
-    bool filtered = sid == S_LIST_MESSAGE_ID || sid == S_LIST_FILTERED ||
-                    sid == S_LIST_SCHEDULE;
-    if (!after && filtered) {
-        cur.deliver_at = INT64_MIN; /* before everything */
-        cur.seq = INT64_MIN;
-    }
-
-    pthread_mutex_lock(&st->mu);
-    s = sq_stmt(st, sid);
-    sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
-    if (after || filtered) {
-        sqlite3_bind_int64(s, 2, cur.deliver_at);
-        sqlite3_bind_int64(s, 3, cur.seq);
-    }
-    if (status_filter >= 0)
-        sqlite3_bind_int(s, 4, status_filter);
-    if (filtered) {
-        if (source_filter >= 0)
-            sqlite3_bind_int(s, 5, source_filter);
-        if (message_id != NULL)
-            sqlite3_bind_text(s, 6, message_id, -1, SQLITE_STATIC);
-        if (schedule != NULL)
-            sqlite3_bind_text(s, 7, schedule, -1, SQLITE_STATIC);
-    }
 
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         if (n == limit) {
@@ -343,12 +295,10 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
         n++;
     }
     if (out == RMQS_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
-        out = sq_fail(st, rc, sq_stmt_defs[sid].name);
-    sq_stmt_done(s);
-    pthread_mutex_unlock(&st->mu);
-
+        out = sq_fail(st, rc, op);
     if (out != RMQS_OK) {
         store_jobs_free(jobs, n);
+        *more = false;
         return out;
     }
     if (n > 0) {
@@ -358,6 +308,47 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     *jobs_out = jobs;
     *n_out = n;
     return RMQS_OK;
+}
+
+/* No filter or the status alone: the prepared statements below; any
+ * other filter: the query built for it (store_sqlite_search.c). */
+rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
+                const store_cursor *after, job_t **jobs_out, size_t *n_out,
+                bool *more, store_cursor *last)
+{
+    int status_filter = f ? f->status : -1;
+    sqlite3_stmt *s;
+    stmt_id sid;
+    rmqs_rc out;
+
+    if (f && (f->source >= 0 || f->message_id || f->schedule ||
+              store_filter_is_search(f)))
+        return sq_search_list(st, f, limit, after, jobs_out, n_out, more, last);
+    *jobs_out = NULL;
+    *n_out = 0;
+    *more = false;
+    if (limit > (size_t)INT64_MAX - 1)
+        limit = (size_t)INT64_MAX - 1;
+
+    if (status_filter < 0)
+        sid = after ? S_LIST_ALL_AFTER : S_LIST_ALL;
+    else
+        sid = after ? S_LIST_STATUS_AFTER : S_LIST_STATUS;
+
+    pthread_mutex_lock(&st->mu);
+    s = sq_stmt(st, sid);
+    sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
+    if (after) {
+        sqlite3_bind_int64(s, 2, after->deliver_at);
+        sqlite3_bind_int64(s, 3, after->seq);
+    }
+    if (status_filter >= 0)
+        sqlite3_bind_int(s, 4, status_filter);
+    out = sq_collect_page(st, s, sq_stmt_defs[sid].name, limit, jobs_out,
+                          n_out, more, last);
+    sq_stmt_done(s);
+    pthread_mutex_unlock(&st->mu);
+    return out;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -10,6 +10,7 @@ Test(metrics, routes_are_classified_without_ids_in_labels)
     cr_expect_eq(metrics_route_of("/schedule"), MR_SCHEDULE);
     cr_expect_eq(metrics_route_of("/schedule/batch"), MR_SCHEDULE_BATCH);
     cr_expect_eq(metrics_route_of("/jobs"), MR_JOBS);
+    cr_expect_eq(metrics_route_of("/jobs/count"), MR_JOBS_COUNT);
     cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000"), MR_JOB);
     cr_expect_eq(metrics_route_of("/healthz"), MR_HEALTHZ);
     cr_expect_eq(metrics_route_of("/metrics"), MR_METRICS);

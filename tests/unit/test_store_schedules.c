@@ -838,7 +838,11 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     int64_t keys = ut_sql_int(g_path, "SELECT count(*) FROM idempotency");
     cr_assert_gt(keys, 50);
 
-    open_sqlite(); /* applies 0006 */
+    /* applies 0006 (and no later one: 0007 adds indexes of its own) */
+    rmqs_error err = {0};
+    g_pg = false;
+    cr_assert_eq(store_open_with(g_path, &k_opts, store_builtin_migrations,
+                                 n5 + 1, &g_st, &err), RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), 6);
     after = sqlite_text(SQLITE_DIGEST);
     cr_expect_str_eq(after, before, "every job, every column, every seq");
@@ -934,7 +938,9 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
     before = pg_digest();
     keys = ut_pg_int(g_url, "SELECT count(*) FROM idempotency");
 
-    g_st = ut_store_open(g_url, &k_opts); /* applies 0002 */
+    /* applies 0002 (and no later one) */
+    cr_assert_eq(store_open_with(g_url, &k_opts, store_pg_migrations, 2, &g_st,
+                                 &err), RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), 2);
     cr_expect_eq(pg_digest(), before, "every job, every column, every seq");
     cr_expect_eq(ut_pg_int(g_url, "SELECT count(*) FROM idempotency"), keys);

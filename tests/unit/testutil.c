@@ -119,6 +119,35 @@ void ut_job_make(job_t *j, int n, int64_t deliver_at)
     j->body_len = 5;
 }
 
+void ut_search_job(job_t *j, int n)
+{
+    char buf[64];
+
+    ut_job_make(j, n, 1000000 + 1000 * (int64_t)n);
+    free(j->exchange);
+    free(j->routing_key);
+    free(j->body);
+    snprintf(buf, sizeof buf, "ex%d", n % 3);
+    j->exchange = ut_strdup(buf);
+    snprintf(buf, sizeof buf, "rk%d", n % 5);
+    j->routing_key = ut_strdup(buf);
+    j->status = n % 10 == 0 ? JOB_SENT : n % 10 == 1 ? JOB_FAILED : JOB_PENDING;
+    if (j->status == JOB_SENT)
+        j->sent_at = j->deliver_at;
+    snprintf(buf, sizeof buf, "t%d", n % 7);
+    j->headers = json_pack("{sssi}", "tenant", buf, "n", n);
+    j->body_kind = n % 4 == 2 ? JOB_BODY_BINARY
+                   : n % 4 == 1 ? JOB_BODY_JSON : JOB_BODY_TEXT;
+    if (n % 4 == 0)
+        snprintf(buf, sizeof buf, "hello <script>%d</script>", n);
+    else if (n % 4 == 1)
+        snprintf(buf, sizeof buf, "{\"k\":\"Needle %d\"}", n);
+    else
+        snprintf(buf, sizeof buf, "%s", n % 4 == 2 ? "needle-bytes" : "plain text");
+    j->body = (unsigned char *)ut_strdup(buf);
+    j->body_len = strlen(buf);
+}
+
 bool ut_store_has(store_t *st, int n)
 {
     char id[JOB_ID_LEN + 1];

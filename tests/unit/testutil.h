@@ -65,6 +65,14 @@ void ut_job_id(int n, char out[JOB_ID_LEN + 1]);
  * (job_clear). */
 void ut_job_make(job_t *j, int n, int64_t deliver_at);
 
+/* Job number n of the search tests (test_store_search.c,
+ * test_store_pg_search.c): as ut_job_make, and then exchange "ex<n%3>",
+ * routing key "rk<n%5>", status sent when n%10 == 0, failed when n%10 ==
+ * 1, else pending; deliver_at 1000000 + 1000 n; headers {"tenant":
+ * "t<n%7>", "n": n}; body by n%4: 0 text "hello <script>n</script>", 1
+ * JSON {"k":"Needle n"}, 2 binary "needle-bytes", 3 text "plain text". */
+void ut_search_job(job_t *j, int n);
+
 /* Whether st holds job number n (store_get: found or RMQS_ENOTFOUND; any
  * other answer fails the test). */
 bool ut_store_has(store_t *st, int n);

@@ -1,0 +1,296 @@
+/*
+ * store_pg_search.c - GET /jobs and GET /jobs/count under a filter on
+ * PostgreSQL (issue 14): the query is written for the filters that are set
+ * (each a bound parameter), the planner picks among the indexes of
+ * migrations/postgres/0003_search.sql with the table's statistics, and
+ * store_explain shows its plan (tests/unit/test_store_pg_search.c).
+ *
+ * Why a room of its own: as store_sqlite_search.c, the filters combine
+ * freely, so the statement is built per call; the two backends share the
+ * rules (store_common.h: which filters are the search's, the id range of
+ * an id prefix) and differ in SQL only. How each filter is matched:
+ *   - header: headers::jsonb @> {"name": "value"} (GIN jsonb_path_ops);
+ *   - q: encode(body, 'escape') LIKE '%<q escaped alike>%' (GIN pg_trgm:
+ *     candidates) AND position(q in body) > 0 (the bytes: exact), text
+ *     and JSON bodies only;
+ *   - id_prefix: id >= lo AND id < hi (the unique index on id);
+ *   - the rest: equality and ranges on btrees in listing order.
+ * A count is count(*) over at most cap + 1 rows of the same query.
+ */
+#include "store_pg_impl.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PARAMS 16
+
+typedef struct pg_query {
+    char sql[2048];
+    size_t at;
+    bool overflow;
+    int n;
+    const char *vals[MAX_PARAMS];
+    int lens[MAX_PARAMS], fmts[MAX_PARAMS];
+    char num[8][24];
+    int nnum;
+    unsigned char lo[JOB_ID_BYTES], hi[JOB_ID_BYTES];
+    char *header_json; /* malloc'd */
+    char *like;        /* malloc'd */
+} pg_query;
+
+static void add(pg_query *q, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void add(pg_query *q, const char *fmt, ...)
+{
+    va_list ap;
+    int w;
+
+    va_start(ap, fmt);
+    w = vsnprintf(q->sql + q->at, sizeof(q->sql) - q->at, fmt, ap);
+    va_end(ap);
+
+    if (w < 0 || (size_t)w >= sizeof(q->sql) - q->at)
+        q->overflow = true;
+    else
+        q->at += (size_t)w;
+}
+
+/* A parameter: text (len -1) or binary bytes; its number. */
+static int param(pg_query *q, const char *v, int len)
+{
+    q->vals[q->n] = v;
+    q->lens[q->n] = len < 0 ? 0 : len;
+    q->fmts[q->n] = len < 0 ? 0 : 1;
+    return ++q->n;
+}
+
+static int param_i64(pg_query *q, int64_t v)
+{
+    return param(q, pg_i64(q->num[q->nnum++], v), -1);
+}
+
+/* '%' + q as encode(q, 'escape') gives it, escaped for LIKE + '%'. */
+static char *like_pattern(const char *text)
+{
+    size_t n = strlen(text), j = 0;
+    char *out = malloc(6 * n + 3);
+
+    if (out == NULL)
+        return NULL;
+    out[j++] = '%';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '\\') { /* escape: "\\"; each backslash again for LIKE */
+            memcpy(out + j, "\\\\\\\\", 4);
+            j += 4;
+        } else if (c >= 0x80) { /* escape: "\ooo" */
+            j += (size_t)sprintf(out + j, "\\\\%03o", c);
+        } else {
+            if (c == '%' || c == '_')
+                out[j++] = '\\';
+            out[j++] = (char)c;
+        }
+    }
+    out[j++] = '%';
+    out[j] = '\0';
+    return out;
+}
+
+static void query_free(pg_query *q)
+{
+    free(q->header_json);
+    free(q->like);
+}
+
+/* Build the page (count false) or count query for f into *q (see the file
+ * comment); limit is the LIMIT's value. */
+static rmqs_rc build(const store_filter *f, bool count,
+                     const store_cursor *after, int64_t limit, pg_query *q)
+{
+    static const store_filter all = {.status = -1, .source = -1};
+
+    memset(q, 0, sizeof(*q));
+    if (f == NULL)
+        f = &all;
+    add(q, count ? "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE true"
+                 : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
+    if (!count && after) {
+        int a = param_i64(q, after->deliver_at);
+        int s = param_i64(q, after->seq);
+        add(q, " AND (deliver_at, seq) > ($%d, $%d)", a, s);
+    }
+    if (f->status >= 0)
+        add(q, " AND status = $%d", param_i64(q, f->status));
+    if (f->source >= 0)
+        add(q, " AND source = $%d", param_i64(q, f->source));
+    if (f->message_id)
+        add(q, " AND message_id = $%d", param(q, f->message_id, -1));
+    if (f->schedule) /* the partial index jobs_schedule */
+        add(q, " AND schedule = $%d", param(q, f->schedule, -1));
+    if (f->exchange)
+        add(q, " AND exchange = $%d", param(q, f->exchange, -1));
+    if (f->routing_key)
+        add(q, " AND routing_key = $%d", param(q, f->routing_key, -1));
+    if (f->has_deliver_from)
+        add(q, " AND deliver_at >= $%d", param_i64(q, f->deliver_from));
+    if (f->has_deliver_to)
+        add(q, " AND deliver_at < $%d", param_i64(q, f->deliver_to));
+    if (f->id_prefix[0] != '\0') {
+        bool hi = store_id_prefix_range(f->id_prefix, q->lo, q->hi);
+        add(q, " AND id >= $%d", param(q, (const char *)q->lo, JOB_ID_BYTES));
+        if (hi)
+            add(q, " AND id < $%d", param(q, (const char *)q->hi, JOB_ID_BYTES));
+    }
+    if (f->header_name) {
+        json_t *o = json_object();
+        if (o == NULL || json_object_setn_new(o, f->header_name,
+                                              f->header_name_len,
+                                              json_string(f->header_value)) != 0) {
+            json_decref(o);
+            return RMQS_ENOMEM;
+        }
+        q->header_json = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (q->header_json == NULL)
+            return RMQS_ENOMEM;
+        add(q, " AND headers IS NOT NULL AND headers::jsonb @> $%d::jsonb",
+            param(q, q->header_json, -1));
+    }
+    if (f->q) {
+        if ((q->like = like_pattern(f->q)) == NULL)
+            return RMQS_ENOMEM;
+        add(q, " AND body_kind < 2 AND encode(body, 'escape') LIKE $%d",
+            param(q, q->like, -1));
+        add(q, " AND position($%d::bytea in body) > 0",
+            param(q, f->q, (int)strlen(f->q)));
+    }
+    if (count)
+        add(q, " LIMIT $%d) AS matching", param_i64(q, limit));
+    else
+        add(q, " ORDER BY deliver_at, seq LIMIT $%d", param_i64(q, limit));
+    return q->overflow ? RMQS_ENOMEM : RMQS_OK;
+}
+
+/* Run q on the writer's connection: the result (caller PQclear) or NULL. */
+static PGresult *run(store_backend *b, const char *op, const char *prefix,
+                     pg_query *q, rmqs_rc *rc)
+{
+    char sql[sizeof(q->sql) + 32];
+    PGresult *res = NULL;
+
+    snprintf(sql, sizeof sql, "%s%s", prefix, q->sql);
+    *rc = pg_use(b, &b->wr);
+    if (*rc == RMQS_OK)
+        res = pg_exec(&b->wr, op, sql, q->n, q->vals, q->lens, q->fmts, rc);
+    pg_done(&b->wr);
+    return res;
+}
+
+rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
+                const store_cursor *after, job_t **jobs_out, size_t *n_out,
+                bool *more, store_cursor *last)
+{
+    pg_query q;
+    PGresult *res = NULL;
+    job_t *jobs = NULL;
+    int64_t last_seq = 0;
+    size_t n = 0;
+    rmqs_rc rc;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    *more = false;
+    if (limit > (size_t)INT64_MAX - 1)
+        limit = (size_t)INT64_MAX - 1;
+    /* one more: is there a next page? */
+    rc = build(f, false, after, (int64_t)limit + 1, &q);
+    if (rc == RMQS_OK)
+        res = run(b, "list", "", &q, &rc);
+    query_free(&q);
+    if (rc != RMQS_OK)
+        return rc;
+    n = (size_t)PQntuples(res);
+    if (n > limit) {
+        *more = true;
+        n = limit;
+    }
+    if (n > 0) {
+        jobs = calloc(n, sizeof(*jobs));
+        if (jobs == NULL) {
+            PQclear(res);
+            return RMQS_ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        rc = pg_row_to_job(res, (int)i, &jobs[i], &last_seq);
+        if (rc != RMQS_OK) {
+            PQclear(res);
+            store_jobs_free(jobs, i);
+            return rc;
+        }
+    }
+    PQclear(res);
+    if (n > 0) {
+        last->deliver_at = jobs[n - 1].deliver_at;
+        last->seq = last_seq;
+    }
+    *jobs_out = jobs;
+    *n_out = n;
+    return RMQS_OK;
+}
+
+rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
+                 int64_t *count, bool *capped)
+{
+    pg_query q;
+    PGresult *res = NULL;
+    rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap, &q);
+
+    if (rc == RMQS_OK)
+        res = run(b, "count", "", &q, &rc);
+    query_free(&q);
+    if (rc != RMQS_OK)
+        return rc;
+    if (PQntuples(res) == 1) {
+        int64_t n = pg_int(res, 0, 0);
+        *capped = n > cap;
+        *count = *capped ? cap : n;
+    } else {
+        rc = RMQS_EDB;
+    }
+    PQclear(res);
+    return rc;
+}
+
+rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
+                   char **plan_out)
+{
+    store_cursor cur = {0, 0};
+    store_text t = {0};
+    pg_query q;
+    PGresult *res = NULL;
+    /* a page after a cursor: the plan of every page but the first */
+    rmqs_rc rc = build(f, count, count ? NULL : &cur,
+                       count ? STORE_COUNT_CAP_DEFAULT + 1 : 51, &q);
+
+    if (rc == RMQS_OK)
+        res = run(b, "explain", "EXPLAIN (FORMAT JSON) ", &q, &rc);
+    if (rc == RMQS_OK) {
+        if (PQntuples(res) >= 1)
+            store_text_add(&t, "%s\n%.*s\n", q.sql, PQgetlength(res, 0, 0),
+                           PQgetvalue(res, 0, 0));
+        rc = t.failed || t.text == NULL ? RMQS_ENOMEM : RMQS_OK;
+    }
+    PQclear(res);
+    query_free(&q);
+    if (rc != RMQS_OK) {
+        free(t.text);
+        return rc;
+    }
+    *plan_out = t.text;
+    return RMQS_OK;
+}

@@ -1,0 +1,371 @@
+/*
+ * store_sqlite_search.c - GET /jobs and GET /jobs/count with the search's
+ * filters (issue 14) on SQLite: the query is built for the filter that
+ * arrives, so it names the one index that answers it, and store_explain
+ * shows its plan (tests/unit/test_store_search.c).
+ *
+ * Why a room of its own: the filters combine (exchange AND a due range AND
+ * a status...), so one prepared statement per combination would be
+ * hundreds; a statement with "(? IS NULL OR x = ?)" for each lets the
+ * planner pick no index at all. Instead each call writes the WHERE clause
+ * of the filters set and picks the driving index by a fixed order, most
+ * selective first (migrations/sqlite/0007_search.sql has the indexes):
+ *
+ *   header      job_headers' primary key (name, value, job) -> the jobs
+ *               by rowid, sorted (NOT INDEXED keeps the rowid lookups and
+ *               nothing else)
+ *   q           jobs_body_fts (trigram) -> the jobs by rowid, sorted, and
+ *               checked bytewise with instr() (exact; text bodies only)
+ *   message_id  jobs_message_id, sorted
+ *   schedule    jobs_schedule (schedule, deliver_at, seq): in order
+ *   exchange    jobs_exchange (exchange, deliver_at, seq): in order
+ *   routing_key jobs_routing_key (routing_key, deliver_at, seq): in order
+ *   id_prefix   jobs_id (a range of ids), sorted, when the range holds at
+ *               most ID_DRIVE_MAX ids (UUIDv7 ids start with their
+ *               creation time, so a short prefix can hold every job: then
+ *               the next driver walks in order and checks the id range)
+ *   source      jobs_source (source, deliver_at, seq): in order
+ *   status      jobs_status_deliver (status, deliver_at, seq): in order
+ *   (none)      jobs_deliver (deliver_at, seq): in order
+ *
+ * Every other filter set is checked on the rows the driver yields; the
+ * deliver range and the cursor are ranges of the driver's index whenever
+ * it is in listing order. A count is "SELECT count(*) FROM (... LIMIT
+ * cap + 1)" over the same driver, so it stops after cap + 1 rows.
+ *
+ * Statements are prepared per call (tens of microseconds against the
+ * milliseconds of a search) under st->mu, like every call of the backend.
+ */
+#include "store_sqlite.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* jobs_id drives an id_prefix search up to this many ids in the range. */
+#define ID_DRIVE_MAX 10000
+
+/* Parameter numbers, fixed so binding does not depend on the clause. */
+enum {
+    P_LIMIT = 1, P_CUR_AT, P_CUR_SEQ, P_STATUS, P_SOURCE, P_MESSAGE_ID,
+    P_SCHEDULE, P_EXCHANGE, P_ROUTING_KEY, P_FROM, P_TO, P_ID_LO, P_ID_HI,
+    P_HNAME, P_HVALUE, P_FTS, P_Q
+};
+
+typedef struct search_sql {
+    char sql[2048];
+    size_t at;
+    bool overflow;
+    /* what to bind */
+    unsigned char lo[JOB_ID_BYTES], hi[JOB_ID_BYTES];
+    bool has_id, has_hi;
+    char *fts; /* malloc'd MATCH phrase, or NULL */
+} search_sql;
+
+static void add(search_sql *q, const char *text)
+{
+    size_t n = strlen(text);
+
+    if (q->at + n + 1 > sizeof(q->sql)) {
+        q->overflow = true;
+        return;
+    }
+    memcpy(q->sql + q->at, text, n + 1);
+    q->at += n;
+}
+
+/* q as an FTS5 phrase: in double quotes, each '"' doubled (malloc'd). */
+static char *fts_phrase(const char *text)
+{
+    size_t n = strlen(text), j = 0;
+    char *out = malloc(2 * n + 3);
+
+    if (out == NULL)
+        return NULL;
+    out[j++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '"')
+            out[j++] = '"';
+        out[j++] = text[i];
+    }
+    out[j++] = '"';
+    out[j] = '\0';
+    return out;
+}
+
+/* How many ids (up to ID_DRIVE_MAX + 1) are in [lo, hi): a range count
+ * of jobs_id. -1 on failure. */
+static int64_t id_range_count(store_backend *st, const search_sql *q)
+{
+    sqlite3_stmt *s = NULL;
+    int64_t n = -1;
+    int rc = sqlite3_prepare_v2(
+        st->db,
+        q->has_hi ? "SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY "
+                    "jobs_id WHERE id >= ?1 AND id < ?2 LIMIT ?3)"
+                  : "SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY "
+                    "jobs_id WHERE id >= ?1 LIMIT ?3)",
+        -1, &s, NULL);
+
+    if (rc != SQLITE_OK) {
+        (void)sq_fail(st, rc, "search_id_range");
+        return -1;
+    }
+    sqlite3_bind_blob(s, 1, q->lo, JOB_ID_BYTES, SQLITE_STATIC);
+    if (q->has_hi)
+        sqlite3_bind_blob(s, 2, q->hi, JOB_ID_BYTES, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, ID_DRIVE_MAX + 1);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        n = sqlite3_column_int64(s, 0);
+    else
+        (void)sq_fail(st, rc, "search_id_range");
+    sqlite3_finalize(s);
+    return n;
+}
+
+typedef enum driver {
+    D_HEADER, D_Q, D_MESSAGE_ID, D_SCHEDULE, D_EXCHANGE, D_ROUTING_KEY,
+    D_ID, D_SOURCE, D_STATUS, D_ALL
+} driver;
+
+static const char *const driver_from[] = {
+    [D_HEADER] = "jobs NOT INDEXED",
+    [D_Q] = "jobs NOT INDEXED",
+    [D_MESSAGE_ID] = "jobs INDEXED BY jobs_message_id",
+    [D_SCHEDULE] = "jobs INDEXED BY jobs_schedule",
+    [D_EXCHANGE] = "jobs INDEXED BY jobs_exchange",
+    [D_ROUTING_KEY] = "jobs INDEXED BY jobs_routing_key",
+    [D_ID] = "jobs INDEXED BY jobs_id",
+    [D_SOURCE] = "jobs INDEXED BY jobs_source",
+    [D_STATUS] = "jobs INDEXED BY jobs_status_deliver",
+    [D_ALL] = "jobs INDEXED BY jobs_deliver",
+};
+
+/*
+ * Build the statement for f into *q: a page (count false: JOB_COLS in
+ * listing order after the cursor when after is set, LIMIT ?1) or a count
+ * (count(*) of at most ?1 rows). RMQS_OK, or a failure of the id probe.
+ */
+static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
+                     bool after, search_sql *q)
+{
+    driver d;
+
+    memset(q, 0, sizeof(*q));
+    if (f->id_prefix[0] != '\0') {
+        q->has_id = true;
+        q->has_hi = store_id_prefix_range(f->id_prefix, q->lo, q->hi);
+    }
+    if (f->q != NULL && (q->fts = fts_phrase(f->q)) == NULL)
+        return RMQS_ENOMEM;
+
+    if (f->header_name != NULL)
+        d = D_HEADER;
+    else if (f->q != NULL)
+        d = D_Q;
+    else if (f->message_id != NULL)
+        d = D_MESSAGE_ID;
+    else if (f->schedule != NULL)
+        d = D_SCHEDULE;
+    else if (f->exchange != NULL)
+        d = D_EXCHANGE;
+    else if (f->routing_key != NULL)
+        d = D_ROUTING_KEY;
+    else
+        d = D_SOURCE; /* for now: id, source, status or all below */
+    if (d == D_SOURCE && q->has_id) {
+        int64_t in_range = count ? 0 : id_range_count(st, q);
+        if (in_range < 0)
+            return RMQS_EDB;
+        if (in_range <= ID_DRIVE_MAX)
+            d = D_ID; /* a count never sorts: always the id range */
+    }
+    if (d == D_SOURCE && f->source < 0)
+        d = f->status >= 0 ? D_STATUS : D_ALL;
+
+    add(q, count ? "SELECT count(*) FROM (SELECT 1 FROM "
+                 : "SELECT " JOB_COLS " FROM ");
+    add(q, driver_from[d]);
+    add(q, " WHERE true");
+    if (f->header_name != NULL)
+        add(q, " AND seq IN (SELECT job_seq FROM job_headers WHERE "
+               "name = ?14 AND value = ?15)");
+    if (f->q != NULL)
+        add(q, " AND seq IN (SELECT rowid FROM jobs_body_fts WHERE "
+               "jobs_body_fts MATCH ?16) AND body_kind < 2 "
+               "AND instr(body, ?17) > 0");
+    if (f->message_id != NULL)
+        add(q, " AND message_id = ?6");
+    if (f->schedule != NULL)
+        add(q, " AND schedule = ?7");
+    if (f->exchange != NULL)
+        add(q, " AND exchange = ?8");
+    if (f->routing_key != NULL)
+        add(q, " AND routing_key = ?9");
+    if (q->has_id)
+        add(q, q->has_hi ? " AND id >= ?12 AND id < ?13" : " AND id >= ?12");
+    if (f->source >= 0)
+        add(q, " AND source = ?5");
+    if (f->status >= 0)
+        add(q, " AND status = ?4");
+    if (f->has_deliver_from)
+        add(q, " AND deliver_at >= ?10");
+    if (f->has_deliver_to)
+        add(q, " AND deliver_at < ?11");
+    if (!count && after)
+        add(q, " AND (deliver_at, seq) > (?2, ?3)");
+    /* ?1: P_LIMIT */
+    add(q, count ? " LIMIT ?1)" : " ORDER BY deliver_at, seq LIMIT ?1");
+    return q->overflow ? RMQS_ENOMEM : RMQS_OK;
+}
+
+static void bind(sqlite3_stmt *s, const store_filter *f, const search_sql *q,
+                 int64_t limit, const store_cursor *after)
+{
+    sqlite3_bind_int64(s, P_LIMIT, limit);
+    if (after) {
+        sqlite3_bind_int64(s, P_CUR_AT, after->deliver_at);
+        sqlite3_bind_int64(s, P_CUR_SEQ, after->seq);
+    }
+    if (f->status >= 0)
+        sqlite3_bind_int(s, P_STATUS, f->status);
+    if (f->source >= 0)
+        sqlite3_bind_int(s, P_SOURCE, f->source);
+    if (f->message_id)
+        sqlite3_bind_text(s, P_MESSAGE_ID, f->message_id, -1, SQLITE_STATIC);
+    if (f->schedule)
+        sqlite3_bind_text(s, P_SCHEDULE, f->schedule, -1, SQLITE_STATIC);
+    if (f->exchange)
+        sqlite3_bind_text(s, P_EXCHANGE, f->exchange, -1, SQLITE_STATIC);
+    if (f->routing_key)
+        sqlite3_bind_text(s, P_ROUTING_KEY, f->routing_key, -1, SQLITE_STATIC);
+    if (f->has_deliver_from)
+        sqlite3_bind_int64(s, P_FROM, f->deliver_from);
+    if (f->has_deliver_to)
+        sqlite3_bind_int64(s, P_TO, f->deliver_to);
+    if (q->has_id) {
+        sqlite3_bind_blob(s, P_ID_LO, q->lo, JOB_ID_BYTES, SQLITE_STATIC);
+        if (q->has_hi)
+            sqlite3_bind_blob(s, P_ID_HI, q->hi, JOB_ID_BYTES, SQLITE_STATIC);
+    }
+    if (f->header_name) {
+        sqlite3_bind_text(s, P_HNAME, f->header_name, (int)f->header_name_len,
+                          SQLITE_STATIC);
+        sqlite3_bind_text(s, P_HVALUE, f->header_value, -1, SQLITE_STATIC);
+    }
+    if (f->q) {
+        sqlite3_bind_text(s, P_FTS, q->fts, -1, SQLITE_STATIC);
+        /* a blob: instr() compares the body's bytes with these */
+        sqlite3_bind_blob(s, P_Q, f->q, (int)strlen(f->q), SQLITE_STATIC);
+    }
+}
+
+/* Prepare q's statement (prefix: "" or "EXPLAIN QUERY PLAN "). */
+static rmqs_rc prepare(store_backend *st, const search_sql *q,
+                       const char *prefix, sqlite3_stmt **out)
+{
+    char sql[sizeof(q->sql) + 32];
+    int rc;
+
+    snprintf(sql, sizeof sql, "%s%s", prefix, q->sql);
+    rc = sqlite3_prepare_v2(st->db, sql, -1, out, NULL);
+    return rc == SQLITE_OK ? RMQS_OK : sq_fail(st, rc, "search_prepare");
+}
+
+rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
+                       const store_cursor *after, job_t **jobs_out,
+                       size_t *n_out, bool *more, store_cursor *last)
+{
+    search_sql q;
+    sqlite3_stmt *s = NULL;
+    rmqs_rc out;
+
+    *jobs_out = NULL;
+    *n_out = 0;
+    *more = false;
+    if (limit > (size_t)INT64_MAX - 1)
+        limit = (size_t)INT64_MAX - 1;
+    pthread_mutex_lock(&st->mu);
+    out = build(st, f, false, after != NULL, &q);
+    if (out == RMQS_OK)
+        out = prepare(st, &q, "", &s);
+    if (out == RMQS_OK) {
+        bind(s, f, &q, (int64_t)limit + 1, after); /* one more: a next page? */
+        out = sq_collect_page(st, s, "search_list", limit, jobs_out, n_out,
+                              more, last);
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->mu);
+    free(q.fts);
+    return out;
+}
+
+rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
+                 int64_t *count, bool *capped)
+{
+    search_sql q;
+    sqlite3_stmt *s = NULL;
+    rmqs_rc out;
+    int rc;
+
+    pthread_mutex_lock(&st->mu);
+    out = build(st, f, true, false, &q);
+    if (out == RMQS_OK)
+        out = prepare(st, &q, "", &s);
+    if (out == RMQS_OK) {
+        bind(s, f, &q, cap < INT64_MAX ? cap + 1 : cap, NULL);
+        rc = sqlite3_step(s);
+        if (rc == SQLITE_ROW) {
+            int64_t n = sqlite3_column_int64(s, 0);
+            *capped = n > cap;
+            *count = *capped ? cap : n;
+        } else {
+            out = sq_fail(st, rc, "search_count");
+        }
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->mu);
+    free(q.fts);
+    return out;
+}
+
+rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
+                   char **plan_out)
+{
+    static const store_filter all = {.status = -1, .source = -1};
+    search_sql q;
+    sqlite3_stmt *s = NULL;
+    store_text t = {0};
+    store_cursor cur = {0, 0};
+    rmqs_rc out;
+    int rc;
+
+    if (f == NULL)
+        f = &all;
+    pthread_mutex_lock(&st->mu);
+    /* a page after a cursor: the plan of every page but the first */
+    out = build(st, f, count, !count, &q);
+    if (out == RMQS_OK)
+        out = prepare(st, &q, "EXPLAIN QUERY PLAN ", &s);
+    if (out == RMQS_OK) {
+        bind(s, f, &q, count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
+             count ? NULL : &cur);
+        store_text_add(&t, "%s\n", q.sql);
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+            store_text_add(&t, "%s\n", (const char *)sqlite3_column_text(s, 3));
+        if (rc != SQLITE_DONE)
+            out = sq_fail(st, rc, "search_explain");
+        else if (t.failed)
+            out = RMQS_ENOMEM;
+    }
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->mu);
+    free(q.fts);
+    if (out != RMQS_OK) {
+        free(t.text);
+        return out;
+    }
+    *plan_out = t.text;
+    return RMQS_OK;
+}

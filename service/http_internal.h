@@ -130,6 +130,10 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c);
 /* GET, PATCH, DELETE /jobs/{id}. */
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                               const char *method, const char *id, http_req *rq);
+/* POST /jobs/{id}/run (action "run") or /jobs/{id}/retry ("retry"). */
+enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
+                                 const char *method, const char *id,
+                                 const char *action, http_req *rq);
 /* ---- the schedule endpoints (http_schedules.c) ------------------------- */
 
 /* GET /schedules. */

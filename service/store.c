@@ -275,14 +275,22 @@ rmqs_rc store_update(store_t *st, const char *id_text, const store_change *ch,
                      int64_t now_ms, job_t *out)
 {
     unsigned char id[JOB_ID_BYTES];
+    store_change now_ch;
     rmqs_rc rc;
 
     memset(out, 0, sizeof(*out));
     if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
         return RMQS_ENOTFOUND;
     if (!ch || (ch->kind != STORE_CHANGE_RESCHEDULE &&
-                ch->kind != STORE_CHANGE_CANCEL))
+                ch->kind != STORE_CHANGE_CANCEL &&
+                ch->kind != STORE_CHANGE_RUN &&
+                ch->kind != STORE_CHANGE_RETRY))
         return RMQS_EINVAL;
+    if (ch->kind == STORE_CHANGE_RUN) { /* a reschedule to now, for backends */
+        now_ch = (store_change){.kind = STORE_CHANGE_RESCHEDULE,
+                                .deliver_at = now_ms, .delay_ms = 0};
+        ch = &now_ch;
+    }
 
     /* held by the dispatcher (claimed ahead): as good as publishing, and
      * answered with the job as store_get shows it */

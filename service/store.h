@@ -175,25 +175,38 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
                    const char *after, job_t **jobs_out, size_t *n_out,
                    char **next_out);
 
-/* A client's change to a pending job (PATCH and DELETE /jobs/{id}). */
+/* A client's change to a job (PATCH and DELETE /jobs/{id}, POST
+ * /jobs/{id}/run and /retry, POST /jobs/bulk). */
 typedef enum store_change_kind {
-    STORE_CHANGE_RESCHEDULE, /* deliver_at and due_at set, delay_ms recorded */
-    STORE_CHANGE_CANCEL      /* cancelled (idempotent on a cancelled job) */
+    STORE_CHANGE_RESCHEDULE, /* pending: deliver_at and due_at set, delay_ms
+                                recorded */
+    STORE_CHANGE_CANCEL,     /* pending: cancelled (idempotent on a
+                                cancelled job) */
+    STORE_CHANGE_RUN,        /* pending: due now (deliver_at = due_at =
+                                now_ms, delay_ms 0): a reschedule to now */
+    STORE_CHANGE_RETRY       /* failed: pending again with attempts 0,
+                                deliver_at and delay_ms as for RESCHEDULE
+                                (due_at: not before now); last_error is
+                                kept (history) until an attempt replaces it */
 } store_change_kind;
 
 typedef struct store_change {
     store_change_kind kind;
-    int64_t deliver_at; /* RESCHEDULE: the new time (due_at: not before now) */
-    int64_t delay_ms;   /* RESCHEDULE: as requested, for the x-delay header */
+    int64_t deliver_at; /* RESCHEDULE, RETRY: the new time (due_at: not
+                           before now) */
+    int64_t delay_ms;   /* RESCHEDULE, RETRY: as requested, for the x-delay
+                           header */
 } store_change;
 
 /*
- * The one update path of a client's change: apply ch to the pending job id
- * at now_ms, in one durable transaction. Outcomes:
+ * The one update path of a client's change: apply ch to the job id at
+ * now_ms, in one durable transaction. Every kind but RETRY applies to a
+ * pending job only, RETRY to a failed job only. Outcomes:
  *   - RMQS_OK: *out gets the job as changed (a cancel of a job already
  *     cancelled changes nothing and is RMQS_OK with that job);
- *   - RMQS_ECONFLICT: the job is not pending (publishing, held by the
- *     dispatcher, sent, failed; or cancelled, for a reschedule): nothing
+ *   - RMQS_ECONFLICT: the job is not in the status the kind applies to
+ *     (publishing, held by the dispatcher, sent, failed; or cancelled, for
+ *     a reschedule or a run; anything but failed, for a retry): nothing
  *     changed and *out gets the job as it is, so the caller can say why
  *     without reading it again (a held job shows as publishing, like
  *     store_get; if it vanished meanwhile *out stays zeroed: id[0] == 0);

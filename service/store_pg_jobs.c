@@ -781,12 +781,13 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Client changes: reschedule, cancel                                       */
+/* Client changes: reschedule (and run), cancel, retry                      */
 
 rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out)
 {
     bool cancel = ch->kind == STORE_CHANGE_CANCEL;
+    bool retry = ch->kind == STORE_CHANGE_RETRY;
     char num[3][24];
     const char *vals[4];
     int lens[4] = {0}, fmts[4] = {0};
@@ -819,6 +820,13 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                            "UPDATE jobs SET status = 4, updated_at = $1 "
                            "WHERE id = $2 AND status = 0 RETURNING "
                            PG_JOB_COLS, 2, vals, lens, fmts, &rc)
+          : retry ? pg_exec(pc, "retry", /* last_error kept */
+                            "UPDATE jobs SET status = 0, attempts = 0, "
+                            "deliver_at = $1, "
+                            "due_at = greatest($1::bigint, " PG_NOW_MS "), "
+                            "delay_ms = $2, updated_at = $3 "
+                            "WHERE id = $4 AND status = 3 RETURNING "
+                            PG_JOB_COLS, 4, vals, lens, fmts, &rc)
                  : pg_exec(pc, "reschedule",
                            "UPDATE jobs SET deliver_at = $1, "
                            "due_at = greatest($1::bigint, " PG_NOW_MS "), "
@@ -829,7 +837,9 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
         rc = pg_row_to_job(res, 0, out, NULL);
         if (rc == RMQS_OK && cancel)
             store_delta_move(&pc->delta, JOB_PENDING, JOB_CANCELLED, 1);
-        else if (rc == RMQS_OK)
+        if (rc == RMQS_OK && retry)
+            store_delta_move(&pc->delta, JOB_FAILED, JOB_PENDING, 1);
+        if (rc == RMQS_OK && !cancel)
             pg_note_due(pc, out->due_at);
     } else if (rc == RMQS_OK) {
         rc = get_on(pc, id, out);

@@ -185,6 +185,11 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_COUNTS] = {"counts", "SELECT status, n FROM job_counts"},
     [S_COUNTS_ADD] = {"counts_add",
                       "UPDATE job_counts SET n = n + ?2 WHERE status = ?1"},
+    /* a failed job back to pending, its attempts from 0; last_error kept */
+    [S_RETRY] = {"retry",
+                 "UPDATE jobs SET status = 0, attempts = 0, deliver_at = ?1, "
+                 "due_at = max(?1, ?3), delay_ms = ?2, updated_at = ?3 "
+                 "WHERE id = ?4 AND status = 3 RETURNING " JOB_COLS},
 };
 
 #define STORE_N_STATUS 5 /* job_status values 0..4, the rows of job_counts */

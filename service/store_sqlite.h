@@ -52,6 +52,7 @@ typedef enum stmt_id {
     S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_SETTLE_EXPIRE,
     S_RECOVER, S_CLAIM_HELD,
     S_COUNTS, S_COUNTS_ADD,
+    S_RETRY, /* a client's retry of a failed job (issue 14) */
     S_COUNT
 } stmt_id;
 

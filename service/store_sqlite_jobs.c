@@ -361,7 +361,7 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Client changes: reschedule, cancel                                       */
+/* Client changes: reschedule (and run), cancel, retry                      */
 
 /* Run an "UPDATE ... WHERE id = ? AND status = 0 RETURNING" already bound
  * (inside a transaction). RMQS_OK with *out if it changed the job;
@@ -391,7 +391,8 @@ rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out)
 {
     bool cancel = ch->kind == STORE_CHANGE_CANCEL;
-    stmt_id sid = cancel ? S_CANCEL : S_RESCHEDULE;
+    bool retry = ch->kind == STORE_CHANGE_RETRY;
+    stmt_id sid = cancel ? S_CANCEL : retry ? S_RETRY : S_RESCHEDULE;
     sqlite3_stmt *s;
     rmqs_rc rc;
 
@@ -412,6 +413,8 @@ rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
     rc = update_pending(st, sid, id, out);
     if (rc == RMQS_OK && cancel)
         store_delta_move(&st->delta, JOB_PENDING, JOB_CANCELLED, 1);
+    if (rc == RMQS_OK && retry)
+        store_delta_move(&st->delta, JOB_FAILED, JOB_PENDING, 1);
     if (rc == RMQS_ECONFLICT && cancel && out->status == JOB_CANCELLED)
         rc = RMQS_OK; /* cancelling a cancelled job changes nothing */
     if (rc == RMQS_OK)

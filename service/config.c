@@ -102,6 +102,10 @@ static const opt_def opt_table[] = {
      F(dispatch_lookahead_ms), "500", 0, 60000,
      "jobs are claimed this long before they are due (then 409 to cancel)",
      NULL},
+    {"stats-interval-ms", "RMQS_STATS_INTERVAL_MS", OPT_INT,
+     F(stats_interval_ms), "10000", 100, 60000,
+     "GET /stats keeps a sample of the job counters this often (2,160 "
+     "samples: 6 h at the default)", NULL},
     {"dispatch-rt-priority", "RMQS_DISPATCH_RT_PRIORITY", OPT_INT,
      F(dispatch_rt_priority), "1", 0, 99,
      "SCHED_FIFO priority of the publisher thread, so a busy CPU does not "

@@ -19,6 +19,7 @@
 #include "job.h"
 #include "rmqs.h"
 #include "scheduler.h"
+#include "stats.h"
 #include "store.h"
 #include "writer.h"
 
@@ -43,6 +44,9 @@ typedef struct http_api_options {
     /* Told of every schedule change (PUT, PATCH, DELETE /schedules); may be
      * NULL (borrowed, outlives the API). */
     scheduler_t *scheduler;
+    /* The sampled history for GET /stats; may be NULL (404 then). Borrowed,
+     * outlives the API. */
+    stats_t *stats;
     /* The tzdata release the time zones come from, for /metrics
      * (rmqs_build_info); NULL: "unknown". */
     const char *tzdata_version;

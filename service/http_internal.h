@@ -143,6 +143,9 @@ enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
                                    const char *method, const char *name,
                                    http_req *rq);
 
+/* GET /stats (http_stats.c). */
+enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
+
 /* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
 void http_jobs_release(http_req *rq);
 

@@ -468,12 +468,15 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                             : http_reply_rc(c, rc, NULL, "cannot read the job");
     } else if (strcmp(method, "DELETE") == 0) {
         store_change cancel = {.kind = STORE_CHANGE_CANCEL};
+        int64_t now = tu_now_ms();
         /* on a conflict the store returns the job as it is */
-        rc = store_update(api->st, id, &cancel, tu_now_ms(), &job);
+        rc = store_update(api->st, id, &cancel, now, &job);
         if (rc == RMQS_ECONFLICT) {
             rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
-        } else if (rc == RMQS_OK) {
+        } else if (rc == RMQS_OK && job.updated_at == now) {
+            /* (a job cancelled before keeps its earlier updated_at) */
+            metrics_jobs_cancelled(1);
             log_info("http", "cancelled", "job_id=%s", job.id);
         }
         ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)

@@ -42,6 +42,7 @@
 #include "dispatcher.h"
 #include "http_api.h"
 #include "janitor.h"
+#include "stats.h"
 #include "log.h"
 #include "netaddr.h"
 #include "scheduler.h"
@@ -64,6 +65,7 @@ struct service {
     writer_t *writer;
     scheduler_t *scheduler; /* the runs of recurring schedules */
     ingest_t *ingest;   /* NULL: no --ingest */
+    stats_t *stats;     /* the history of GET /stats */
     http_api_t *api;
 };
 
@@ -283,6 +285,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .ingest_up = svc->ingest != NULL ? ingest_up : NULL,
                 .ingest_cls = svc->ingest,
                 .scheduler = svc->scheduler,
+                .stats = svc->stats,
                 .tzdata_version = tz_data_version()},
             svc->st, svc->disp, svc->writer, &svc->api, &err) != RMQS_OK) {
         log_error(MOD, "cannot start the HTTP server", "error=\"%s\"",
@@ -311,6 +314,7 @@ static void teardown(service_t *svc)
     if (svc->disp != NULL)
         disp_free(svc->disp); /* records what is in flight; frees pub */
     writer_free(svc->writer);
+    stats_free(svc->stats); /* after HTTP, which reads it */
     janitor_free(svc->janitor);
     store_close(svc->st);
     if (svc->lock_fd >= 0)
@@ -356,6 +360,12 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     rc = thread_started(svc->janitor == NULL ? RMQS_ENOMEM
                                              : janitor_start(svc->janitor),
                         "cannot start the janitor thread");
+    if (rc == RMQS_OK) {
+        svc->stats = stats_new(svc->st, cfg->stats_interval_ms);
+        rc = thread_started(svc->stats == NULL ? RMQS_ENOMEM
+                                               : stats_start(svc->stats),
+                            "cannot start the stats thread");
+    }
     if (rc == RMQS_OK)
         rc = start_dispatcher(svc);
     if (rc != RMQS_OK)

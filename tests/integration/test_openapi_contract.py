@@ -31,7 +31,8 @@ HTTP_API_C = os.path.join(ROOT, "service", "http_api.c")
 # The HTTP layer: http_api.c (routing, transport errors), http_jobs.c
 # (the job endpoints' errors) and http_schedules.c (the schedules').
 HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c"),
-                os.path.join(ROOT, "service", "http_schedules.c")]
+                os.path.join(ROOT, "service", "http_schedules.c"),
+                os.path.join(ROOT, "service", "http_stats.c")]
 # The schedule the documented /schedules/{name} examples work on.
 EXAMPLE_SCHEDULE = "contract-example"
 METRICS_C = os.path.join(ROOT, "service", "metrics.c")
@@ -429,17 +430,30 @@ def test_relative_to_now_keeps_the_form_of_the_example():
 def test_every_documented_operation_exists_and_takes_its_examples(service, contract):
     """Each documented method of each documented path answers 2xx to the
     file's own request examples; HEAD answers like GET without a body."""
-    svc = service()
+    svc = service("--backoff-base-ms", "50")
     job = svc.schedule(later_job())
     seen = []
+
+    def own_job(template):
+        """A job of its own for the actions that change a job's status
+        (each example once): a pending one to run now, a failed one (no
+        such exchange, one attempt) to retry."""
+        if template == "/jobs/{id}/run":
+            return svc.schedule(later_job())["id"]
+        if template == "/jobs/{id}/retry":
+            failed = svc.schedule(later_job(exchange="rmqs-contract-missing",
+                                            delay_ms=0, max_attempts=1))
+            return svc.wait_status(failed["id"], "failed", timeout=30)["id"]
+        return job["id"]
     # PUT first (it creates the schedule the others use), DELETE last (it
     # cancels the job and deletes the schedule).
     order = sorted(operations(contract.doc),
                    key=lambda t: (t[1] == "delete", t[1] != "put"))
     for template, method, op in order:
-        path = template.replace("{id}", job["id"]).replace("{name}", EXAMPLE_SCHEDULE)
         examples = _request_examples(contract, op) or [(None, None)]
         for name, body in examples:
+            path = template.replace("{id}", own_job(template)).replace(
+                "{name}", EXAMPLE_SCHEDULE)
             body = relative_to_now(body)
             if method == "get" and template == "/metrics":
                 resp = http_request_text(svc.port, path)

@@ -106,6 +106,9 @@ static const opt_def opt_table[] = {
      F(stats_interval_ms), "10000", 100, 60000,
      "GET /stats keeps a sample of the job counters this often (2,160 "
      "samples: 6 h at the default)", NULL},
+    {"bulk-pause-ms", "RMQS_BULK_PAUSE_MS", OPT_INT, F(bulk_pause_ms), "0", 0,
+     10000, "pause between the 500-job transactions of a bulk action "
+     "(POST /jobs/bulk), leaving the database more to the dispatcher", NULL},
     {"dispatch-rt-priority", "RMQS_DISPATCH_RT_PRIORITY", OPT_INT,
      F(dispatch_rt_priority), "1", 0, 99,
      "SCHED_FIFO priority of the publisher thread, so a busy CPU does not "

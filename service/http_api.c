@@ -347,6 +347,10 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     }
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
         return get ? http_jobs_list(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/jobs/bulk") == 0)
+        return http_bulk(api, c, method, NULL, rq);
+    if (strncmp(url, "/jobs/bulk/", 11) == 0 && strchr(url + 11, '/') == NULL)
+        return http_bulk(api, c, method, url + 11, rq);
     if (strncmp(url, "/jobs/", 6) == 0 && strchr(url + 6, '/') == NULL)
         return http_jobs_one(api, c, method, url + 6, rq);
     if (strncmp(url, "/jobs/", 6) == 0) { /* /jobs/{id}/run, /jobs/{id}/retry */

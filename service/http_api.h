@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bulk.h"
 #include "dispatcher.h"
 #include "job.h"
 #include "rmqs.h"
@@ -47,6 +48,9 @@ typedef struct http_api_options {
     /* The sampled history for GET /stats; may be NULL (404 then). Borrowed,
      * outlives the API. */
     stats_t *stats;
+    /* The bulk action runner for POST /jobs/bulk; may be NULL (503).
+     * Borrowed, outlives the API. */
+    bulk_t *bulk;
     /* The tzdata release the time zones come from, for /metrics
      * (rmqs_build_info); NULL: "unknown". */
     const char *tzdata_version;

@@ -143,6 +143,10 @@ enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
                                    const char *method, const char *name,
                                    http_req *rq);
 
+/* POST /jobs/bulk (id NULL) and GET /jobs/bulk/{id} (http_bulk.c). */
+enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
+                          const char *method, const char *id, http_req *rq);
+
 /* GET /stats (http_stats.c). */
 enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
 

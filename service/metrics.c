@@ -33,7 +33,8 @@ static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404, 405,
 static const char *const route_names[MR_COUNT] = {
     "/schedule", "/schedule/batch", "/jobs", "/jobs/{id}", "/schedules",
     "/schedules/{name}", "/healthz", "/readyz", "/metrics",
-    "/jobs/{id}/run", "/jobs/{id}/retry", "/stats", "other"};
+    "/jobs/{id}/run", "/jobs/{id}/retry", "/stats", "/jobs/bulk",
+    "/jobs/bulk/{id}", "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
 static const char *const schedule_state_names[3] = {"active", "paused", "ended"};
@@ -147,6 +148,10 @@ metrics_route metrics_route_of(const char *url)
         return MR_SCHEDULE_BATCH;
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
         return MR_JOBS;
+    if (strcmp(url, "/jobs/bulk") == 0)
+        return MR_JOBS_BULK;
+    if (strncmp(url, "/jobs/bulk/", 11) == 0)
+        return MR_JOBS_BULK_ONE;
     if (strncmp(url, "/jobs/", 6) == 0) {
         const char *action = strchr(url + 6, '/');
         if (action == NULL)

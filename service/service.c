@@ -66,6 +66,7 @@ struct service {
     scheduler_t *scheduler; /* the runs of recurring schedules */
     ingest_t *ingest;   /* NULL: no --ingest */
     stats_t *stats;     /* the history of GET /stats */
+    bulk_t *bulk;       /* POST /jobs/bulk's runner */
     http_api_t *api;
 };
 
@@ -286,6 +287,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .ingest_cls = svc->ingest,
                 .scheduler = svc->scheduler,
                 .stats = svc->stats,
+                .bulk = svc->bulk,
                 .tzdata_version = tz_data_version()},
             svc->st, svc->disp, svc->writer, &svc->api, &err) != RMQS_OK) {
         log_error(MOD, "cannot start the HTTP server", "error=\"%s\"",
@@ -309,6 +311,7 @@ static void teardown(service_t *svc)
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
     http_api_drain(svc->api, 500, false); /* lets those be answered */
     http_api_stop(svc->api);  /* closes every connection */
+    bulk_free(svc->bulk); /* a bulk action ends after its page; wakes disp */
     scheduler_free(svc->scheduler); /* its pass in progress ends; it wakes
                                        the dispatcher, so before it goes */
     if (svc->disp != NULL)
@@ -389,6 +392,12 @@ rmqs_rc service_start(const config *cfg, service_t **out)
                                 ? RMQS_ENOMEM
                                 : scheduler_start(svc->scheduler),
                             "cannot start the scheduler thread");
+    }
+    if (rc == RMQS_OK) {
+        svc->bulk = bulk_new(svc->st, svc->disp, cfg->bulk_pause_ms);
+        rc = thread_started(svc->bulk == NULL ? RMQS_ENOMEM
+                                              : bulk_start(svc->bulk),
+                            "cannot start the bulk action thread");
     }
     if (rc == RMQS_OK)
         rc = start_ingest(svc, &limits);

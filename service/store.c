@@ -309,6 +309,57 @@ rmqs_rc store_update(store_t *st, const char *id_text, const store_change *ch,
     return rc;
 }
 
+rmqs_rc store_update_batch(store_t *st, const char *const *ids, size_t n,
+                           const store_change *ch, int64_t now_ms,
+                           bool *changed, size_t *n_changed)
+{
+    unsigned char (*bin)[JOB_ID_BYTES] = NULL;
+    size_t *slot = NULL, m = 0;
+    rmqs_rc rc = RMQS_OK;
+
+    *n_changed = 0;
+    for (size_t i = 0; i < n; i++)
+        changed[i] = false;
+    if (!ch || (ch->kind != STORE_CHANGE_CANCEL &&
+                ch->kind != STORE_CHANGE_RETRY) || n > STORE_BATCH_MAX)
+        return RMQS_EINVAL;
+    if (n == 0)
+        return RMQS_OK;
+    bin = malloc(n * sizeof(*bin));
+    slot = malloc(n * sizeof(*slot));
+    if (bin == NULL || slot == NULL) {
+        rc = RMQS_ENOMEM;
+        goto out;
+    }
+    /* held by the dispatcher: left alone, as store_update answers 409 */
+    for (size_t i = 0; i < n; i++) {
+        if (!ids[i] || job_id_parse(ids[i], bin[m]) != RMQS_OK)
+            continue;
+        rc = claimset_change_begin(st->held, bin[m]);
+        if (rc == RMQS_ECONFLICT)
+            continue;
+        if (rc != RMQS_OK)
+            break;
+        slot[m++] = i;
+    }
+    if (rc == RMQS_OK || rc == RMQS_ECONFLICT) {
+        bool *ch_m = calloc(m > 0 ? m : 1, sizeof(*ch_m));
+        rc = ch_m == NULL ? RMQS_ENOMEM
+                          : st->ops->update_batch(st->b, bin, m, ch, now_ms, ch_m);
+        for (size_t k = 0; ch_m != NULL && rc == RMQS_OK && k < m; k++) {
+            changed[slot[k]] = ch_m[k];
+            *n_changed += ch_m[k] ? 1 : 0;
+        }
+        free(ch_m);
+    }
+    for (size_t k = 0; k < m; k++) /* after the commit, whatever it did */
+        claimset_change_end(st->held, bin[k]);
+out:
+    free(bin);
+    free(slot);
+    return rc;
+}
+
 rmqs_rc store_reschedule(store_t *st, const char *id_text, int64_t deliver_at,
                          int64_t delay_ms, int64_t now_ms, job_t *out)
 {

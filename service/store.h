@@ -196,6 +196,8 @@ typedef struct store_change {
                            before now) */
     int64_t delay_ms;   /* RESCHEDULE, RETRY: as requested, for the x-delay
                            header */
+    bool keep_deliver_at; /* RETRY: keep each job's deliver_at (due now
+                             all the same), as a bulk retry does */
 } store_change;
 
 /*
@@ -216,6 +218,23 @@ typedef struct store_change {
  */
 rmqs_rc store_update(store_t *st, const char *id, const store_change *ch,
                      int64_t now_ms, job_t *out);
+
+/* Most jobs store_update_batch changes in one transaction. */
+#define STORE_BATCH_MAX 500
+
+/*
+ * A bulk action's page: apply ch (CANCEL or RETRY) to each of the n (<=
+ * STORE_BATCH_MAX) jobs ids[i] (id text, borrowed) that is in the status
+ * the kind applies to, at now_ms, all in ONE durable transaction, with the
+ * status counts moved in it. changed[i] (out) says whether job i was
+ * changed; one held by the dispatcher, gone, malformed, or in another
+ * status (a cancelled one, for a cancel, too) is left alone. *n_changed
+ * gets how many were. On a database failure nothing changed (every
+ * changed[i] false). RMQS_EINVAL for another kind or n too large.
+ */
+rmqs_rc store_update_batch(store_t *st, const char *const *ids, size_t n,
+                           const store_change *ch, int64_t now_ms,
+                           bool *changed, size_t *n_changed);
 
 /* store_update with a RESCHEDULE to deliver_at (delay_ms recorded). */
 rmqs_rc store_reschedule(store_t *st, const char *id, int64_t deliver_at,

@@ -995,6 +995,7 @@ const store_ops store_pg_ops = {
     .get = pg_get,
     .list = pg_list,
     .update = pg_update,
+    .update_batch = pg_update_batch,
     .next_due = pg_next_due,
     .claim_due = pg_claim_due,
     .read_due = pg_read_due,

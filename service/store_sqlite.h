@@ -163,6 +163,9 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
                 bool *more, store_cursor *last);
 rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out);
+rmqs_rc sq_update_batch(store_backend *st,
+                        const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                        const store_change *ch, int64_t now_ms, bool *changed);
 
 /* store_sqlite_dispatch.c: the dispatcher's ops. */
 rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,

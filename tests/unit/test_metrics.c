@@ -19,6 +19,9 @@ Test(metrics, routes_are_classified_without_ids_in_labels)
                  MR_JOB_RETRY);
     cr_expect_eq(metrics_route_of("/jobs/x/nope"), MR_OTHER);
     cr_expect_eq(metrics_route_of("/stats"), MR_STATS);
+    cr_expect_eq(metrics_route_of("/jobs/bulk"), MR_JOBS_BULK);
+    cr_expect_eq(metrics_route_of("/jobs/bulk/0190a1b2-0000-7000-8000-000000000000"),
+                 MR_JOBS_BULK_ONE);
     cr_expect_eq(metrics_route_of("/nope"), MR_OTHER);
 }
 

@@ -546,7 +546,7 @@ enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
         rc = store_update(api->st, id, &ch, now, &job);
     if (rc == RMQS_ECONFLICT)
         rmqs_fail(&err, rc, NULL, "the job is %s; only a %s job can be %s",
-                  job.id[0] ? job_status_name(job.status) : "not pending",
+                  job.id[0] ? job_status_name(job.status) : "changing",
                   retry ? "failed" : "pending", retry ? "retried" : "run now");
     if (rc == RMQS_OK) {
         if (retry)

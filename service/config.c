@@ -102,6 +102,13 @@ static const opt_def opt_table[] = {
      F(dispatch_lookahead_ms), "500", 0, 60000,
      "jobs are claimed this long before they are due (then 409 to cancel)",
      NULL},
+    {"stats-interval-ms", "RMQS_STATS_INTERVAL_MS", OPT_INT,
+     F(stats_interval_ms), "10000", 100, 60000,
+     "GET /stats keeps a sample of the job counters this often (2,160 "
+     "samples: 6 h at the default)", NULL},
+    {"bulk-pause-ms", "RMQS_BULK_PAUSE_MS", OPT_INT, F(bulk_pause_ms), "0", 0,
+     10000, "pause between the 500-job transactions of a bulk action "
+     "(POST /jobs/bulk), leaving the database more to the dispatcher", NULL},
     {"dispatch-rt-priority", "RMQS_DISPATCH_RT_PRIORITY", OPT_INT,
      F(dispatch_rt_priority), "1", 0, 99,
      "SCHED_FIFO priority of the publisher thread, so a busy CPU does not "

@@ -67,6 +67,8 @@ typedef struct config {
     int64_t min_free_bytes;  /* disk reserve kept for delivering stored jobs */
     int64_t lease_ms;        /* PostgreSQL: a claim's lease (renewed) */
     int64_t schedule_lead_ms; /* runs of schedules are created this early */
+    int64_t stats_interval_ms; /* GET /stats samples this often */
+    int64_t bulk_pause_ms;   /* pause between the pages of a bulk action */
     bool sync_full;          /* --sync full (true) or normal */
     log_level log_level;     /* least severe level written */
     log_format log_format;   /* text or json lines */

@@ -725,6 +725,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
                     .id = it->job.id, .kind = STORE_OUT_EXPIRE,
                     .error = "missed its fire time by more than "
                              "misfire_grace_ms"};
+                metrics_jobs_cancelled(1);
                 done_push(d, it);
                 continue;
             }

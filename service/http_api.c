@@ -338,6 +338,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? h_readyz(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/metrics") == 0)
         return get ? h_metrics(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/stats") == 0)
+        return get ? http_stats_get(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/schedule") == 0 || strcmp(url, "/schedule/batch") == 0) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, "POST");
@@ -347,8 +349,23 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? http_jobs_list(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/jobs/count") == 0)
         return get ? http_jobs_count(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/jobs/bulk") == 0)
+        return http_bulk(api, c, method, NULL, rq);
+    if (strncmp(url, "/jobs/bulk/", 11) == 0 && strchr(url + 11, '/') == NULL)
+        return http_bulk(api, c, method, url + 11, rq);
     if (strncmp(url, "/jobs/", 6) == 0 && strchr(url + 6, '/') == NULL)
         return http_jobs_one(api, c, method, url + 6, rq);
+    if (strncmp(url, "/jobs/", 6) == 0) { /* /jobs/{id}/run, /jobs/{id}/retry */
+        const char *slash = strchr(url + 6, '/');
+        char id[JOB_ID_LEN + 1];
+        size_t n = (size_t)(slash - (url + 6));
+        if ((strcmp(slash, "/run") == 0 || strcmp(slash, "/retry") == 0) &&
+            n <= JOB_ID_LEN) {
+            memcpy(id, url + 6, n);
+            id[n] = '\0';
+            return http_jobs_action(api, c, method, id, slash + 1, rq);
+        }
+    }
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
         return get ? http_schedules_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/schedules/", 11) == 0 && strchr(url + 11, '/') == NULL)

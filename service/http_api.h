@@ -15,10 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "bulk.h"
 #include "dispatcher.h"
 #include "job.h"
 #include "rmqs.h"
 #include "scheduler.h"
+#include "stats.h"
 #include "store.h"
 #include "writer.h"
 
@@ -43,6 +45,12 @@ typedef struct http_api_options {
     /* Told of every schedule change (PUT, PATCH, DELETE /schedules); may be
      * NULL (borrowed, outlives the API). */
     scheduler_t *scheduler;
+    /* The sampled history for GET /stats; may be NULL (404 then). Borrowed,
+     * outlives the API. */
+    stats_t *stats;
+    /* The bulk action runner for POST /jobs/bulk; may be NULL (503).
+     * Borrowed, outlives the API. */
+    bulk_t *bulk;
     /* The tzdata release the time zones come from, for /metrics
      * (rmqs_build_info); NULL: "unknown". */
     const char *tzdata_version;

@@ -132,6 +132,10 @@ enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c);
 /* GET, PATCH, DELETE /jobs/{id}. */
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                               const char *method, const char *id, http_req *rq);
+/* POST /jobs/{id}/run (action "run") or /jobs/{id}/retry ("retry"). */
+enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
+                                 const char *method, const char *id,
+                                 const char *action, http_req *rq);
 /* ---- the schedule endpoints (http_schedules.c) ------------------------- */
 
 /* GET /schedules. */
@@ -140,6 +144,13 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
 enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
                                    const char *method, const char *name,
                                    http_req *rq);
+
+/* POST /jobs/bulk (id NULL) and GET /jobs/bulk/{id} (http_bulk.c). */
+enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
+                          const char *method, const char *id, http_req *rq);
+
+/* GET /stats (http_stats.c). */
+enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
 
 /* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
 void http_jobs_release(http_req *rq);

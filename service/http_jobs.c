@@ -1,7 +1,7 @@
 /*
  * http_jobs.c - the job endpoints of the HTTP contract (api/openapi.yaml):
  * POST /schedule and /schedule/batch, GET /jobs, GET/PATCH/DELETE
- * /jobs/{id}.
+ * /jobs/{id}, POST /jobs/{id}/run and /jobs/{id}/retry.
  *
  * Why a room of its own: http_api.c is the transport (the daemon, bodies,
  * limits, authentication, routing, the one path that queues a response);
@@ -507,12 +507,15 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                             : http_reply_rc(c, rc, NULL, "cannot read the job");
     } else if (strcmp(method, "DELETE") == 0) {
         store_change cancel = {.kind = STORE_CHANGE_CANCEL};
+        int64_t now = tu_now_ms();
         /* on a conflict the store returns the job as it is */
-        rc = store_update(api->st, id, &cancel, tu_now_ms(), &job);
+        rc = store_update(api->st, id, &cancel, now, &job);
         if (rc == RMQS_ECONFLICT) {
             rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
-        } else if (rc == RMQS_OK) {
+        } else if (rc == RMQS_OK && job.updated_at == now) {
+            /* (a job cancelled before keeps its earlier updated_at) */
+            metrics_jobs_cancelled(1);
             log_info("http", "cancelled", "job_id=%s", job.id);
         }
         ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
@@ -538,8 +541,11 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
             rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be rescheduled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
         }
-        if (rc == RMQS_OK)
+        if (rc == RMQS_OK) {
+            log_info("http", "rescheduled", "job_id=%s deliver_at=%lld", job.id,
+                     (long long)job.deliver_at);
             disp_notify(api->disp, job.due_at);
+        }
         ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
                             : http_reply_rc(c, rc, &err, "cannot reschedule the job");
     } else {
@@ -548,6 +554,51 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                                  "GET, PATCH, DELETE");
     }
 out:
+    job_clear(&job);
+    return ret;
+}
+
+enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
+                                 const char *method, const char *id,
+                                 const char *action, http_req *rq)
+{
+    bool retry = strcmp(action, "retry") == 0;
+    store_change ch = {.kind = retry ? STORE_CHANGE_RETRY : STORE_CHANGE_RUN};
+    int64_t now = tu_now_ms();
+    job_t job = {0};
+    rmqs_error err = {0};
+    enum MHD_Result ret;
+    rmqs_rc rc = RMQS_OK;
+
+    if (strcmp(method, "POST") != 0)
+        return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                  "method_not_allowed", NULL, "method not allowed",
+                                  MHD_HTTP_HEADER_ALLOW, "POST");
+    if (retry && rq->len > 0 && !http_is_json_content(c))
+        return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                "unsupported_media_type", NULL,
+                                "Content-Type must be application/json");
+    if (retry)
+        rc = job_parse_retry(rq->body ? rq->body : "", rq->len, &api->opt.limits,
+                             now, &ch.deliver_at, &ch.delay_ms, &err);
+    if (rc == RMQS_OK) /* on a conflict the store returns the job as it is */
+        rc = store_update(api->st, id, &ch, now, &job);
+    if (rc == RMQS_ECONFLICT)
+        rmqs_fail(&err, rc, NULL, "the job is %s; only a %s job can be %s",
+                  job.id[0] ? job_status_name(job.status) : "changing",
+                  retry ? "failed" : "pending", retry ? "retried" : "run now");
+    if (rc == RMQS_OK) {
+        if (retry)
+            log_info("http", "retried", "job_id=%s deliver_at=%lld", job.id,
+                     (long long)job.deliver_at);
+        else
+            log_info("http", "run now", "job_id=%s", job.id);
+        disp_notify(api->disp, job.due_at);
+    }
+    ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
+                        : http_reply_rc(c, rc, &err,
+                                        retry ? "cannot retry the job"
+                                              : "cannot run the job");
     job_clear(&job);
     return ret;
 }

@@ -805,9 +805,12 @@ out:
     return rc;
 }
 
-rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
-                             int64_t now_ms, int64_t *deliver_at_out,
-                             int64_t *delay_ms_out, rmqs_error *err)
+/* The timing object of PATCH /jobs/{id} (and of a retry: now_if_empty,
+ * where {} means due now). */
+static rmqs_rc parse_change_timing(const char *buf, size_t len,
+                                   const job_limits *lim, int64_t now_ms,
+                                   bool now_if_empty, int64_t *deliver_at_out,
+                                   int64_t *delay_ms_out, rmqs_error *err)
 {
     static const char *const allowed[] = {"deliver_at", "delay_ms"};
     json_t *root = NULL;
@@ -828,6 +831,11 @@ rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
                        "unknown field");
         goto out;
     }
+    if (now_if_empty && json_object_size(root) == 0) {
+        *deliver_at_out = now_ms;
+        *delay_ms_out = 0;
+        goto out;
+    }
     rc = parse_timing(root, lim, now_ms, &deliver_at, &delay, err);
     if (rc != RMQS_OK)
         goto out;
@@ -837,4 +845,26 @@ rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
 out:
     json_decref(root);
     return rc;
+}
+
+rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
+                             int64_t now_ms, int64_t *deliver_at_out,
+                             int64_t *delay_ms_out, rmqs_error *err)
+{
+    return parse_change_timing(buf, len, lim, now_ms, false, deliver_at_out,
+                               delay_ms_out, err);
+}
+
+rmqs_rc job_parse_retry(const char *buf, size_t len, const job_limits *lim,
+                        int64_t now_ms, int64_t *deliver_at_out,
+                        int64_t *delay_ms_out, rmqs_error *err)
+{
+    if (len == 0 && lim != NULL && deliver_at_out != NULL &&
+        delay_ms_out != NULL) { /* no body: due now */
+        *deliver_at_out = now_ms;
+        *delay_ms_out = 0;
+        return RMQS_OK;
+    }
+    return parse_change_timing(buf, len, lim, now_ms, true, deliver_at_out,
+                               delay_ms_out, err);
 }

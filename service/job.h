@@ -133,4 +133,12 @@ rmqs_rc job_parse_reschedule(const char *buf, size_t len, const job_limits *lim,
                              int64_t now_ms, int64_t *deliver_at_out,
                              int64_t *delay_ms_out, rmqs_error *err);
 
+/*
+ * Validate a POST /jobs/{id}/retry body: empty (len 0), {} (due now:
+ * deliver_at now_ms, delay 0), or an object as job_parse_reschedule.
+ */
+rmqs_rc job_parse_retry(const char *buf, size_t len, const job_limits *lim,
+                        int64_t now_ms, int64_t *deliver_at_out,
+                        int64_t *delay_ms_out, rmqs_error *err);
+
 #endif

@@ -18,6 +18,7 @@ static const double late_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                      0.1,   0.25,   0.5,   1,    2.5,   5,
                                      10,    30,     60};
 #define LATE_N (sizeof(late_bounds) / sizeof(late_bounds[0]))
+_Static_assert(LATE_N + 1 == METRICS_LATE_BUCKETS, "the +Inf bucket last");
 
 /* HTTP duration buckets, seconds. */
 static const double http_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -30,8 +31,10 @@ static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404, 405,
 #define CODES_N (sizeof(http_codes) / sizeof(http_codes[0]))
 
 static const char *const route_names[MR_COUNT] = {
-    "/schedule", "/schedule/batch", "/jobs", "/jobs/count", "/jobs/{id}", "/schedules",
-    "/schedules/{name}", "/healthz", "/readyz", "/metrics", "other"};
+    "/schedule", "/schedule/batch", "/jobs", "/jobs/count", "/jobs/{id}",
+    "/schedules", "/schedules/{name}", "/healthz", "/readyz", "/metrics",
+    "/jobs/{id}/run", "/jobs/{id}/retry", "/stats", "/jobs/bulk",
+    "/jobs/bulk/{id}", "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
 static const char *const schedule_state_names[3] = {"active", "paused", "ended"};
@@ -52,6 +55,7 @@ static struct {
     atomic_uint_fast64_t failures[MF_COUNT];
     atomic_uint_fast64_t sent;
     atomic_uint_fast64_t failed;
+    atomic_uint_fast64_t cancelled;
     atomic_uint_fast64_t reconnects;
     atomic_uint_fast64_t leases_lapsed;
     atomic_uint_fast64_t schedule_runs[MRR_COUNT];
@@ -78,6 +82,26 @@ static void hist_observe(histogram *h, const double *bounds, size_t n,
 void metrics_jobs_scheduled(uint64_t n) { atomic_fetch_add(&m.scheduled, n); }
 void metrics_publish_attempts(uint64_t n) { atomic_fetch_add(&m.attempts, n); }
 void metrics_job_failed(void) { atomic_fetch_add(&m.failed, 1); }
+void metrics_jobs_cancelled(uint64_t n) { atomic_fetch_add(&m.cancelled, n); }
+
+void metrics_read(metrics_snapshot *out)
+{
+    out->scheduled = atomic_load(&m.scheduled);
+    out->sent = atomic_load(&m.sent);
+    out->failed = atomic_load(&m.failed);
+    out->cancelled = atomic_load(&m.cancelled);
+    for (size_t i = 0; i < METRICS_LATE_BUCKETS; i++)
+        out->late[i] = atomic_load(&m.lateness.buckets[i]);
+}
+
+const double *metrics_late_bounds_ms(size_t *n)
+{
+    static const double ms[] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500,
+                                1000, 2500, 5000, 10000, 30000, 60000};
+    _Static_assert(sizeof(ms) / sizeof(ms[0]) == LATE_N, "as late_bounds");
+    *n = LATE_N;
+    return ms;
+}
 void metrics_broker_reconnect(void) { atomic_fetch_add(&m.reconnects, 1); }
 void metrics_lease_lapsed(void) { atomic_fetch_add(&m.leases_lapsed, 1); }
 
@@ -126,8 +150,22 @@ metrics_route metrics_route_of(const char *url)
         return MR_JOBS;
     if (strcmp(url, "/jobs/count") == 0)
         return MR_JOBS_COUNT;
-    if (strncmp(url, "/jobs/", 6) == 0)
-        return MR_JOB;
+    if (strcmp(url, "/jobs/bulk") == 0)
+        return MR_JOBS_BULK;
+    if (strncmp(url, "/jobs/bulk/", 11) == 0)
+        return MR_JOBS_BULK_ONE;
+    if (strncmp(url, "/jobs/", 6) == 0) {
+        const char *action = strchr(url + 6, '/');
+        if (action == NULL)
+            return MR_JOB;
+        if (strcmp(action, "/run") == 0)
+            return MR_JOB_RUN;
+        if (strcmp(action, "/retry") == 0)
+            return MR_JOB_RETRY;
+        return MR_OTHER;
+    }
+    if (strcmp(url, "/stats") == 0)
+        return MR_STATS;
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
         return MR_SCHEDULES;
     if (strncmp(url, "/schedules/", 11) == 0)
@@ -218,6 +256,10 @@ char *metrics_render(const metrics_sources *src)
                   "rmqs_jobs_published_total{result=\"sent\"} %llu\n"
                   "rmqs_jobs_published_total{result=\"failed\"} %llu\n",
               U(m.sent), U(m.failed));
+    sb_printf(&b, "# HELP rmqs_jobs_cancelled_total Pending jobs cancelled "
+                  "(DELETE, bulk cancel, or expired before publishing).\n"
+                  "# TYPE rmqs_jobs_cancelled_total counter\n"
+                  "rmqs_jobs_cancelled_total %llu\n", U(m.cancelled));
     sb_printf(&b, "# HELP rmqs_publish_attempts_total Messages published to "
                   "the broker (each try of each job).\n"
                   "# TYPE rmqs_publish_attempts_total counter\n"

@@ -16,7 +16,9 @@
 
 typedef enum metrics_route {
     MR_SCHEDULE, MR_SCHEDULE_BATCH, MR_JOBS, MR_JOBS_COUNT, MR_JOB, MR_SCHEDULES,
-    MR_SCHEDULE_ONE, MR_HEALTHZ, MR_READYZ, MR_METRICS, MR_OTHER, MR_COUNT
+    MR_SCHEDULE_ONE, MR_HEALTHZ, MR_READYZ, MR_METRICS,
+    MR_JOB_RUN, MR_JOB_RETRY, MR_STATS, MR_JOBS_BULK, MR_JOBS_BULK_ONE,
+    MR_OTHER, MR_COUNT
 } metrics_route;
 
 typedef enum metrics_failure {
@@ -43,6 +45,8 @@ void metrics_publish_failure(metrics_failure reason);
  * rescheduled) for a first attempt, the backoff's time for a retry */
 void metrics_job_sent(int64_t lateness_ms);
 void metrics_job_failed(void);              /* max_attempts exhausted */
+/* pending jobs cancelled (DELETE, bulk cancel, expired unpublished) */
+void metrics_jobs_cancelled(uint64_t n);
 void metrics_broker_reconnect(void);
 /* a claimed job released unpublished: its lease was ending (dispatcher.c) */
 void metrics_lease_lapsed(void);
@@ -62,6 +66,22 @@ typedef struct metrics_sources {
     int64_t schedules_by_state[3]; /* active, paused, ended */
     const char *tzdata_version;    /* for rmqs_build_info; NULL: "unknown" */
 } metrics_sources;
+
+/* The publish lateness histogram's buckets: METRICS_LATE_BUCKETS counts,
+ * the last for lateness above every bound (+Inf). */
+#define METRICS_LATE_BUCKETS 16
+
+/* The counters the stats ring samples (stats.h), read without a lock. */
+typedef struct metrics_snapshot {
+    uint64_t scheduled, sent, failed, cancelled;
+    uint64_t late[METRICS_LATE_BUCKETS]; /* per bucket, not cumulative */
+} metrics_snapshot;
+
+void metrics_read(metrics_snapshot *out);
+
+/* The upper bounds of the lateness buckets but the last, in ms (n of them:
+ * METRICS_LATE_BUCKETS - 1), ascending. */
+const double *metrics_late_bounds_ms(size_t *n);
 
 /* The whole exposition, malloc'd (caller frees); NULL on ENOMEM. */
 char *metrics_render(const metrics_sources *src);

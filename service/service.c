@@ -42,6 +42,7 @@
 #include "dispatcher.h"
 #include "http_api.h"
 #include "janitor.h"
+#include "stats.h"
 #include "log.h"
 #include "netaddr.h"
 #include "scheduler.h"
@@ -64,6 +65,8 @@ struct service {
     writer_t *writer;
     scheduler_t *scheduler; /* the runs of recurring schedules */
     ingest_t *ingest;   /* NULL: no --ingest */
+    stats_t *stats;     /* the history of GET /stats */
+    bulk_t *bulk;       /* POST /jobs/bulk's runner */
     http_api_t *api;
 };
 
@@ -283,6 +286,8 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .ingest_up = svc->ingest != NULL ? ingest_up : NULL,
                 .ingest_cls = svc->ingest,
                 .scheduler = svc->scheduler,
+                .stats = svc->stats,
+                .bulk = svc->bulk,
                 .tzdata_version = tz_data_version()},
             svc->st, svc->disp, svc->writer, &svc->api, &err) != RMQS_OK) {
         log_error(MOD, "cannot start the HTTP server", "error=\"%s\"",
@@ -306,11 +311,13 @@ static void teardown(service_t *svc)
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
     http_api_drain(svc->api, 500, false); /* lets those be answered */
     http_api_stop(svc->api);  /* closes every connection */
+    bulk_free(svc->bulk); /* a bulk action ends after its page; wakes disp */
     scheduler_free(svc->scheduler); /* its pass in progress ends; it wakes
                                        the dispatcher, so before it goes */
     if (svc->disp != NULL)
         disp_free(svc->disp); /* records what is in flight; frees pub */
     writer_free(svc->writer);
+    stats_free(svc->stats); /* after HTTP, which reads it */
     janitor_free(svc->janitor);
     store_close(svc->st);
     if (svc->lock_fd >= 0)
@@ -356,6 +363,12 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     rc = thread_started(svc->janitor == NULL ? RMQS_ENOMEM
                                              : janitor_start(svc->janitor),
                         "cannot start the janitor thread");
+    if (rc == RMQS_OK) {
+        svc->stats = stats_new(svc->st, cfg->stats_interval_ms);
+        rc = thread_started(svc->stats == NULL ? RMQS_ENOMEM
+                                               : stats_start(svc->stats),
+                            "cannot start the stats thread");
+    }
     if (rc == RMQS_OK)
         rc = start_dispatcher(svc);
     if (rc != RMQS_OK)
@@ -379,6 +392,12 @@ rmqs_rc service_start(const config *cfg, service_t **out)
                                 ? RMQS_ENOMEM
                                 : scheduler_start(svc->scheduler),
                             "cannot start the scheduler thread");
+    }
+    if (rc == RMQS_OK) {
+        svc->bulk = bulk_new(svc->st, svc->disp, cfg->bulk_pause_ms);
+        rc = thread_started(svc->bulk == NULL ? RMQS_ENOMEM
+                                              : bulk_start(svc->bulk),
+                            "cannot start the bulk action thread");
     }
     if (rc == RMQS_OK)
         rc = start_ingest(svc, &limits);

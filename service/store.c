@@ -316,14 +316,22 @@ rmqs_rc store_update(store_t *st, const char *id_text, const store_change *ch,
                      int64_t now_ms, job_t *out)
 {
     unsigned char id[JOB_ID_BYTES];
+    store_change now_ch;
     rmqs_rc rc;
 
     memset(out, 0, sizeof(*out));
     if (!id_text || job_id_parse(id_text, id) != RMQS_OK)
         return RMQS_ENOTFOUND;
     if (!ch || (ch->kind != STORE_CHANGE_RESCHEDULE &&
-                ch->kind != STORE_CHANGE_CANCEL))
+                ch->kind != STORE_CHANGE_CANCEL &&
+                ch->kind != STORE_CHANGE_RUN &&
+                ch->kind != STORE_CHANGE_RETRY))
         return RMQS_EINVAL;
+    if (ch->kind == STORE_CHANGE_RUN) { /* a reschedule to now, for backends */
+        now_ch = (store_change){.kind = STORE_CHANGE_RESCHEDULE,
+                                .deliver_at = now_ms, .delay_ms = 0};
+        ch = &now_ch;
+    }
 
     /* held by the dispatcher (claimed ahead): as good as publishing, and
      * answered with the job as store_get shows it */
@@ -339,6 +347,57 @@ rmqs_rc store_update(store_t *st, const char *id_text, const store_change *ch,
         return rc;
     rc = st->ops->update(st->b, id, ch, now_ms, out);
     claimset_change_end(st->held, id); /* after the commit, whatever it did */
+    return rc;
+}
+
+rmqs_rc store_update_batch(store_t *st, const char *const *ids, size_t n,
+                           const store_change *ch, int64_t now_ms,
+                           bool *changed, size_t *n_changed)
+{
+    unsigned char (*bin)[JOB_ID_BYTES] = NULL;
+    size_t *slot = NULL, m = 0;
+    rmqs_rc rc = RMQS_OK;
+
+    *n_changed = 0;
+    for (size_t i = 0; i < n; i++)
+        changed[i] = false;
+    if (!ch || (ch->kind != STORE_CHANGE_CANCEL &&
+                ch->kind != STORE_CHANGE_RETRY) || n > STORE_BATCH_MAX)
+        return RMQS_EINVAL;
+    if (n == 0)
+        return RMQS_OK;
+    bin = malloc(n * sizeof(*bin));
+    slot = malloc(n * sizeof(*slot));
+    if (bin == NULL || slot == NULL) {
+        rc = RMQS_ENOMEM;
+        goto out;
+    }
+    /* held by the dispatcher: left alone, as store_update answers 409 */
+    for (size_t i = 0; i < n; i++) {
+        if (!ids[i] || job_id_parse(ids[i], bin[m]) != RMQS_OK)
+            continue;
+        rc = claimset_change_begin(st->held, bin[m]);
+        if (rc == RMQS_ECONFLICT)
+            continue;
+        if (rc != RMQS_OK)
+            break;
+        slot[m++] = i;
+    }
+    if (rc == RMQS_OK || rc == RMQS_ECONFLICT) {
+        bool *ch_m = calloc(m > 0 ? m : 1, sizeof(*ch_m));
+        rc = ch_m == NULL ? RMQS_ENOMEM
+                          : st->ops->update_batch(st->b, bin, m, ch, now_ms, ch_m);
+        for (size_t k = 0; ch_m != NULL && rc == RMQS_OK && k < m; k++) {
+            changed[slot[k]] = ch_m[k];
+            *n_changed += ch_m[k] ? 1 : 0;
+        }
+        free(ch_m);
+    }
+    for (size_t k = 0; k < m; k++) /* after the commit, whatever it did */
+        claimset_change_end(st->held, bin[k]);
+out:
+    free(bin);
+    free(slot);
     return rc;
 }
 

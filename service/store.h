@@ -222,25 +222,40 @@ rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
 rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
                       char **plan_out);
 
-/* A client's change to a pending job (PATCH and DELETE /jobs/{id}). */
+/* A client's change to a job (PATCH and DELETE /jobs/{id}, POST
+ * /jobs/{id}/run and /retry, POST /jobs/bulk). */
 typedef enum store_change_kind {
-    STORE_CHANGE_RESCHEDULE, /* deliver_at and due_at set, delay_ms recorded */
-    STORE_CHANGE_CANCEL      /* cancelled (idempotent on a cancelled job) */
+    STORE_CHANGE_RESCHEDULE, /* pending: deliver_at and due_at set, delay_ms
+                                recorded */
+    STORE_CHANGE_CANCEL,     /* pending: cancelled (idempotent on a
+                                cancelled job) */
+    STORE_CHANGE_RUN,        /* pending: due now (deliver_at = due_at =
+                                now_ms, delay_ms 0): a reschedule to now */
+    STORE_CHANGE_RETRY       /* failed: pending again with attempts 0,
+                                deliver_at and delay_ms as for RESCHEDULE
+                                (due_at: not before now); last_error is
+                                kept (history) until an attempt replaces it */
 } store_change_kind;
 
 typedef struct store_change {
     store_change_kind kind;
-    int64_t deliver_at; /* RESCHEDULE: the new time (due_at: not before now) */
-    int64_t delay_ms;   /* RESCHEDULE: as requested, for the x-delay header */
+    int64_t deliver_at; /* RESCHEDULE, RETRY: the new time (due_at: not
+                           before now) */
+    int64_t delay_ms;   /* RESCHEDULE, RETRY: as requested, for the x-delay
+                           header */
+    bool keep_deliver_at; /* RETRY: keep each job's deliver_at (due now
+                             all the same), as a bulk retry does */
 } store_change;
 
 /*
- * The one update path of a client's change: apply ch to the pending job id
- * at now_ms, in one durable transaction. Outcomes:
+ * The one update path of a client's change: apply ch to the job id at
+ * now_ms, in one durable transaction. Every kind but RETRY applies to a
+ * pending job only, RETRY to a failed job only. Outcomes:
  *   - RMQS_OK: *out gets the job as changed (a cancel of a job already
  *     cancelled changes nothing and is RMQS_OK with that job);
- *   - RMQS_ECONFLICT: the job is not pending (publishing, held by the
- *     dispatcher, sent, failed; or cancelled, for a reschedule): nothing
+ *   - RMQS_ECONFLICT: the job is not in the status the kind applies to
+ *     (publishing, held by the dispatcher, sent, failed; or cancelled, for
+ *     a reschedule or a run; anything but failed, for a retry): nothing
  *     changed and *out gets the job as it is, so the caller can say why
  *     without reading it again (a held job shows as publishing, like
  *     store_get; if it vanished meanwhile *out stays zeroed: id[0] == 0);
@@ -250,6 +265,23 @@ typedef struct store_change {
  */
 rmqs_rc store_update(store_t *st, const char *id, const store_change *ch,
                      int64_t now_ms, job_t *out);
+
+/* Most jobs store_update_batch changes in one transaction. */
+#define STORE_BATCH_MAX 500
+
+/*
+ * A bulk action's page: apply ch (CANCEL or RETRY) to each of the n (<=
+ * STORE_BATCH_MAX) jobs ids[i] (id text, borrowed) that is in the status
+ * the kind applies to, at now_ms, all in ONE durable transaction, with the
+ * status counts moved in it. changed[i] (out) says whether job i was
+ * changed; one held by the dispatcher, gone, malformed, or in another
+ * status (a cancelled one, for a cancel, too) is left alone. *n_changed
+ * gets how many were. On a database failure nothing changed (every
+ * changed[i] false). RMQS_EINVAL for another kind or n too large.
+ */
+rmqs_rc store_update_batch(store_t *st, const char *const *ids, size_t n,
+                           const store_change *ch, int64_t now_ms,
+                           bool *changed, size_t *n_changed);
 
 /* store_update with a RESCHEDULE to deliver_at (delay_ms recorded). */
 rmqs_rc store_reschedule(store_t *st, const char *id, int64_t deliver_at,

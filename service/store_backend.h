@@ -112,6 +112,12 @@ typedef struct store_ops {
                      int64_t *count, bool *capped);
     rmqs_rc (*explain)(store_backend *b, const store_filter *f, bool count,
                        char **plan_out);
+    /* store_update_batch with binary ids (not held: the front checked),
+     * kind CANCEL or RETRY; changed[] is all false on failure. */
+    rmqs_rc (*update_batch)(store_backend *b,
+                            const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                            const store_change *ch, int64_t now_ms,
+                            bool *changed);
 
     rmqs_rc (*next_due)(store_backend *b, claimset_t *held, bool *any,
                         int64_t *due_at_out);

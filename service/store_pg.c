@@ -997,6 +997,7 @@ const store_ops store_pg_ops = {
     .update = pg_update,
     .count = pg_count,
     .explain = pg_explain,
+    .update_batch = pg_update_batch,
     .next_due = pg_next_due,
     .claim_due = pg_claim_due,
     .read_due = pg_read_due,

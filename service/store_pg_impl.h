@@ -162,6 +162,9 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out);
 rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out);
+rmqs_rc pg_update_batch(store_backend *b,
+                        const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                        const store_change *ch, int64_t now_ms, bool *changed);
 
 /* ---- store_pg_search.c: lists, counts and plans under a filter ---- */
 rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,

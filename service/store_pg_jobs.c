@@ -688,12 +688,82 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
 }
 
 /* ------------------------------------------------------------------------ */
-/* Client changes: reschedule, cancel                                       */
+/* Client changes: reschedule (and run), cancel, retry                      */
+
+/* A failed job back to pending, its attempts from 0, last_error kept; $1
+ * NULL keeps deliver_at (a bulk retry); then RETURNING what the caller
+ * reads. */
+#define RETRY_SQL                                                             \
+    "UPDATE jobs SET status = 0, attempts = 0, "                              \
+    "deliver_at = coalesce($1::bigint, deliver_at), "                         \
+    "due_at = greatest(coalesce($1::bigint, deliver_at), " PG_NOW_MS "), "    \
+    "delay_ms = $2, updated_at = $3 "                                         \
+    "WHERE id = $4 AND status = 3 RETURNING "
+
+rmqs_rc pg_update_batch(store_backend *b,
+                        const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                        const store_change *ch, int64_t now_ms, bool *changed)
+{
+    bool cancel = ch->kind == STORE_CHANGE_CANCEL;
+    char num[3][24];
+    const char *vals[4];
+    int lens[4] = {0}, fmts[4] = {0};
+    int id_at = cancel ? 1 : 3;
+    pg_conn *pc = &b->wr;
+    int64_t moved = 0;
+    rmqs_rc rc;
+
+    if (cancel) {
+        vals[0] = pg_i64(num[0], now_ms);
+    } else {
+        vals[0] = ch->keep_deliver_at ? NULL : pg_i64(num[0], ch->deliver_at);
+        vals[1] = pg_i64(num[1], ch->delay_ms);
+        vals[2] = pg_i64(num[2], now_ms);
+    }
+    lens[id_at] = JOB_ID_BYTES;
+    fmts[id_at] = 1;
+    rc = pg_use(b, pc);
+    if (rc == RMQS_OK)
+        rc = pg_tx_begin(b, pc);
+    if (rc != RMQS_OK)
+        goto unlock;
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        PGresult *res;
+        vals[id_at] = (const char *)ids[i];
+        res = cancel ? pg_exec(pc, "cancel_batch",
+                               "UPDATE jobs SET status = 4, updated_at = $1 "
+                               "WHERE id = $2 AND status = 0 RETURNING due_at",
+                               2, vals, lens, fmts, &rc)
+                     : pg_exec(pc, "retry_batch", RETRY_SQL "due_at", 4, vals,
+                               lens, fmts, &rc);
+        changed[i] = rc == RMQS_OK && PQntuples(res) == 1;
+        if (changed[i]) {
+            moved++;
+            if (!cancel)
+                pg_note_due(pc, pg_int(res, 0, 0));
+        }
+        PQclear(res);
+    }
+    if (rc == RMQS_OK && moved > 0)
+        store_delta_move(&pc->delta, cancel ? JOB_PENDING : JOB_FAILED,
+                         cancel ? JOB_CANCELLED : JOB_PENDING, moved);
+    if (rc == RMQS_OK)
+        rc = pg_tx_commit(b, pc);
+    else
+        pg_tx_abort(pc);
+unlock:
+    if (rc != RMQS_OK)
+        for (size_t i = 0; i < n; i++)
+            changed[i] = false;
+    pg_done(pc);
+    return rc;
+}
 
 rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out)
 {
     bool cancel = ch->kind == STORE_CHANGE_CANCEL;
+    bool retry = ch->kind == STORE_CHANGE_RETRY;
     char num[3][24];
     const char *vals[4];
     int lens[4] = {0}, fmts[4] = {0};
@@ -705,7 +775,8 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     if (cancel) {
         vals[0] = pg_i64(num[0], now_ms);
     } else {
-        vals[0] = pg_i64(num[0], ch->deliver_at);
+        vals[0] = retry && ch->keep_deliver_at ? NULL
+                                               : pg_i64(num[0], ch->deliver_at);
         vals[1] = pg_i64(num[1], ch->delay_ms);
         vals[2] = pg_i64(num[2], now_ms);
     }
@@ -726,6 +797,8 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                            "UPDATE jobs SET status = 4, updated_at = $1 "
                            "WHERE id = $2 AND status = 0 RETURNING "
                            PG_JOB_COLS, 2, vals, lens, fmts, &rc)
+          : retry ? pg_exec(pc, "retry", RETRY_SQL PG_JOB_COLS, 4, vals, lens,
+                            fmts, &rc)
                  : pg_exec(pc, "reschedule",
                            "UPDATE jobs SET deliver_at = $1, "
                            "due_at = greatest($1::bigint, " PG_NOW_MS "), "
@@ -736,7 +809,9 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
         rc = pg_row_to_job(res, 0, out, NULL);
         if (rc == RMQS_OK && cancel)
             store_delta_move(&pc->delta, JOB_PENDING, JOB_CANCELLED, 1);
-        else if (rc == RMQS_OK)
+        if (rc == RMQS_OK && retry)
+            store_delta_move(&pc->delta, JOB_FAILED, JOB_PENDING, 1);
+        if (rc == RMQS_OK && !cancel)
             pg_note_due(pc, out->due_at);
     } else if (rc == RMQS_OK) {
         rc = get_on(pc, id, out);

@@ -159,6 +159,14 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_COUNTS] = {"counts", "SELECT status, n FROM job_counts"},
     [S_COUNTS_ADD] = {"counts_add",
                       "UPDATE job_counts SET n = n + ?2 WHERE status = ?1"},
+    /* a failed job back to pending, its attempts from 0; last_error kept;
+     * ?1 NULL keeps deliver_at (a bulk retry) */
+    [S_RETRY] = {"retry",
+                 "UPDATE jobs SET status = 0, attempts = 0, "
+                 "deliver_at = coalesce(?1, deliver_at), "
+                 "due_at = max(coalesce(?1, deliver_at), ?3), delay_ms = ?2, "
+                 "updated_at = ?3 "
+                 "WHERE id = ?4 AND status = 3 RETURNING " JOB_COLS},
 };
 
 #define STORE_N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
@@ -772,6 +780,7 @@ const store_ops store_sqlite_ops = {
     .update = sq_update,
     .count = sq_count,
     .explain = sq_explain,
+    .update_batch = sq_update_batch,
     .next_due = sq_next_due,
     .claim_due = sq_claim_due,
     .read_due = sq_read_due,

@@ -51,6 +51,7 @@ typedef enum stmt_id {
     S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_SETTLE_EXPIRE,
     S_RECOVER, S_CLAIM_HELD,
     S_COUNTS, S_COUNTS_ADD,
+    S_RETRY, /* a client's retry of a failed job (issue 14) */
     S_COUNT
 } stmt_id;
 
@@ -161,6 +162,9 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
                 bool *more, store_cursor *last);
 rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out);
+rmqs_rc sq_update_batch(store_backend *st,
+                        const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                        const store_change *ch, int64_t now_ms, bool *changed);
 
 /* store_sqlite_jobs.c: step s (bound; the caller resets or finalizes it)
  * for a page of at most limit jobs, as the list op returns them (more: a

@@ -352,7 +352,7 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Client changes: reschedule, cancel                                       */
+/* Client changes: reschedule (and run), cancel, retry                      */
 
 /* Run an "UPDATE ... WHERE id = ? AND status = 0 RETURNING" already bound
  * (inside a transaction). RMQS_OK with *out if it changed the job;
@@ -378,11 +378,71 @@ static rmqs_rc update_pending(store_backend *st, stmt_id sid,
     return rc == RMQS_OK ? RMQS_ECONFLICT : rc;
 }
 
+/* A RESCHEDULE's or RETRY's parameters: ?1 deliver_at (NULL: kept), ?2
+ * delay_ms, ?3 now, ?4 the id. */
+static void bind_timing(sqlite3_stmt *s, const store_change *ch, int64_t now_ms,
+                        const unsigned char id[JOB_ID_BYTES])
+{
+    if (ch->kind == STORE_CHANGE_RETRY && ch->keep_deliver_at)
+        sqlite3_bind_null(s, 1);
+    else
+        sqlite3_bind_int64(s, 1, ch->deliver_at);
+    sqlite3_bind_int64(s, 2, ch->delay_ms);
+    sqlite3_bind_int64(s, 3, now_ms);
+    sqlite3_bind_blob(s, 4, id, JOB_ID_BYTES, SQLITE_STATIC);
+}
+
+rmqs_rc sq_update_batch(store_backend *st,
+                        const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                        const store_change *ch, int64_t now_ms, bool *changed)
+{
+    bool cancel = ch->kind == STORE_CHANGE_CANCEL;
+    stmt_id sid = cancel ? S_CANCEL : S_RETRY;
+    sqlite3_stmt *s = sq_stmt(st, sid);
+    int64_t moved = 0;
+    rmqs_rc rc;
+
+    pthread_mutex_lock(&st->mu);
+    rc = sq_tx_begin(st, TX_DURABLE);
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        int src;
+        if (cancel) {
+            sqlite3_bind_int64(s, 1, now_ms);
+            sqlite3_bind_blob(s, 2, ids[i], JOB_ID_BYTES, SQLITE_STATIC);
+        } else {
+            bind_timing(s, ch, now_ms, ids[i]);
+        }
+        src = sqlite3_step(s);
+        changed[i] = src == SQLITE_ROW;
+        while (src == SQLITE_ROW) /* RETURNING: complete the change */
+            src = sqlite3_step(s);
+        if (src != SQLITE_DONE) {
+            rc = sq_stmt_fail(st, s, src, sid);
+            break;
+        }
+        moved += changed[i] ? 1 : 0;
+        sq_stmt_done(s);
+    }
+    if (rc == RMQS_OK && moved > 0)
+        store_delta_move(&st->delta, cancel ? JOB_PENDING : JOB_FAILED,
+                         cancel ? JOB_CANCELLED : JOB_PENDING, moved);
+    if (rc == RMQS_OK)
+        rc = sq_tx_commit(st);
+    else
+        sq_tx_abort(st);
+    if (rc != RMQS_OK)
+        for (size_t i = 0; i < n; i++)
+            changed[i] = false;
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out)
 {
     bool cancel = ch->kind == STORE_CHANGE_CANCEL;
-    stmt_id sid = cancel ? S_CANCEL : S_RESCHEDULE;
+    bool retry = ch->kind == STORE_CHANGE_RETRY;
+    stmt_id sid = cancel ? S_CANCEL : retry ? S_RETRY : S_RESCHEDULE;
     sqlite3_stmt *s;
     rmqs_rc rc;
 
@@ -395,14 +455,13 @@ rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
         sqlite3_bind_int64(s, 1, now_ms);
         sqlite3_bind_blob(s, 2, id, JOB_ID_BYTES, SQLITE_STATIC);
     } else {
-        sqlite3_bind_int64(s, 1, ch->deliver_at);
-        sqlite3_bind_int64(s, 2, ch->delay_ms);
-        sqlite3_bind_int64(s, 3, now_ms);
-        sqlite3_bind_blob(s, 4, id, JOB_ID_BYTES, SQLITE_STATIC);
+        bind_timing(s, ch, now_ms, id);
     }
     rc = update_pending(st, sid, id, out);
     if (rc == RMQS_OK && cancel)
         store_delta_move(&st->delta, JOB_PENDING, JOB_CANCELLED, 1);
+    if (rc == RMQS_OK && retry)
+        store_delta_move(&st->delta, JOB_FAILED, JOB_PENDING, 1);
     if (rc == RMQS_ECONFLICT && cancel && out->status == JOB_CANCELLED)
         rc = RMQS_OK; /* cancelling a cancelled job changes nothing */
     if (rc == RMQS_OK)

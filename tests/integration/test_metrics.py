@@ -25,6 +25,7 @@ LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_jobs_scheduled_total": "counter",
     "rmqs_jobs_published_total": "counter",
+    "rmqs_jobs_cancelled_total": "counter",
     "rmqs_publish_attempts_total": "counter",
     "rmqs_publish_failures_total": "counter",
     "rmqs_jobs": "gauge",

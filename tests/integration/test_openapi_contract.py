@@ -22,7 +22,7 @@ import helpers
 import pylib.http
 from helpers import (ContractError, OpenApiContract, Response, TextResponse,
                      assert_error, format_ts, free_port, http_request, http_request_text,
-                     parse_ts)
+                     parse_ts, wait_until)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -31,7 +31,9 @@ HTTP_API_C = os.path.join(ROOT, "service", "http_api.c")
 # The HTTP layer: http_api.c (routing, transport errors), http_jobs.c
 # (the job endpoints' errors) and http_schedules.c (the schedules').
 HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c"),
-                os.path.join(ROOT, "service", "http_schedules.c")]
+                os.path.join(ROOT, "service", "http_schedules.c"),
+                os.path.join(ROOT, "service", "http_stats.c"),
+                os.path.join(ROOT, "service", "http_bulk.c")]
 # The schedule the documented /schedules/{name} examples work on.
 EXAMPLE_SCHEDULE = "contract-example"
 METRICS_C = os.path.join(ROOT, "service", "metrics.c")
@@ -429,17 +431,40 @@ def test_relative_to_now_keeps_the_form_of_the_example():
 def test_every_documented_operation_exists_and_takes_its_examples(service, contract):
     """Each documented method of each documented path answers 2xx to the
     file's own request examples; HEAD answers like GET without a body."""
-    svc = service()
+    svc = service("--backoff-base-ms", "50")
     job = svc.schedule(later_job())
     seen = []
+
+    def own_job(template):
+        """A job of its own for the actions that change a job's status
+        (each example once): a pending one to run now, a failed one (no
+        such exchange, one attempt) to retry."""
+        if template == "/jobs/{id}/run":
+            return svc.schedule(later_job())["id"]
+        if template == "/jobs/{id}/retry":
+            failed = svc.schedule(later_job(exchange="rmqs-contract-missing",
+                                            delay_ms=0, max_attempts=1))
+            return svc.wait_status(failed["id"], "failed", timeout=30)["id"]
+        if template == "/jobs/bulk/{id}":
+            return bulk_ids[-1]
+        return job["id"]
+
+    bulk_ids = []
+
+    def bulk_done(resp):
+        """A bulk action (one at a time) is finished before the next."""
+        bulk_ids.append(resp.body["id"])
+        wait_until(lambda: svc.get(resp.headers["Location"]).body["state"] == "done",
+                   30, "the bulk action to finish")
     # PUT first (it creates the schedule the others use), DELETE last (it
     # cancels the job and deletes the schedule).
     order = sorted(operations(contract.doc),
                    key=lambda t: (t[1] == "delete", t[1] != "put"))
     for template, method, op in order:
-        path = template.replace("{id}", job["id"]).replace("{name}", EXAMPLE_SCHEDULE)
         examples = _request_examples(contract, op) or [(None, None)]
         for name, body in examples:
+            path = template.replace("{id}", own_job(template)).replace(
+                "{name}", EXAMPLE_SCHEDULE)
             body = relative_to_now(body)
             if method == "get" and template == "/metrics":
                 resp = http_request_text(svc.port, path)
@@ -447,6 +472,8 @@ def test_every_documented_operation_exists_and_takes_its_examples(service, contr
                 resp = svc.request(method.upper(), path, body)
             assert 200 <= resp.status < 300, \
                 f"{method.upper()} {template} (example {name}) -> {resp!r}"
+            if template == "/jobs/bulk":
+                bulk_done(resp)
             seen.append((template, method))
         if method == "get":
             head = svc.request("HEAD", path)

@@ -87,6 +87,8 @@ def curl_requests():
 REQUEST_SCHEMAS = {("POST", "/schedule"): "ScheduleRequest",
                    ("POST", "/schedule/batch"): "ScheduleBatchRequest",
                    ("PATCH", "/jobs/{id}"): "RescheduleRequest",
+                   ("POST", "/jobs/{id}/retry"): "RetryRequest",
+                   ("POST", "/jobs/bulk"): "BulkRequest",
                    ("PUT", "/schedules/{name}"): "ScheduleSpec",
                    ("PATCH", "/schedules/{name}"): "SchedulePatch"}
 

@@ -14,6 +14,15 @@ Test(metrics, routes_are_classified_without_ids_in_labels)
     cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000"), MR_JOB);
     cr_expect_eq(metrics_route_of("/healthz"), MR_HEALTHZ);
     cr_expect_eq(metrics_route_of("/metrics"), MR_METRICS);
+    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000/run"),
+                 MR_JOB_RUN);
+    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000/retry"),
+                 MR_JOB_RETRY);
+    cr_expect_eq(metrics_route_of("/jobs/x/nope"), MR_OTHER);
+    cr_expect_eq(metrics_route_of("/stats"), MR_STATS);
+    cr_expect_eq(metrics_route_of("/jobs/bulk"), MR_JOBS_BULK);
+    cr_expect_eq(metrics_route_of("/jobs/bulk/0190a1b2-0000-7000-8000-000000000000"),
+                 MR_JOBS_BULK_ONE);
     cr_expect_eq(metrics_route_of("/nope"), MR_OTHER);
 }
 

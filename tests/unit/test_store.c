@@ -1108,6 +1108,97 @@ Test(store, cancel_state_rules)
     ut_jobs_free(jobs, n);
 }
 
+/* Run now, retry and the bulk page (issue 14): the state rules and the
+ * status counts, moved in the transaction of the change. */
+Test(store, run_retry_and_batch_rules)
+{
+    char id[5][JOB_ID_LEN + 1];
+    const char *ids[6];
+    bool changed[6];
+    size_t n_changed, n;
+    int64_t counts[5];
+    job_t out, *jobs;
+    store_change run = {.kind = STORE_CHANGE_RUN};
+    store_change retry = {.kind = STORE_CHANGE_RETRY, .deliver_at = 500};
+    store_change bulk_retry = {.kind = STORE_CHANGE_RETRY, .keep_deliver_at = true};
+    store_change cancel = {.kind = STORE_CHANGE_CANCEL};
+
+    g_st = open_store();
+    for (int i = 0; i < 5; i++) {
+        insert_job(g_st, i + 1, 100000);
+        ut_job_id(i + 1, id[i]);
+    }
+    /* run now: due at now, a reschedule to now */
+    cr_assert_eq(store_update(g_st, id[0], &run, 40, &out), RMQS_OK);
+    cr_assert_eq(out.status, JOB_PENDING);
+    cr_assert_eq(out.deliver_at, 40);
+    cr_assert_eq(out.due_at, 40);
+    job_clear(&out);
+    /* jobs 1 and 2 fail for good (max_attempts 1) */
+    ut_sql_exec(g_path, "UPDATE jobs SET max_attempts = 1 WHERE seq IN (1, 2)");
+    ut_sql_exec(g_path, "UPDATE jobs SET deliver_at = 50, due_at = 50 WHERE seq = 2");
+    cr_assert_eq(store_claim_due(g_st, 60, 60, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(n, 2);
+    ut_jobs_free(jobs, n);
+    store_outcome o[] = {
+        {.id = id[0], .kind = STORE_OUT_RETRY, .error = "404 NOT_FOUND", .retry_at = 1},
+        {.id = id[1], .kind = STORE_OUT_RETRY, .error = "312 NO_ROUTE", .retry_at = 1},
+    };
+    cr_assert_eq(store_settle(g_st, o, 2, 70), RMQS_OK);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_assert_eq(counts[JOB_FAILED], 2);
+    cr_assert_eq(counts[JOB_PENDING], 3);
+
+    /* run now of a failed job, retry of a pending one: conflicts */
+    cr_assert_eq(store_update(g_st, id[0], &run, 80, &out), RMQS_ECONFLICT);
+    cr_assert_eq(out.status, JOB_FAILED);
+    job_clear(&out);
+    cr_assert_eq(store_update(g_st, id[2], &retry, 80, &out), RMQS_ECONFLICT);
+    cr_assert_eq(out.status, JOB_PENDING);
+    job_clear(&out);
+
+    /* retry: pending, attempts 0, the new time, last_error kept */
+    cr_assert_eq(store_update(g_st, id[0], &retry, 80, &out), RMQS_OK);
+    cr_assert_eq(out.status, JOB_PENDING);
+    cr_assert_eq(out.attempts, 0);
+    cr_assert_eq(out.deliver_at, 500);
+    cr_assert_str_eq(out.last_error, "404 NOT_FOUND");
+    job_clear(&out);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_assert_eq(counts[JOB_FAILED], 1);
+    cr_assert_eq(counts[JOB_PENDING], 4);
+
+    /* a bulk retry page: only the failed one changes, deliver_at kept */
+    for (int i = 0; i < 5; i++)
+        ids[i] = id[i];
+    ids[5] = "not-an-id";
+    cr_assert_eq(store_update_batch(g_st, ids, 6, &bulk_retry, 90, changed,
+                                    &n_changed), RMQS_OK);
+    cr_assert_eq(n_changed, 1);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(changed[i], i == 1, "job %d", i + 1);
+    out = get_job(g_st, 2);
+    cr_assert_eq(out.status, JOB_PENDING);
+    cr_assert_eq(out.deliver_at, 50);
+    cr_assert_eq(out.due_at, 90); /* due now */
+    cr_assert_eq(out.attempts, 0);
+    job_clear(&out);
+
+    /* a bulk cancel page: every pending one, in one transaction */
+    cr_assert_eq(store_update_batch(g_st, ids, 6, &cancel, 95, changed,
+                                    &n_changed), RMQS_OK);
+    cr_assert_eq(n_changed, 5);
+    cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
+    cr_assert_eq(counts[JOB_CANCELLED], 5);
+    cr_assert_eq(counts[JOB_PENDING], 0);
+    /* again: nothing pending is left, nothing changes */
+    cr_assert_eq(store_update_batch(g_st, ids, 6, &cancel, 96, changed,
+                                    &n_changed), RMQS_OK);
+    cr_assert_eq(n_changed, 0);
+    cr_assert_eq(store_update_batch(g_st, ids, 6, &run, 96, changed,
+                                    &n_changed), RMQS_EINVAL);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Query plans                                                              */
 

@@ -216,6 +216,6 @@ export async function screenshot(page, name) {
   if (process.env.RMQS_UI_SCREENSHOTS === 'docs' && store() === 'sqlite') {
     const docs = path.join(repo, 'docs', 'screenshots');
     fs.mkdirSync(docs, { recursive: true });
-    await page.screenshot({ path: path.join(docs, `${name}.png`), fullPage: false });
+    if (!name.endsWith('-phone') || name === 'overview-phone') await page.screenshot({ path: path.join(docs, `${name}.png`), fullPage: false });
   }
 }

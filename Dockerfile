@@ -21,7 +21,9 @@ RUN apt-get update \
         libmicrohttpd-dev librabbitmq-dev libsqlite3-dev libjansson-dev libpq-dev libglib2.0-dev \
  && rm -rf /var/lib/apt/lists/*
 # Only what the build reads: .dockerignore lets in CMakeLists.txt,
-# migrations/ and service/, so edits elsewhere keep the cache.
+# migrations/, service/ and ui/ (the dashboard: plain files embedded in the
+# binary by CMake, so neither stage needs Node), so edits elsewhere keep the
+# cache.
 COPY . /src
 RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DRMQS_TESTS=OFF \
  && cmake --build /build -j"$(nproc)" \

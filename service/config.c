@@ -53,6 +53,11 @@ _Static_assert(sizeof(log_format) == sizeof(int), "log_format is an int");
 _Static_assert(sizeof(ingest_invalid_rule) == sizeof(int),
                "ingest_invalid_rule is an int");
 
+_Static_assert(sizeof(ui_mode) == sizeof(int), "ui_mode is an int");
+
+static const opt_choice ui_choices[] = {
+    {"auto", UI_MODE_AUTO}, {"off", UI_MODE_OFF},
+    {"read-only", UI_MODE_READ_ONLY}, {"on", UI_MODE_ON}, {NULL, 0}};
 static const opt_choice sync_choices[] = {
     {"full", true}, {"normal", false}, {NULL, 0}};
 static const opt_choice log_level_choices[] = {
@@ -184,6 +189,10 @@ static const opt_def opt_table[] = {
     {"ingest-dead-letter-exchange", "RMQS_INGEST_DEAD_LETTER_EXCHANGE", OPT_STR,
      F(ingest_dlx), NULL, 0, 0, "where --ingest-invalid=dead-letter sends them",
      NULL},
+    {"ui", "RMQS_UI", OPT_ENUM, F(ui), "auto", 0, 0,
+     "the dashboard at /ui/: auto (on with an API token, read-only without), "
+     "off (404), read-only (no actions: changes sent by a browser get 403 "
+     "ui_read_only; other API clients are unaffected) or on", ui_choices},
 };
 
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
@@ -491,6 +500,9 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
         if (rc != RMQS_OK)
             return rc;
     }
+    cfg->ui_auto = cfg->ui == UI_MODE_AUTO;
+    if (cfg->ui_auto) /* an open dashboard must not cancel jobs */
+        cfg->ui = cfg->api_token != NULL ? UI_MODE_ON : UI_MODE_READ_ONLY;
     if (cfg->api_token != NULL && strlen(cfg->api_token) < 16)
         return rmqs_fail(err, RMQS_EINVAL, "RMQS_API_TOKEN",
                          "the API token must be at least 16 characters");

@@ -6,7 +6,7 @@
  * Precedence: defaults < environment < command line.
  *
  * Settings with a fixed set of values (--sync, --log-level, --log-format,
- * --ingest-invalid) are typed here: the table lists the allowed names and
+ * --ingest-invalid, --ui) are typed here: the table lists the allowed names and
  * what each maps to, so consumers get an enum, never a string to compare.
  * --ingest arrives parsed, as a list of mappings.
  */
@@ -40,6 +40,15 @@ typedef enum ingest_invalid_rule {
     INGEST_INVALID_ROUTE, /* like the plugin: publish at once (delay 0) */
     INGEST_INVALID_DEAD_LETTER /* reject to dead_letter_exchange */
 } ingest_invalid_rule;
+
+/* --ui: the dashboard at /ui/ (http_ui.c). config_load resolves
+ * UI_MODE_AUTO: on when an API token is set, read-only when none is. */
+typedef enum ui_mode {
+    UI_MODE_AUTO,      /* only before config_load has resolved it */
+    UI_MODE_OFF,       /* /ui/ is 404 */
+    UI_MODE_READ_ONLY, /* the page hides actions; browsers' changes get 403 */
+    UI_MODE_ON         /* the page offers every action the API has */
+} ui_mode;
 
 typedef struct config {
     char *listen;            /* "host:port" (owned) */
@@ -84,6 +93,8 @@ typedef struct config {
     int64_t ingest_prefetch;
     ingest_invalid_rule ingest_invalid;
     char *ingest_dlx;        /* owned or NULL: dead-letter exchange */
+    ui_mode ui;              /* resolved: never UI_MODE_AUTO after load */
+    bool ui_auto;            /* --ui auto chose it */
 } config;
 
 typedef enum config_action {

@@ -107,6 +107,13 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status,
     return ret;
 }
 
+enum MHD_Result http_reply_raw(struct MHD_Connection *c, unsigned status,
+                               const char *content_type, char *text, size_t len,
+                               const char *const *hdrs)
+{
+    return respond(c, status, content_type, text, len, hdrs);
+}
+
 enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
                                 json_t *resp_json, const char *h1,
                                 const char *v1)
@@ -236,7 +243,7 @@ static bool token_matches(const char *given, const char *expected)
     return diff == 0;
 }
 
-static bool authorized(http_api_t *api, struct MHD_Connection *c)
+bool http_authorized(http_api_t *api, struct MHD_Connection *c)
 {
     const char *h;
 
@@ -328,6 +335,13 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return http_reply_error_h(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
                                   NULL, "request body is over the configured limit",
                                   MHD_HTTP_HEADER_CONNECTION, "close");
+    if (http_ui_handles(api, c, url))
+        return http_ui_serve(api, c, url, method);
+    {
+        enum MHD_Result refused;
+        if (http_ui_refused(api, c, method, &refused))
+            return refused;
+    }
     if (strcmp(url, "/healthz") == 0) {
         if (!get)
             return method_not_allowed(c, "GET");
@@ -428,7 +442,8 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         atomic_fetch_add(&api->inflight, 1);
         char *end = NULL;
         unsigned long long v = cl != NULL ? strtoull(cl, &end, 10) : 0;
-        if (strcmp(url, "/healthz") != 0 && !authorized(api, c)) {
+        if (strcmp(url, "/healthz") != 0 && !http_ui_public(api, url) &&
+            !http_authorized(api, c)) {
             /* As for a 413: a client that writes its whole body before it
              * reads gets the 401 only if the body was read, so it is read and
              * dropped - but no more of it than an authorized request may
@@ -672,6 +687,7 @@ static void api_free(http_api_t *api)
         free(*a);
     free(api->allow);
     free(api->tls_cert);
+    free(api->ui_broker_urls);
     if (api->tls_key != NULL) {
         explicit_bzero(api->tls_key, strlen(api->tls_key));
         free(api->tls_key);
@@ -705,11 +721,14 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     api->opt = *opt;
     api->quiesced_fd = MHD_INVALID_SOCKET;
     if ((opt->api_token && !(api->token = strdup(opt->api_token))) ||
+        (opt->ui_broker_urls &&
+         !(api->ui_broker_urls = strdup(opt->ui_broker_urls))) ||
         (opt->allow_exchanges && !(api->allow = split_list(opt->allow_exchanges)))) {
         rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         goto fail;
     }
-    api->opt.api_token = NULL; /* only the owned copy is used */
+    api->opt.api_token = NULL; /* only the owned copies are used */
+    api->opt.ui_broker_urls = NULL;
     if (opt->tls_cert_file != NULL) {
         if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
             rc = rmqs_fail(err, RMQS_EINVAL, "tls-cert-file",
@@ -763,10 +782,14 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     }
     info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
     log_info("http", "listening",
-             "listen=%s port=%u threads=%u tls=%s auth=%s allow_exchanges=%s",
+             "listen=%s port=%u threads=%u tls=%s auth=%s allow_exchanges=%s "
+             "ui=%s",
              opt->listen, info ? (unsigned)info->port : 0U, opt->threads,
              api->tls_cert ? "on" : "off", api->token ? "bearer" : "off",
-             api->allow ? "list" : "any");
+             api->allow ? "list" : "any",
+             opt->ui == UI_MODE_ON          ? "on"
+             : opt->ui == UI_MODE_READ_ONLY ? "read-only"
+                                            : "off");
     *out = api;
     return RMQS_OK;
 fail:

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "bulk.h"
+#include "config.h"
 #include "dispatcher.h"
 #include "job.h"
 #include "rmqs.h"
@@ -54,6 +55,13 @@ typedef struct http_api_options {
     /* The tzdata release the time zones come from, for /metrics
      * (rmqs_build_info); NULL: "unknown". */
     const char *tzdata_version;
+    /* The dashboard (http_ui.c): its mode, resolved (UI_MODE_AUTO counts
+     * as off); the settings its About page shows, never a secret (NULL:
+     * none; borrowed, outlives the API); the broker URLs with their
+     * passwords replaced, comma-separated (copied). */
+    ui_mode ui;
+    const config *ui_settings;
+    const char *ui_broker_urls;
 } http_api_options;
 
 /* Bind and start serving. st, d and w are borrowed and must outlive the

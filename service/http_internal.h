@@ -2,11 +2,12 @@
  * http_internal.h - what the files of the HTTP layer share; not a contract
  * for any other module (that is http_api.h).
  *
- * The layer is two rooms: http_api.c (the daemon, reading bodies, limits,
+ * The layer is several rooms: http_api.c (the daemon, reading bodies, limits,
  * authentication, routing, health and metrics, and the one path that
  * queues a response), http_jobs.c (the job endpoints: POST /schedule,
  * /schedule/batch, GET /jobs, /jobs/{id}, PATCH, DELETE) and
- * http_schedules.c (the recurring schedules: /schedules, /schedules/{name}).
+ * http_schedules.c (the recurring schedules: /schedules, /schedules/{name})
+ * and http_ui.c (the dashboard at /ui/ and the read-only mode).
  * All see the daemon's state and a request's state, defined here.
  */
 #ifndef RMQS_HTTP_INTERNAL_H
@@ -35,6 +36,7 @@ struct http_api {
     char *token;          /* owned copy of opt.api_token, or NULL */
     char **allow;         /* owned NULL-terminated list, or NULL: any */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
+    char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
     MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
                                  MHD_stop_daemon, as the library requires */
 };
@@ -99,6 +101,15 @@ enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
 /* A JSON string of s (new reference), bytes that are not UTF-8 as '?'. */
 json_t *http_safe_string(const char *s);
 
+/* text (len bytes, malloc'd, taken over; NULL: a JSON 500) with
+ * content_type and hdrs (NULL, or name/value pairs ended by a NULL name). */
+enum MHD_Result http_reply_raw(struct MHD_Connection *c, unsigned status,
+                               const char *content_type, char *text, size_t len,
+                               const char *const *hdrs);
+
+/* Whether the request carries the bearer token (true when none is set). */
+bool http_authorized(http_api_t *api, struct MHD_Connection *c);
+
 /* An answer without a body (204). */
 enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status);
 
@@ -151,6 +162,24 @@ enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
 
 /* GET /stats (http_stats.c). */
 enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
+
+/* ---- the dashboard (http_ui.c) ------------------------------------------ */
+
+/* Whether url is the dashboard's (/ui, /ui/...) and the UI is not off:
+ * served without the token check (config.json checks it itself). */
+bool http_ui_public(const http_api_t *api, const char *url);
+/* Whether http_ui_serve answers url: the dashboard's paths, and "/" for a
+ * browser (Accept: text/html; API clients keep their 404). */
+bool http_ui_handles(const http_api_t *api, struct MHD_Connection *c,
+                     const char *url);
+/* GET/HEAD of a file, /ui/config.json, or a redirect to /ui/. */
+enum MHD_Result http_ui_serve(http_api_t *api, struct MHD_Connection *c,
+                              const char *url, const char *method);
+/* A change (not GET, HEAD, OPTIONS) refused: from a page of another
+ * origin (403 cross_origin), or from a browser while the dashboard is
+ * read-only (403 ui_read_only). True when answered (*ret). */
+bool http_ui_refused(http_api_t *api, struct MHD_Connection *c,
+                     const char *method, enum MHD_Result *ret);
 
 /* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
 void http_jobs_release(http_req *rq);

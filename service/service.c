@@ -37,6 +37,7 @@
 
 #include <jansson.h>
 
+#include "amqp_conn.h"
 #include "amqp_ingest.h"
 #include "amqp_publisher.h"
 #include "dispatcher.h"
@@ -265,10 +266,38 @@ static rmqs_rc start_ingest(service_t *svc, const job_limits *limits)
                           "cannot start the ingest thread");
 }
 
+/* Every --amqp-url with its password replaced, comma-separated, for the
+ * dashboard's About page (malloc'd; NULL if out of memory). */
+static char *safe_amqp_urls(const config *cfg)
+{
+    rmqs_error err = {0};
+    amqpc_t *c = amqpc_new(&(amqpc_options){.url = cfg->amqp_url}, &err);
+    char *out = NULL;
+    size_t len = 0;
+
+    if (c == NULL) /* checked by the dispatcher before this runs */
+        return strdup("");
+    for (size_t i = 0, n = amqpc_url_count(c); i < n; i++, amqpc_next_url(c)) {
+        const char *u = amqpc_safe_url(c);
+        char *grown = realloc(out, len + strlen(u) + 2);
+        if (grown == NULL) {
+            free(out);
+            out = NULL;
+            break;
+        }
+        out = grown;
+        len += (size_t)sprintf(out + len, "%s%s", i ? "," : "", u);
+    }
+    amqpc_free(c);
+    return out;
+}
+
 static rmqs_rc start_http(service_t *svc, const job_limits *limits)
 {
     const config *cfg = svc->cfg;
     rmqs_error err = {0};
+    char *broker_urls = safe_amqp_urls(cfg);
+    rmqs_rc rc = RMQS_OK;
 
     if (http_api_start(
             &(http_api_options){
@@ -288,13 +317,17 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .scheduler = svc->scheduler,
                 .stats = svc->stats,
                 .bulk = svc->bulk,
-                .tzdata_version = tz_data_version()},
+                .tzdata_version = tz_data_version(),
+                .ui = cfg->ui,
+                .ui_settings = cfg,
+                .ui_broker_urls = broker_urls},
             svc->st, svc->disp, svc->writer, &svc->api, &err) != RMQS_OK) {
         log_error(MOD, "cannot start the HTTP server", "error=\"%s\"",
                   err.message);
-        return RMQS_ESYS;
+        rc = RMQS_ESYS;
     }
-    return RMQS_OK;
+    free(broker_urls);
+    return rc;
 }
 
 /* Stop and free whatever was started, in the order that loses nothing. */

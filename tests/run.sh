@@ -32,14 +32,17 @@ PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           libsqlite3-dev libjansson-dev libcriterion-dev rabbitmq-server
           python3 python3-pytest python3-pika python3-yaml openssl
           curl prometheus clang libclang-rt-14-dev sudo iproute2 golang-go
-          postgresql-15 libpq-dev faketime libglib2.0-dev tzdata python3-croniter)
+          postgresql-15 libpq-dev faketime libglib2.0-dev tzdata python3-croniter
+          chromium)
 # sudo: test_root_or_sudo.py runs the scripts as a user with sudo; iproute2:
 # ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py);
 # golang-go: the Go clients of test_payload_too_large.py and test_examples.py;
 # postgresql-15 (with psql): the server of the integration.*.postgres tests;
 # libpq-dev: the PostgreSQL store; faketime: clock-skew tests;
 # libglib2.0-dev + tzdata: the time zones of schedules (tz.c);
-# python3-croniter: the reference of the cron differential test (tests/cron/).
+# python3-croniter: the reference of the cron differential test (tests/cron/);
+# chromium: the browser of the dashboard's tests (tests/browser/; Node and
+# npm are the machine's own, never Debian's nodejs).
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=$RMQS_PYTHON
@@ -76,6 +79,10 @@ esac
 # when the lock file is newer than the installed tree.
 if [ ! tests/integration/node_modules/.package-lock.json -nt tests/integration/package-lock.json ]; then
     (cd tests/integration && npm ci --no-audit --no-fund)
+fi
+# And of the browser tests (playwright-core, axe-core), likewise.
+if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-lock.json ]; then
+    (cd tests/browser && npm ci --no-audit --no-fund)
 fi
 
 # --- 3. a private RabbitMQ node and a private PostgreSQL server -----------

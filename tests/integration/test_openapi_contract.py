@@ -29,11 +29,14 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SPEC = os.path.join(ROOT, "api", "openapi.yaml")
 HTTP_API_C = os.path.join(ROOT, "service", "http_api.c")
 # The HTTP layer: http_api.c (routing, transport errors), http_jobs.c
-# (the job endpoints' errors) and http_schedules.c (the schedules').
+# (the job endpoints' errors), http_schedules.c (the schedules'),
+# http_stats.c and http_bulk.c (GET /stats, the bulk actions') and
+# http_ui.c (the refusals of browsers' changes).
 HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c"),
                 os.path.join(ROOT, "service", "http_schedules.c"),
                 os.path.join(ROOT, "service", "http_stats.c"),
-                os.path.join(ROOT, "service", "http_bulk.c")]
+                os.path.join(ROOT, "service", "http_bulk.c"),
+                os.path.join(ROOT, "service", "http_ui.c")]
 # The schedule the documented /schedules/{name} examples work on.
 EXAMPLE_SCHEDULE = "contract-example"
 METRICS_C = os.path.join(ROOT, "service", "metrics.c")

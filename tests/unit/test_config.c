@@ -321,3 +321,45 @@ Test(config, ingest_mappings_and_rules_are_checked)
         fclose(out);
     }
 }
+
+/* --ui auto (the default) is on with an API token and read-only without
+ * (an open dashboard must not cancel jobs); an explicit mode is kept. */
+Test(config, ui_auto_follows_the_token)
+{
+    static const struct {
+        const char *arg, *env;
+        ui_mode want;
+        bool autom;
+    } cases[] = {
+        {NULL, NULL, UI_MODE_READ_ONLY, true},
+        {NULL, "RMQS_API_TOKEN=0123456789abcdef0123", UI_MODE_ON, true},
+        {"--ui=off", "RMQS_API_TOKEN=0123456789abcdef0123", UI_MODE_OFF, false},
+        {"--ui=on", NULL, UI_MODE_ON, false},
+        {"--ui=read-only", "RMQS_API_TOKEN=0123456789abcdef0123",
+         UI_MODE_READ_ONLY, false},
+        {NULL, "RMQS_UI=off", UI_MODE_OFF, false},
+    };
+    FILE *out = sink();
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        config c;
+        config_action a;
+        rmqs_error e = {0};
+        char *argv[] = {"rmq-scheduler", (char *)cases[i].arg, NULL};
+        char *envp[] = {(char *)cases[i].env, NULL};
+        cr_assert_eq(config_load(&c, cases[i].arg ? 2 : 1, argv, envp, out, &a, &e),
+                     RMQS_OK, "case %zu: %s", i, e.message);
+        cr_expect_eq(c.ui, cases[i].want, "case %zu", i);
+        cr_expect_eq(c.ui_auto, cases[i].autom, "case %zu", i);
+        config_clear(&c);
+    }
+    rmqs_error e = {0};
+    config c;
+    config_action a;
+    char *argv[] = {"rmq-scheduler", "--ui=maybe", NULL};
+    char *envp[] = {NULL};
+    cr_expect_eq(config_load(&c, 2, argv, envp, out, &a, &e), RMQS_EINVAL);
+    cr_expect_str_eq(e.field, "ui");
+    config_clear(&c);
+    fclose(out);
+}

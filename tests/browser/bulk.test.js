@@ -1,0 +1,34 @@
+// A bulk cancel of a filtered set of 10,000 jobs from the jobs page: the
+// confirmation shows the count, progress is reported, exactly those jobs
+// end cancelled and the others stay pending.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { Service, launch, openPage, visit, inMinutes } from './harness.js';
+
+let svc, browser;
+before(async () => {
+  svc = await new Service({ args: ['--ui', 'on'] }).start();
+  await svc.seed(12000, (i) => ({ exchange: 'amq.direct', routing_key: i < 10000 ? 'bulk.target' : 'bulk.keep',
+    deliver_at: inMinutes(60 + (i % 300)), body: `b${i}` }));
+  browser = await launch();
+}, { timeout: 300000 });
+after(async () => {
+  await browser?.close();
+  await svc?.stop();
+});
+
+test('bulk cancel of 10,000 filtered jobs', async () => {
+  const { page } = await openPage(browser, svc);
+  await visit(page, svc, '#/jobs?routing_key=bulk.target&status=pending');
+  await page.locator('#count').getByText('10,000 matching jobs').waitFor({ timeout: 20000 });
+  await page.getByRole('button', { name: 'Cancel all matching…' }).click();
+  const dialog = page.getByRole('dialog', { name: 'Cancel jobs' });
+  await dialog.getByText('Cancel 10,000 matching jobs').waitFor();
+  await dialog.getByRole('button', { name: 'Cancel jobs' }).click();
+  await page.locator('#bulk-progress[data-state="done"]').waitFor({ timeout: 120000 });
+  assert.match(await page.locator('#bulk-progress').textContent(), /10000 done/);
+  const count = async (q) => (await svc.api('GET', '/jobs/count' + q)).body.count;
+  assert.equal(await count('?routing_key=bulk.target&status=cancelled'), 10000);
+  assert.equal(await count('?routing_key=bulk.target&status=pending'), 0);
+  assert.equal(await count('?routing_key=bulk.keep&status=pending'), 2000);
+});

@@ -1,0 +1,118 @@
+// dom.js - building the page from data as text, never as HTML.
+//
+// h(tag, attrs, ...children): children that are strings or numbers become
+// text nodes (textContent semantics), so a job's body, headers, names or an
+// error message can never become markup. attrs are set as properties or
+// attributes the code chose; an href is only ever one built here (#/...).
+
+export function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = String(v);
+    else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'href') el.setAttribute('href', safeHref(v));
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children) {
+    if (c === undefined || c === null || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else if (c instanceof Node) el.appendChild(c);
+    else el.appendChild(document.createTextNode(String(c)));
+  }
+}
+
+// Links stay inside the dashboard: only "#/..." routes.
+function safeHref(v) {
+  const s = String(v);
+  return s.startsWith('#/') ? s : '#/';
+}
+
+export function clear(el) {
+  while (el.firstChild) el.removeChild(el.firstChild);
+  return el;
+}
+
+export function replace(el, ...children) {
+  clear(el);
+  append(el, children);
+  return el;
+}
+
+// A table in a focusable, labelled scrolling region (keyboard users can
+// scroll it; screen readers name it).
+export function table(label, head, rows) {
+  return h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': label },
+    h('table', {},
+      h('thead', {}, h('tr', {}, head.map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', {}, rows)));
+}
+
+export function field(id, label, input, hint) {
+  input.id = id;
+  if (hint) input.setAttribute('aria-describedby', id + '-hint');
+  return h('div', { class: 'field' }, h('label', { for: id }, label), input,
+    hint ? h('span', { class: 'hint', id: id + '-hint' }, hint) : null);
+}
+
+export function statusBadge(s) {
+  return h('span', { class: 'status st-' + (/^[a-z]+$/.test(s) ? s : 'x') }, s);
+}
+
+// "2026-12-02T13:00:00.000Z" as UTC and the browser's local time.
+export function utc(ts) {
+  return ts ? ts.replace('T', ' ').replace(/\.\d+Z$/, 'Z').replace(/Z$/, ' UTC') : '—';
+}
+
+export function local(ts) {
+  if (!ts) return '—';
+  const d = new Date(ts);
+  return isNaN(d) ? ts : d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+}
+
+export function when(ts) {
+  if (!ts) return '—';
+  return h('span', {}, h('time', { datetime: ts }, utc(ts)), h('br'),
+    h('span', { class: 'hint' }, 'local: ' + local(ts)));
+}
+
+let toastTimer;
+export function toast(msg) {
+  const t = document.getElementById('toast');
+  t.textContent = msg;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { t.textContent = ''; }, 5000);
+}
+
+// The confirmation dialog: resolves true (Confirm) or false.
+export function confirmDialog(title, message, yesLabel) {
+  const d = document.getElementById('confirm-dialog');
+  document.getElementById('confirm-title').textContent = title;
+  document.getElementById('confirm-message').textContent = message;
+  const yes = document.getElementById('confirm-yes');
+  yes.textContent = yesLabel || 'Confirm';
+  return new Promise((resolve) => {
+    const form = document.getElementById('confirm-form');
+    const no = document.getElementById('confirm-no');
+    const done = (v) => {
+      form.removeEventListener('submit', onYes);
+      no.removeEventListener('click', onNo);
+      d.removeEventListener('cancel', onNo);
+      if (d.open) d.close();
+      resolve(v);
+    };
+    const onYes = (e) => { e.preventDefault(); done(true); };
+    const onNo = (e) => { e.preventDefault(); done(false); };
+    form.addEventListener('submit', onYes);
+    no.addEventListener('click', onNo);
+    d.addEventListener('cancel', onNo);
+    d.showModal();
+    no.focus();
+  });
+}

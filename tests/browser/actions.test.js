@@ -58,7 +58,11 @@ test('retry by click: a failed job goes back to pending, attempts reset, and is 
   // Its queue does not exist yet: 312 NO_ROUTE, failed after its 1 attempt.
   const name = 'rmqs-retry-' + process.pid + '-' + Date.now();
   const j = await svc.schedule({ exchange: '', routing_key: name, delay_ms: 0, max_attempts: 1, body: 'f' });
-  await waitFor('failed', async () => (await svc.job(j.id)).status === 'failed', 20000);
+  const failed = await waitFor('failed', async () => {
+    const now = await svc.job(j.id);
+    return now.status === 'failed' ? now : null;
+  }, 20000);
+  assert.ok(failed.last_error, 'the failure is recorded');
   const late = await queue(name);
   try {
     const { page } = await jobPage(j.id);
@@ -70,7 +74,9 @@ test('retry by click: a failed job goes back to pending, attempts reset, and is 
       return now.status === 'sent' ? now : null;
     }, 20000);
     assert.equal(sent.attempts, 1, 'attempts were reset before the new one');
-    assert.equal(sent.last_error, null);
+    // Documented: last_error is kept for history after a successful
+    // publish (only a new failed attempt replaces it).
+    assert.equal(sent.last_error, failed.last_error, 'last_error kept');
   } finally {
     await late.close();
   }

@@ -39,14 +39,18 @@ test('read-only (the default without a token): no action shown, browser changes 
   const answers = await page.evaluate(async (id) => {
     const out = [];
     for (const [m, p, b] of [['DELETE', '/jobs/' + id], ['PATCH', '/jobs/' + id, { deliver_at: new Date(Date.now() + 7200000).toISOString() }],
-      ['POST', '/schedule', { exchange: 'amq.direct', routing_key: 'x', delay_ms: 60000, body: 'y' }]]) {
+      ['POST', '/schedule', { exchange: 'amq.direct', routing_key: 'x', delay_ms: 60000, body: 'y' }],
+      ['POST', '/jobs/' + id + '/run'], ['POST', '/jobs/' + id + '/retry'],
+      ['POST', '/jobs/bulk', { action: 'cancel', filter: { routing_key: 'ro' } }]]) {
       const r = await fetch(p, { method: m, headers: { 'Content-Type': 'application/json' }, body: b ? JSON.stringify(b) : undefined });
       out.push([r.status, (await r.json()).error.code]);
     }
     return out;
   }, j.id);
-  assert.deepEqual(answers, [[403, 'ui_read_only'], [403, 'ui_read_only'], [403, 'ui_read_only']]);
-  assert.equal((await svc.job(j.id)).status, 'pending', 'nothing changed');
+  assert.deepEqual(answers, Array(6).fill([403, 'ui_read_only']));
+  const still = await svc.job(j.id);
+  assert.equal(still.status, 'pending', 'nothing changed');
+  assert.equal(still.deliver_at, j.deliver_at, 'not run now');
   // A script (no Origin, no Sec-Fetch-Site) is unaffected.
   const del = await svc.api('DELETE', '/jobs/' + j.id);
   assert.equal(del.status, 200, JSON.stringify(del.body));

@@ -68,7 +68,17 @@ test('routing key + exchange + header narrow it to the right count', async () =>
 });
 
 test('id prefix finds the job', async () => {
+  // Ids are UUIDv7: the first 12 hex digits are the creation millisecond,
+  // which a whole batch of 1,000 shares. 23 characters (20 hex digits, as
+  // pasted, with dashes) add 26 random bits: the needle alone, in practice;
+  // the page's count is the API's either way.
+  const prefix = needle.id.slice(0, 23);
+  const api = (await svc.api('GET', '/jobs/count?id_prefix=' + prefix)).body;
+  assert.ok(api.count >= 1 && api.count <= 50 && !api.capped, JSON.stringify(api));
   const { page } = await openPage(browser, svc);
-  const r = await search(page, { 'Id prefix': needle.id.slice(0, 13) });
+  const r = await search(page, { 'Id prefix': prefix });
+  assert.equal(r.count, api.count.toLocaleString('en') + ' matching jobs');
+  assert.equal(r.ids.length, api.count);
   assert.ok(r.ids.includes(needle.id));
+  for (const id of r.ids) assert.ok(id.startsWith(prefix), id);
 });

@@ -54,7 +54,9 @@ export function render(main, ctx) {
       const per = (st.interval_s || 1) / 60;
       const col = (k, f = 1) => samples.map((s) => (s[k] == null ? null : s[k] / f));
       const sum = (k) => samples.reduce((a, s) => a + (s[k] || 0), 0);
-      const lastLate = samples.length ? samples[samples.length - 1] : {};
+      // An interval without a send has null percentiles: show the latest
+      // interval that had sends.
+      const lastLate = samples.findLast((s) => s.late_p50_ms != null) || {};
       replace(rates, h('ul', { class: 'cards', 'aria-label': 'Totals over the window' },
         [['scheduled', sum('scheduled')], ['sent', sum('sent')], ['failed', sum('failed')],
           ['late p50', lastLate.late_p50_ms, ' ms'], ['late p90', lastLate.late_p90_ms, ' ms'],

@@ -4,9 +4,9 @@
 // viewport, and is kept as a screenshot.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Service, launch, openPage, visit, axe, screenshot, inMinutes, PHONE, DESKTOP } from './harness.js';
+import { Service, launch, openPage, visit, axe, screenshot, inMinutes, queue, waitFor, PHONE, DESKTOP } from './harness.js';
 
-let svc, browser, jobId;
+let svc, browser, jobId, sink;
 const ROUTES = () => [
   ['overview', '#/', '[data-status="pending"]'],
   ['jobs', '#/jobs', '#list table'],
@@ -17,7 +17,8 @@ const ROUTES = () => [
 ];
 
 before(async () => {
-  svc = await new Service({ args: ['--ui', 'on'] }).start();
+  // Samples every 500 ms, so the Overview's charts have real data to draw.
+  svc = await new Service({ args: ['--ui', 'on', '--stats-interval-ms', '500'] }).start();
   const j = await svc.schedule({ exchange: 'amq.direct', routing_key: 'reports.daily', deliver_at: inMinutes(30),
     body: JSON.stringify({ report: 'daily', pages: [1, 2, 3] }), headers: { tenant: 'acme' },
     properties: { message_id: 'm-1', content_type: 'application/json' } });
@@ -26,11 +27,31 @@ before(async () => {
   const r = await svc.api('PUT', '/schedules/nightly-report', { cron: '0 2 * * *', timezone: 'Europe/Berlin',
     job: { exchange: 'amq.direct', routing_key: 'reports.nightly', body: 'run' } });
   assert.ok(r.status === 201 || r.status === 200, JSON.stringify(r.body));
+  // Traffic over several stats intervals: jobs sent to a real queue (spread
+  // over each interval), one failed now and then (no queue: NO_ROUTE, 1
+  // attempt), one cancelled; each round waits for the sample that holds it.
+  sink = await queue();
+  const samples = async () => (await svc.api('GET', '/stats?window=15m')).body.samples;
+  for (let k = 0; k < 6; k++) {
+    const seen = (await samples()).length;
+    await svc.seed(4 + 3 * (k % 3), (i) => ({ exchange: '', routing_key: sink.name, delay_ms: i * 40, body: `tick ${k}.${i}` }));
+    if (k % 2 === 1) {
+      await svc.schedule({ exchange: '', routing_key: `rmqs-nowhere-${process.pid}`, delay_ms: 0, max_attempts: 1, body: 'lost' });
+    }
+    const c = await svc.schedule({ exchange: 'amq.direct', routing_key: 'orders.cancelled', deliver_at: inMinutes(90), body: 'c' });
+    assert.equal((await svc.api('DELETE', '/jobs/' + c.id)).status, 200);
+    await waitFor('the next stats sample', async () => (await samples()).length > seen + 1, 15000);
+  }
+  await waitFor('sent and failed jobs in the samples', async () => {
+    const s = await samples();
+    return s.some((x) => x.sent > 0) && s.some((x) => x.failed > 0) && s.some((x) => x.late_p50_ms != null);
+  }, 15000);
   browser = await launch();
 });
 
 after(async () => {
   await browser?.close();
+  await sink?.close();
   await svc?.stop();
 });
 

@@ -16,6 +16,12 @@
  *               nothing else)
  *   q           jobs_body_fts (trigram) -> the jobs by rowid, sorted, and
  *               checked bytewise with instr() (exact; text bodies only)
+ *
+ *               Both side tables hold the jobs up to search_index.mark
+ *               (store_sqlite_indexer.c fills them off the insert path):
+ *               the jobs above it, a rowid range as long as the indexer's
+ *               lag, are added to the candidates and checked directly
+ *               (json_each of the headers; instr() of the body).
  *   message_id  jobs_message_id, sorted
  *   schedule    jobs_schedule (schedule, deliver_at, seq): in order
  *   exchange    jobs_exchange (exchange, deliver_at, seq): in order
@@ -188,13 +194,19 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
                  : "SELECT " JOB_COLS " FROM ");
     add(q, driver_from[d]);
     add(q, " WHERE true");
+    /* the side tables up to the mark, the tail above it checked here */
     if (f->header_name != NULL)
         add(q, " AND seq IN (SELECT job_seq FROM job_headers WHERE "
-               "name = ?14 AND value = ?15)");
+               "name = ?14 AND value = ?15 UNION ALL SELECT t.seq FROM jobs "
+               "AS t WHERE t.seq > (SELECT mark FROM search_index) AND "
+               "t.headers IS NOT NULL AND EXISTS (SELECT 1 FROM "
+               "json_each(t.headers) AS h WHERE h.key = ?14 AND "
+               "h.type = 'text' AND h.value = ?15))");
     if (f->q != NULL)
         add(q, " AND seq IN (SELECT rowid FROM jobs_body_fts WHERE "
-               "jobs_body_fts MATCH ?16) AND body_kind < 2 "
-               "AND instr(body, ?17) > 0");
+               "jobs_body_fts MATCH ?16 UNION ALL SELECT t.seq FROM jobs AS t "
+               "WHERE t.seq > (SELECT mark FROM search_index)) "
+               "AND body_kind < 2 AND instr(body, ?17) > 0");
     if (f->message_id != NULL)
         add(q, " AND message_id = ?6");
     if (f->schedule != NULL)
@@ -286,7 +298,7 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
     *more = false;
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = build(st, f, false, after != NULL, &q);
     if (out == RMQS_OK)
         out = prepare(st, &q, "", &s);
@@ -309,7 +321,7 @@ rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
     rmqs_rc out;
     int rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = build(st, f, true, false, &q);
     if (out == RMQS_OK)
         out = prepare(st, &q, "", &s);
@@ -343,7 +355,7 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
 
     if (f == NULL)
         f = &all;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     /* a page after a cursor: the plan of every page but the first */
     out = build(st, f, count, !count, &q);
     if (out == RMQS_OK)

@@ -20,6 +20,7 @@
 #include <stdatomic.h>
 
 #include "store_backend.h"
+#include "store_indexer.h"
 
 #define MODULE "store"
 
@@ -76,9 +77,6 @@ extern const stmt_def sq_stmt_defs[S_COUNT];
     "SELECT id, due_at FROM jobs INDEXED BY jobs_due WHERE status = 0 "       \
     "ORDER BY due_at, seq"
 
-/* The search indexer (store_sqlite_indexer.c). */
-typedef struct sq_indexer sq_indexer;
-
 struct store_backend {
     pthread_mutex_t mu; /* held by every call but the read connection's */
     /* Callers waiting for mu (sq_lock): the indexer lets them go first. */
@@ -108,7 +106,7 @@ struct store_backend {
     sqlite3_stmt *sched[SQ_SCHED_NSTMT];
     /* The search indexer: its thread (NULL: none, index_manual or a schema
      * before 0007) and its statements, prepared on first use under mu. */
-    sq_indexer *ix;
+    store_ix *ix;
     sqlite3_stmt *ix_stmt[SQ_IX_NSTMT];
 };
 

@@ -34,9 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "timeutil.h"
-#include "worker.h"
+#include "store_indexer.h"
 
 #define BATCH_MIN 64
 #define BATCH_MAX 5000
@@ -67,12 +65,6 @@ static const char *const ix_sql[SQ_IX_NSTMT] = {
     [IX_SET_MARK] = "UPDATE search_index SET mark = ?1",
     [IX_LAG] = "SELECT coalesce((SELECT max(seq) FROM jobs), 0) - mark "
                "FROM search_index",
-};
-
-struct sq_indexer {
-    worker_t wk;  /* wk.mu guards kicked */
-    bool kicked;  /* an insert committed since the thread last looked */
-    store_backend *st;
 };
 
 /* With mu held: the indexer's statements, prepared once. */
@@ -197,77 +189,42 @@ int64_t sq_search_index_lag(store_backend *st)
     return lag;
 }
 
-/* The next batch's size: about BATCH_TARGET_MS of work at the rate the
- * last full one ran. */
-static size_t next_batch(size_t batch, size_t n, int64_t took_us)
+/* The thread's batch: mu as any call (not sq_lock: it waits for no one). */
+static rmqs_rc thread_batch(void *arg, size_t limit, size_t *n, bool *more)
 {
-    double want;
+    store_backend *st = arg;
+    rmqs_rc rc;
 
-    if (n < batch) /* caught up: its rate says little */
-        return batch;
-    if (took_us < 1)
-        took_us = 1;
-    want = (double)batch * (BATCH_TARGET_MS * 1000.0) / (double)took_us;
-    if (want > 2.0 * (double)batch) /* grow gently */
-        want = 2.0 * (double)batch;
-    if (want < BATCH_MIN)
-        return BATCH_MIN;
-    return want > BATCH_MAX ? BATCH_MAX : (size_t)want;
+    pthread_mutex_lock(&st->mu);
+    rc = ix_batch(st, limit, n);
+    pthread_mutex_unlock(&st->mu);
+    *more = rc == RMQS_OK && *n == limit;
+    return rc;
 }
 
-static void *ix_main(void *arg)
+/* Let whoever waits for mu go first, within limits. */
+static bool thread_pause(void *arg, worker_t *wk)
 {
-    sq_indexer *ix = arg;
-    store_backend *st = ix->st;
-    size_t batch = BATCH_FIRST;
-    bool more = true; /* a restart may have a backlog: look at once */
-    uint64_t total = 0;
+    store_backend *st = arg;
 
-    for (;;) {
-        size_t n = 0;
-        int64_t t0;
-        rmqs_rc rc;
-
-        pthread_mutex_lock(&ix->wk.mu);
-        while (!ix->wk.stop && !ix->kicked && !more)
-            if (!worker_cond_wait_ms(&ix->wk.cv, &ix->wk.mu, IDLE_POLL_MS))
-                break; /* look anyway */
-        ix->kicked = false;
-        if (ix->wk.stop) {
-            pthread_mutex_unlock(&ix->wk.mu);
-            break;
-        }
-        pthread_mutex_unlock(&ix->wk.mu);
-
-        t0 = tu_mono_us();
-        pthread_mutex_lock(&st->mu); /* not sq_lock: it waits for no one */
-        rc = ix_batch(st, batch, &n);
-        pthread_mutex_unlock(&st->mu);
-        if (rc != RMQS_OK) { /* logged by the store; try again later */
-            more = true;
-            if (worker_sleep(&ix->wk, RETRY_MS))
-                break;
-            continue;
-        }
-        more = n == batch;
-        total += n;
-        batch = next_batch(batch, n, tu_mono_us() - t0);
-        if (!more) {
-            if (total >= 100000) /* a backlog worked off: say so once */
-                log_info(MODULE, "search index caught up", "jobs=%llu",
-                         (unsigned long long)total);
-            total = 0;
-            continue;
-        }
-        /* let whoever waits for mu go first, within limits */
-        for (int64_t waited = 0; waited < YIELD_MAX_MS &&
-                                 atomic_load(&st->mu_waiting) > 0;
-             waited++)
-            if (worker_sleep(&ix->wk, 1))
-                break;
-    }
-    return NULL;
+    for (int64_t waited = 0;
+         waited < YIELD_MAX_MS && atomic_load(&st->mu_waiting) > 0; waited++)
+        if (worker_sleep(wk, 1))
+            return true;
+    return false;
 }
+
+static const store_ix_ops sq_ix_ops = {
+    .name = "rmqs-indexer",
+    .batch = thread_batch,
+    .pause = thread_pause,
+    .first = BATCH_FIRST,
+    .min = BATCH_MIN,
+    .max = BATCH_MAX,
+    .target_ms = BATCH_TARGET_MS,
+    .poll_ms = IDLE_POLL_MS,
+    .retry_ms = RETRY_MS,
+};
 
 /* Whether the schema has the search's mark (0007). */
 static bool has_mark(store_backend *st)
@@ -284,45 +241,17 @@ static bool has_mark(store_backend *st)
 
 rmqs_rc sq_ix_start(store_backend *st, rmqs_error *err)
 {
-    sq_indexer *ix;
-
     if (!has_mark(st))
         return RMQS_OK;
-    ix = calloc(1, sizeof(*ix));
-    if (ix == NULL)
-        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
-    ix->st = st;
-    if (worker_init(&ix->wk, false) != RMQS_OK) {
-        free(ix);
-        return rmqs_fail(err, RMQS_ESYS, NULL, "indexer: worker_init failed");
-    }
-    if (worker_start(&ix->wk, "rmqs-indexer", ix_main, ix) != RMQS_OK) {
-        worker_destroy(&ix->wk);
-        free(ix);
-        return rmqs_fail(err, RMQS_ESYS, NULL, "cannot start the indexer");
-    }
-    st->ix = ix;
-    return RMQS_OK;
+    return store_ix_start(&st->ix, &sq_ix_ops, st, err);
 }
 
 void sq_ix_stop(store_backend *st)
 {
-    if (st->ix == NULL)
-        return;
-    worker_stop(&st->ix->wk);
-    worker_destroy(&st->ix->wk);
-    free(st->ix);
-    st->ix = NULL;
+    store_ix_stop(&st->ix);
 }
 
 void sq_ix_kick(store_backend *st)
 {
-    sq_indexer *ix = st->ix;
-
-    if (ix == NULL)
-        return;
-    pthread_mutex_lock(&ix->wk.mu);
-    ix->kicked = true;
-    pthread_cond_signal(&ix->wk.cv);
-    pthread_mutex_unlock(&ix->wk.mu);
+    store_ix_kick(st->ix);
 }

@@ -305,6 +305,7 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 
     src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
     src.db_bytes = store_size_bytes(api->st);
+    src.search_index_lag = store_search_index_lag(api->st);
     src.broker_connected = disp_broker_connected(api->disp);
     src.requests_waiting = (int64_t)writer_waiting(api->writer);
     src.have_schedule_counts =

@@ -352,6 +352,12 @@ char *metrics_render(const metrics_sources *src)
         sb_printf(&b, "# HELP rmqs_database_size_bytes Database file plus "
                       "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"
                       "rmqs_database_size_bytes %lld\n", (long long)src->db_bytes);
+    if (src != NULL && src->search_index_lag >= 0)
+        sb_printf(&b, "# HELP rmqs_search_index_lag_jobs Jobs stored but not "
+                      "yet in the search indexes (searched directly until "
+                      "they are).\n# TYPE rmqs_search_index_lag_jobs gauge\n"
+                      "rmqs_search_index_lag_jobs %lld\n",
+                  (long long)src->search_index_lag);
     if (b.failed) {
         free(b.buf);
         return NULL;

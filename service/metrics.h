@@ -65,6 +65,8 @@ typedef struct metrics_sources {
     bool have_schedule_counts;
     int64_t schedules_by_state[3]; /* active, paused, ended */
     const char *tzdata_version;    /* for rmqs_build_info; NULL: "unknown" */
+    int64_t search_index_lag;      /* jobs not yet in the search indexes
+                                      (store_search_index_lag), -1: unknown */
 } metrics_sources;
 
 /* The publish lateness histogram's buckets: METRICS_LATE_BUCKETS counts,

@@ -639,6 +639,24 @@ int64_t store_clock_offset_ms(store_t *st)
                                             : 0;
 }
 
+rmqs_rc store_search_index(store_t *st, size_t limit, size_t *indexed)
+{
+    if (indexed != NULL)
+        *indexed = 0;
+    if (limit < 1)
+        return RMQS_EINVAL;
+    return st->ops->search_index != NULL
+               ? st->ops->search_index(st->b, limit, indexed)
+               : RMQS_OK;
+}
+
+int64_t store_search_index_lag(store_t *st)
+{
+    return st->ops->search_index_lag != NULL
+               ? st->ops->search_index_lag(st->b)
+               : 0;
+}
+
 int64_t store_lease_renewed_until(store_t *st)
 {
     return st->ops->lease_renewed_until != NULL

@@ -63,6 +63,8 @@ typedef struct store_options {
                                the owner calls store_checkpoint() */
     int64_t lease_ms;       /* PostgreSQL: how long a claim holds without
                                renewal (0: 10000; at least 500) */
+    bool index_manual;      /* SQLite: no search indexer thread; the owner
+                               calls store_search_index() (tests) */
 } store_options;
 
 /*
@@ -221,6 +223,23 @@ rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
  */
 rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
                       char **plan_out);
+
+/*
+ * The search's side tables (SQLite: job_headers, jobs_body_fts) are filled
+ * off the insert path, by a thread of the store's own (store_options
+ * .index_manual: by the owner). Searches are exact at any lag: the jobs
+ * not yet indexed are checked directly.
+ *
+ * store_search_index: index up to limit (>= 1) jobs in one short
+ * transaction, oldest first; *indexed (may be NULL) how many (0: none was
+ * waiting). RMQS_OK without doing anything on a backend that indexes in
+ * the insert's transaction (PostgreSQL).
+ * store_search_index_lag: how many jobs wait to be indexed (the seq
+ * distance from the last indexed to the newest job), 0 when none or the
+ * backend has no lag, -1 if unknown (for rmqs_search_index_lag_jobs).
+ */
+rmqs_rc store_search_index(store_t *st, size_t limit, size_t *indexed);
+int64_t store_search_index_lag(store_t *st);
 
 /* A client's change to a job (PATCH and DELETE /jobs/{id}, POST
  * /jobs/{id}/run and /retry, POST /jobs/bulk). */

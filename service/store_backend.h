@@ -144,6 +144,11 @@ typedef struct store_ops {
     void (*set_wake)(store_backend *b, store_wake_fn fn, void *arg);
     int64_t (*clock_offset_ms)(store_backend *b);
     int64_t (*lease_renewed_until)(store_backend *b);
+    /* Optional (NULL: RMQS_OK with nothing indexed / 0): store_search_index
+     * and store_search_index_lag, for backends that index off the insert
+     * path. */
+    rmqs_rc (*search_index)(store_backend *b, size_t limit, size_t *indexed);
+    int64_t (*search_index_lag)(store_backend *b);
 
     /* Recurring schedules (above). */
     const store_schedule_ops *sched;

@@ -362,19 +362,32 @@ rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql)
 /* ------------------------------------------------------------------------ */
 /* Transactions                                                             */
 
-rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc)
+static rmqs_rc tx_begin(store_backend *b, pg_conn *pc, const char *sql)
 {
     rmqs_rc rc;
 
     store_delta_clear(&pc->delta);
     pc->notify_due = INT64_MAX;
-    rc = pg_exec_simple(pc, "begin", "BEGIN");
+    rc = pg_exec_simple(pc, "begin", sql);
     /* A connection that died while idle (server restarted, failed over,
      * a backend terminated) is only found out here, before anything was
      * sent: connect again and begin once more. */
     if (rc == RMQS_EDB && pc->c == NULL && ensure_up(b, pc) == RMQS_OK)
-        rc = pg_exec_simple(pc, "begin", "BEGIN");
+        rc = pg_exec_simple(pc, "begin", sql);
     return rc;
+}
+
+rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc)
+{
+    return tx_begin(b, pc, "BEGIN");
+}
+
+rmqs_rc pg_tx_begin_insert(store_backend *b, pg_conn *pc)
+{
+    /* one round trip: the lock rides with the BEGIN */
+    return tx_begin(b, pc,
+                    "BEGIN; SELECT pg_advisory_xact_lock_shared(" PG_INSERT_LOCK
+                    ")");
 }
 
 void pg_tx_abort(pg_conn *pc)
@@ -717,6 +730,8 @@ static void pg_free(store_backend *b)
     if (b == NULL)
         return;
     pg_threads_stop(b);
+    pg_ix_stop(b);
+    conn_free(&b->ix);
     conn_free(&b->wr);
     conn_free(&b->feed);
     conn_free(&b->disp);
@@ -747,6 +762,18 @@ static rmqs_rc new_instance(store_backend *b, unsigned *hash)
     }
     *hash = h;
     return RMQS_OK;
+}
+
+/* Whether the schema has the search's mark (0003). */
+static bool has_mark(store_backend *b)
+{
+    PGresult *res = PQexec(b->wr.c, "SELECT to_regclass('search_index') IS "
+                                     "NOT NULL");
+    bool yes = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+               PQgetvalue(res, 0, 0)[0] == 't';
+
+    PQclear(res);
+    return yes;
 }
 
 static rmqs_rc pg_open(const char *target, const store_options *opt,
@@ -801,6 +828,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     conn_init(&b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS));
     conn_init(&b->sched, "scheduler", b->wr.relaxed,
               (int)((hash + 3) % PG_SLOTS));
+    /* rebuildable from the mark: no need to wait for the flush */
+    conn_init(&b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS));
+    b->ix_safe = b->ix_mark = -1;
 
     b->wr.c = pg_connect(b, "writer", b->wr.relaxed, msg, sizeof(msg));
     if (b->wr.c == NULL) {
@@ -829,6 +859,8 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     atomic_store(&b->renew_chain,
                  tu_now_ms() + atomic_load(&b->clock_offset) + b->lease_ms);
     rc = pg_threads_start(b, err);
+    if (rc == RMQS_OK && (opt == NULL || !opt->index_manual) && has_mark(b))
+        rc = pg_ix_start(b, err);
     if (rc != RMQS_OK)
         goto fail;
     log_info(MODULE, "database open",
@@ -998,6 +1030,8 @@ const store_ops store_pg_ops = {
     .count = pg_count,
     .explain = pg_explain,
     .update_batch = pg_update_batch,
+    .search_index = pg_search_index,
+    .search_index_lag = pg_search_index_lag,
     .next_due = pg_next_due,
     .claim_due = pg_claim_due,
     .read_due = pg_read_due,

@@ -3,7 +3,8 @@
  * only
  * (store_pg.c: connections, errors, transactions, rows, migrations, open and
  * the small calls; store_pg_jobs.c: the clients' calls; store_pg_search.c:
- * lists and counts under a filter; store_pg_dispatch.c:
+ * lists and counts under a filter; store_pg_indexer.c: the search's side
+ * table, filled off the insert path; store_pg_dispatch.c:
  * claim, record, lease renewal and reclaim, LISTEN/NOTIFY, the clock).
  * store.c sees only store_pg.h.
  *
@@ -35,6 +36,7 @@
 #include <stdint.h>
 
 #include "store_backend.h"
+#include "store_indexer.h"
 #include "store_pg.h"
 
 #define MODULE "store"
@@ -43,6 +45,9 @@
 #define PG_DEFAULT_LEASE_MS 10000
 #define PG_MIN_LEASE_MS 500
 #define PG_NOTIFY_CHANNEL "rmqs_due"
+/* The advisory lock every transaction inserting jobs holds shared, and the
+ * search indexer takes exclusive for a moment (store_pg_indexer.c). */
+#define PG_INSERT_LOCK "hashtext('rmqs-jobs-insert')"
 
 /* The database clock in ms, in SQL. clock_timestamp(), not now(): now() is
  * the start of the transaction. */
@@ -85,6 +90,12 @@ struct store_backend {
      * creating runs never queues behind HTTP writes; connected on first
      * use, durable like the writer's */
     pg_conn sched;
+    /* the search indexer's connection (connected on first use) and its
+     * state under ix.mu: the safe bound and the mark last seen (-1:
+     * unknown); its thread, NULL when none (index_manual) */
+    pg_conn ix;
+    int64_t ix_safe, ix_mark;
+    store_ix *indexer;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
     /* store_lease_renewed_until, and the end of the lease the last
      * continuous renewal wrote (0: the chain broke; store_pg_dispatch.c) */
@@ -133,6 +144,9 @@ rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql);
  * transaction, then COMMITs; abort rolls back. Both end with delta
  * cleared. */
 rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc);
+/* As pg_tx_begin for a transaction that inserts jobs: it also takes
+ * PG_INSERT_LOCK shared (store_pg_indexer.c's safe bound). */
+rmqs_rc pg_tx_begin_insert(store_backend *b, pg_conn *pc);
 rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc);
 void pg_tx_abort(pg_conn *pc);
 
@@ -174,6 +188,15 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped);
 rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
                    char **plan_out);
+
+/* ---- store_pg_indexer.c: job_text up to search_index.mark ---- */
+/* Start (at open, unless index_manual) / stop (at close; safe when none
+ * started) the indexer thread; wake it after a commit that inserted jobs. */
+rmqs_rc pg_ix_start(store_backend *b, rmqs_error *err);
+void pg_ix_stop(store_backend *b);
+void pg_ix_kick(store_backend *b);
+rmqs_rc pg_search_index(store_backend *b, size_t limit, size_t *indexed);
+int64_t pg_search_index_lag(store_backend *b);
 
 /* ---- store_pg_schedules.c ---- */
 extern const store_schedule_ops pg_schedule_ops;

@@ -551,7 +551,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
         return RMQS_ENOMEM;
     out = pg_use(b, pc);
     if (out == RMQS_OK)
-        out = pg_tx_begin(b, pc);
+        out = pg_tx_begin_insert(b, pc);
     if (out != RMQS_OK)
         goto fail_all;
     for (size_t i = 0; i < n; i++) {
@@ -579,6 +579,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
         goto fail_all;
     pg_done(pc);
     free(bulk);
+    pg_ix_kick(b); /* the new jobs' headers and bodies */
     return RMQS_OK;
 abort:
     pg_tx_abort(pc);

@@ -544,7 +544,7 @@ static rmqs_rc pgs_advance(store_backend *b, store_advance *a, size_t n,
     }
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
-        rc = pg_tx_begin(b, pc);
+        rc = pg_tx_begin_insert(b, pc);
     if (rc != RMQS_OK)
         goto unlock;
     {

@@ -9,10 +9,14 @@
  * freely, so the statement is built per call; the two backends share the
  * rules (store_common.h: which filters are the search's, the id range of
  * an id prefix) and differ in SQL only. How each filter is matched:
- *   - header: headers::jsonb @> {"name": "value"} (GIN jsonb_path_ops);
- *   - q: encode(body, 'escape') LIKE '%<q escaped alike>%' (GIN pg_trgm:
+ *   - header: job_text.headers @> {"name": "value"} (GIN jsonb_path_ops);
+ *   - q: job_text.body LIKE '%<q escaped alike>%' (GIN pg_trgm:
  *     candidates) AND position(q in body) > 0 (the bytes: exact), text
  *     and JSON bodies only;
+ *     job_text holds the jobs up to search_index.mark
+ *     (store_pg_indexer.c fills it off the insert path): the jobs above
+ *     it are added to the candidates and checked directly (headers::jsonb
+ *     @>; position());
  *   - id_prefix: id >= lo AND id < hi (the unique index on id);
  *   - the rest: equality and ranges on btrees in listing order.
  * A count is count(*) over at most cap + 1 rows of the same query.
@@ -157,13 +161,20 @@ static rmqs_rc build(const store_filter *f, bool count,
         json_decref(o);
         if (q->header_json == NULL)
             return RMQS_ENOMEM;
-        add(q, " AND headers IS NOT NULL AND headers::jsonb @> $%d::jsonb",
-            param(q, q->header_json, -1));
+        int h = param(q, q->header_json, -1);
+        add(q, " AND seq IN (SELECT seq FROM job_text WHERE headers IS NOT "
+               "NULL AND headers @> $%d::jsonb UNION ALL SELECT t.seq FROM "
+               "jobs AS t WHERE t.seq > (SELECT mark FROM search_index) AND "
+               "t.headers IS NOT NULL AND t.headers::jsonb @> $%d::jsonb)",
+            h, h);
     }
     if (f->q) {
         if ((q->like = like_pattern(f->q)) == NULL)
             return RMQS_ENOMEM;
-        add(q, " AND body_kind < 2 AND encode(body, 'escape') LIKE $%d",
+        add(q, " AND body_kind < 2 AND seq IN (SELECT seq FROM job_text "
+               "WHERE body IS NOT NULL AND body LIKE $%d UNION ALL SELECT "
+               "t.seq FROM jobs AS t WHERE t.seq > (SELECT mark FROM "
+               "search_index))",
             param(q, q->like, -1));
         add(q, " AND position($%d::bytea in body) > 0",
             param(q, f->q, (int)strlen(f->q)));

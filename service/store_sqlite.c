@@ -3,7 +3,8 @@
  * insides in store_sqlite.h): the statements, the transaction discipline,
  * rows <-> jobs, open and close, and the small calls (counts, purge,
  * checkpoint, ping). Clients' calls are in store_sqlite_jobs.c, the
- * dispatcher's in store_sqlite_dispatch.c, pragmas, migrations and the sync
+ * dispatcher's in store_sqlite_dispatch.c, the search's indexer in
+ * store_sqlite_indexer.c, pragmas, migrations and the sync
  * policy in store_sqlite_schema.c.
  *
  * Why: jobs must survive restarts and crashes, and a job the API accepted
@@ -475,6 +476,9 @@ rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 
 static void sq_free(store_backend *st)
 {
+    sq_ix_stop(st); /* its batches use the connection */
+    for (int i = 0; i < SQ_IX_NSTMT; i++)
+        sqlite3_finalize(st->ix_stmt[i]);
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_finalize(st->purge);
@@ -578,6 +582,11 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
     rc = sq_rd_open(st, path, err);
     if (rc != RMQS_OK)
         goto fail;
+    if (opt == NULL || !opt->index_manual) {
+        rc = sq_ix_start(st, err);
+        if (rc != RMQS_OK)
+            goto fail;
+    }
     log_info(MODULE, "database open", "path=%s synchronous=%s", path,
              sync_full ? "full" : "normal");
     *out = st;
@@ -594,7 +603,7 @@ static int sq_schema_version(store_backend *st)
     int v = -1;
     int rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     s = sq_stmt(st, S_VERSION);
     rc = sqlite3_step(s);
     if (rc == SQLITE_ROW)
@@ -613,7 +622,7 @@ static rmqs_rc sq_purge(store_backend *st, int64_t before_ms, size_t limit,
     int rc;
 
     *deleted = 0;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     if (st->purge == NULL) {
         rc = sqlite3_prepare_v3(
             st->db,
@@ -662,7 +671,7 @@ static rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
 
     pthread_mutex_lock(&st->ckpt_mu);
     if (st->ckpt_db == NULL) {
-        pthread_mutex_lock(&st->mu);
+        sq_lock(st);
         path = sqlite3_db_filename(st->db, "main");
         rc = sqlite3_open_v2(path, &st->ckpt_db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -707,7 +716,7 @@ static rmqs_rc sq_counts(store_backend *st, int64_t counts[STORE_N_STATUS])
     for (int i = 0; i < STORE_N_STATUS; i++)
         counts[i] = 0;
     /* Under mu no transaction is half-way: job_counts matches jobs. */
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     s = sq_stmt(st, S_COUNTS);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
         int status = sqlite3_column_int(s, 0);
@@ -753,7 +762,7 @@ static rmqs_rc sq_ping(store_backend *st)
     rmqs_rc out = RMQS_OK;
     int rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     s = sq_stmt(st, S_PING);
     rc = sqlite3_step(s);
     if (rc != SQLITE_ROW)
@@ -781,6 +790,8 @@ const store_ops store_sqlite_ops = {
     .count = sq_count,
     .explain = sq_explain,
     .update_batch = sq_update_batch,
+    .search_index = sq_search_index,
+    .search_index_lag = sq_search_index_lag,
     .next_due = sq_next_due,
     .claim_due = sq_claim_due,
     .read_due = sq_read_due,
@@ -806,7 +817,7 @@ int store_sqlite__synchronous(store_backend *st)
     int rc;
     int64_t v;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     v = sq_query_int(st->db, "PRAGMA synchronous", &rc);
     pthread_mutex_unlock(&st->mu);
     return rc == SQLITE_OK ? (int)v : -1;
@@ -819,7 +830,7 @@ rmqs_rc store_sqlite__set_max_pages(store_backend *st, int64_t pages,
     int rc;
 
     snprintf(sql, sizeof(sql), "PRAGMA max_page_count = %" PRId64, pages);
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     *applied = sq_query_int(st->db, sql, &rc);
     pthread_mutex_unlock(&st->mu);
     return rc == SQLITE_OK ? RMQS_OK : RMQS_EDB;

@@ -3,7 +3,9 @@
  * (store_sqlite.c: statements, transactions, rows, open; store_sqlite_schema.c:
  * pragmas, migrations runner, sync policy, the read connection;
  * store_sqlite_jobs.c: the clients' calls; store_sqlite_search.c: lists and
- * counts under a filter; store_sqlite_dispatch.c: the dispatcher's calls). store.c sees only store_sqlite_ops.
+ * counts under a filter; store_sqlite_indexer.c: the search's side tables,
+ * filled off the insert path; store_sqlite_dispatch.c: the dispatcher's
+ * calls). store.c sees only store_sqlite_ops.
  *
  * Why one header for four files: they work on one connection with one set
  * of prepared statements and one transaction discipline; splitting the
@@ -15,8 +17,10 @@
 
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 
 #include "store_backend.h"
+#include "store_indexer.h"
 
 #define MODULE "store"
 
@@ -40,6 +44,8 @@ enum {
 
 /* Statements of store_sqlite_schedules.c (its own table). */
 #define SQ_SCHED_NSTMT 10
+/* Statements of store_sqlite_indexer.c. */
+#define SQ_IX_NSTMT 6
 
 /* Every statement of the store, prepared once at open. */
 typedef enum stmt_id {
@@ -74,6 +80,8 @@ extern const stmt_def sq_stmt_defs[S_COUNT];
 
 struct store_backend {
     pthread_mutex_t mu; /* held by every call but the read connection's */
+    /* Callers waiting for mu (sq_lock): the indexer lets them go first. */
+    atomic_int mu_waiting;
     sqlite3 *db;
     sqlite3_stmt *stmt[S_COUNT];
     sqlite3_stmt *purge;  /* prepared on first use (needs migration 0003) */
@@ -97,7 +105,20 @@ struct store_backend {
     /* The schedules' statements (store_sqlite_schedules.c), prepared at
      * open after the jobs' ones, used under mu. */
     sqlite3_stmt *sched[SQ_SCHED_NSTMT];
+    /* The search indexer: its thread (NULL: none, index_manual or a schema
+     * before 0007) and its statements, prepared on first use under mu. */
+    store_ix *ix;
+    sqlite3_stmt *ix_stmt[SQ_IX_NSTMT];
 };
+
+/* Take st->mu as a caller the indexer must not hold up (every call of the
+ * backend but the indexer's own batches). */
+static inline void sq_lock(store_backend *st)
+{
+    atomic_fetch_add(&st->mu_waiting, 1);
+    pthread_mutex_lock(&st->mu);
+    atomic_fetch_sub(&st->mu_waiting, 1);
+}
 
 /* How a transaction's COMMIT must reach the disk. */
 typedef enum tx_sync {
@@ -182,6 +203,19 @@ rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped);
 rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
                    char **plan_out);
+
+/* store_sqlite_indexer.c: the search's side tables (job_headers,
+ * jobs_body_fts) up to search_index.mark. sq_ix_start (at open, unless
+ * opt->index_manual; a schema without search_index starts nothing) starts
+ * the indexer thread; sq_ix_stop (at close, before the connection goes;
+ * safe when none started) ends it; sq_ix_kick (after a commit that
+ * inserted jobs, without mu) wakes it. The ops: one batch of at most
+ * limit jobs (store_search_index) and the lag (store_search_index_lag). */
+rmqs_rc sq_ix_start(store_backend *st, rmqs_error *err);
+void sq_ix_stop(store_backend *st);
+void sq_ix_kick(store_backend *st);
+rmqs_rc sq_search_index(store_backend *st, size_t limit, size_t *indexed);
+int64_t sq_search_index_lag(store_backend *st);
 
 /* store_sqlite_dispatch.c: the dispatcher's ops. */
 rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,

@@ -63,7 +63,7 @@ rmqs_rc sq_claim_due(store_backend *st, int64_t due_by_ms, int64_t now_ms,
     if (limit > (size_t)INT64_MAX)
         limit = (size_t)INT64_MAX;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = sq_tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;
@@ -204,7 +204,7 @@ rmqs_rc sq_record(store_backend *st,
 {
     rmqs_rc out;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = sq_tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;
@@ -269,7 +269,7 @@ rmqs_rc sq_recover(store_backend *st, size_t *n_out)
     int rc;
 
     *n_out = 0;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = sq_tx_begin(st, TX_RELAXED);
     if (out != RMQS_OK)
         goto unlock;

@@ -228,7 +228,7 @@ rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n)
     if (n == 0)
         return RMQS_OK;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = sq_tx_begin(st, TX_DURABLE);
     if (out != RMQS_OK)
         goto fail_all;
@@ -244,6 +244,7 @@ rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n)
     if (out != RMQS_OK)
         goto fail_all;
     pthread_mutex_unlock(&st->mu);
+    sq_ix_kick(st); /* the new jobs' headers and bodies */
     return RMQS_OK;
 
 fail_all:
@@ -257,7 +258,7 @@ rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 {
     rmqs_rc rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     rc = sq_get_by_id(st, id, out);
     pthread_mutex_unlock(&st->mu);
     return rc;
@@ -335,7 +336,7 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     else
         sid = after ? S_LIST_STATUS_AFTER : S_LIST_STATUS;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     s = sq_stmt(st, sid);
     sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
     if (after) {
@@ -446,7 +447,7 @@ rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
     sqlite3_stmt *s;
     rmqs_rc rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     rc = sq_tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
         goto unlock;

@@ -275,7 +275,7 @@ static rmqs_rc sqs_put(store_backend *st, const store_schedule *s,
 
     if (parse_last_job(s, id, &has_id) != RMQS_OK)
         return RMQS_EINVAL;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     rc = sq_tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
         goto unlock;
@@ -311,7 +311,7 @@ static rmqs_rc sqs_update(store_backend *st, const store_schedule *s,
     rmqs_rc rc;
 
     row.generation = expect_generation;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     rc = sq_tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
         goto unlock;
@@ -336,7 +336,7 @@ static rmqs_rc sqs_get(store_backend *st, const char *name,
 {
     rmqs_rc rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     sqlite3_bind_text(st->sched[SS_GET], 1, name, -1, SQLITE_STATIC);
     rc = step_one(st, SS_GET, out);
     pthread_mutex_unlock(&st->mu);
@@ -397,7 +397,7 @@ static rmqs_rc sqs_list(store_backend *st, size_t limit, const char *after,
     sqlite3_stmt *s = st->sched[SS_LIST];
     rmqs_rc rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     /* every name has at least one byte: "" is before all of them */
     sqlite3_bind_text(s, 1, after ? after : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, limit_param(limit)); /* one more: a next page? */
@@ -412,7 +412,7 @@ static rmqs_rc sqs_delete(store_backend *st, const char *name)
     rmqs_rc rc;
     int src;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     rc = sq_tx_begin(st, TX_DURABLE);
     if (rc != RMQS_OK)
         goto unlock;
@@ -445,7 +445,7 @@ static rmqs_rc sqs_due(store_backend *st, int64_t by_ms, size_t limit,
     bool more;
     rmqs_rc rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     sqlite3_bind_int64(s, 1, by_ms);
     sqlite3_bind_int64(s, 2, limit_param(limit) - 1);
     rc = collect(st, SS_DUE, limit, true, rows, n, &more);
@@ -459,7 +459,7 @@ static rmqs_rc sqs_next_at(store_backend *st, bool *any, int64_t *at)
     rmqs_rc rc = RMQS_OK;
     int src;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     src = sqlite3_step(s);
     if (src == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) {
         *any = true;
@@ -527,7 +527,7 @@ static rmqs_rc sqs_advance(store_backend *st, store_advance *a, size_t n,
     advance_reset(a, n);
     if (n == 0)
         return RMQS_OK;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     rc = sq_tx_begin(st, TX_DURABLE);
     for (size_t i = 0; rc == RMQS_OK && i < n; i++)
         rc = advance_one(st, &a[i]);
@@ -549,7 +549,7 @@ static rmqs_rc sqs_counts(store_backend *st, int64_t counts[3])
     int src;
 
     counts[0] = counts[1] = counts[2] = 0;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     while ((src = sqlite3_step(s)) == SQLITE_ROW) {
         int state = sqlite3_column_int(s, 0);
         if (state >= 0 && state < 3)

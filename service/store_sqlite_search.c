@@ -15,7 +15,16 @@
  *               by rowid, sorted (NOT INDEXED keeps the rowid lookups and
  *               nothing else)
  *   q           jobs_body_fts (trigram) -> the jobs by rowid, sorted, and
- *               checked bytewise with instr() (exact; text bodies only)
+ *               checked bytewise with instr() (exact; text bodies only);
+ *               a page of a common term (Q_DENSE_MIN of the newest
+ *               Q_SAMPLE jobs match) instead walks the next driver below
+ *               in order and checks instr() on each job
+ *
+ *               Both side tables hold the jobs up to search_index.mark
+ *               (store_sqlite_indexer.c fills them off the insert path):
+ *               the jobs above it, a rowid range as long as the indexer's
+ *               lag, are added to the candidates and checked directly
+ *               (json_each of the headers; instr() of the body).
  *   message_id  jobs_message_id, sorted
  *   schedule    jobs_schedule (schedule, deliver_at, seq): in order
  *   exchange    jobs_exchange (exchange, deliver_at, seq): in order
@@ -44,6 +53,14 @@
 
 /* jobs_id drives an id_prefix search up to this many ids in the range. */
 #define ID_DRIVE_MAX 10000
+
+/* A list under q samples the newest Q_SAMPLE jobs: when at least
+ * Q_DENSE_MIN of them match, walking the listing order and checking each
+ * job finds a page in about limit * Q_SAMPLE / matches rows, far fewer than
+ * the trigram index would yield (a common term's postings are most of the
+ * table, all sorted before the first page). */
+#define Q_SAMPLE 1000
+#define Q_DENSE_MIN 100
 
 /* Parameter numbers, fixed so binding does not depend on the clause. */
 enum {
@@ -91,6 +108,33 @@ static char *fts_phrase(const char *text)
     out[j++] = '"';
     out[j] = '\0';
     return out;
+}
+
+/* How many of the newest Q_SAMPLE jobs have q in their text body; -1 on
+ * failure. */
+static int64_t q_sample(store_backend *st, const char *text)
+{
+    sqlite3_stmt *s = NULL;
+    int64_t n = -1;
+    int rc = sqlite3_prepare_v2(
+        st->db,
+        "SELECT count(*) FROM (SELECT body_kind, body FROM jobs ORDER BY seq "
+        "DESC LIMIT ?2) WHERE body_kind < 2 AND instr(body, ?1) > 0",
+        -1, &s, NULL);
+
+    if (rc != SQLITE_OK) {
+        (void)sq_fail(st, rc, "search_q_sample");
+        return -1;
+    }
+    sqlite3_bind_blob(s, 1, text, (int)strlen(text), SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, Q_SAMPLE);
+    rc = sqlite3_step(s);
+    if (rc == SQLITE_ROW)
+        n = sqlite3_column_int64(s, 0);
+    else
+        (void)sq_fail(st, rc, "search_q_sample");
+    sqlite3_finalize(s);
+    return n;
 }
 
 /* How many ids (up to ID_DRIVE_MAX + 1) are in [lo, hi): a range count
@@ -151,6 +195,7 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
                      bool after, search_sql *q)
 {
     driver d;
+    bool q_index = f->q != NULL; /* q's candidates from jobs_body_fts */
 
     memset(q, 0, sizeof(*q));
     if (f->id_prefix[0] != '\0') {
@@ -160,9 +205,15 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
     if (f->q != NULL && (q->fts = fts_phrase(f->q)) == NULL)
         return RMQS_ENOMEM;
 
+    if (f->q != NULL && f->header_name == NULL && !count) {
+        int64_t m = q_sample(st, f->q);
+        if (m < 0)
+            return RMQS_EDB;
+        q_index = m < Q_DENSE_MIN;
+    }
     if (f->header_name != NULL)
         d = D_HEADER;
-    else if (f->q != NULL)
+    else if (q_index)
         d = D_Q;
     else if (f->message_id != NULL)
         d = D_MESSAGE_ID;
@@ -188,13 +239,20 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
                  : "SELECT " JOB_COLS " FROM ");
     add(q, driver_from[d]);
     add(q, " WHERE true");
+    /* the side tables up to the mark, the tail above it checked here */
     if (f->header_name != NULL)
         add(q, " AND seq IN (SELECT job_seq FROM job_headers WHERE "
-               "name = ?14 AND value = ?15)");
-    if (f->q != NULL)
+               "name = ?14 AND value = ?15 UNION ALL SELECT t.seq FROM jobs "
+               "AS t WHERE t.seq > (SELECT mark FROM search_index) AND "
+               "t.headers IS NOT NULL AND EXISTS (SELECT 1 FROM "
+               "json_each(t.headers) AS h WHERE h.key = ?14 AND "
+               "h.type = 'text' AND h.value = ?15))");
+    if (q_index)
         add(q, " AND seq IN (SELECT rowid FROM jobs_body_fts WHERE "
-               "jobs_body_fts MATCH ?16) AND body_kind < 2 "
-               "AND instr(body, ?17) > 0");
+               "jobs_body_fts MATCH ?16 UNION ALL SELECT t.seq FROM jobs AS t "
+               "WHERE t.seq > (SELECT mark FROM search_index))");
+    if (f->q != NULL)
+        add(q, " AND body_kind < 2 AND instr(body, ?17) > 0");
     if (f->message_id != NULL)
         add(q, " AND message_id = ?6");
     if (f->schedule != NULL)
@@ -286,7 +344,7 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
     *more = false;
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = build(st, f, false, after != NULL, &q);
     if (out == RMQS_OK)
         out = prepare(st, &q, "", &s);
@@ -309,7 +367,7 @@ rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
     rmqs_rc out;
     int rc;
 
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     out = build(st, f, true, false, &q);
     if (out == RMQS_OK)
         out = prepare(st, &q, "", &s);
@@ -343,7 +401,7 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
 
     if (f == NULL)
         f = &all;
-    pthread_mutex_lock(&st->mu);
+    sq_lock(st);
     /* a page after a cursor: the plan of every page but the first */
     out = build(st, f, count, !count, &q);
     if (out == RMQS_OK)

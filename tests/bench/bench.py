@@ -54,6 +54,7 @@ from pylib.procs import rss_kib, stop_proc
 from pylib.times import format_ts_ms, now_ms, ts_ms
 import stores  # issue 12: SQLite / PostgreSQL 1 / PostgreSQL 3, side by side
 import schedules  # issue 13: N recurring schedules firing at one minute boundary
+import search  # issue 14: the search's insert cost and request times at N jobs
 
 HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -1523,6 +1524,8 @@ PRAGMA wal_checkpoint(TRUNCATE);
             self.step("stores", stores.scenario, self, svc)
         if want("schedules"):
             self.step("schedules", schedules.scenario, self, svc)
+        if only is not None and "search" in only:  # long: only when asked
+            self.step("search", search.scenario, self, svc)
         if want("backlog"):
             try:
                 (pending,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due WHERE status = 0")
@@ -1711,6 +1714,8 @@ def table(R, a):
     if R.get("schedules"):
         schedules.table_rows(R["schedules"], row)
         noise_row("schedules", R["schedules"])
+    if R.get("search"):
+        search.table_rows(R["search"], row)
     return rows
 
 
@@ -1779,7 +1784,22 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog,stores,schedules")
+                    "comparisons,ingest,backlog,stores,schedules,search")
+    ap.add_argument("--search-jobs", type=int, default=1_000_000,
+                    help="search scenario: jobs on SQLite (--full: 10,000,000)")
+    ap.add_argument("--search-pg-jobs", type=int, default=1_000_000,
+                    help="search scenario: jobs on PostgreSQL")
+    ap.add_argument("--search-requests", type=int, default=25,
+                    help="search scenario: requests per kind (list and count)")
+    ap.add_argument("--search-stores", default="sqlite,postgres",
+                    help="search scenario: the stores, a comma list of sqlite,postgres")
+    ap.add_argument("--search-compare", default="",
+                    help="search scenario: name=binary,... also measured for the "
+                         "insert cost (e.g. main's build)")
+    ap.add_argument("--search-rounds", type=int, default=3,
+                    help="search scenario: insert-cost rounds per binary (medians)")
+    ap.add_argument("--search-skip-insert", action="store_true",
+                    help="search scenario: only the searches")
     ap.add_argument("--schedules", type=int, default=100_000,
                     help="schedules scenario: how many fire at one minute boundary")
     ap.add_argument("--schedules-stores", default="sqlite,postgres",

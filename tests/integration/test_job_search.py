@@ -2,15 +2,23 @@
 among 2,400 mixed jobs (text, JSON and binary bodies, headers, exchanges,
 routing keys, due times; some cancelled), each filter and combinations of
 them list exactly the jobs they name, across pages, and count them; bad
-filters are 400 naming the parameter and change nothing."""
+filters are 400 naming the parameter and change nothing. On SQLite the
+header and body indexes are filled in the background (the search
+indexer): a job is found by them at once (the not-yet-indexed tail is
+searched directly), after the indexer caught up, and after kill -9
+restarts during its catch-up."""
 
 import base64
+import re
+import sqlite3
 import time
+import uuid
 from urllib.parse import urlencode
 
 import pytest
 
-from helpers import assert_error, format_ts, parse_ts
+from helpers import (assert_error, format_ts, http_request_text, parse_ts,
+                     wait_until)
 
 N = 2400
 
@@ -185,3 +193,78 @@ def test_bad_max_is_400(jobs):
     for bad in ("0", "-1", "x", "10000001"):
         assert_error(svc.get(f"/jobs/count?max={bad}"), 400, "invalid_argument", "max")
     assert_error(svc.get("/jobs/count?colour=red"), 400, "invalid_argument", "colour")
+
+
+LAG_RE = re.compile(r"^rmqs_search_index_lag_jobs (\d+)$", re.M)
+
+
+def index_lag(svc):
+    """rmqs_search_index_lag_jobs from GET /metrics."""
+    resp = http_request_text(svc.port, "/metrics")
+    assert resp.status == 200, resp
+    m = LAG_RE.search(resp.text)
+    assert m, "rmqs_search_index_lag_jobs missing from /metrics"
+    return int(m.group(1))
+
+
+def forget_the_index(path):
+    """The side tables and mark as a database indexed up to nothing has
+    them (a crash before the indexer's first batch, or jobs restored behind
+    the store's back)."""
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE search_index SET mark = 0")
+        db.execute("DELETE FROM job_headers")
+        db.execute("INSERT INTO jobs_body_fts (jobs_body_fts) VALUES ('delete-all')")
+    db.close()
+
+
+def found_once(svc, params, job_id):
+    """GET /jobs and /jobs/count under params name exactly job_id."""
+    st, _, body = svc.get("/jobs?" + urlencode(params))
+    assert st == 200 and [j["id"] for j in body["jobs"]] == [job_id], (params, body)
+    st, _, body = svc.get("/jobs/count?" + urlencode(params))
+    assert st == 200 and body == {"count": 1, "capped": False}, (params, body)
+
+
+BULK = 30000
+
+
+def test_found_at_once_after_catch_up_and_after_kill9_restarts(service, store):
+    svc = service()
+    later = time.time() + 3 * 3600
+    for start in range(0, BULK, 1000):
+        batch = [{"exchange": "", "routing_key": "bulk", "deliver_at": format_ts(later),
+                  "headers": {"kind": "bulk"}, "body": f"bulk body {i}"}
+                 for i in range(start, start + 1000)]
+        st, _, body = svc.post("/schedule/batch", batch)
+        assert st == 201, body
+    if store == "sqlite":  # a backlog for the indexer to work off
+        svc.kill9()
+        forget_the_index(svc.db)
+        svc.restart()
+
+    tag = uuid.uuid4().hex
+    st, _, job = svc.post("/schedule", {
+        "exchange": "", "routing_key": "probe", "deliver_at": format_ts(later),
+        "headers": {"probe": f"p-{tag}"}, "body": f"text with needle-{tag} in it"})
+    assert st == 201, job
+    # at once: the newest job, above the indexer's mark on SQLite
+    found_once(svc, {"header": f"probe:p-{tag}"}, job["id"])
+    found_once(svc, {"q": f"needle-{tag}"}, job["id"])
+    found_once(svc, {"q": f"needle-{tag}", "routing_key": "probe"}, job["id"])
+    if store == "sqlite":
+        # the mark only grows here (nothing purged): still below the probe
+        # after the searches, so they read the tail
+        assert index_lag(svc) > 0, "indexed before the searches: tail untested"
+        svc.kill9()  # during the catch-up
+        svc.restart()
+    wait_until(lambda: index_lag(svc) == 0, 120, "the indexer caught up")
+    found_once(svc, {"header": f"probe:p-{tag}"}, job["id"])
+    found_once(svc, {"q": f"needle-{tag}"}, job["id"])
+    for params in ({"header": "kind:bulk"}, {"q": "bulk body"},
+                   {"q": "bulk body", "routing_key": "bulk"}):
+        st, _, body = svc.get("/jobs/count?" + urlencode(params))
+        assert st == 200 and body == {"count": BULK, "capped": False}, (params, body)
+    st, _, body = svc.get("/jobs/count?" + urlencode({"q": "bulk body 29999"}))
+    assert st == 200 and body == {"count": 1, "capped": False}, body

@@ -36,6 +36,7 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_broker_reconnects_total": "counter",
     "rmqs_claims_lapsed_total": "counter",
     "rmqs_database_size_bytes": "gauge",
+    "rmqs_search_index_lag_jobs": "gauge",
     "rmqs_http_requests_waiting": "gauge",
     "rmqs_schedule_runs_total": "counter",
     "rmqs_schedules": "gauge",

@@ -30,7 +30,7 @@ Test(metrics, counters_and_histograms_move_and_render)
 {
     metrics_sources src = {.have_counts = true,
                            .jobs_by_status = {7, 1, 2, 3, 4},
-                           .db_bytes = 4096,
+                           .db_bytes = 4096, .search_index_lag = 12,
                            .broker_connected = true};
     char *text;
 
@@ -58,17 +58,20 @@ Test(metrics, counters_and_histograms_move_and_render)
     cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedule\",status=\"other\"} 1\n"));
     cr_expect_not_null(strstr(text, "rmqs_broker_connected 1\n"));
     cr_expect_not_null(strstr(text, "rmqs_database_size_bytes 4096\n"));
+    cr_expect_not_null(strstr(text, "rmqs_search_index_lag_jobs 12\n"));
     free(text);
 }
 
 Test(metrics, gauges_left_out_when_sources_unknown)
 {
-    metrics_sources src = {.have_counts = false, .db_bytes = -1};
+    metrics_sources src = {.have_counts = false, .db_bytes = -1,
+                           .search_index_lag = -1};
     char *text = metrics_render(&src);
 
     cr_assert_not_null(text);
     cr_expect_null(strstr(text, "rmqs_jobs{"));
     cr_expect_null(strstr(text, "rmqs_database_size_bytes"));
+    cr_expect_null(strstr(text, "rmqs_search_index_lag_jobs"));
     cr_expect_not_null(strstr(text, "rmqs_broker_connected 0\n"));
     free(text);
 }

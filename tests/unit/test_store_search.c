@@ -4,6 +4,10 @@
  * counts agree with the lists and stop at the cap, paging under a filter
  * loses and repeats nothing, and EXPLAIN QUERY PLAN of every filter kind
  * (and of status + each one) uses an index, never a bare "SCAN jobs".
+ * The side tables are filled off the insert path (store_sqlite_indexer.c):
+ * the store is opened with index_manual, so each test says how far the
+ * index is (nothing, part, all) and the results must not depend on it;
+ * one test lets the indexer thread catch up by itself.
  * Jobs are ut_search_job's (testutil.h), so what each filter must select
  * is a rule on the job number.
  */
@@ -38,7 +42,7 @@ static void fill(store_t *st, int from, int to)
 
 static void setup(void)
 {
-    store_options opt = {.synchronous_full = false};
+    store_options opt = {.synchronous_full = false, .index_manual = true};
 
     ut_tmpdir(g_dir, "search");
     ut_path(g_path, g_dir, "jobs.db");
@@ -120,8 +124,43 @@ static bool needle_rk2(int n) { return needle(n) && rk2(n); }
 static bool one(int n) { return n == 1233; }
 static bool none(int n) { (void)n; return false; }
 
+/* Index up to limit more jobs (in batches of 300); how many were. */
+static size_t index_some(size_t limit)
+{
+    size_t total = 0, n;
+
+    do {
+        size_t want = limit - total < 300 ? limit - total : 300;
+        if (want == 0)
+            break;
+        cr_assert_eq(store_search_index(g_st, want, &n), RMQS_OK);
+        total += n;
+    } while (n > 0);
+    return total;
+}
+
+static void each_filter(void);
+
 Test(store_search, each_filter_selects_exactly_its_jobs, .init = setup,
      .fini = teardown)
+{
+    /* nothing indexed: every job is in the tail */
+    cr_expect_eq(store_search_index_lag(g_st), N_JOBS);
+    each_filter();
+    /* part: the index and the tail */
+    cr_assert_eq(index_some(777), 777);
+    cr_expect_eq(store_search_index_lag(g_st), N_JOBS - 777);
+    each_filter();
+    /* all: the index alone */
+    cr_assert_eq(index_some(SIZE_MAX), N_JOBS - 777);
+    cr_expect_eq(store_search_index_lag(g_st), 0);
+    cr_expect_eq(index_some(10), 0, "nothing left to index");
+    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM job_headers"), N_JOBS,
+                 "one string header per job (n is a number)");
+    each_filter();
+}
+
+static void each_filter(void)
 {
     store_filter f;
 
@@ -228,8 +267,11 @@ static void check_all_plans(void)
         f.header_name_len = 6; f.header_value = "t3";
         check_plan(&f, "job_headers USING PRIMARY KEY (name=? AND value=?)",
                    "header");
+        f = any(); f.status = statuses[i]; f.q = "Needle 1233\"}";
+        check_plan(&f, "VIRTUAL TABLE INDEX", "q (rare)");
+        /* in a quarter of the bodies: a page walks the listing order */
         f = any(); f.status = statuses[i]; f.q = "<script>";
-        check_plan(&f, "VIRTUAL TABLE INDEX", "q");
+        check_plan(&f, "INDEX", "q (common)");
     }
 }
 
@@ -248,6 +290,8 @@ Test(store_search, side_tables_follow_the_purge, .init = setup, .fini = teardown
     int64_t count;
     bool capped;
 
+    cr_assert_eq(index_some(1500), 1500); /* the purge meets both kinds */
+
     /* sent (n%10 == 0) and failed (n%10 == 1) jobs finished at 10 */
     cr_assert_eq(store_purge(g_st, 11, 100000, &deleted), RMQS_OK);
     cr_assert_eq(deleted, N_JOBS / 5);
@@ -261,4 +305,66 @@ Test(store_search, side_tables_follow_the_purge, .init = setup, .fini = teardown
     cr_expect_eq(count, 1);
     cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs_body_fts WHERE "
                                     "jobs_body_fts MATCH '\"Needle 1231\"'"), 0);
+}
+
+/* seq is the rowid: once the purge took the highest seqs (job 2000 is
+ * sent), new jobs reuse them. The mark comes down with the purge, so a
+ * reused seq is in the tail, found at once and indexed later. */
+Test(store_search, a_reused_seq_is_above_the_mark, .init = setup,
+     .fini = teardown)
+{
+    store_filter f = any();
+    size_t deleted = 0;
+    int64_t count;
+    bool capped;
+
+    cr_assert_eq(index_some(SIZE_MAX), N_JOBS);
+    cr_assert_eq(store_purge(g_st, 11, 100000, &deleted), RMQS_OK);
+    cr_assert_eq(ut_sql_int(g_path, "SELECT max(seq) FROM jobs"), N_JOBS - 1);
+    cr_expect_eq(ut_sql_int(g_path, "SELECT mark FROM search_index"), N_JOBS - 1);
+    fill(g_st, N_JOBS + 1, N_JOBS + 1); /* seq N_JOBS again */
+    cr_assert_eq(ut_sql_int(g_path, "SELECT max(seq) FROM jobs"), N_JOBS);
+    for (int pass = 0; pass < 2; pass++) {
+        f = any();
+        f.q = "Needle 2001\"}";
+        cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
+        cr_expect_eq(count, 1, "q, pass %d", pass);
+        f = any();
+        f.header_name = "tenant:t6";
+        f.header_name_len = 6;
+        f.header_value = "t6";
+        f.has_deliver_from = true;
+        f.deliver_from = 1000000 + 1000 * (N_JOBS + 1);
+        cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
+        cr_expect_eq(count, 1, "header, pass %d", pass);
+        cr_assert_eq(index_some(SIZE_MAX), pass == 0 ? 1 : 0);
+    }
+}
+
+static bool caught_up(void *arg)
+{
+    (void)arg;
+    return store_search_index_lag(g_st) == 0;
+}
+
+/* Without index_manual the store's own thread fills the side tables. */
+Test(store_search, the_indexer_thread_catches_up, .timeout = 60)
+{
+    store_options opt = {.synchronous_full = false};
+    store_filter f = any();
+    int64_t count;
+    bool capped;
+
+    ut_tmpdir(g_dir, "search-thread");
+    ut_path(g_path, g_dir, "jobs.db");
+    g_st = ut_store_open(g_path, &opt);
+    for (int from = 1; from <= N_JOBS; from += 500)
+        fill(g_st, from, from + 499);
+    cr_assert(ut_await(50000, caught_up, NULL), "the indexer caught up");
+    cr_expect_eq(ut_sql_int(g_path, "SELECT mark FROM search_index"), N_JOBS);
+    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM job_headers"), N_JOBS);
+    f.q = "Needle 1233\"}";
+    cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
+    cr_expect_eq(count, 1);
+    teardown();
 }

@@ -190,7 +190,7 @@ static rmqs_rc build(const store_filter *f, bool count,
 }
 
 /*
- * Whether a page under f's q should take its candidates from job_text's
+ * Whether a page or count under f's q should take its candidates from job_text's
  * trigram index: not when Q_DENSE_MIN or more of the newest Q_SAMPLE jobs
  * match (a common term: walking the listing order and checking each body
  * finds a page in about limit * Q_SAMPLE / matches rows, where the index
@@ -299,7 +299,8 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
 {
     pg_query q;
     PGresult *res = NULL;
-    rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap, true, &q);
+    rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap,
+                       q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
         res = run(b, "count", "", &q, &rc);
@@ -327,7 +328,7 @@ rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
     /* a page after a cursor: the plan of every page but the first */
     rmqs_rc rc = build(f, count, count ? NULL : &cur,
                        count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
-                       count || q_by_index(b, f), &q);
+                       q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
         res = run(b, "explain", "EXPLAIN (FORMAT JSON) ", &q, &rc);

@@ -95,6 +95,7 @@ struct store_backend {
      * unknown); its thread, NULL when none (index_manual) */
     pg_conn ix;
     int64_t ix_safe, ix_mark;
+    int64_t ix_safe_at; /* tu_mono_ms() of the last bound read */
     store_ix *indexer;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
     /* store_lease_renewed_until, and the end of the lease the last

@@ -20,7 +20,8 @@
  *     side of the advisory lock every inserting transaction holds shared
  *     (pg_tx_begin_insert): at that moment no insert is in progress, so
  *     every seq up to it is committed or never will be. The exclusive lock
- *     is held for that one read, once the mark has reached the last bound.
+ *     is held for that one read, once the mark has reached the last bound;
+ *     its wait is cut at 100 ms (lock_timeout), as inserts queue behind it.
  *   - The thread (rmqs-pg-indexer) sleeps until an insert of this instance
  *     kicks it, or 1 s passes (other instances' inserts, a backlog after a
  *     restart); batches are sized to take about BATCH_TARGET_MS.
@@ -34,6 +35,7 @@
 #include <string.h>
 
 #include "store_indexer.h"
+#include "timeutil.h"
 
 #define BATCH_MIN 200
 #define BATCH_MAX 20000
@@ -41,6 +43,9 @@
 #define BATCH_TARGET_MS 100
 #define IDLE_POLL_MS 1000
 #define RETRY_MS 5000
+/* The thread reads a new safe bound at most this often: each read makes
+ * the inserts in progress finish before new ones start. */
+#define BOUND_EVERY_MS 1000
 
 #define INDEXER_LOCK "hashtext('rmqs-search-indexer')"
 
@@ -51,7 +56,11 @@ static rmqs_rc read_safe_bound(store_backend *b)
     PGresult *res;
     rmqs_rc rc, unlock_rc;
 
+    /* While it waits for the inserts in progress, new ones queue behind
+     * it: a long insert transaction (a bulk load) must not stall every
+     * POST, so it gives up after a moment and tries again later. */
     rc = pg_exec_simple(pc, "index_lock",
+                        "SET lock_timeout = '100ms'; "
                         "SELECT pg_advisory_lock(" PG_INSERT_LOCK ")");
     if (rc != RMQS_OK)
         return rc;
@@ -69,8 +78,11 @@ static rmqs_rc read_safe_bound(store_backend *b)
     return rc != RMQS_OK ? rc : unlock_rc;
 }
 
-/* On b->ix (locked, up): one batch of at most limit jobs. */
-static rmqs_rc ix_batch(store_backend *b, size_t limit, size_t *indexed)
+/* On b->ix (locked, up): one batch of at most limit jobs; the bound is
+ * read again when reached, but not within BOUND_EVERY_MS of the last read
+ * unless now (then *indexed is 0 and nothing was done). */
+static rmqs_rc ix_batch(store_backend *b, size_t limit, bool now,
+                        size_t *indexed)
 {
     static const char *const copy_sql =
         "WITH ins AS (INSERT INTO job_text (seq, headers, body) "
@@ -89,9 +101,12 @@ static rmqs_rc ix_batch(store_backend *b, size_t limit, size_t *indexed)
 
     *indexed = 0;
     if (b->ix_safe < 0 || b->ix_mark >= b->ix_safe) {
+        if (!now && tu_mono_ms() - b->ix_safe_at < BOUND_EVERY_MS)
+            return RMQS_OK;
         rc = read_safe_bound(b);
         if (rc != RMQS_OK)
             return rc;
+        b->ix_safe_at = tu_mono_ms();
     }
     rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
@@ -145,12 +160,12 @@ rmqs_rc pg_search_index(store_backend *b, size_t limit, size_t *indexed)
     rmqs_rc rc = pg_use(b, &b->ix);
 
     if (rc == RMQS_OK) {
-        rc = ix_batch(b, limit, &n);
+        rc = ix_batch(b, limit, true, &n);
         /* the last bound reached: one more look with a fresh one, so a
          * manual caller's 0 means "nothing left" */
         if (rc == RMQS_OK && n == 0 && b->ix_mark >= 0 &&
             b->ix_mark >= b->ix_safe)
-            rc = ix_batch(b, limit, &n);
+            rc = ix_batch(b, limit, true, &n);
     }
     pg_done(&b->ix);
     if (indexed != NULL)
@@ -182,10 +197,10 @@ static rmqs_rc thread_batch(void *arg, size_t limit, size_t *n, bool *more)
     rmqs_rc rc = pg_use(b, &b->ix);
 
     if (rc == RMQS_OK)
-        rc = ix_batch(b, limit, n);
-    /* a full batch, or the bound reached with jobs maybe above it */
-    *more = rc == RMQS_OK &&
-            (*n == limit || (*n > 0 && b->ix_mark >= b->ix_safe));
+        rc = ix_batch(b, limit, false, n);
+    /* a full batch goes on at once; at the bound, the next poll or kick
+     * reads a new one (BOUND_EVERY_MS apart) */
+    *more = rc == RMQS_OK && *n == limit;
     pg_done(&b->ix);
     return rc;
 }

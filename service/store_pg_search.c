@@ -16,7 +16,8 @@
  *     job_text holds the jobs up to search_index.mark
  *     (store_pg_indexer.c fills it off the insert path): the jobs above
  *     it are added to the candidates and checked directly (headers::jsonb
- *     @>; position());
+ *     @>; position()); a page of a common term walks the listing order
+ *     and checks position() alone (q_by_index);
  *   - id_prefix: id >= lo AND id < hi (the unique index on id);
  *   - the rest: equality and ranges on btrees in listing order.
  * A count is count(*) over at most cap + 1 rows of the same query.
@@ -113,7 +114,8 @@ static void query_free(pg_query *q)
 /* Build the page (count false) or count query for f into *q (see the file
  * comment); limit is the LIMIT's value. */
 static rmqs_rc build(const store_filter *f, bool count,
-                     const store_cursor *after, int64_t limit, pg_query *q)
+                     const store_cursor *after, int64_t limit, bool q_index,
+                     pg_query *q)
 {
     static const store_filter all = {.status = -1, .source = -1};
 
@@ -171,11 +173,12 @@ static rmqs_rc build(const store_filter *f, bool count,
     if (f->q) {
         if ((q->like = like_pattern(f->q)) == NULL)
             return RMQS_ENOMEM;
-        add(q, " AND body_kind < 2 AND seq IN (SELECT seq FROM job_text "
-               "WHERE body IS NOT NULL AND body LIKE $%d UNION ALL SELECT "
-               "t.seq FROM jobs AS t WHERE t.seq > (SELECT mark FROM "
-               "search_index))",
-            param(q, q->like, -1));
+        if (q_index)
+            add(q, " AND seq IN (SELECT seq FROM job_text WHERE body IS NOT "
+                   "NULL AND body LIKE $%d UNION ALL SELECT t.seq FROM jobs "
+                   "AS t WHERE t.seq > (SELECT mark FROM search_index))",
+                param(q, q->like, -1));
+        add(q, " AND body_kind < 2");
         add(q, " AND position($%d::bytea in body) > 0",
             param(q, f->q, (int)strlen(f->q)));
     }
@@ -184,6 +187,43 @@ static rmqs_rc build(const store_filter *f, bool count,
     else
         add(q, " ORDER BY deliver_at, seq LIMIT $%d", param_i64(q, limit));
     return q->overflow ? RMQS_ENOMEM : RMQS_OK;
+}
+
+/*
+ * Whether a page or count under f's q should take its candidates from job_text's
+ * trigram index: not when Q_DENSE_MIN or more of the newest Q_SAMPLE jobs
+ * match (a common term: walking the listing order and checking each body
+ * finds a page in about limit * Q_SAMPLE / matches rows, where the index
+ * would yield most of the table, all sorted before the first page), as
+ * store_sqlite_search.c does. A header filter drives anyway.
+ */
+#define Q_SAMPLE "1000"
+#define Q_DENSE_MIN 100
+
+static bool q_by_index(store_backend *b, const store_filter *f)
+{
+    const char *vals[1];
+    int lens[1], fmts[1] = {1};
+    PGresult *res = NULL;
+    rmqs_rc rc;
+    bool index = true;
+
+    if (f == NULL || f->q == NULL || f->header_name != NULL)
+        return true;
+    vals[0] = f->q;
+    lens[0] = (int)strlen(f->q);
+    rc = pg_use(b, &b->wr);
+    if (rc == RMQS_OK)
+        res = pg_exec(&b->wr, "search_q_sample",
+                      "SELECT count(*) FROM (SELECT body_kind, body FROM jobs "
+                      "ORDER BY seq DESC LIMIT " Q_SAMPLE ") AS s WHERE "
+                      "body_kind < 2 AND position($1::bytea in body) > 0",
+                      1, vals, lens, fmts, &rc);
+    if (res != NULL && PQntuples(res) == 1)
+        index = pg_int(res, 0, 0) < Q_DENSE_MIN;
+    PQclear(res);
+    pg_done(&b->wr);
+    return index; /* a failed sample: the index, which is always right */
 }
 
 /* Run q on the writer's connection: the result (caller PQclear) or NULL. */
@@ -218,7 +258,7 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
     /* one more: is there a next page? */
-    rc = build(f, false, after, (int64_t)limit + 1, &q);
+    rc = build(f, false, after, (int64_t)limit + 1, q_by_index(b, f), &q);
     if (rc == RMQS_OK)
         res = run(b, "list", "", &q, &rc);
     query_free(&q);
@@ -259,7 +299,8 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
 {
     pg_query q;
     PGresult *res = NULL;
-    rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap, &q);
+    rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap,
+                       q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
         res = run(b, "count", "", &q, &rc);
@@ -286,7 +327,8 @@ rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
     PGresult *res = NULL;
     /* a page after a cursor: the plan of every page but the first */
     rmqs_rc rc = build(f, count, count ? NULL : &cur,
-                       count ? STORE_COUNT_CAP_DEFAULT + 1 : 51, &q);
+                       count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
+                       q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
         res = run(b, "explain", "EXPLAIN (FORMAT JSON) ", &q, &rc);

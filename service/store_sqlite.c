@@ -662,8 +662,8 @@ done:
     return out;
 }
 
-static rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
-                             int64_t *copied)
+rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
+                      int64_t *copied)
 {
     const char *path;
     rmqs_rc out = RMQS_OK;

@@ -204,6 +204,10 @@ rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
 rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
                    char **plan_out);
 
+/* store_sqlite.c: store_checkpoint (PASSIVE, on a connection of its own,
+ * without mu). */
+rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames, int64_t *copied);
+
 /* store_sqlite_indexer.c: the search's side tables (job_headers,
  * jobs_body_fts) up to search_index.mark. sq_ix_start (at open, unless
  * opt->index_manual; a schema without search_index starts nothing) starts

@@ -16,7 +16,7 @@
  *               nothing else)
  *   q           jobs_body_fts (trigram) -> the jobs by rowid, sorted, and
  *               checked bytewise with instr() (exact; text bodies only);
- *               a page of a common term (Q_DENSE_MIN of the newest
+ *               a page or count of a common term (Q_DENSE_MIN of the newest
  *               Q_SAMPLE jobs match) instead walks the next driver below
  *               in order and checks instr() on each job
  *
@@ -54,11 +54,12 @@
 /* jobs_id drives an id_prefix search up to this many ids in the range. */
 #define ID_DRIVE_MAX 10000
 
-/* A list under q samples the newest Q_SAMPLE jobs: when at least
+/* A list or count under q samples the newest Q_SAMPLE jobs: when at least
  * Q_DENSE_MIN of them match, walking the listing order and checking each
- * job finds a page in about limit * Q_SAMPLE / matches rows, far fewer than
- * the trigram index would yield (a common term's postings are most of the
- * table, all sorted before the first page). */
+ * job finds a page in about limit * Q_SAMPLE / matches rows (a count: its
+ * cap's worth), far fewer than the trigram index would yield (a common
+ * term's postings are most of the table, all sorted before the first
+ * page, each looked up in jobs). */
 #define Q_SAMPLE 1000
 #define Q_DENSE_MIN 100
 
@@ -205,7 +206,7 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
     if (f->q != NULL && (q->fts = fts_phrase(f->q)) == NULL)
         return RMQS_ENOMEM;
 
-    if (f->q != NULL && f->header_name == NULL && !count) {
+    if (f->q != NULL && f->header_name == NULL) {
         int64_t m = q_sample(st, f->q);
         if (m < 0)
             return RMQS_EDB;

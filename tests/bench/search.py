@@ -167,8 +167,10 @@ def seed_pg(svc, n):
     # indexer's bound never passes a seq of this transaction (0003_search.sql)
     script = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(hashtext('rmqs-jobs-insert')); "
               f"INSERT INTO jobs ({COLS}) SELECT {cols} FROM generate_series(1, {n}) i; "
-              f"UPDATE job_counts SET n = n + {n - sent} WHERE status = 0; "
-              f"UPDATE job_counts SET n = n + {sent} WHERE status = 2; COMMIT; "
+              # slot 0's rows may not exist yet (PostgreSQL: a row per slot)
+              f"INSERT INTO job_counts (slot, status, n) VALUES (0, 0, {n - sent}), "
+              f"(0, 2, {sent}) ON CONFLICT (slot, status) DO UPDATE SET "
+              "n = job_counts.n + EXCLUDED.n; COMMIT; "
               "CHECKPOINT;")
     t0 = time.monotonic()
     stores.psql(svc.pg_database, script, 4 * 3600)

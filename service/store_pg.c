@@ -307,8 +307,12 @@ rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
     if (!msg[0])
         first_line(PQerrorMessage(pc->c), msg, sizeof(msg));
     /* the caller's own conflicts (a job id taken, a row refused) are
-     * logged by the caller, as warnings */
-    if (out != RMQS_ECONFLICT && out != RMQS_EINVAL)
+     * logged by the caller, as warnings; a lock wait the caller cut short
+     * itself (lock_timeout: only the search indexer sets one, and tries
+     * again later) is expected under load, not a failure to shout about */
+    if (st != NULL && strcmp(st, "55P03") == 0)
+        log_debug(MODULE, "lock wait given up", "op=%s role=%s", op, pc->role);
+    else if (out != RMQS_ECONFLICT && out != RMQS_EINVAL)
         log_error(MODULE, "database call failed",
                   "op=%s role=%s sqlstate=%s reason=\"%s\"", op, pc->role,
                   st ? st : "none", msg);

@@ -88,6 +88,18 @@ def test_container_schedules_delivers_runs_as_non_root_and_is_healthy(
     wait_until(lambda: http(port, "GET", f"/jobs/{job['id']}")[2]["status"] == "sent",
                10, "job sent")
 
+    # The dashboard is in the image's binary: the page and a module it
+    # loads, with the strict CSP (issue 14; no Node in the image).
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/", timeout=10) as r:
+        page, ctype = r.read().decode(), r.headers["Content-Type"]
+        csp = r.headers["Content-Security-Policy"] or ""
+    assert ctype.startswith("text/html") and 'src="app.js"' in page, (ctype, page[:200])
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, csp
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/ui/app.js", timeout=10) as r:
+        assert "javascript" in r.headers["Content-Type"] and r.read(), r.headers
+    assert docker("exec", name, "sh", "-c", "command -v node || echo none").stdout.strip() \
+        == "none"
+
     # The image's HEALTHCHECK runs `rmq-scheduler --healthcheck`.
     assert docker("exec", name, "rmq-scheduler", "--healthcheck", check=False).returncode == 0
     t0 = time.monotonic()

@@ -75,7 +75,7 @@ def assert_no_sanitizer(text):
         assert marker not in text, text
 
 
-def wait_ready(svc, headers=None, timeout=20):
+def wait_ready(svc, headers=None, timeout=20, broker=None):
     """/readyz 200 (sending headers, e.g. the token); fails early if the
     service exits, and quotes the service's own explanation if it never
     becomes ready."""
@@ -92,7 +92,9 @@ def wait_ready(svc, headers=None, timeout=20):
     except AssertionError as e:
         why = [ln for ln in svc.log().splitlines()
                if "unreachable" in ln or "level=error" in ln]
-        raise AssertionError(f"{e}; service log says: {why[-3:]}") from None
+        # A private node's side of a refused TLS handshake (its alerts).
+        said = "" if broker is None else "; the node's log ends:\n" + broker._log_tail()
+        raise AssertionError(f"{e}; service log says: {why[-3:]}{said}") from None
 
 
 def assert_unauthorized(resp, token=None):
@@ -793,7 +795,7 @@ def test_amqps_with_the_ca_file_delivers_through_tls(service, pki, tls_broker,
             assert tls.version() in ("TLSv1.2", "TLSv1.3"), tls.version()
     svc = service("--amqp-ca-file", pki.ca, amqp_url=broker.tls_url(host),
                   wait="health")
-    wait_ready(svc, timeout=15)
+    wait_ready(svc, timeout=15, broker=broker)
     assert "amqps://guest:***@" in svc.log()
     conns = _assert_delivered_over_tls(svc, consumer, broker, f"tls via {host}")
     assert all(not c["peer_cert_subject"] for c in conns), conns
@@ -808,7 +810,7 @@ def test_amqps_with_a_client_certificate(service, pki, tls_broker, tls_consumers
     svc = service("--amqp-ca-file", pki.ca, "--amqp-cert-file", pki.client_cert,
                   "--amqp-key-file", pki.client_key,
                   amqp_url=broker.tls_url("localhost"), wait="health")
-    wait_ready(svc)
+    wait_ready(svc, broker=broker)
     conns = _assert_delivered_over_tls(svc, consumer, broker, "with client cert")
     assert any(pki.client_cn in (c["peer_cert_subject"] or "") for c in conns), conns
 

@@ -122,6 +122,7 @@ class RabbitNode:
         self.launched = False
         self.ever_launched = False  # its epmd may be running
         self.env = None
+        self.log_mark = 0
 
     def prepare(self, config, wait_ports):
         """Write rabbitmq.conf (config) and an empty plugin list, give the
@@ -166,8 +167,25 @@ class RabbitNode:
         except (OSError, ValueError):
             return None
 
+    def log_path(self):
+        return os.path.join(self.dir, "log", f"{self.node}.log")
+
+    def _log_since_launch(self):
+        """What the node logged since the last launch() (a restarted node
+        appends to the same file)."""
+        try:
+            with open(self.log_path(), errors="replace") as f:
+                f.seek(self.log_mark)
+                return f.read()
+        except OSError:
+            return ""
+
     def launch(self):
         """Start the node in the background (rabbitmq-server -detached)."""
+        try:
+            self.log_mark = os.path.getsize(self.log_path())
+        except OSError:
+            self.log_mark = 0
         r = subprocess.run(["rabbitmq-server", "-detached"], env=self.env,
                            capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
@@ -175,13 +193,25 @@ class RabbitNode:
         self.launched = self.ever_launched = True
 
     def wait_up(self, timeout=90):
-        """Every port of wait_ports accepts connections (5-15 s on an idle
-        machine)."""
+        """The node has booted since launch() (its log says "Server startup
+        complete") with a listener of its own on every port of wait_ports
+        (its log names each one), and those ports accept connections: 5-15 s
+        on an idle machine. A port that answers is not enough: if another
+        process took a port before the node could bind it, the node fails
+        to boot and whatever holds the port answers instead (a TLS client
+        then sees a failed handshake, not a missing node)."""
         deadline = time.monotonic() + timeout
-        while not all(port_open(p) for p in self.wait_ports):
+
+        def booted():
+            log = self._log_since_launch()
+            return ("Server startup complete" in log and
+                    all(f"listener on 127.0.0.1:{p}\n" in log
+                        for p in self.wait_ports))
+        while not (booted() and all(port_open(p) for p in self.wait_ports)):
             if time.monotonic() > deadline:
                 raise AssertionError(
-                    f"RabbitMQ node {self.node} did not listen within {timeout} s:\n"
+                    f"RabbitMQ node {self.node} did not boot with listeners on "
+                    f"{list(self.wait_ports)} within {timeout} s:\n"
                     + self._log_tail())
             time.sleep(0.2)
         self.pid = self._read_pid()

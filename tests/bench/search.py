@@ -21,7 +21,9 @@ Two parts, each printed as a table and kept in bench-results.json:
     /jobs/count, --search-requests times (25) one after another on one
     keep-alive connection: client-side time on loopback (send to last byte
     of the answer), median and p99 (with 25 samples p99 is the maximum).
-    Target of the issue: each <= 100 ms at 10,000,000 jobs.
+    Target of the issue: each <= 100 ms at 10,000,000 jobs. The count is
+    timed as the jobs page sends it (max=PAGE_COUNT, ui/jobs.js) and at the
+    API's default max (100,000), which a bulk confirmation exceeds.
 
 The seeded jobs (i = 1..N): deliver_at spread evenly over 1-30 days ahead;
 status sent for i % 10 == 0, else pending; exchange ex(i % 10); routing key
@@ -230,6 +232,10 @@ def kinds(base, one_id):
     ]
 
 
+# The jobs page's count stops here (ui/jobs.js PAGE_COUNT).
+PAGE_COUNT = 10000
+
+
 def time_requests(svc, path, params, n):
     h = Getter(svc.port)
     times, status, raw = [], None, b""
@@ -285,11 +291,15 @@ def searches(b, B, store):
         res = {}
         for name, params in kinds(out["seed"]["base"], one_id):
             lst = time_requests(svc, "/jobs", dict(params, limit=50), b.a.search_requests)
-            cnt = time_requests(svc, "/jobs/count", params, b.a.search_requests)
-            res[name] = {"params": params, "list": lst, "count": cnt}
+            cnt = time_requests(svc, "/jobs/count", dict(params, max=PAGE_COUNT),
+                                b.a.search_requests)
+            cnt_api = time_requests(svc, "/jobs/count", params, b.a.search_requests)
+            res[name] = {"params": params, "list": lst, "count": cnt,
+                         "count_default_max": cnt_api}
             B.log(f"search {store} {name}: list {lst['median_ms']}/{lst['p99_ms']} ms, "
-                  f"count {cnt['median_ms']}/{cnt['p99_ms']} ms (median/p99) "
-                  f"{cnt['answer'][:60]}")
+                  f"count {cnt['median_ms']}/{cnt['p99_ms']} ms, at the API's "
+                  f"default max {cnt_api['median_ms']}/{cnt_api['p99_ms']} ms "
+                  f"(median/p99) {cnt_api['answer'][:60]}")
         out["requests"] = res
         out["db_bytes"] = svc.db_bytes()
     finally:
@@ -340,3 +350,7 @@ def table_rows(R, row):
                 row(scn, f"{name} {k} median/p99 ms",
                     f"{q[k]['median_ms']}/{q[k]['p99_ms']}", "<= 100",
                     q[k]["p99_ms"] <= 100)
+            if "count_default_max" in q:
+                c = q["count_default_max"]
+                row(scn, f"{name} count (max 100,000) median/p99 ms",
+                    f"{c['median_ms']}/{c['p99_ms']}")

@@ -1,6 +1,7 @@
 // A bulk cancel of a filtered set of 10,000 jobs from the jobs page: the
-// confirmation shows the count, progress is reported, exactly those jobs
-// end cancelled and the others stay pending.
+// confirmation shows the exact count (the page's own stops at 10,000),
+// progress is reported, exactly those jobs end cancelled and the others
+// stay pending.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Service, launch, openPage, visit, inMinutes } from './harness.js';
@@ -15,6 +16,18 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await svc?.stop();
+});
+
+test('past the page count: the page says "more than 10,000", the confirmation counts them all; saying no changes nothing', async () => {
+  const { page } = await openPage(browser, svc);
+  await visit(page, svc, '#/jobs?status=pending');
+  await page.locator('#count').getByText('More than 10,000 matching jobs').waitFor({ timeout: 20000 });
+  await page.getByRole('button', { name: 'Cancel all matching…' }).click();
+  const dialog = page.getByRole('dialog', { name: 'Cancel jobs' });
+  await dialog.getByText('Cancel 12,000 matching jobs').waitFor();
+  await dialog.locator('#confirm-no').click();
+  await dialog.waitFor({ state: 'hidden' });
+  assert.equal((await svc.api('GET', '/jobs/count?status=pending')).body.count, 12000);
 });
 
 test('bulk cancel of 10,000 filtered jobs', async () => {

@@ -206,8 +206,9 @@ export async function axe(page) {
     const r = await axe.run(document, { resultTypes: ['violations'] });
     return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5) }));
   });
-  return res.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  return res;
 }
+export const seriousOrCritical = (violations) => violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 
 export async function screenshot(page, name) {
   const dir = process.env.RMQS_TEST_ARTIFACTS || path.join(os.tmpdir(), 'rmqs-browser-artifacts');

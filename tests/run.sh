@@ -130,15 +130,30 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS="second_deadlock_stack=1 history_size=4 suppressions=$PWD/tests/tsan.supp"
 
+# The figures the tests measure (lateness, counts, the cron differential
+# test's case counts...) are appended by each test to RMQS_TEST_REPORT and
+# printed after its stage: ctest shows a passing test's output nowhere else.
+report() {
+    if [ -s "$1" ]; then
+        rmqs_log "what the tests of stage $2 measured ($1):"
+        cat "$1"
+    fi
+}
 status=0
 set +e
 case " $STAGES " in *" asan "*)
     rmqs_log "stage asan: ctest in build-test/"
-    ctest --test-dir build-test --output-on-failure "$@" || status=1 ;;
+    export RMQS_TEST_REPORT=$PWD/build-test/test-report.txt
+    rm -f "$RMQS_TEST_REPORT"
+    ctest --test-dir build-test --output-on-failure "$@" || status=1
+    report "$RMQS_TEST_REPORT" asan ;;
 esac
 case " $STAGES " in *" tsan "*)
     rmqs_log "stage tsan: the integration tests against the TSan build in build-tsan/"
-    ctest --test-dir build-tsan --output-on-failure -L integration "$@" || status=1 ;;
+    export RMQS_TEST_REPORT=$PWD/build-tsan/test-report.txt
+    rm -f "$RMQS_TEST_REPORT"
+    ctest --test-dir build-tsan --output-on-failure -L integration "$@" || status=1
+    report "$RMQS_TEST_REPORT" tsan ;;
 esac
 set -e
 exit "$status"

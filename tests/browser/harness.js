@@ -208,6 +208,12 @@ export async function axe(page) {
   });
   return res;
 }
+// A figure the test measured: printed, and appended to $RMQS_TEST_REPORT
+// (tests/run.sh prints that file after the stage).
+export function report(line) {
+  console.log(line);
+  if (process.env.RMQS_TEST_REPORT) fs.appendFileSync(process.env.RMQS_TEST_REPORT, line + '\n');
+}
 export const seriousOrCritical = (violations) => violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 
 export async function screenshot(page, name) {

@@ -4,7 +4,7 @@
 // viewport, and is kept as a screenshot.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Service, launch, openPage, visit, axe, seriousOrCritical, screenshot, inMinutes, queue, waitFor, PHONE, DESKTOP } from './harness.js';
+import { Service, launch, openPage, visit, axe, seriousOrCritical, report, screenshot, store, inMinutes, queue, waitFor, PHONE, DESKTOP } from './harness.js';
 
 let svc, browser, jobId, sink;
 const ROUTES = () => [
@@ -97,6 +97,7 @@ test('the CSP blocks what the page does not need (proved by an inline script it 
 });
 
 test('axe-core: no serious or critical finding on any page, desktop and phone', async () => {
+  const seen = { pages: 0, findings: 0, serious: 0 };
   for (const viewport of [DESKTOP, PHONE]) {
     for (const [name, route, ready] of ROUTES()) {
       const { context, page } = await openPage(browser, svc, { viewport });
@@ -106,6 +107,9 @@ test('axe-core: no serious or critical finding on any page, desktop and phone', 
       // Every finding is printed (moderate and minor ones too); serious or
       // critical ones fail.
       console.log(`axe: ${name} at ${viewport.width}px: ${found.length ? JSON.stringify(found) : 'no violation'}`);
+      seen.pages += 1;
+      seen.findings += found.length;
+      seen.serious += seriousOrCritical(found).length;
       assert.deepEqual(seriousOrCritical(found), [], `${name} at ${viewport.width}px`);
       if (viewport === PHONE) {
         const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
@@ -115,6 +119,8 @@ test('axe-core: no serious or critical finding on any page, desktop and phone', 
       await context.close();
     }
   }
+  report(`browser.pages (${store()}): axe-core on ${seen.pages} page views (${ROUTES().length} pages at ` +
+    `${DESKTOP.width} and ${PHONE.width} px): ${seen.findings} findings of any impact, ${seen.serious} serious or critical`);
 });
 
 test('the files: content types, ETag revalidation, no token needed, /ui/config.json keeps secrets', async () => {

@@ -334,13 +334,18 @@ def main():
         examples[cls].append(desc)
 
     elapsed = time.monotonic() - t0
-    print(f"cron.differential: {cases} cases, {counts['agreed']} agreed, "
-          f"{counts['b-croniter-dst']} croniter DST bug within a day of a transition (b), "
-          f"{counts['b-croniter-offset']} croniter carried an offset across a transition (b2), "
-          f"{counts['c-croniter-raised']} croniter raised, ours = model (c), "
-          f"{counts['d-croniter-wrong']} croniter wrong away from transitions (d), "
-          f"{counts['a-ours-wrong']} unclassified (a); "
-          f"cron_dump {t_ours:.1f} s, total {elapsed:.1f} s")
+    summary = (f"cron.differential: seed {seed}, {cases} cases, {counts['agreed']} agreed, "
+               f"{counts['b-croniter-dst']} croniter DST bug within a day of a transition (b), "
+               f"{counts['b-croniter-offset']} croniter carried an offset across a transition (b2), "
+               f"{counts['c-croniter-raised']} croniter raised, ours = model (c), "
+               f"{counts['d-croniter-wrong']} croniter wrong away from transitions (d), "
+               f"{counts['a-ours-wrong']} unclassified (a); "
+               f"cron_dump {t_ours:.1f} s, total {elapsed:.1f} s")
+    print(summary)
+    # tests/run.sh prints this file at the end, so CI's output has the counts.
+    if os.environ.get("RMQS_TEST_REPORT"):
+        with open(os.environ["RMQS_TEST_REPORT"], "a") as f:
+            f.write(summary + "\n")
     for cls, ex in examples.items():
         for line in ex[:5 if cls != "a-ours-wrong" else 40]:
             print(f"  [{cls}] {line}")

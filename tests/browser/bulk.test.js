@@ -18,25 +18,29 @@ after(async () => {
   await svc?.stop();
 });
 
-test('past the page count: the page says "more than 10,000", the confirmation counts them all; saying no changes nothing', async () => {
+// The jobs page at route shows pageCount; its bulk cancel button opens the
+// confirmation, which names confirmCount.
+async function openBulkCancel(route, pageCount, confirmCount) {
   const { page } = await openPage(browser, svc);
-  await visit(page, svc, '#/jobs?status=pending');
-  await page.locator('#count').getByText('More than 10,000 matching jobs').waitFor({ timeout: 20000 });
+  await visit(page, svc, route);
+  await page.locator('#count').getByText(pageCount).waitFor({ timeout: 20000 });
   await page.getByRole('button', { name: 'Cancel all matching…' }).click();
   const dialog = page.getByRole('dialog', { name: 'Cancel jobs' });
-  await dialog.getByText('Cancel 12,000 matching jobs').waitFor();
+  await dialog.getByText(confirmCount).waitFor();
+  return { page, dialog };
+}
+
+test('past the page count: the page says "more than 10,000", the confirmation counts them all; saying no changes nothing', async () => {
+  const { dialog } = await openBulkCancel('#/jobs?status=pending', 'More than 10,000 matching jobs',
+    'Cancel 12,000 matching jobs');
   await dialog.locator('#confirm-no').click();
   await dialog.waitFor({ state: 'hidden' });
   assert.equal((await svc.api('GET', '/jobs/count?status=pending')).body.count, 12000);
 });
 
 test('bulk cancel of 10,000 filtered jobs', async () => {
-  const { page } = await openPage(browser, svc);
-  await visit(page, svc, '#/jobs?routing_key=bulk.target&status=pending');
-  await page.locator('#count').getByText('10,000 matching jobs').waitFor({ timeout: 20000 });
-  await page.getByRole('button', { name: 'Cancel all matching…' }).click();
-  const dialog = page.getByRole('dialog', { name: 'Cancel jobs' });
-  await dialog.getByText('Cancel 10,000 matching jobs').waitFor();
+  const { page, dialog } = await openBulkCancel('#/jobs?routing_key=bulk.target&status=pending',
+    '10,000 matching jobs', 'Cancel 10,000 matching jobs');
   await dialog.getByRole('button', { name: 'Cancel jobs' }).click();
   await page.locator('#bulk-progress[data-state="done"]').waitFor({ timeout: 120000 });
   assert.match(await page.locator('#bulk-progress').textContent(), /10000 done/);

@@ -57,19 +57,29 @@ def test_kill9_and_restart_loses_no_pending_job(service, amqp, report):
 
 
 def test_kill9_while_publishing_recovers_jobs_in_flight(service, amqp, report):
-    # One job per round (--batch-size 1) so the kill lands while jobs are
-    # being published and confirmed.
+    # 20,000 jobs due at the same moment, published one per round
+    # (--batch-size 1: publish, await its confirm, record it) so that the
+    # kill, right after the first message arrives, lands while jobs are being
+    # published and confirmed. (With 600 and the kill after the 20th message,
+    # an idle CI machine had published all 600 before the kill.)
     svc = service("--batch-size", "1")
-    n = 600
-    at = format_ts(time.time() + 3.0)
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        jobs = list(pool.map(
-            lambda i: svc.schedule({"exchange": amqp.exchange,
-                                    "routing_key": amqp.routing_key,
-                                    "body": f"in flight {i}", "deliver_at": at}),
-            range(n)))
+    n = 20000
+    due = time.time() + 10.0  # 20,000 jobs take 1-4 s to schedule here
+    at = format_ts(due)
+
+    def schedule_batch(first):
+        items = [{"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                  "body": f"in flight {first + i}", "deliver_at": at}
+                 for i in range(1000)]
+        st, _, body = svc.post("/schedule/batch", items, timeout=60)
+        assert st == 201, f"POST /schedule/batch -> {st} {body!r}"
+        return body["jobs"]
+    jobs = [j for first in range(0, n, 1000) for j in schedule_batch(first)]
+    assert time.time() < due - 0.5, "scheduling took too long: jobs already due"
     ids = {j["id"] for j in jobs}
-    amqp.wait_for(20, timeout=30)
+    assert len(ids) == n
+
+    wait_until(lambda: amqp.messages, 30, "the first message", interval=0.002)
     svc.kill9()
     before = len({m.job_id for m in amqp.snapshot()})
     report(f"durability: kill -9 after {before} of {n} jobs due at once had arrived")

@@ -334,7 +334,8 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
 static void teardown(service_t *svc)
 {
     http_api_quiesce(svc->api); /* no new connections */
-    ingest_free(svc->ingest);   /* its last batch committed and acknowledged */
+    ingest_stop(svc->ingest);   /* its last batch committed and acknowledged;
+                                   freed after HTTP, whose /readyz asks it */
     /* Requests in progress are still committed and answered while the
      * writer runs, also those on connections accepted before the listener
      * closed whose request had not arrived yet; bounded, since keep-alive
@@ -344,6 +345,7 @@ static void teardown(service_t *svc)
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
     http_api_drain(svc->api, 500, false); /* lets those be answered */
     http_api_stop(svc->api);  /* closes every connection */
+    ingest_free(svc->ingest);
     bulk_free(svc->bulk); /* a bulk action ends after its page; wakes disp */
     scheduler_free(svc->scheduler); /* its pass in progress ends; it wakes
                                        the dispatcher, so before it goes */

@@ -22,9 +22,9 @@ import datetime
 import http.client
 import json
 import os
-import signal
 import re
 import select
+import signal
 import socket
 import subprocess
 import threading

@@ -440,8 +440,15 @@ rmqs_rc service_start(const config *cfg, service_t **out)
         rc = start_http(svc, &limits);
     if (rc != RMQS_OK)
         goto fail;
-    log_info(MOD, "ready", "listen=%s amqp=%s", cfg->listen,
-             amqpp_safe_url(svc->pub));
+    /* The dashboard's address, so that the quick start's reader finds it
+     * in the line they wait for. */
+    if (cfg->ui == UI_MODE_OFF)
+        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=off", cfg->listen,
+                 amqpp_safe_url(svc->pub));
+    else
+        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s://%s/ui/",
+                 cfg->listen, amqpp_safe_url(svc->pub),
+                 cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
     *out = svc;
     return RMQS_OK;
 fail:

@@ -41,8 +41,8 @@ PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
 # libpq-dev: the PostgreSQL store; faketime: clock-skew tests;
 # libglib2.0-dev + tzdata: the time zones of schedules (tz.c);
 # python3-croniter: the reference of the cron differential test (tests/cron/);
-# chromium: the browser of the dashboard's tests (tests/browser/; Node and
-# npm are the machine's own, never Debian's nodejs).
+# chromium: the browser of the dashboard's tests (tests/browser/, driven by
+# Node, see 0.).
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=$RMQS_PYTHON
@@ -58,8 +58,31 @@ elif [ $# -gt 0 ] || [ "${RMQS_TEST_TSAN:-1}" = 0 ]; then
     STAGES=asan
 fi
 
+# --- 0. Node.js -------------------------------------------------------------
+# The browser tests (playwright-core 1.61, the last line that runs on Node 18)
+# and the Node clients of the integration tests (amqplib, node:http) need
+# Node.js 18 or later with npm. A Node already on PATH is used as it is; a
+# machine without one gets Debian's nodejs and npm (Debian 12: 18.20 and 9.2),
+# first, so that a Node that cannot do is said before the long install and
+# build, not after.
+NODE_MIN=18
+if ! command -v node >/dev/null 2>&1; then
+    rmqs_log "no Node.js on PATH: installing Debian's nodejs and npm first"
+    rmqs_apt_install nodejs npm
+fi
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt "$NODE_MIN" ]; then
+    rmqs_log "the tests need Node.js $NODE_MIN or later; $(command -v node) is $(node --version 2>&1): put a newer node first on PATH (Debian 12's nodejs package is 18.20)"
+    exit 2
+fi
+if ! command -v npm >/dev/null 2>&1; then
+    rmqs_log "$(command -v node) ($(node --version)) has no npm beside it: install npm for that Node (Debian: apt-get install npm, with Debian's nodejs)"
+    exit 2
+fi
+rmqs_log "Node.js $(node --version) at $(command -v node), npm $(npm --version)"
+
 # --- 1. packages ---------------------------------------------------------
-rmqs_install "${PACKAGES[@]}"
+rmqs_apt_install "${PACKAGES[@]}"
 
 # --- 2. build ------------------------------------------------------------
 # ASan + UBSan: the service, the unit tests and the tools, in build-test/.

@@ -86,7 +86,7 @@ rmqs_as_root "$SELF" ${ARGS[@]+"${ARGS[@]}"}
 START_S=$SECONDS
 
 # --- 1. packages -----------------------------------------------------------
-rmqs_install "${PACKAGES[@]}"
+rmqs_apt_install "${PACKAGES[@]}"
 
 # --- 2. build ----------------------------------------------------------------
 # The service from the work tree (build-bench/), or with --rev from a commit

@@ -54,7 +54,7 @@ if [ -z "${RMQS_TEST_AMQP_URL:-}" ]; then
 fi
 
 # --- 1. packages ------------------------------------------------------------
-rmqs_install "${PACKAGES[@]}"
+rmqs_apt_install "${PACKAGES[@]}"
 
 # --- 2. a Docker engine -------------------------------------------------------
 cleanup() {
@@ -104,7 +104,7 @@ bash tests/deploy/make-base-image.sh debian:bookworm-slim
 # --- 4. tests -------------------------------------------------------------------
 set +e
 timeout -s INT -k 60 3000 "$PYTHON" -m pytest -q -p no:cacheprovider -rA tests/deploy/test_deploy.py \
-    tests/deploy/test_ha_compose.py "$@"
+    tests/deploy/test_ha_compose.py tests/deploy/test_fresh_machine.py "$@"
 status=$?
 set -e
 exit "$status"

@@ -26,6 +26,7 @@ import pika
 import pytest
 
 from helpers import amqp_params, free_port, http_request, port_open, wait_until
+from pylib import quickstart
 
 # Whole file: the quick start is the README's two-command start on SQLite.
 pytestmark = pytest.mark.sqlite_only(
@@ -40,13 +41,7 @@ LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|\[::1\]|::1)$")
 
 
 def quickstart_blocks():
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^## Quick start\b.*?\n(.*?)^#", text, re.S | re.M)
-    assert m, "README.md has no '## Quick start' section"
-    blocks = re.findall(r"^```sh\n(.*?)^```$", m.group(1), re.S | re.M)
-    assert len(blocks) == 2, f"expected two sh blocks (two terminals), got {blocks}"
-    return blocks
+    return quickstart.quickstart_blocks(README)
 
 
 def listeners(pids):
@@ -120,14 +115,8 @@ class RunLocal:
         self.log_path = os.path.join(self.data, "run-local.log")
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith(("RMQS_", "RABBITMQ_", "ERL_"))}
-        self.env.update({
-            "RMQS_LOCAL_AMQP_PORT": str(self.ports["amqp"]),
-            "RMQS_LOCAL_MANAGEMENT_PORT": str(self.ports["management"]),
-            "RMQS_LOCAL_DIST_PORT": str(self.ports["dist"]),
-            "RMQS_LOCAL_EPMD_PORT": str(self.ports["epmd"]),
-            "RMQS_LOCAL_NODE": self.node, "RMQS_LOCAL_DATA": self.data,
-            "RMQS_LOCAL_BUILD": "build-test/run-local",
-            "RMQS_LISTEN": f"127.0.0.1:{self.ports['http']}"})
+        self.env.update(quickstart.local_ports_env(
+            self.ports, self.node, self.data, "build-test/run-local"))
         self.proc = None
         self.node_pid = None
 
@@ -193,10 +182,8 @@ def run_local():
 
 def second_terminal(r):
     """The README's second block with only host:port values replaced."""
-    block = quickstart_blocks()[1]
-    assert "127.0.0.1:8080" in block and "rabbitmqadmin " in block, block
-    block = block.replace("127.0.0.1:8080", r.env["RMQS_LISTEN"])
-    return block.replace("rabbitmqadmin ", f"rabbitmqadmin --port={r.ports['management']} ")
+    return quickstart.second_terminal(quickstart_blocks()[1], r.env["RMQS_LISTEN"],
+                                      r.ports["management"])
 
 
 def test_the_quick_start_delivers_the_message(run_local):
@@ -209,8 +196,8 @@ def test_the_quick_start_delivers_the_message(run_local):
     lines = p.stdout.splitlines()
     job = json.loads(next(ln for ln in lines if ln.startswith("{")))
     assert job["status"] == "pending" and job["routing_key"] == "quickstart", job
-    got = [ln for ln in lines if "hello from rmq-scheduler" in ln and "|" in ln]
-    assert got and "quickstart" in got[-1], p.stdout
+    got = quickstart.delivered_row(p.stdout)
+    assert got and "quickstart" in got, p.stdout
     # It came from the scheduler at its due time, and the queue is empty now.
     sent = http_request(r.ports["http"], "GET", f"/jobs/{job['id']}").body
     assert sent["status"] == "sent" and sent["sent_at"] >= sent["deliver_at"], sent

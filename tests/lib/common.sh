@@ -8,8 +8,9 @@
 # tests/lib/as-root.sh); a script sets RMQS_LOG_PREFIX so messages say who
 # speaks. (The Python harnesses share tests/pylib the same way.)
 #
-#   rmqs_install PKG...          apt-get install the missing ones (bounded:
-#                                update 15 min, install 20 min)
+#   rmqs_apt_install PKG...      apt-get install the missing ones (bounded:
+#                                update 15 min, install 20 min), starting no
+#                                daemon (deploy/lib/apt-install.sh)
 #   rmqs_free_ports N            N free loopback TCP ports, on one line
 #   rmqs_alive PID               the process exists and is not a zombie
 #   rmqs_rabbit_start NAME DIR   a node NAME@localhost with its data in DIR
@@ -40,18 +41,11 @@ RMQS_PYTHON=/usr/bin/python3  # Debian's, which has python3-pika and pytest
 
 rmqs_log() { printf '%s: %s\n' "${RMQS_LOG_PREFIX:-tests}" "$*" >&2; }
 
-rmqs_install() {
-    local p status missing=()
-    for p in "$@"; do
-        status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
-        [ "${status:0:2}" = "ii" ] || missing+=("$p")
-    done
-    [ ${#missing[@]} -gt 0 ] || return 0
-    rmqs_log "installing: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get update
-    DEBIAN_FRONTEND=noninteractive timeout 1200 \
-        apt-get install -y --no-install-recommends "${missing[@]}"
-}
+# The install itself is deploy/lib/apt-install.sh's, shared with
+# deploy/run-local.sh: no daemon that a package would start is left running.
+# shellcheck source=deploy/lib/apt-install.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../../deploy/lib/apt-install.sh"
+rmqs_apt_log() { rmqs_log "$@"; }
 
 rmqs_free_ports() {
     "$RMQS_PYTHON" - "$1" <<'EOF'

@@ -83,6 +83,7 @@ rmqs_log "Node.js $(node --version) at $(command -v node), npm $(npm --version)"
 
 # --- 1. packages ---------------------------------------------------------
 rmqs_apt_install "${PACKAGES[@]}"
+rmqs_log "packages ready after ${SECONDS} s"
 
 # --- 2. build ------------------------------------------------------------
 # ASan + UBSan: the service, the unit tests and the tools, in build-test/.
@@ -107,6 +108,8 @@ fi
 if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-lock.json ]; then
     (cd tests/browser && npm ci --no-audit --no-fund)
 fi
+
+rmqs_log "build and npm packages ready after ${SECONDS} s"
 
 # --- 3. a private RabbitMQ node and a private PostgreSQL server -----------
 # Own names, ports (AMQP, distribution, a private epmd; PostgreSQL never on

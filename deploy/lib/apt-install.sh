@@ -51,7 +51,7 @@ rmqs_apt_root() {
 }
 
 rmqs_apt_install() {
-    local missing log rc=0 own_policy="" own_pgconf="" before after unit
+    local missing log rc=0 own_policy="" own_pgconf="" before after unit kept
     mapfile -t missing < <(rmqs_apt_missing "$@")
     [ ${#missing[@]} -gt 0 ] || return 0
     rmqs_apt_log "installing ${missing[*]}"
@@ -84,6 +84,13 @@ rmqs_apt_install() {
     [ -n "$own_pgconf" ] && rmqs_apt_root rm -f "$RMQS_APT_PGCONF"
     if [ "$rc" -eq 0 ]; then
         rmqs_apt_log "installed ${#missing[@]} packages (and what they depend on)"
+        # invoke-rc.d's refusals (deb-systemd-invoke's on systemd) name no
+        # package: the one being set up when each came is the one kept from
+        # starting.
+        kept=$(awk '/^Setting up / { pkg = $3 }
+                    /policy-rc.d denied execution of (start|restart)|policy-rc.d returned 101, not running .(start|restart)/ {
+                        if (pkg != "" && !seen[pkg]++) printf "%s%s", (n++ ? " " : ""), pkg }' "$log")
+        [ -z "$kept" ] || rmqs_apt_log "kept from starting by policy-rc.d: $kept"
     fi
     rm -f "$log"
     return "$rc"

@@ -22,6 +22,7 @@ reaches its registry through it here). Costs about 10 minutes of CI
 (figures in the report)."""
 
 import os
+import re
 import signal
 import subprocess
 import tarfile
@@ -64,6 +65,27 @@ def checkout_tar(path):
                 tar.add(full, arcname=name, recursive=False)
 
 
+def host_extra_ca():
+    """The certificate authorities this machine adds for Node (as behind a
+    TLS-intercepting proxy): NODE_EXTRA_CA_CERTS's file, else the local
+    ones of update-ca-certificates gathered into one file; None when there
+    are none."""
+    ca = os.environ.get("NODE_EXTRA_CA_CERTS")
+    if ca and os.path.isfile(ca):
+        return ca
+    local = "/usr/local/share/ca-certificates"
+    pems = sorted(os.path.join(d, f) for d, _, fs in os.walk(local) for f in fs
+                  if f.endswith(".crt")) if os.path.isdir(local) else []
+    if not pems:
+        return None
+    out = os.path.join(tempfile.gettempdir(), f"rmqs-fresh-ca-{os.getpid()}.pem")
+    with open(out, "w", encoding="utf-8") as f:
+        for pem in pems:
+            with open(pem, encoding="utf-8") as g:
+                f.write(g.read().rstrip("\n") + "\n")
+    return out
+
+
 class Fresh:
     """One container from the bare image, kept running with `sleep`."""
 
@@ -72,8 +94,8 @@ class Fresh:
         self.env = {}
         args = ["run", "-d", "--name", self.name, "--network", "host",
                 "--shm-size", "512m"]
-        ca = os.environ.get("NODE_EXTRA_CA_CERTS")
-        if ca and os.path.isfile(ca):
+        ca = host_extra_ca()
+        if ca:
             args += ["-v", f"{ca}:/run/host-extra-ca.pem:ro"]
             self.env["NODE_EXTRA_CA_CERTS"] = "/run/host-extra-ca.pem"
         docker(*args, BASE, "sleep", "infinity")
@@ -199,6 +221,11 @@ def test_run_local_and_the_quick_start_work_as_pasted(fresh, report):
     assert said < out.index("run-local: installing "), out[:3000]
     assert "cannot pass through /root (mode 700)" in out, out[:3000]
     assert "/var/lib/rabbitmq/rmq-scheduler-local-" in out, out[:3000]
+    # Debian's RabbitMQ service was kept from starting by the install's own
+    # policy (without it, invoke-rc.d in a container only warns that it has
+    # no policy and blocks by default).
+    kept = [ln for ln in out.splitlines() if "kept from starting by policy-rc.d:" in ln]
+    assert kept and "rabbitmq-server" in kept[0].split(), out[:3000]
     installed = fresh.run("dpkg-query -W -f '${db:Status-Abbrev}\\n' | grep -c '^ii'",
                           workdir="/").stdout.strip()
     report(f"fresh machine: run-local.sh as root from /root ready in {ready_s:.0f} s "
@@ -241,6 +268,10 @@ def test_the_test_command_passes_a_subset_that_takes_every_install_path(fresh, r
     p = fresh.run("ls /etc/postgresql/15 2>/dev/null; ls /usr/sbin/policy-rc.d "
                   "/etc/postgresql-common/createcluster.d/ 2>&1 || true", workdir="/")
     assert "main" not in p.stdout.split() and "No such file" in p.stdout, p.stdout
+    steps = [ln.split(": ", 1)[1] for ln in out.splitlines()
+             if ln.startswith("run.sh: ") and " ready after " in ln]
+    times = [ln.strip() for ln in out.splitlines() if re.search(r" Test +#", ln)]
     report(f"fresh machine: tests/run.sh with {len(SUBSET)} tests (every install path) "
-           f"passed in {took:.0f} s, nothing left running")
+           f"passed in {took:.0f} s ({'; '.join(steps)}), nothing left running; "
+           + "; ".join(" ".join(t.split()) for t in times))
 

@@ -310,6 +310,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .limits = *limits,
                 .api_token = cfg->api_token,
                 .allow_exchanges = cfg->allow_exchanges,
+                .public_origins = cfg->public_origin,
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,
                 .ingest_up = svc->ingest != NULL ? ingest_up : NULL,

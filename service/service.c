@@ -443,13 +443,14 @@ rmqs_rc service_start(const config *cfg, service_t **out)
         goto fail;
     /* The dashboard's address, so that the quick start's reader finds it
      * in the line they wait for. */
-    if (cfg->ui == UI_MODE_OFF)
-        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=off", cfg->listen,
-                 amqpp_safe_url(svc->pub));
-    else
-        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s://%s/ui/",
-                 cfg->listen, amqpp_safe_url(svc->pub),
-                 cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
+    {
+        char ui[320] = "off";
+        if (cfg->ui != UI_MODE_OFF)
+            snprintf(ui, sizeof(ui), "%s://%s/ui/",
+                     cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
+        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s", cfg->listen,
+                 amqpp_safe_url(svc->pub), ui);
+    }
     *out = svc;
     return RMQS_OK;
 fail:

@@ -136,8 +136,8 @@ static void fb_escaped(fieldbuf *b, const char *s, size_t n)
 /*
  * fmt with its arguments into b, like vsnprintf, but every %s argument is
  * written so that it stays the one value it is:
- *   - inside quotes of fmt ("%s"): quote, backslash and control characters
- *     escaped (\" \\ \n \r \t \xNN);
+ *   - inside quotes of fmt ("%s", "%s: %s"): quote, backslash and control
+ *     characters escaped (\" \\ \n \r \t \xNN);
  *   - bare (key=%s): as it is when it holds no space, quote, '=',
  *     backslash or control character; otherwise quoted and escaped.
  * Every other conversion (integers, floating point, %c, %p) cannot carry
@@ -153,6 +153,7 @@ static void fb_escaped(fieldbuf *b, const char *s, size_t n)
 static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
 {
     const char *p = fmt;
+    bool in_quotes = false; /* inside a "..." of fmt's own text */
 
     while (*p != '\0') {
         char spec[32], tmp[512];
@@ -164,6 +165,9 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
 
         if (lit == NULL)
             lit = p + strlen(p);
+        for (const char *q = p; q < lit; q++)
+            if (*q == '"' && (q == fmt || q[-1] != '\\'))
+                in_quotes = !in_quotes;
         fb_put(b, p, (size_t)(lit - p));
         if (*lit == '\0')
             return;
@@ -213,7 +217,7 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
             if (s == NULL)
                 s = "(null)";
             sn = prec >= 0 ? strnlen(s, (size_t)prec) : strlen(s);
-            quoted = start > fmt && start[-1] == '"' && *p == '"';
+            quoted = in_quotes;
             if (width > (int)sn && strchr(spec, '-') == NULL)
                 for (int i = (int)sn; i < width; i++)
                     fb_put(b, " ", 1);

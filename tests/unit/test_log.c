@@ -430,3 +430,22 @@ Test(log, text_conversions_other_than_strings_print_as_printf_would)
                        " msg=\"conv\" a=-7 b=42 c=-9000000000 d=18000000000 e=7 "
                        "f=0a g=abc h=ab   | i=z j=1.500000 k=0012 l=-3 m=%\n");
 }
+
+static void emit_two_in_quotes(void)
+{
+    log_warn("m", "two", "reason=\"%s: %s\" n=1", "a \"b\"", "c\nd");
+}
+
+Test(log, several_values_inside_one_quoted_field_are_escaped_in_place)
+{
+    json_t **v;
+
+    expect_line_ending(emit_two_in_quotes,
+                       " msg=\"two\" reason=\"a \\\"b\\\": c\\nd\" n=1\n");
+    begin_json();
+    emit_two_in_quotes();
+    v = finish(1);
+    cr_expect_str_eq(str(v[0], "reason"), "a \"b\": c\nd");
+    cr_expect_eq(json_integer_value(json_object_get(v[0], "n")), 1);
+    free_lines(v);
+}

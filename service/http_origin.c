@@ -160,8 +160,8 @@ rmqs_rc http_origins_new(const char *public_origins, const char *listen,
                  !normal_origin(item, o->origin[o->n], o->host[o->n]))) {
                 http_origins_free(o);
                 return rmqs_fail(err, RMQS_EINVAL, "public_origin",
-                                 "public origin %.*s is not scheme://host[:port] "
-                                 "with scheme http or https",
+                                 "--public-origin: %.*s is not "
+                                 "scheme://host[:port] with scheme http or https",
                                  (int)(e - s > 80 ? 80 : e - s), s);
             }
             o->n++;

@@ -707,9 +707,9 @@ static void log_invalid(ingest_t *in, const delivery *d, const char *what)
     in->invalid_total++;
     log_warn(MOD, "invalid message",
              "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\" "
-             "reason=\"%s\" action=%s%s%s invalid_total=%llu",
+             "reason=\"%s\" action=%s job_id=%s invalid_total=%llu",
              in->maps[d->map].ingest_exchange, d->routing_key, d->message_id,
-             d->reason, what, d->job.id[0] ? " job_id=" : "", d->job.id,
+             d->reason, what, d->job.id[0] ? d->job.id : "none",
              (unsigned long long)in->invalid_total);
 }
 
@@ -777,10 +777,11 @@ static size_t settle(ingest_t *in)
     }
     if (requeued > 0) {
         log_warn(MOD, "messages not stored; returned to the inbox",
-                 "n=%zu exchange=\"%s\" message_id=\"%s\" reason=\"%s\"%s",
-                 requeued, in->maps[first_requeued->map].ingest_exchange,
+                 "n=%zu exchange=\"%s\" message_id=\"%s\" reason=\"%s\" "
+                 "shown=%s", requeued,
+                 in->maps[first_requeued->map].ingest_exchange,
                  first_requeued->message_id, first_requeued->reason,
-                 requeued > 1 ? " note=\"the first of them\"" : "");
+                 requeued > 1 ? "the_first" : "the_only");
     }
     if (unkeyed > 0) {
         log_warn(MOD, "redelivered messages without message_id stored",

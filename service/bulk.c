@@ -134,10 +134,11 @@ static void run_op(bulk_t *b, bulk_op *op)
         op->errors += op->errors == 0 ? 1 : 0; /* a failure is never silent */
     log_info("bulk", ok && !stopped ? "finished" : "ended early",
              "bulk_id=%s action=%s filter=%s matched=%llu done=%llu "
-             "skipped=%llu errors=%llu%s", op->id, action_name(op->action),
-             text ? text : "?", (unsigned long long)op->matched,
-             (unsigned long long)op->done, (unsigned long long)op->skipped,
-             (unsigned long long)op->errors, stopped ? " reason=stopping" : "");
+             "skipped=%llu errors=%llu stopping=%s", op->id,
+             action_name(op->action), text ? text : "?",
+             (unsigned long long)op->matched, (unsigned long long)op->done,
+             (unsigned long long)op->skipped, (unsigned long long)op->errors,
+             stopped ? "true" : "false");
     b->running = NULL;
     pthread_mutex_unlock(&b->w.mu);
     free(text);

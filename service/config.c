@@ -17,6 +17,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "http_origin.h"
 #include "netaddr.h"
 
 typedef enum {
@@ -166,6 +167,12 @@ static const opt_def opt_table[] = {
     {"allow-exchanges", "RMQS_ALLOW_EXCHANGES", OPT_STR, F(allow_exchanges),
      NULL, 0, 0, "comma-separated exchanges jobs may target; 'prefix*' "
      "matches a prefix; unset: all", NULL},
+    {"public-origin", "RMQS_PUBLIC_ORIGIN", OPT_STR, F(public_origin), NULL, 0,
+     0, "comma-separated origins (https://host[:port]) browsers and proxies "
+     "reach the service by, besides its listen address, localhost and IP "
+     "literals: other Host headers get 403 host_not_allowed, changes from "
+     "other Origins 403 cross_origin; '*': any (a proxy in front checks)",
+     NULL},
     {"tls-cert-file", "RMQS_TLS_CERT_FILE", OPT_STR, F(tls_cert_file), NULL, 0,
      0, "serve HTTPS with this certificate (PEM; needs --tls-key-file)", NULL},
     {"tls-key-file", "RMQS_TLS_KEY_FILE", OPT_STR, F(tls_key_file), NULL, 0, 0,
@@ -522,6 +529,14 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
         rc = netaddr_split(cfg->listen, "listen", host, &port, err);
         if (rc != RMQS_OK)
             return rc;
+    }
+    {
+        http_origins *o;
+        rc = http_origins_new(cfg->public_origin, cfg->listen,
+                              cfg->tls_cert_file != NULL, &o, err);
+        if (rc != RMQS_OK)
+            return rc;
+        http_origins_free(o);
     }
     if (cfg->ingest_invalid == INGEST_INVALID_DEAD_LETTER &&
         cfg->ingest_dlx == NULL)

@@ -84,6 +84,8 @@ typedef struct config {
     char *api_token;         /* owned or NULL; a credential: never log it */
     char *api_token_file;    /* owned or NULL; read into api_token at load */
     char *allow_exchanges;   /* owned or NULL: comma list, "prefix*" allowed */
+    char *public_origin;     /* owned or NULL: origins besides the listen
+                                address (http_origin.h) */
     char *tls_cert_file;     /* owned or NULL: HTTPS certificate (PEM) */
     char *tls_key_file;      /* owned or NULL: its key (PEM) */
     char *amqp_ca_file;      /* owned or NULL */

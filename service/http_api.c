@@ -412,6 +412,66 @@ static enum MHD_Result drop_chunk(const http_api_t *api, http_req *rq,
     return MHD_YES;
 }
 
+/*
+ * Before anything else, headers only: a request for another Host (DNS
+ * rebinding), a change from another Origin, or a change with a form content
+ * type (which a page of any site can send without asking) is refused
+ * (http_origin.h says why). Its body is read and dropped as a 401's is, and
+ * the answer closes the connection. 0: let in; else a SITE_ reason.
+ */
+enum { SITE_OK, SITE_HOST, SITE_ORIGIN, SITE_FORM };
+
+static int site_check(http_api_t *api, struct MHD_Connection *c,
+                      const char *method)
+{
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_HOST);
+    const char *origin, *ct;
+
+    if (!http_origins_host_ok(api->origins, host)) {
+        log_warn("http", "request for another host refused", "host=%.128s",
+                 host);
+        return SITE_HOST;
+    }
+    if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ||
+        strcmp(method, "OPTIONS") == 0)
+        return SITE_OK;
+    origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!http_origins_origin_ok(api->origins, origin, host)) {
+        log_warn("http", "change from another origin refused",
+                 "method=%s origin=%.128s", method, origin);
+        return SITE_ORIGIN;
+    }
+    ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                     MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (http_origins_form_type(ct)) {
+        log_warn("http", "change with a form content type refused",
+                 "method=%s content_type=%.128s", method, ct);
+        return SITE_FORM;
+    }
+    return SITE_OK;
+}
+
+static enum MHD_Result reply_site_refused(struct MHD_Connection *c, int why)
+{
+    if (why == SITE_HOST)
+        return http_reply_error_h(c, MHD_HTTP_FORBIDDEN, "host_not_allowed",
+                                  NULL, "this Host is not served here: use "
+                                  "the listen address, localhost, an IP "
+                                  "address or a --public-origin",
+                                  MHD_HTTP_HEADER_CONNECTION, "close");
+    if (why == SITE_ORIGIN)
+        return http_reply_error_h(c, MHD_HTTP_FORBIDDEN, "cross_origin", NULL,
+                                  "changes from pages of another origin are "
+                                  "refused", MHD_HTTP_HEADER_CONNECTION,
+                                  "close");
+    return http_reply_error_h(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                              "unsupported_media_type", NULL,
+                              "a change takes application/json or no body, "
+                              "never a form content type",
+                              MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
 /* "Expect: 100-continue" on HTTP/1.1: the client sends the body only after
  * a 100 (libmicrohttpd sends it unless an answer is queued first). */
 static bool expects_continue(struct MHD_Connection *c, const char *version)
@@ -443,6 +503,15 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         atomic_fetch_add(&api->inflight, 1);
         char *end = NULL;
         unsigned long long v = cl != NULL ? strtoull(cl, &end, 10) : 0;
+        rq->site_refused = site_check(api, c, method);
+        if (rq->site_refused != SITE_OK) {
+            /* as for a 401 below: the body is read and dropped first */
+            rq->refused_us = rq->start_us;
+            if ((cl != NULL && v > api->opt.max_body_bytes) ||
+                expects_continue(c, version))
+                return reply_site_refused(c, rq->site_refused);
+            return MHD_YES;
+        }
         if (strcmp(url, "/healthz") != 0 && !http_ui_public(api, url) &&
             !http_authorized(api, c)) {
             /* As for a 413: a client that writes its whole body before it
@@ -471,7 +540,8 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
     if (*upload_data_size > 0) { /* a body chunk */
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (rq->unauthorized) /* no more than it could send with a token */
+        if (rq->unauthorized || rq->site_refused != SITE_OK)
+            /* no more than it could send if it were let in */
             return drop_chunk(api, rq, n, api->opt.max_body_bytes);
         if (rq->too_large || rq->len + n > api->opt.max_body_bytes) {
             if (!rq->too_large)
@@ -496,6 +566,8 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         rq->body[rq->len] = '\0';
         return MHD_YES;
     }
+    if (rq->site_refused != SITE_OK)
+        return reply_site_refused(c, rq->site_refused);
     if (rq->unauthorized)
         return reply_unauthorized(c);
     if (rq->state == RQ_WRITTEN)
@@ -687,6 +759,7 @@ static void api_free(http_api_t *api)
     for (char **a = api->allow; a != NULL && *a != NULL; a++)
         free(*a);
     free(api->allow);
+    http_origins_free(api->origins);
     free(api->tls_cert);
     free(api->ui_broker_urls);
     if (api->tls_key != NULL) {
@@ -728,6 +801,11 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    rc = http_origins_new(opt->public_origins, opt->listen,
+                          opt->tls_cert_file != NULL, &api->origins, err);
+    if (rc != RMQS_OK)
+        goto fail;
+    api->opt.public_origins = NULL;
     api->opt.api_token = NULL; /* only the owned copies are used */
     api->opt.ui_broker_urls = NULL;
     if (opt->tls_cert_file != NULL) {

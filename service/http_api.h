@@ -37,6 +37,8 @@ typedef struct http_api_options {
     job_limits limits;
     const char *api_token;       /* NULL: no authentication (borrowed) */
     const char *allow_exchanges; /* NULL: any; "a,b,prefix*" (copied) */
+    const char *public_origins;  /* --public-origin (http_origin.h); NULL:
+                                    none (copied) */
     const char *tls_cert_file;   /* both set: serve HTTPS */
     const char *tls_key_file;
     /* Optional readiness of the AMQP ingest consumer for /readyz (NULL: no

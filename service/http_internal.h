@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "http_api.h"
+#include "http_origin.h"
 #include "job_json.h"
 #include "metrics.h"
 
@@ -35,6 +36,7 @@ struct http_api {
     atomic_bool stopping; /* quiesced: answers say Connection: close */
     char *token;          /* owned copy of opt.api_token, or NULL */
     char **allow;         /* owned NULL-terminated list, or NULL: any */
+    http_origins *origins; /* owned: which Host and Origin are let in */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
     MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
@@ -54,6 +56,8 @@ typedef struct http_req {
     size_t len, cap;
     bool too_large;    /* the body passed max_body_bytes: answer 413 */
     bool unauthorized; /* no valid token: drop the body, answer 401 */
+    int site_refused;  /* http_api.c's site check said no (its reason):
+                          drop the body, answer 403 or 415 */
     size_t dropped;    /* body bytes dropped since then */
     int64_t refused_us; /* monotonic, when the body was refused (401 or 413) */
     rq_state state;

@@ -22,7 +22,9 @@
  * answered 403 ui_read_only; API clients without those headers are
  * unaffected. In every mode a change sent by a page of another origin
  * (Sec-Fetch-Site other than same-origin or none) is answered 403
- * cross_origin: no other site can drive this API from a browser.
+ * cross_origin: no other site can drive this API from a browser. (Before
+ * this, http_api.c has refused other Hosts, other Origins and form content
+ * types: http_origin.h.)
  */
 #include "http_ui.h"
 

@@ -5,6 +5,12 @@
  * module, message, key=value fields), so operators can grep and ship one
  * format. Each line is built in a stack buffer and written with a single
  * write(2), which keeps lines from different threads from interleaving.
+ *
+ * Values come from clients (a routing key, a header, a filter), so no value
+ * may end its field, start another or end the line: fields_format writes
+ * fmt's text as it is and every %s argument escaped (fields_format's
+ * comment), and the JSON form is parsed back from that text honouring the
+ * escapes. A line is one event, whatever its values hold.
  */
 #include "log.h"
 
@@ -16,7 +22,10 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/types.h>
 
 #include "timeutil.h"
 
@@ -66,15 +75,256 @@ static json_t *json_text(const char *s)
     return v;
 }
 
+/* The fields text being built: out[0..len), never past cap - 1 bytes. */
+typedef struct fieldbuf {
+    char *out;
+    size_t cap, len;
+    bool cut; /* something did not fit */
+} fieldbuf;
+
+static void fb_put(fieldbuf *b, const char *s, size_t n)
+{
+    size_t room = b->cap - 1 - b->len;
+
+    if (n > room) {
+        n = room;
+        b->cut = true;
+    }
+    memcpy(b->out + b->len, s, n);
+    b->len += n;
+    b->out[b->len] = '\0';
+}
+
+/* Would a bare value need quotes to stay one field? */
+static bool needs_quotes(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c == '"' || c == '=' || c == '\\' || c == 0x7f)
+            return true;
+    }
+    return false;
+}
+
+/* s[0..n) with quote, backslash and control characters escaped. */
+static void fb_escaped(fieldbuf *b, const char *s, size_t n)
+{
+    char e[5];
+
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        const char *rep = NULL;
+        switch (c) {
+        case '"': rep = "\\\""; break;
+        case '\\': rep = "\\\\"; break;
+        case '\n': rep = "\\n"; break;
+        case '\r': rep = "\\r"; break;
+        case '\t': rep = "\\t"; break;
+        default:
+            if (c < 0x20 || c == 0x7f) {
+                snprintf(e, sizeof(e), "\\x%02x", c);
+                rep = e;
+            }
+        }
+        if (rep != NULL)
+            fb_put(b, rep, strlen(rep));
+        else
+            fb_put(b, (const char *)&s[i], 1);
+    }
+}
+
 /*
- * Turn the key=value fields callers write (value bare up to a space, or
- * "quoted" up to the next quote) into members of obj. Values that look
- * like integers (and fit in 64 bits) become JSON integers.
+ * fmt with its arguments into b, like vsnprintf, but every %s argument is
+ * written so that it stays the one value it is:
+ *   - inside quotes of fmt ("%s", "%s: %s"): quote, backslash and control
+ *     characters escaped (\" \\ \n \r \t \xNN);
+ *   - bare (key=%s): as it is when it holds no space, quote, '=',
+ *     backslash or control character; otherwise quoted and escaped.
+ * Every other conversion (integers, floating point, %c, %p) cannot carry
+ * such characters and is formatted by snprintf on its own. Supports the
+ * flags, width and precision (with *) and length modifiers C99 has; %n is
+ * ignored.
+ */
+/* spec is a conversion parsed from fmt, which the compiler has checked
+ * against the arguments (log_write's format attribute), and each is passed
+ * the argument type its conversion takes. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
+{
+    const char *p = fmt;
+    bool in_quotes = false; /* inside a "..." of fmt's own text */
+
+    while (*p != '\0') {
+        char spec[32], tmp[512];
+        size_t sl = 0;
+        const char *start, *lit = strchr(p, '%');
+        int width = -1, prec = -1, n = 0;
+        char len[3] = "", conv;
+        bool quoted;
+
+        if (lit == NULL)
+            lit = p + strlen(p);
+        for (const char *q = p; q < lit; q++)
+            if (*q == '"' && (q == fmt || q[-1] != '\\'))
+                in_quotes = !in_quotes;
+        fb_put(b, p, (size_t)(lit - p));
+        if (*lit == '\0')
+            return;
+        start = lit;
+        p = lit + 1;
+        if (*p == '%') {
+            fb_put(b, "%", 1);
+            p++;
+            continue;
+        }
+        spec[sl++] = '%';
+        while (*p != '\0' && strchr("-+ #0", *p) != NULL && sl < 8)
+            spec[sl++] = *p++;
+        if (*p == '*') {
+            width = va_arg(ap, int);
+            p++;
+        } else {
+            while (*p >= '0' && *p <= '9')
+                width = (width < 0 ? 0 : width * 10) + (*p++ - '0');
+        }
+        if (*p == '.') {
+            p++;
+            prec = 0;
+            if (*p == '*') {
+                prec = va_arg(ap, int);
+                p++;
+            } else {
+                while (*p >= '0' && *p <= '9')
+                    prec = prec * 10 + (*p++ - '0');
+            }
+        }
+        for (int i = 0; i < 2 && *p != '\0' && strchr("hlLzjt", *p); i++)
+            len[i] = *p++;
+        conv = *p;
+        if (conv == '\0')
+            return;
+        p++;
+        if (width >= 0)
+            sl += (size_t)snprintf(spec + sl, sizeof(spec) - sl, "%d", width);
+        if (prec >= 0)
+            sl += (size_t)snprintf(spec + sl, sizeof(spec) - sl, ".%d", prec);
+        sl += (size_t)snprintf(spec + sl, sizeof(spec) - sl, "%s%c", len, conv);
+        switch (conv) {
+        case 's': {
+            const char *s = va_arg(ap, const char *);
+            size_t sn;
+            if (s == NULL)
+                s = "(null)";
+            sn = prec >= 0 ? strnlen(s, (size_t)prec) : strlen(s);
+            quoted = in_quotes;
+            if (width > (int)sn && strchr(spec, '-') == NULL)
+                for (int i = (int)sn; i < width; i++)
+                    fb_put(b, " ", 1);
+            if (quoted) {
+                fb_escaped(b, s, sn);
+            } else if (needs_quotes(s, sn)) {
+                fb_put(b, "\"", 1);
+                fb_escaped(b, s, sn);
+                fb_put(b, "\"", 1);
+            } else {
+                fb_put(b, s, sn);
+            }
+            if (width > (int)sn && strchr(spec, '-') != NULL)
+                for (int i = (int)sn; i < width; i++)
+                    fb_put(b, " ", 1);
+            continue;
+        }
+        case 'd': case 'i':
+            if (strcmp(len, "ll") == 0)
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long long));
+            else if (strcmp(len, "l") == 0)
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long));
+            else if (len[0] == 'z')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, ssize_t));
+            else if (len[0] == 'j')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, intmax_t));
+            else if (len[0] == 't')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, ptrdiff_t));
+            else
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, int));
+            break;
+        case 'o': case 'u': case 'x': case 'X':
+            if (strcmp(len, "ll") == 0)
+                n = snprintf(tmp, sizeof(tmp), spec,
+                             va_arg(ap, unsigned long long));
+            else if (strcmp(len, "l") == 0)
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, unsigned long));
+            else if (len[0] == 'z')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, size_t));
+            else if (len[0] == 'j')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, uintmax_t));
+            else if (len[0] == 't')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, ptrdiff_t));
+            else
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, unsigned));
+            break;
+        case 'e': case 'E': case 'f': case 'F':
+        case 'g': case 'G': case 'a': case 'A':
+            if (len[0] == 'L')
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long double));
+            else
+                n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, double));
+            break;
+        case 'c': {
+            char c = (char)va_arg(ap, int);
+            n = 0;
+            fb_escaped(b, &c, 1);
+            continue;
+        }
+        case 'p':
+            n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, void *));
+            break;
+        case 'n':
+            (void)va_arg(ap, int *);
+            continue;
+        default: /* not a conversion: keep the text */
+            fb_put(b, start, (size_t)(p - start));
+            continue;
+        }
+        if (n > 0)
+            fb_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n
+                                                   : sizeof(tmp) - 1);
+    }
+}
+#pragma GCC diagnostic pop
+
+/* The keys every JSON line has: a field may not replace one. */
+static bool reserved_key(const char *k)
+{
+    static const char *const keys[] = {"time", "level", "module", "message",
+                                       "truncated", "extra"};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strcmp(k, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/*
+ * Turn the fields text fields_format wrote (value bare up to a space, or
+ * "quoted" up to the next unescaped quote, its escapes undone) into members
+ * of obj. Values that look like integers (and fit in 64 bits) become JSON
+ * integers. A key that is one of the line's own ("level", ...) gets a "_"
+ * in front.
  */
 static void fields_to_json(json_t *obj, char *f)
 {
     while (*f) {
-        char *key, *val, *end;
+        char *key, *val, *w;
+        char rkey[64];
         while (*f == ' ')
             f++;
         key = f;
@@ -86,18 +336,44 @@ static void fields_to_json(json_t *obj, char *f)
         }
         *f++ = '\0';
         if (*f == '"') {
-            val = ++f;
-            end = strchr(f, '"');
-            if (end == NULL)
-                end = f + strlen(f);
-            f = *end ? end + 1 : end;
-            *end = '\0';
+            val = w = ++f; /* undone in place: w never passes f */
+            while (*f && *f != '"') {
+                int hi, lo;
+                if (*f != '\\' || f[1] == '\0') {
+                    *w++ = *f++;
+                    continue;
+                }
+                f++;
+                switch (*f) {
+                case 'n': *w++ = '\n'; f++; break;
+                case 'r': *w++ = '\r'; f++; break;
+                case 't': *w++ = '\t'; f++; break;
+                case 'x':
+                    hi = hexval(f[1]);
+                    lo = hi < 0 ? -1 : hexval(f[2]);
+                    if (lo >= 0) {
+                        *w++ = (char)(hi * 16 + lo);
+                        f += 3;
+                    } else {
+                        *w++ = *f++;
+                    }
+                    break;
+                default: *w++ = *f++;
+                }
+            }
+            if (*f == '"')
+                f++;
+            *w = '\0';
         } else {
             val = f;
             while (*f && *f != ' ')
                 f++;
             if (*f)
                 *f++ = '\0';
+        }
+        if (reserved_key(key)) {
+            snprintf(rkey, sizeof(rkey), "_%s", key);
+            key = rkey;
         }
         char *num_end = NULL;
         errno = 0;
@@ -166,11 +442,12 @@ void log_write(log_level lv, const char *module, const char *msg,
         bool cut = false;
         fields[0] = '\0';
         if (fmt != NULL && *fmt != '\0') {
+            fieldbuf b = {fields, sizeof(fields), 0, false};
             va_list ap;
             va_start(ap, fmt);
-            n = vsnprintf(fields, sizeof(fields), fmt, ap);
+            fields_format(&b, fmt, ap);
             va_end(ap);
-            cut = n >= (int)sizeof(fields);
+            cut = b.cut;
         }
         len = json_line(line, sizeof(line), ts, lv, module, msg, fields, cut);
         if (len > 0) {
@@ -187,14 +464,13 @@ void log_write(log_level lv, const char *module, const char *msg,
         return;
     len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
     if (fmt != NULL && *fmt != '\0' && len + 2 < sizeof(line)) {
+        fieldbuf b = {line + len + 1, sizeof(line) - len - 1, 0, false};
         va_list ap;
         line[len++] = ' ';
         va_start(ap, fmt);
-        n = vsnprintf(line + len, sizeof(line) - len, fmt, ap);
+        fields_format(&b, fmt, ap);
         va_end(ap);
-        if (n > 0)
-            len += (size_t)n < sizeof(line) - len ? (size_t)n
-                                                  : sizeof(line) - len - 1;
+        len += b.len;
     }
     if (len >= sizeof(line) - 1)
         len = sizeof(line) - 2; /* truncated: keep room for the newline */

@@ -611,6 +611,8 @@ json_t *schedule_spec_json(const schedule_t *s)
     return o;
 }
 
+#define PREVIEW_LAST_MS 253402300799999LL /* 9999-12-31T23:59:59.999 */
+
 json_t *schedule_next_runs_json(const schedule_t *s, int64_t after_ms,
                                 size_t count)
 {
@@ -619,6 +621,11 @@ json_t *schedule_next_runs_json(const schedule_t *s, int64_t after_ms,
 
     for (size_t i = 0; a != NULL && i < count && schedule_next(s, t, &n); i++) {
         char utc[TU_RFC3339_LEN + 1], local[40];
+        /* RFC 3339 ends with year 9999: no fire time is shown whose UTC
+         * or local time would be later (an every_ms schedule goes on) */
+        if (n > PREVIEW_LAST_MS ||
+            n + (int64_t)tz_offset_at(s->tz, n / 1000) * 1000 > PREVIEW_LAST_MS)
+            break;
         tu_format_rfc3339(n, utc);
         tz_format_local(s->tz, n, local);
         if (json_array_append_new(a, json_pack("{s:s, s:s}", "utc", utc, "local",

@@ -310,6 +310,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .limits = *limits,
                 .api_token = cfg->api_token,
                 .allow_exchanges = cfg->allow_exchanges,
+                .public_origins = cfg->public_origin,
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,
                 .ingest_up = svc->ingest != NULL ? ingest_up : NULL,
@@ -442,13 +443,14 @@ rmqs_rc service_start(const config *cfg, service_t **out)
         goto fail;
     /* The dashboard's address, so that the quick start's reader finds it
      * in the line they wait for. */
-    if (cfg->ui == UI_MODE_OFF)
-        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=off", cfg->listen,
-                 amqpp_safe_url(svc->pub));
-    else
-        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s://%s/ui/",
-                 cfg->listen, amqpp_safe_url(svc->pub),
-                 cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
+    {
+        char ui[320] = "off";
+        if (cfg->ui != UI_MODE_OFF)
+            snprintf(ui, sizeof(ui), "%s://%s/ui/",
+                     cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
+        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s", cfg->listen,
+                 amqpp_safe_url(svc->pub), ui);
+    }
     *out = svc;
     return RMQS_OK;
 fail:

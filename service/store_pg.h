@@ -20,9 +20,16 @@ extern const store_ops store_pg_ops;
 /* Whether target is a postgres:// or postgresql:// URL. */
 bool store_pg_is_url(const char *target);
 
-/* url without its password (user:password@ and any password= parameter),
- * into buf of len bytes (truncated, always NUL-terminated): safe to log. */
+/* url without its secrets, into buf of len bytes (truncated, always
+ * NUL-terminated): safe to log. The password of user:password@ is dropped,
+ * and the value of every parameter that libpq calls a password field
+ * (password, sslpassword, however encoded) or does not know is "***". */
 void store_pg_safe_url(const char *url, char *buf, size_t len);
+
+/* NULL when libpq reads url's user part as we do; otherwise why not (an
+ * unencoded '@' or '/' in the password, which libpq would take for the
+ * host and quote in its errors): the store refuses such a URL. */
+const char *store_pg_url_problem(const char *url);
 
 /* The first line of msg (a libpq message) into buf (len bytes, truncated,
  * NUL-terminated), with every occurrence of url's passwords replaced by

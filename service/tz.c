@@ -132,10 +132,26 @@ out:
     return NULL;
 }
 
+/* Whether path is a TZif file (RFC 8536: it starts with "TZif"). tzdata
+ * ships other files beside the zones (leapseconds, SECURITY, zone.tab...);
+ * GLib 2.74 leaks a little memory each time it is handed one of them, so
+ * they never reach it. */
+static bool tzif_file(const char *path)
+{
+    char magic[4];
+    FILE *f = fopen(path, "rb");
+    bool ok = f != NULL && fread(magic, 1, sizeof magic, f) == sizeof magic &&
+              memcmp(magic, "TZif", 4) == 0;
+
+    if (f != NULL)
+        fclose(f);
+    return ok;
+}
+
 /* Only IANA names: each part letters, digits, '_', '-', '+', the parts
  * joined by single '/' (GLib also takes POSIX TZ strings such as
- * "EST5EDT,M3.2.0,M11.1.0" and offsets such as "+01:00"), naming a file
- * under /usr/share/zoneinfo. */
+ * "EST5EDT,M3.2.0,M11.1.0" and offsets such as "+01:00"), naming a TZif
+ * file under /usr/share/zoneinfo. */
 static bool iana_name_ok(const char *iana)
 {
     if (iana == NULL || iana[0] == '\0' || strlen(iana) > 200)
@@ -152,7 +168,8 @@ static bool iana_name_ok(const char *iana)
     }
     char path[256];
     snprintf(path, sizeof path, "/usr/share/zoneinfo/%s", iana);
-    return strcmp(iana, "UTC") == 0 || g_file_test(path, G_FILE_TEST_IS_REGULAR);
+    return strcmp(iana, "UTC") == 0 ||
+           (g_file_test(path, G_FILE_TEST_IS_REGULAR) && tzif_file(path));
 }
 
 rmqs_rc tz_open(const char *iana, tz_t **out, rmqs_error *err)

@@ -144,6 +144,36 @@ def test_unreachable_postgres_url_is_refused(tmp_path, report):
     report(f"startup errors: --db postgres://... -> {line.split('msg=', 1)[1]}")
 
 
+@pytest.mark.parametrize("query, shown", [
+    (f"sslpassword={PASSWORD}", "sslpassword=***"),
+    (f"%70assword={PASSWORD}", "password=***"),
+    (f"connect_timeout=2&PassWord={PASSWORD}", "connect_timeout=2&PassWord=***"),
+])
+def test_a_secret_parameter_of_a_postgres_url_is_never_shown(query, shown):
+    """Whatever its case or percent-encoding, a parameter that libpq calls a
+    password field is masked in the error (issue 21)."""
+    port = free_port()
+    url = f"postgres://app@127.0.0.1:{port}/appdb?{query}"
+    result = run_binary(["--db", url])
+    line = assert_refused(result, (1, 2), must=("cannot connect to database",
+                                                f"127.0.0.1:{port}/appdb?{shown}"))
+    assert PASSWORD not in result[1], f"the secret was logged:\n{result[1][-3000:]}"
+    assert line
+
+
+def test_a_postgres_password_libpq_would_misread_is_refused_unseen():
+    """An unencoded '/' or '@' in the password: libpq would take part of it
+    for the host or port and quote it in its error; the service refuses the
+    URL first, saying how to encode it, and shows none of the password."""
+    port = free_port()
+    secret = "s3cr/t@pw"
+    result = run_binary(["--db", f"postgres://app:{secret}@127.0.0.1:{port}/appdb"])
+    line = assert_refused(result, (1, 2), "percent-encode", must=("%2F",))
+    for part in ("s3cr", "t@pw", secret):
+        assert part not in result[1], f"{part!r} was logged:\n{result[1][-3000:]}"
+    assert line
+
+
 def test_database_from_a_newer_binary_is_refused_and_left_alone(service, report):
     svc, job = _real_database(service)
     # the same migrations table on both stores (db_query)

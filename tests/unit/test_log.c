@@ -166,9 +166,10 @@ Test(log, quotes_backslashes_and_control_characters_are_escaped)
     json_t **v;
 
     begin_json();
-    log_error("m\"od", "say \"hi\" \\ now", "path=\"a\\b\" ctl=\"x\ny\tz\x01\x1f\"");
-    log_error("m", "newline\nin message", "k=v\r\n");
-    /* a quote inside a quoted value ends it early, but the line stays JSON */
+    log_error("m\"od", "say \"hi\" \\ now", "path=\"%s\" ctl=\"%s\"", "a\\b",
+              "x\ny\tz\x01\x1f");
+    log_error("m", "newline\nin message", "k=%s", "v\r\n");
+    /* a quote inside a quoted value is escaped: the value is whole */
     log_error("m", "broker said", "reason=\"%s\" after=1", "a \"quoted\" word");
     v = finish(3);
 
@@ -178,7 +179,8 @@ Test(log, quotes_backslashes_and_control_characters_are_escaped)
     expect_envelope(v[1], "error", "m", "newline\nin message");
     cr_expect_str_eq(str(v[1], "k"), "v\r\n");
     expect_envelope(v[2], "error", "m", "broker said");
-    cr_expect_str_eq(str(v[2], "reason"), "a ");
+    cr_expect_str_eq(str(v[2], "reason"), "a \"quoted\" word");
+    cr_expect_eq(json_integer_value(json_object_get(v[2], "after")), 1);
     free_lines(v);
 }
 
@@ -326,5 +328,124 @@ Test(log, lines_from_several_threads_never_interleave)
                      "thread %lld out of order", (long long)t);
         seen[t]++;
     }
+    free_lines(v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A value cannot forge a field or a line (issue 21): the routing key, a   */
+/* header or a filter is a client's text.                                   */
+
+/* A client's value that would end its field, add fields and start a line
+ * of its own if written as it is. */
+#define FORGERY "x\n2026-01-01T00:00:00.000Z level=error module=auth " \
+                "msg=\"forged\" user=\"root\"\r\t\\\x01\x7f end"
+
+/* The text emit wrote to stderr as text lines (caller frees). */
+static char *text_of(void (*emit)(void))
+{
+    ut_capture c;
+
+    log_set_format(LOG_FORMAT_TEXT);
+    ut_capture_start(&c);
+    emit();
+    return ut_capture_end(&c);
+}
+
+/* emit wrote exactly one text line, which ends with want. */
+static void expect_line_ending(void (*emit)(void), const char *want)
+{
+    char *t = text_of(emit);
+
+    cr_assert_eq(strchr(t, '\n'), t + strlen(t) - 1, "more than one line: %s", t);
+    cr_assert_geq(strlen(t), strlen(want), "%s", t);
+    cr_expect_str_eq(t + strlen(t) - strlen(want), want);
+    free(t);
+}
+
+static void emit_forgeries(void)
+{
+    log_warn("dispatcher", "publish failed", "routing_key=%s reason=\"%s\" n=%d",
+             FORGERY, FORGERY, 3);
+}
+
+Test(log, text_values_are_escaped_so_a_value_is_one_field_of_one_line)
+{
+    expect_line_ending(emit_forgeries,
+        " level=warn module=dispatcher msg=\"publish failed\" routing_key=\"x\\n"
+        "2026-01-01T00:00:00.000Z level=error module=auth msg=\\\"forged\\\" "
+        "user=\\\"root\\\"\\r\\t\\\\\\x01\\x7f end\" reason=\"x\\n2026-01-01T00:00"
+        ":00.000Z level=error module=auth msg=\\\"forged\\\" user=\\\"root\\\"\\r"
+        "\\t\\\\\\x01\\x7f end\" n=3\n");
+}
+
+static void emit_plain_and_empty(void)
+{
+    log_info("m", "plain", "a=%s b=%s c=\"%s\" d=%s", "amqp://h:5672/%2F", "",
+             "two words", "k=v");
+}
+
+Test(log, text_bare_values_stay_bare_unless_they_need_quotes)
+{
+    expect_line_ending(emit_plain_and_empty,
+                       " msg=\"plain\" a=amqp://h:5672/%2F b= c=\"two words\" "
+                       "d=\"k=v\"\n");
+}
+
+Test(log, json_values_round_trip_exactly_and_cannot_set_a_key)
+{
+    json_t **v;
+
+    begin_json();
+    emit_forgeries();
+    log_info("m", "reserved", "level=%s module=%s message=\"%s\"", "error",
+             "auth", "forged");
+    v = finish(2);
+
+    expect_envelope(v[0], "warn", "dispatcher", "publish failed");
+    cr_expect_str_eq(str(v[0], "routing_key"), FORGERY);
+    cr_expect_str_eq(str(v[0], "reason"), FORGERY);
+    cr_expect_eq(json_integer_value(json_object_get(v[0], "n")), 3);
+    cr_expect_eq(json_object_size(v[0]), 7, "keys: %zu",
+                 json_object_size(v[0]));
+
+    expect_envelope(v[1], "info", "m", "reserved");
+    cr_expect_str_eq(str(v[1], "_level"), "error");
+    cr_expect_str_eq(str(v[1], "_module"), "auth");
+    cr_expect_str_eq(str(v[1], "_message"), "forged");
+    free_lines(v);
+}
+
+static void emit_conversions(void)
+{
+    log_info("m", "conv",
+             "a=%d b=%zu c=%lld d=%llu e=%u f=%02x g=%.*s h=%-5s| i=%c j=%.6f "
+             "k=%04lld l=%ld m=%%",
+             -7, (size_t)42, -9000000000LL, 18000000000ULL, 7u, 10u, 3,
+             "abcdef", "ab", 'z', 1.5, 12LL, -3L);
+}
+
+Test(log, text_conversions_other_than_strings_print_as_printf_would)
+{
+    expect_line_ending(emit_conversions,
+                       " msg=\"conv\" a=-7 b=42 c=-9000000000 d=18000000000 e=7 "
+                       "f=0a g=abc h=ab   | i=z j=1.500000 k=0012 l=-3 m=%\n");
+}
+
+static void emit_two_in_quotes(void)
+{
+    log_warn("m", "two", "reason=\"%s: %s\" n=1", "a \"b\"", "c\nd");
+}
+
+Test(log, several_values_inside_one_quoted_field_are_escaped_in_place)
+{
+    json_t **v;
+
+    expect_line_ending(emit_two_in_quotes,
+                       " msg=\"two\" reason=\"a \\\"b\\\": c\\nd\" n=1\n");
+    begin_json();
+    emit_two_in_quotes();
+    v = finish(1);
+    cr_expect_str_eq(str(v[0], "reason"), "a \"b\": c\nd");
+    cr_expect_eq(json_integer_value(json_object_get(v[0], "n")), 1);
     free_lines(v);
 }

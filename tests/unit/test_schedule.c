@@ -478,3 +478,27 @@ Test(schedule, spec_json_fills_in_the_defaults)
     json_decref(runs);
     schedule_clear(&s);
 }
+
+Test(schedule, the_preview_stops_before_year_10000_in_utc_and_in_its_zone)
+{
+    schedule_t s;
+    json_t *runs;
+
+    /* every 365 days from 9998-12-31T12:00Z in a zone 14 hours ahead of
+     * UTC: the second run is 9999-12-31T12:00Z, but 10000-01-01 there */
+    parse_ok("{'every_ms': 31536000000, 'start_at': '9998-12-31T12:00:00Z', "
+             "'timezone': 'Pacific/Kiritimati', " JOB "}", &s);
+    runs = schedule_next_runs_json(&s, NOW, 10);
+    cr_assert_not_null(runs);
+    cr_expect_eq(json_array_size(runs), 1, "%zu runs", json_array_size(runs));
+    for (size_t i = 0; i < json_array_size(runs); i++) {
+        json_t *r = json_array_get(runs, i);
+        const char *utc = json_string_value(json_object_get(r, "utc"));
+        const char *local = json_string_value(json_object_get(r, "local"));
+        cr_expect_eq(strlen(utc), 24, "%s", utc);
+        cr_expect_eq(strncmp(local, "999", 3), 0, "%s", local);
+        cr_expect_eq(local[4], '-', "%s", local);
+    }
+    json_decref(runs);
+    schedule_clear(&s);
+}

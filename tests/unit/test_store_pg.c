@@ -41,16 +41,58 @@ Test(store_pg, safe_url_drops_the_password)
          "postgres://app@127.0.0.1:5432/appdb");
     safe("postgresql://app@h/db", "postgresql://app@h/db");
     safe("postgres://h:5432/db", "postgres://h:5432/db");
-    /* an unescaped '@' in the password: the last one before the path ends
-     * the user part */
-    safe("postgres://u:p@ss@h/db", "postgres://u@h/db");
+    /* an unescaped '@' in the password: libpq would read part of it as the
+     * host, so nothing of the user part is shown (and the store refuses it) */
+    safe("postgres://u:p@ss@h/db", "postgres://***@h/db");
     /* multi-host, parameters kept but the password parameter masked */
     safe("postgresql://u:pw@127.0.0.1:1,127.0.0.1:2/db?"
          "target_session_attrs=read-write&password=pw2&connect_timeout=2",
          "postgresql://u@127.0.0.1:1,127.0.0.1:2/db?"
          "target_session_attrs=read-write&password=***&connect_timeout=2");
-    safe("postgres://h/db?PASSWORD=x", "postgres://h/db?password=***");
+    safe("postgres://h/db?PASSWORD=x", "postgres://h/db?PASSWORD=***");
     safe("postgres://u:pw@h", "postgres://u@h");
+}
+
+Test(store_pg, safe_url_masks_what_libpq_calls_a_secret)
+{
+    /* percent-encoded and other-case keywords are the same keyword */
+    safe("postgres://h/db?%70assword=x&sslmode=require",
+         "postgres://h/db?password=***&sslmode=require");
+    safe("postgres://h/db?sslpassword=keypw&sslkey=/k.pem",
+         "postgres://h/db?sslpassword=***&sslkey=/k.pem");
+    safe("postgres://h/db?SSLPassword=keypw", "postgres://h/db?SSLPassword=***");
+    /* a keyword libpq does not know may be a misspelt secret */
+    safe("postgres://h/db?passwrod=x", "postgres://h/db?passwrod=***");
+    /* '/' unencoded in the password: nothing of it shows; '?' is read
+     * as libpq reads it (the user part ends at the first '@' or '/') */
+    safe("postgres://u:pa/ss@h/db", "postgres://***@h/db");
+    safe("postgres://u:pa?ss@h/db?sslmode=disable",
+         "postgres://u@h/db?sslmode=disable");
+    safe("postgres://u:pa%2Fss@h/db", "postgres://u@h/db");
+}
+
+Test(store_pg, a_url_libpq_would_read_otherwise_is_refused)
+{
+    cr_expect_null(store_pg_url_problem("postgres://u:pa%2Fss%40x@h:5432/db"));
+    cr_expect_null(store_pg_url_problem("postgres://h/db?password=x"));
+    cr_expect_null(store_pg_url_problem("postgres://u@h/db"));
+    cr_expect_not_null(store_pg_url_problem("postgres://u:pa/ss@h/db"));
+    cr_expect_null(store_pg_url_problem("postgres://u:pa?ss@h/db"));
+    cr_expect_not_null(store_pg_url_problem("postgres://u:p@ss@h/db"));
+    cr_expect(strstr(store_pg_url_problem("postgres://u:s3cr/t@h/db"), "s3cr") ==
+              NULL);
+}
+
+Test(store_pg, scrub_removes_secrets_as_written_and_decoded)
+{
+    char buf[256];
+
+    store_pg_scrub("postgres://u:s%3Acret@h/db?sslpassword=k%20pw",
+                   "bad password s:cret or s%3Acret, key k pw\nsecond line",
+                   buf, sizeof(buf));
+    cr_expect_str_eq(buf, "bad password *** or ***, key ***");
+    store_pg_scrub("postgres://u:pw@h/db", "x pw y\nz", buf, sizeof(buf));
+    cr_expect_str_eq(buf, "x *** y");
 }
 
 Test(store_pg, safe_url_truncates_and_terminates)

@@ -78,7 +78,9 @@ Test(tz, unknown_zones_are_rejected)
 {
     static const char *const bad[] = {"", "Nowhere/Atlantis", "europe/berlin_x", "../etc/passwd",
                                       "/etc/passwd", "Europe//Berlin", "EST5EDT,M3.2.0,M11.1.0",
-                                      "+01:00", "UTC+1", "Europe/", "tzdata.zi"};
+                                      "+01:00", "UTC+1", "Europe/", "tzdata.zi",
+                                      /* files of tzdata that are not zones */
+                                      "leapseconds", "SECURITY", "zone.tab", "iso3166.tab"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tz_t *z = (tz_t *)1;
         rmqs_error err = {0};

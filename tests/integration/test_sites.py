@@ -103,7 +103,8 @@ def test_curl_without_origin_is_unaffected(service):
 
 
 def test_a_public_origin_may_act_and_name_the_host(service):
-    svc = service("--public-origin", "https://sched.example.com, http://ops.example:8081")
+    svc = service("--ui", "on", "--public-origin",
+                  "https://sched.example.com, http://ops.example:8081")
     job = svc.schedule(later_job())
     assert svc.get("/jobs", headers={"Host": "sched.example.com"}).status == 200
     r = svc.request("POST", f"/jobs/{job['id']}/run", None,

@@ -371,8 +371,12 @@ static void fields_to_json(json_t *obj, char *f)
             if (*f)
                 *f++ = '\0';
         }
-        if (reserved_key(key)) {
-            snprintf(rkey, sizeof(rkey), "_%s", key);
+        if (reserved_key(key)) { /* short names: they fit */
+            size_t kl = strlen(key);
+            rkey[0] = '_';
+            memcpy(rkey + 1, key, kl + 1 < sizeof(rkey) - 1 ? kl + 1
+                                                            : sizeof(rkey) - 1);
+            rkey[sizeof(rkey) - 1] = '\0';
             key = rkey;
         }
         char *num_end = NULL;

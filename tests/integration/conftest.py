@@ -149,6 +149,29 @@ def broker():
     b.cleanup()
 
 
+@pytest.fixture(autouse=True)
+def _suite_broker_up(request):
+    """Every test starts and ends with the run's RabbitMQ node answering
+    (Broker.ensure_up): a node left stopped or frozen is brought back and
+    said so loudly, naming the test; a node that is gone fails the test
+    with the node's log instead of a timeout per service start."""
+    b = Broker()
+
+    def check(when):
+        found = b.ensure_up()
+        if found:
+            line = f"broker guard: {when} {request.node.nodeid}: the suite's node " \
+                   f"was not answering: {found}"
+            print(line, file=sys.stderr)
+            path = os.environ.get("RMQS_TEST_REPORT")
+            if path:
+                with open(path, "a") as f:
+                    f.write(line + "\n")
+    check("before")
+    yield
+    check("after")
+
+
 @pytest.fixture
 def report(capsys):
     def write(line):

@@ -93,3 +93,21 @@ def test_frozen_broker_is_noticed_and_nothing_is_lost(service, amqp_factory, bro
         for m in got[j["id"]]:  # at least once: a publish lost in the freeze may repeat
             assert m.received_at >= parse_ts(j["deliver_at"]) - 0.001
         svc.wait_status(j["id"], "sent", timeout=20)
+
+
+def test_the_suite_guard_brings_back_a_node_a_killed_test_left_down(broker):
+    """The harness's guard (conftest's _suite_broker_up, Broker.ensure_up):
+    a test killed before its cleanup (a ctest timeout) can leave the suite's
+    node stopped or frozen; the next test starts by bringing it back and
+    saying so, instead of every later test timing out on a dead port."""
+    assert broker.ensure_up() is None  # up: nothing to do
+    broker.ctl("stop_app")  # as a killed test would leave it: no cleanup flag
+    wait_until(lambda: not port_open(broker.port), 30, "the AMQP port to close")
+    found = broker.ensure_up()
+    assert found and "start_app brought it back" in found, found
+    assert port_open(broker.port)
+    broker.freeze()
+    pid, broker.frozen_pid = broker.frozen_pid, None  # forgotten, as by a killed test
+    found = broker.ensure_up()
+    assert found and f"pid {pid}" in found and "SIGCONT" in found, found
+    assert broker.ensure_up() is None

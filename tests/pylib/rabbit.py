@@ -75,6 +75,63 @@ class Broker:
             os.kill(self.frozen_pid, signal.SIGCONT)
             self.frozen_pid = None
 
+    def _proc_state(self, pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return None
+
+    def log_tail(self, lines=60):
+        """The last lines of the node's own log (RABBITMQ_LOG_BASE)."""
+        base = os.environ.get("RABBITMQ_LOG_BASE", "")
+        path = os.path.join(base, f"{self.node}.log")
+        try:
+            with open(path, errors="replace") as f:
+                return f"--- {path}\n" + "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"--- {path}: {e}"
+
+    def ensure_up(self):
+        """The suite's node accepts AMQP connections, or is brought back.
+        A test that stops or freezes the node puts it back in its cleanup;
+        one killed before its cleanup (a ctest timeout) would leave every
+        later test of the run waiting on a dead port, one timeout at a
+        time. So each test starts by checking (one TCP connect) and, when
+        the node is not answering: a stopped VM (SIGSTOP) gets SIGCONT, a
+        stopped app gets start_app. Returns None when the node was up, else
+        what was found and done (raises, with the node's log, when it
+        cannot be brought back: its VM is gone)."""
+        try:
+            pid = self.beam_pid()
+        except (OSError, ValueError):
+            pid = None
+        state = self._proc_state(pid) if pid else None
+        if state not in ("Z", "T") and port_open(self.port):
+            return None  # a frozen VM's port still completes a TCP connect
+        if state is None or state == "Z":
+            raise AssertionError(
+                f"the suite's RabbitMQ node {self.node} is gone (VM pid {pid}); "
+                f"every test from here on would fail:\n{self.log_tail()}")
+        if state == "T":
+            os.kill(pid, signal.SIGCONT)
+            found = f"its VM (pid {pid}) stopped by SIGSTOP: sent SIGCONT"
+            try:
+                self.wait_port(timeout=30)
+                return found
+            except AssertionError:
+                pass
+        else:
+            found = f"its VM (pid {pid}, state {state}) up, AMQP port {self.port} closed"
+        try:
+            self.ctl("start_app")
+            self.wait_port()
+        except (AssertionError, subprocess.TimeoutExpired) as e:
+            raise AssertionError(f"the suite's RabbitMQ node {self.node}: {found}; "
+                                 f"start_app did not bring it back: {e}\n"
+                                 f"{self.log_tail()}") from None
+        return found + "; start_app brought it back"
+
     def declare_exchange(self, durable=False):
         """A unique direct exchange with no queue bound to it."""
         name = f"rmqs-test-noqueue-{uuid.uuid4().hex[:12]}"

@@ -32,9 +32,15 @@
  *   two reads is skipped correctly.
  * - channel.close (e.g. 404 NOT_FOUND no exchange 'x'): the broker drops
  *   every later publish on the channel. The window reports the jobs whose
- *   exchange is quoted in the reply text AMQPP_CLOSED (all of them if none
- *   is) and the others AMQPP_UNSENT (publish again). The channel is
- *   reopened and confirm.select sent again. Measured: a job published
+ *   exchange is quoted in the reply text AMQPP_CLOSED and the others
+ *   AMQPP_UNSENT (publish again). A reply that names no job charges
+ *   nobody: all are AMQPP_UNSENT and the window takes the next ones one at
+ *   a time, so the culprit closes a channel alone (confirm_window.h). The
+ *   channel is reopened and confirm.select sent again.
+ * - The publish policy (pubpol.h) is checked before each send: a job whose
+ *   exchange --allow-exchanges refuses, or whose user_id is not this
+ *   connection's login (RabbitMQ would close the channel under everyone's
+ *   publishes), is reported AMQPP_REFUSED and never sent. Measured: a job published
  *   before the culprit is usually enqueued already, but its confirm dies
  *   with the channel, so publishing it again duplicates it (at-least-once;
  *   consumers dedupe on message_id / x-scheduler-job-id).
@@ -156,6 +162,7 @@ struct amqpp {
     amqp_pool_t pool;        /* header tables of the message being sent */
     int64_t nack_dropped_ms; /* tu_mono_ms() of the last nack-drop, or 0 */
     int64_t hold_until_ms;   /* amqpp_connect refuses before this */
+    const pubpol_t *policy;  /* borrowed, or NULL */
 };
 
 /* ------------------------------------------------------------------ */
@@ -330,6 +337,7 @@ amqpp_t *amqpp_new(const amqpp_options *opt, rmqs_error *err)
     }
     init_amqp_pool(&p->pool, 4096);
     reset_state(p);
+    p->policy = opt->policy;
     p->link = amqpc_new(&(amqpc_options){.url = opt->url,
                                          .name = "rmq-scheduler dispatcher",
                                          .heartbeat_s = opt->heartbeat_s,
@@ -489,6 +497,10 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
                  CHANNEL, reason);
         if (p->win) {
             cwin_channel_closed(p->win, reason);
+            if (cwin_probing(p->win) > 0)
+                log_warn(MOD, "the close named no job: publishing one at a "
+                         "time to find it", "probe=%zu",
+                         cwin_probing(p->win));
         }
         if (res != AMQP_STATUS_OK) {
             drop(p, "sending channel.close-ok failed: %s",
@@ -992,6 +1004,26 @@ bool amqpp_blocked(const amqpp_t *p)
     return p->conn && p->blocked;
 }
 
+/* Whether the publish policy refuses job here and now: its exchange is not
+ * (or no longer) in --allow-exchanges, or its user_id is not the user this
+ * connection logged in as, which RabbitMQ answers by closing the channel
+ * under every publish in flight. Checked at each send, so jobs stored
+ * before the list changed, retried, ingested or made by a schedule are
+ * held to it too. */
+static bool refused(const amqpp_t *p, const job_t *job, rmqs_error *err)
+{
+    amqpc_url_parts u;
+
+    if (!pubpol_exchange_allowed(p->policy, job->exchange)) {
+        rmqs_fail(err, RMQS_EINVAL, "exchange",
+                  "exchange '%.200s' is not in --allow-exchanges", job->exchange);
+        return true;
+    }
+    amqpc_current(p->link, &u);
+    return pubpol_check_user_id(p->policy, job->properties, u.user, err) !=
+           RMQS_OK;
+}
+
 rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
 {
     amqpp_result r;
@@ -1014,6 +1046,14 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
         if (pump(p, 0) != RMQS_OK || !amqpp_can_send(p)) {
             return amqpp_send(p, job, ctx); /* reports it unsent */
         }
+    }
+    if (refused(p, job, &err)) {
+        /* Never sent: the job fails now, and nobody else's does. */
+        log_warn(MOD, "job refused by the publish policy",
+                 "job_id=%s reason=\"%s\"", job->id, err.message);
+        set_result(&r, AMQPP_REFUSED, "not published: %s", err.message);
+        p->on_report(p->report_cls, ctx, &r);
+        return RMQS_OK;
     }
     recycle_amqp_pool(&p->pool);
     if (build_message(p, &p->pool, job, &m, &err) != 0) {

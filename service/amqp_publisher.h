@@ -21,6 +21,7 @@
 
 #include "confirm_window.h"
 #include "job.h"
+#include "pubpol.h"
 #include "rmqs.h"
 
 typedef struct amqpp amqpp_t;
@@ -32,6 +33,7 @@ typedef struct amqpp_options {
     const char *ca_file;    /* amqps: trusted CAs (PEM); NULL = system store */
     const char *cert_file;  /* amqps: client certificate (PEM) or NULL */
     const char *key_file;   /* amqps: its private key (PEM) or NULL */
+    const pubpol_t *policy; /* borrowed, or NULL: any exchange and user_id */
 } amqpp_options;
 
 /* What the broker said about a job: the confirm window's outcomes
@@ -43,6 +45,7 @@ typedef cwin_outcome amqpp_result_kind;
 #define AMQPP_CLOSED CWIN_CLOSED
 #define AMQPP_LOST CWIN_LOST
 #define AMQPP_UNSENT CWIN_UNSENT
+#define AMQPP_REFUSED CWIN_REFUSED
 typedef cwin_result amqpp_result; /* kind, and reason ("" if acked) */
 
 /* Parse options (the URL) and return a disconnected publisher, or NULL with

@@ -52,6 +52,7 @@ struct cwin {
     uint64_t low_tag;       /* every tag below has been reported */
     uint64_t return_cursor; /* where the next return match starts */
     size_t unconfirmed;     /* slots not SLOT_FREE */
+    size_t probe_left;      /* reports still to come one publish at a time */
     cwin_report_fn on_report;
     void *report_cls;
 };
@@ -100,7 +101,13 @@ size_t cwin_unconfirmed(const cwin_t *w)
 
 bool cwin_full(const cwin_t *w)
 {
-    return w->next_tag - w->low_tag >= w->cap;
+    return w->next_tag - w->low_tag >= w->cap ||
+           (w->probe_left > 0 && w->unconfirmed > 0);
+}
+
+size_t cwin_probing(const cwin_t *w)
+{
+    return w->probe_left;
 }
 
 uint64_t cwin_next_tag(const cwin_t *w)
@@ -126,6 +133,8 @@ static void report(cwin_t *w, slot *s, cwin_outcome kind, const char *reason)
     s->exchange = NULL;
     s->ctx = NULL;
     w->unconfirmed--;
+    if (w->probe_left > 0 && kind != CWIN_UNSENT)
+        w->probe_left--;
     w->on_report(w->report_cls, ctx, &r);
 }
 
@@ -260,7 +269,7 @@ static void restart(cwin_t *w)
 void cwin_channel_closed(cwin_t *w, const char *reason)
 {
     char unsent[sizeof(((cwin_result *)0)->reason)];
-    size_t matched = 0;
+    size_t matched = 0, inflight = 0;
     uint64_t t;
 
     for (t = w->low_tag; t < w->next_tag; t++) {
@@ -268,19 +277,42 @@ void cwin_channel_closed(cwin_t *w, const char *reason)
         if (s->state == SLOT_INFLIGHT && quoted_in(reason, s->exchange)) {
             report(w, s, CWIN_CLOSED, reason);
             matched++;
+        } else if (s->state == SLOT_INFLIGHT) {
+            inflight++;
         }
     }
-    snprintf(unsent, sizeof unsent,
-             "channel closed by the broker before the confirm: %.200s", reason);
+    if (!matched && inflight == 1) {
+        matched = 1; /* the only publish in flight: it is the one */
+        for (t = w->low_tag; t < w->next_tag; t++) {
+            slot *s = slot_of(w, t);
+            if (s->state == SLOT_INFLIGHT)
+                report(w, s, CWIN_CLOSED, reason);
+        }
+        inflight = 0;
+    }
+    if (matched) {
+        snprintf(unsent, sizeof unsent,
+                 "channel closed by the broker before the confirm: %.200s",
+                 reason);
+    } else {
+        /* Nobody named: charge nobody. Each is published again, one at a
+         * time, until as many have been answered: the one the broker
+         * refuses then closes a channel with nothing else in flight. */
+        snprintf(unsent, sizeof unsent,
+                 "channel closed by the broker naming no job, with %zu "
+                 "publishes in flight (published again one at a time): %.120s",
+                 inflight, reason);
+    }
     for (t = w->low_tag; t < w->next_tag; t++) {
         slot *s = slot_of(w, t);
         if (s->state == SLOT_INFLIGHT) {
-            report(w, s, matched ? CWIN_UNSENT : CWIN_CLOSED,
-                   matched ? unsent : reason);
+            report(w, s, CWIN_UNSENT, unsent);
         } else if (s->state == SLOT_RETURNED) {
             report(w, s, CWIN_RETURNED, s->reason);
         }
     }
+    if (!matched)
+        w->probe_left += inflight;
     restart(w);
 }
 

@@ -40,8 +40,11 @@ typedef enum cwin_outcome {
                       job (e.g. 404 NOT_FOUND no exchange): attempt failed */
     CWIN_LOST,     /* the connection died or the confirm timed out before
                       the broker settled it: attempt failed */
-    CWIN_UNSENT    /* never reached the broker because an earlier job broke
+    CWIN_UNSENT,   /* never reached the broker because an earlier job broke
                       the channel: not an attempt, publish again */
+    CWIN_REFUSED   /* never sent: the publish policy refuses it (exchange
+                      not allowed, user_id not the login); the job fails
+                      now (the publisher's, never the window's) */
 } cwin_outcome;
 
 typedef struct cwin_result {
@@ -106,11 +109,21 @@ bool cwin_return(cwin_t *w, const void *id, size_t id_len,
 /*
  * The broker closed the channel with reason ("404 NOT_FOUND - no exchange
  * 'x' in vhost '/'"). Publishes to an exchange quoted in it are reported
- * CWIN_CLOSED, the others CWIN_UNSENT (the broker dropped them); if none is
- * quoted, all are CWIN_CLOSED. Returned ones are CWIN_RETURNED. The window
- * is then empty and the next tag is 1 (a new channel).
+ * CWIN_CLOSED, the others CWIN_UNSENT (the broker dropped them). If none is
+ * quoted, the reply names no job ("406 PRECONDITION_FAILED - message size
+ * ... is larger than configured max size"): with one publish in flight, it
+ * is that one's (CWIN_CLOSED); with several, none is charged: all are
+ * CWIN_UNSENT, and the window probes: until as many publishes have been
+ * answered, it holds one publish at a time (cwin_full while one is in
+ * flight), so the next close names its job by being alone. Returned ones
+ * are CWIN_RETURNED. The window is then empty and the next tag is 1 (a new
+ * channel).
  */
 void cwin_channel_closed(cwin_t *w, const char *reason);
+
+/* How many answers the window still takes one publish at a time (0: it
+ * pipelines), after a close that named no job. */
+size_t cwin_probing(const cwin_t *w);
 
 /* The connection is gone: every publish in flight is reported CWIN_LOST
  * with reason, the returned ones CWIN_RETURNED. The next tag is 1. */

@@ -289,6 +289,17 @@ static void on_report(void *cls, void *ctx, const amqpp_result *r)
     case AMQPP_UNSENT:
         it->out.kind = STORE_OUT_RELEASE;
         break;
+    case AMQPP_REFUSED:
+        /* not an attempt at the broker, and never will be: failed now */
+        metrics_job_failed();
+        snprintf(it->reason, sizeof(it->reason), "%s", r->reason);
+        it->out.kind = STORE_OUT_FAIL;
+        it->out.error = it->reason;
+        log_warn("dispatcher", "job failed",
+                 "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
+                 "attempt=%d error=\"%s\"",
+                 j->id, j->exchange, j->routing_key, j->attempts, r->reason);
+        break;
     default:
         metrics_publish_attempts(1);
         metrics_publish_failure(r->kind == AMQPP_RETURNED ? MF_RETURNED

@@ -720,34 +720,6 @@ static char *read_file(const char *path)
     return buf;
 }
 
-/* Split "a,b, c*" into a NULL-terminated list of trimmed names. */
-static char **split_list(const char *text)
-{
-    size_t n = 1, k = 0;
-    char **list;
-    const char *p = text;
-
-    for (const char *q = text; *q; q++)
-        n += *q == ',';
-    list = calloc(n + 1, sizeof(*list));
-    if (list == NULL)
-        return NULL;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        while (len > 0 && *p == ' ') {
-            p++;
-            len--;
-        }
-        while (len > 0 && p[len - 1] == ' ')
-            len--;
-        if (len > 0 && (list[k] = strndup(p, len)) != NULL)
-            k++;
-        p += end ? (size_t)(end - p) + 1 : strlen(p);
-    }
-    return list;
-}
-
 static void api_free(http_api_t *api)
 {
     if (api == NULL)
@@ -756,9 +728,6 @@ static void api_free(http_api_t *api)
         explicit_bzero(api->token, strlen(api->token));
         free(api->token);
     }
-    for (char **a = api->allow; a != NULL && *a != NULL; a++)
-        free(*a);
-    free(api->allow);
     http_origins_free(api->origins);
     free(api->tls_cert);
     free(api->ui_broker_urls);
@@ -793,11 +762,11 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     api->disp = d;
     api->writer = w;
     api->opt = *opt;
+    api->policy = opt->policy;
     api->quiesced_fd = MHD_INVALID_SOCKET;
     if ((opt->api_token && !(api->token = strdup(opt->api_token))) ||
         (opt->ui_broker_urls &&
-         !(api->ui_broker_urls = strdup(opt->ui_broker_urls))) ||
-        (opt->allow_exchanges && !(api->allow = split_list(opt->allow_exchanges)))) {
+         !(api->ui_broker_urls = strdup(opt->ui_broker_urls)))) {
         rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -865,7 +834,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
              "ui=%s",
              opt->listen, info ? (unsigned)info->port : 0U, opt->threads,
              api->tls_cert ? "on" : "off", api->token ? "bearer" : "off",
-             api->allow ? "list" : "any",
+             pubpol_has_list(api->policy) ? "list" : "any",
              opt->ui == UI_MODE_ON          ? "on"
              : opt->ui == UI_MODE_READ_ONLY ? "read-only"
                                             : "off");

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "dispatcher.h"
 #include "job.h"
+#include "pubpol.h"
 #include "rmqs.h"
 #include "scheduler.h"
 #include "stats.h"
@@ -36,7 +37,7 @@ typedef struct http_api_options {
     unsigned max_conns_per_ip;  /* 0: a quarter of max_conns */
     job_limits limits;
     const char *api_token;       /* NULL: no authentication (borrowed) */
-    const char *allow_exchanges; /* NULL: any; "a,b,prefix*" (copied) */
+    const pubpol_t *policy;      /* borrowed: --allow-exchanges, the login */
     const char *public_origins;  /* --public-origin (http_origin.h); NULL:
                                     none (copied) */
     const char *tls_cert_file;   /* both set: serve HTTPS */

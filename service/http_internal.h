@@ -35,7 +35,7 @@ struct http_api {
     atomic_long conns;    /* connections open (accepted, not yet closed) */
     atomic_bool stopping; /* quiesced: answers say Connection: close */
     char *token;          /* owned copy of opt.api_token, or NULL */
-    char **allow;         /* owned NULL-terminated list, or NULL: any */
+    const pubpol_t *policy; /* borrowed (service.c): exchanges, user_id */
     http_origins *origins; /* owned: which Host and Origin are let in */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */

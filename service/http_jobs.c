@@ -116,18 +116,7 @@ const char *http_query_unknown_filter(struct MHD_Connection *c,
 
 bool http_exchange_allowed(const http_api_t *api, const char *name)
 {
-    if (api->allow == NULL)
-        return true;
-    for (char **a = api->allow; *a != NULL; a++) {
-        size_t n = strlen(*a);
-        if (n > 0 && (*a)[n - 1] == '*') {
-            if (strncmp(name, *a, n - 1) == 0)
-                return true;
-        } else if (strcmp(name, *a) == 0) {
-            return true;
-        }
-    }
-    return false;
+    return pubpol_exchange_allowed(api->policy, name);
 }
 
 static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
@@ -300,9 +289,13 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
     rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
                           now, &rq->jobs[0], key != NULL ? &rq->canonical : NULL,
                           &err);
+    if (rc == RMQS_OK) {
+        rq->njobs = 1; /* the request's to free from here on */
+        rc = pubpol_check_user_id(api->policy, rq->jobs[0].properties, NULL,
+                                  &err);
+    }
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, &err, "invalid request");
-    rq->njobs = 1;
     if (!http_exchange_allowed(api, rq->jobs[0].exchange))
         return reply_forbidden_exchange(c, rq->jobs[0].exchange, -1);
     rc = job_id_generate(now, rq->jobs[0].id);
@@ -358,6 +351,9 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
     for (size_t i = 0; i < n; i++) {
         rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits, now,
                                    &rq->jobs[i], NULL, &err);
+        if (rc == RMQS_OK)
+            rc = pubpol_check_user_id(api->policy, rq->jobs[i].properties,
+                                      NULL, &err);
         if (rc == RMQS_OK)
             rc = job_id_generate(now, rq->jobs[i].id);
         if (rc == RMQS_EINVAL) {
@@ -581,6 +577,19 @@ enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
     if (retry)
         rc = job_parse_retry(rq->body ? rq->body : "", rq->len, &api->opt.limits,
                              now, &ch.deliver_at, &ch.delay_ms, &err);
+    if (rc == RMQS_OK && pubpol_has_list(api->policy)) {
+        /* A job stored before --allow-exchanges closed its exchange is
+         * not sent off again (the publisher would fail it anyway). */
+        rc = store_get(api->st, id, &job);
+        if (rc == RMQS_OK && !http_exchange_allowed(api, job.exchange)) {
+            ret = reply_forbidden_exchange(c, job.exchange, -1);
+            job_clear(&job);
+            return ret;
+        }
+        job_clear(&job);
+        if (rc == RMQS_ENOTFOUND)
+            rc = RMQS_OK; /* the update says so, as without a list */
+    }
     if (rc == RMQS_OK) /* on a conflict the store returns the job as it is */
         rc = store_update(api->st, id, &ch, now, &job);
     if (rc == RMQS_ECONFLICT)

@@ -252,6 +252,18 @@ static int64_t spec_every_ms(const char *spec)
     return v;
 }
 
+/* The template's user_id is the broker login (pubpol.h). */
+static rmqs_rc check_template_user(const http_api_t *api, const schedule_t *s,
+                                   rmqs_error *err)
+{
+    rmqs_error e = {0};
+
+    if (pubpol_check_user_id(api->policy, s->tmpl.properties, NULL, &e) == RMQS_OK)
+        return RMQS_OK;
+    return rmqs_fail(err, RMQS_EINVAL, "job.properties.user_id", "job.%s",
+                     e.message);
+}
+
 static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
                              const char *name, http_req *rq)
 {
@@ -268,6 +280,10 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
                                &api->opt.limits, now, &s, &spec, &err);
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, &err, "invalid schedule");
+    if (check_template_user(api, &s, &err) != RMQS_OK) {
+        ret = http_reply_rc(c, RMQS_EINVAL, &err, "invalid schedule");
+        goto out;
+    }
     if (!http_exchange_allowed(api, s.tmpl.exchange)) {
         char msg[320];
         snprintf(msg, sizeof msg, "exchange '%.255s' is not in the allowed list",
@@ -343,6 +359,11 @@ static enum MHD_Result h_patch(http_api_t *api, struct MHD_Connection *c,
         }
         rc = schedule_patch(name, old.spec, rq->body ? rq->body : "", rq->len,
                             &api->opt.limits, now, &s, &merged, &err);
+        if (rc == RMQS_OK && check_template_user(api, &s, &err) != RMQS_OK) {
+            schedule_clear(&s);
+            free(merged);
+            rc = RMQS_EINVAL;
+        }
         if (rc != RMQS_OK) {
             ret = http_reply_rc(c, rc, &err, "invalid schedule");
             goto out;

@@ -46,6 +46,7 @@
 #include "stats.h"
 #include "log.h"
 #include "netaddr.h"
+#include "pubpol.h"
 #include "scheduler.h"
 #include "store.h"
 #include "tz.h"
@@ -69,6 +70,7 @@ struct service {
     stats_t *stats;     /* the history of GET /stats */
     bulk_t *bulk;       /* POST /jobs/bulk's runner */
     http_api_t *api;
+    pubpol_t *policy;   /* the publish policy: HTTP, ingest and publisher */
 };
 
 static bool ingest_up(void *cls)
@@ -200,6 +202,49 @@ static rmqs_rc open_database(service_t *svc)
     return RMQS_OK;
 }
 
+/* The publish policy: --allow-exchanges, and the login the broker URLs
+ * share (user_id must equal it). An --ingest target the list refuses is a
+ * start-up error: its every message would fail. */
+static rmqs_rc make_policy(service_t *svc)
+{
+    const config *cfg = svc->cfg;
+    rmqs_error err = {0};
+    amqpc_t *c = amqpc_new(&(amqpc_options){.url = cfg->amqp_url}, &err);
+    char *login = NULL;
+    bool one_user = true;
+
+    if (c == NULL) {
+        log_error(MOD, "bad AMQP settings", "error=\"%s\"", err.message);
+        return RMQS_EINVAL;
+    }
+    for (size_t i = 0, n = amqpc_url_count(c); i < n; i++, amqpc_next_url(c)) {
+        amqpc_url_parts u;
+        amqpc_current(c, &u);
+        if (i == 0)
+            login = strdup(u.user);
+        else if (login != NULL && strcmp(login, u.user) != 0)
+            one_user = false;
+    }
+    amqpc_free(c);
+    svc->policy = pubpol_new(cfg->allow_exchanges, one_user ? login : NULL, &err);
+    free(login);
+    if (svc->policy == NULL) {
+        log_error(MOD, "out of memory", NULL);
+        return RMQS_ENOMEM;
+    }
+    for (size_t i = 0; i < cfg->ingest.n; i++) {
+        const ingest_mapping *m = &cfg->ingest.maps[i];
+        if (!pubpol_exchange_allowed(svc->policy, m->target_exchange)) {
+            log_error(MOD, "an --ingest target is not in --allow-exchanges",
+                      "ingest=\"%s=%s\" allow_exchanges=\"%s\"",
+                      m->ingest_exchange, m->target_exchange,
+                      cfg->allow_exchanges);
+            return RMQS_EINVAL;
+        }
+    }
+    return RMQS_OK;
+}
+
 /* The AMQP publisher and the dispatcher that owns it, started. */
 static rmqs_rc start_dispatcher(service_t *svc)
 {
@@ -212,7 +257,8 @@ static rmqs_rc start_dispatcher(service_t *svc)
                                      .connect_timeout_ms = 5000,
                                      .ca_file = cfg->amqp_ca_file,
                                      .cert_file = cfg->amqp_cert_file,
-                                     .key_file = cfg->amqp_key_file},
+                                     .key_file = cfg->amqp_key_file,
+                                     .policy = svc->policy},
                     &err);
     if (pub == NULL) {
         log_error(MOD, "bad AMQP settings", "error=\"%s\"", err.message);
@@ -309,7 +355,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .max_conns_per_ip = (unsigned)cfg->http_max_conns_per_ip,
                 .limits = *limits,
                 .api_token = cfg->api_token,
-                .allow_exchanges = cfg->allow_exchanges,
+                .policy = svc->policy,
                 .public_origins = cfg->public_origin,
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,
@@ -358,6 +404,7 @@ static void teardown(service_t *svc)
     store_close(svc->st);
     if (svc->lock_fd >= 0)
         close(svc->lock_fd);
+    pubpol_free(svc->policy); /* after every thread that reads it */
     free(svc);
 }
 
@@ -387,7 +434,9 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     }
     svc->cfg = cfg;
     svc->lock_fd = -1;
-    rc = open_database(svc);
+    rc = make_policy(svc); /* a setting: refused before the database opens */
+    if (rc == RMQS_OK)
+        rc = open_database(svc);
     if (rc != RMQS_OK)
         goto fail;
     svc->janitor = janitor_new(

@@ -596,7 +596,7 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
     }
     for (size_t i = 0; i < n; i++) {
         if (!o[i].id || job_id_parse(o[i].id, ids[n_claims + i]) != RMQS_OK ||
-            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_EXPIRE) {
+            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_FAIL) {
             free(ids);
             return RMQS_EINVAL;
         }

@@ -348,15 +348,19 @@ typedef enum store_outcome_kind {
                           attempts >= max_attempts, else pending at retry_at */
     STORE_OUT_RELEASE, /* not attempted after all: pending again at due_at
                           unchanged, attempts - 1 */
-    STORE_OUT_EXPIRE   /* not published: claimed after its expires_at;
+    STORE_OUT_EXPIRE,  /* not published: claimed after its expires_at;
                           cancelled, last_error = error (the caller's
                           reason), attempts as claimed */
+    STORE_OUT_FAIL     /* not published and never will be (the exchange
+                          allow-list or the broker login refuses it):
+                          failed now, last_error = error, attempts as
+                          claimed */
 } store_outcome_kind;
 
 typedef struct store_outcome {
     const char *id;        /* job id text (borrowed) */
     store_outcome_kind kind;
-    const char *error;     /* RETRY, EXPIRE: why (borrowed), else NULL */
+    const char *error;     /* RETRY, EXPIRE, FAIL: why (borrowed), else NULL */
     int64_t retry_at;      /* RETRY: next due_at */
 } store_outcome;
 

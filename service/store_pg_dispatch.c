@@ -385,11 +385,13 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
 }
 
 /* One EXPIRE outcome (its own error text); *matched 0 or 1. */
+/* EXPIRE (cancelled) or FAIL (failed): ends a claimed job unpublished. */
 static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
                              const store_outcome *o,
                              const unsigned char id[JOB_ID_BYTES],
                              int64_t now_ms, size_t *matched)
 {
+    bool fail = o->kind == STORE_OUT_FAIL;
     char now[24];
     const char *vals[4] = {pg_i64(now, now_ms), (const char *)id, o->error,
                            b->instance};
@@ -398,16 +400,22 @@ static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
     rmqs_rc rc;
 
     *matched = 0;
-    res = pg_exec(pc, "settle_expire",
-                  "UPDATE jobs SET status = 4, last_error = $3, "
-                  "updated_at = $1, owner = NULL, lease_until = NULL "
-                  "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
-                  4, vals, lens, fmts, &rc);
+    res = fail ? pg_exec(pc, "settle_fail",
+                         "UPDATE jobs SET status = 3, last_error = $3, "
+                         "updated_at = $1, owner = NULL, lease_until = NULL "
+                         "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                         4, vals, lens, fmts, &rc)
+               : pg_exec(pc, "settle_expire",
+                         "UPDATE jobs SET status = 4, last_error = $3, "
+                         "updated_at = $1, owner = NULL, lease_until = NULL "
+                         "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                         4, vals, lens, fmts, &rc);
     if (rc != RMQS_OK)
         return rc;
     if (PQntuples(res) == 1) {
         *matched = 1;
-        store_delta_move(&pc->delta, JOB_PUBLISHING, JOB_CANCELLED, 1);
+        store_delta_move(&pc->delta, JOB_PUBLISHING,
+                         fail ? JOB_FAILED : JOB_CANCELLED, 1);
     }
     PQclear(res);
     return RMQS_OK;
@@ -447,7 +455,7 @@ rmqs_rc pg_record(store_backend *b,
         lost += 1 - matched;
     }
     for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
-        if (o[i].kind != STORE_OUT_EXPIRE)
+        if (o[i].kind != STORE_OUT_EXPIRE && o[i].kind != STORE_OUT_FAIL)
             continue;
         rc = settle_expire(pc, b, &o[i], ids[i], now_ms, &matched);
         lost += 1 - matched;

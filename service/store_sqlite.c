@@ -151,6 +151,9 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_SETTLE_EXPIRE] = {"settle_expire",
                          "UPDATE jobs SET status = 4, last_error = ?3, "
                          "updated_at = ?1 WHERE id = ?2 AND status = 1"},
+    [S_SETTLE_FAIL] = {"settle_fail",
+                       "UPDATE jobs SET status = 3, last_error = ?3, "
+                       "updated_at = ?1 WHERE id = ?2 AND status = 1"},
     [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
                               "attempts = max(attempts - 1, 0) "
                               "WHERE status = 1"},

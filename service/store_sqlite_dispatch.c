@@ -174,6 +174,7 @@ static int settle_one(store_backend *st, sqlite3_stmt *s, stmt_id sid)
     if (sid != S_SETTLE_RETRY) {
         int to = sid == S_SETTLE_SENT     ? JOB_SENT
                  : sid == S_SETTLE_EXPIRE ? JOB_CANCELLED
+                 : sid == S_SETTLE_FAIL   ? JOB_FAILED
                                           : JOB_PENDING;
         rc = sq_stmt_exec(s);
         if (rc == SQLITE_OK && sqlite3_changes(st->db) > 0)
@@ -235,6 +236,7 @@ rmqs_rc sq_record(store_backend *st,
         stmt_id sid = o[i].kind == STORE_OUT_SENT     ? S_SETTLE_SENT
                       : o[i].kind == STORE_OUT_RETRY  ? S_SETTLE_RETRY
                       : o[i].kind == STORE_OUT_EXPIRE ? S_SETTLE_EXPIRE
+                      : o[i].kind == STORE_OUT_FAIL   ? S_SETTLE_FAIL
                                                       : S_SETTLE_RELEASE;
         sqlite3_stmt *s = sq_stmt(st, sid);
         int rc;
@@ -244,7 +246,7 @@ rmqs_rc sq_record(store_backend *st,
         if (sid == S_SETTLE_RETRY) {
             sq_bind_text_or_null(s, 3, o[i].error);
             sqlite3_bind_int64(s, 4, o[i].retry_at);
-        } else if (sid == S_SETTLE_EXPIRE) {
+        } else if (sid == S_SETTLE_EXPIRE || sid == S_SETTLE_FAIL) {
             sq_bind_text_or_null(s, 3, o[i].error);
         }
         /* a job no longer publishing (e.g. recovered meanwhile) is left

@@ -235,3 +235,14 @@ def test_invalid_setting_value_exits_2_naming_it(tmp_path, args, extra_env, name
     for marker in SANITIZER_MARKERS:
         assert marker not in text, f"sanitizer report:\n{text[-6000:]}"
     assert names in text, f"the message does not name {names}:\n{text}"
+
+
+def test_an_ingest_target_outside_the_allow_list_stops_the_start(tmp_path):
+    """Every message of that ingest would fail at publish time: refused at
+    start-up instead, before the database is touched."""
+    result = run_binary(["--db", os.path.join(tmp_path, "x.db"),
+                         "--allow-exchanges", "billing",
+                         "--ingest", "in.delayed=forbidden.target"])
+    assert_refused(result, (1, 2), must=("--ingest", "forbidden.target"))
+    assert not os.path.exists(os.path.join(tmp_path, "x.db")), \
+        "the database was created for a start that was refused"

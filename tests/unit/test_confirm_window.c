@@ -375,15 +375,55 @@ Test(confirm_window, a_channel_close_blames_the_quoted_exchange)
     cr_expect_eq(cwin_unconfirmed(w), 0);
 }
 
-Test(confirm_window, a_channel_close_naming_no_exchange_closes_all)
+/* A reply that names no job (a message over the broker's max size, a
+ * user_id it refuses): nobody is charged; the suspects are published again
+ * one at a time, and the next close, with one publish in flight, is that
+ * one's. */
+Test(confirm_window, a_close_naming_no_job_charges_nobody_and_probes_one_at_a_time)
 {
-    const char *why = "406 PRECONDITION_FAILED - unknown delivery tag 9";
+    const char *why = "406 PRECONDITION_FAILED - message size 70000 is larger "
+                      "than configured max size 65536";
     int a = publish("billing", 0, 1);
     int b = publish("", 0, 2);
+    int c = publish("billing", 0, 3);
+    int p1, p2, p3, after;
+
+    cr_expect(returned(c, "312 NO_ROUTE"));
+    cwin_channel_closed(w, why);
+    cr_expect_eq(rec->jobs[a].kind, CWIN_UNSENT);
+    cr_expect_eq(rec->jobs[b].kind, CWIN_UNSENT);
+    cr_expect(strstr(rec->jobs[a].reason, "naming no job") != NULL, "%s",
+              rec->jobs[a].reason);
+    expect_report(c, CWIN_RETURNED, "312 NO_ROUTE"); /* its answer came */
+    cr_expect_eq(cwin_probing(w), 2);
+    cr_expect_not(cwin_full(w));
+
+    p1 = publish("billing", 0, 1);
+    cr_expect(cwin_full(w), "one at a time while probing");
+    cr_expect_eq(cwin_publish(w, "x", "", NULL, 0), 0);
+    cr_expect_eq(cwin_ack(w, 1, false), 1);
+    expect_report(p1, CWIN_ACKED, "");
+    cr_expect_eq(cwin_probing(w), 1);
+    p2 = publish("", 0, 2);
+    cwin_channel_closed(w, why); /* alone in flight: the culprit */
+    expect_report(p2, CWIN_CLOSED, why);
+    cr_expect_eq(cwin_probing(w), 0);
+    p3 = publish("", 0, 1);
+    after = publish("", 0, 2); /* pipelined again */
+    cr_expect_eq(cwin_ack(w, 2, true), 2);
+    expect_report(p3, CWIN_ACKED, "");
+    expect_report(after, CWIN_ACKED, "");
+}
+
+Test(confirm_window, a_close_naming_no_job_with_one_in_flight_is_its)
+{
+    const char *why = "406 PRECONDITION_FAILED - user_id property set to "
+                      "'mallory' but authenticated user was 'guest'";
+    int a = publish("billing", 0, 1);
 
     cwin_channel_closed(w, why);
     expect_report(a, CWIN_CLOSED, why);
-    expect_report(b, CWIN_CLOSED, why);
+    cr_expect_eq(cwin_probing(w), 0);
 }
 
 Test(confirm_window, tags_restart_at_one_on_a_new_channel)
@@ -463,6 +503,8 @@ typedef struct model {
     int tag_job[MAX_JOBS]; /* this channel's tag -> job number */
     uint64_t next_tag;
     size_t cap;
+    size_t probe_left; /* answers still taken one publish at a time */
+    size_t probe_add;  /* what the current event adds to it */
     uint64_t rng;
 } model;
 
@@ -524,23 +566,38 @@ static void model_settle(model *m, uint64_t tag, bool multiple, bool ack)
 static void model_end(model *m, const char *culprit, cwin_outcome others)
 {
     bool matched = false;
-    int i;
+    int i, alone = -1;
+    size_t inflight = 0;
 
     for (i = 0; i < rec->njobs; i++) {
         if (m->state[i] == M_INFLIGHT && culprit &&
             strcmp(rec->jobs[i].exchange, culprit) == 0) {
             m->owed[i] = CWIN_CLOSED;
             matched = true;
+        } else if (m->state[i] == M_INFLIGHT) {
+            inflight++;
+            alone = i;
         }
+    }
+    if (others == CWIN_UNSENT && !matched && inflight == 1) {
+        m->owed[alone] = CWIN_CLOSED; /* a channel close with one in flight */
+        matched = true;
+    } else if (others == CWIN_UNSENT && !matched) {
+        m->probe_add = inflight;
     }
     for (i = 0; i < rec->njobs; i++) {
         if (m->state[i] == M_RETURNED) {
             m->owed[i] = CWIN_RETURNED;
         } else if (m->state[i] == M_INFLIGHT && m->owed[i] == NO_REPORT) {
-            m->owed[i] = others == CWIN_UNSENT && !matched ? CWIN_CLOSED
-                                                           : (int)others;
+            m->owed[i] = (int)others;
         }
     }
+}
+
+static bool model_full(const model *m)
+{
+    return m->next_tag - model_low(m) >= m->cap ||
+           (m->probe_left > 0 && model_unconfirmed(m, rec->njobs) > 0);
 }
 
 /* Every job owed an outcome by the last event got exactly that one, once;
@@ -559,17 +616,21 @@ static void model_check(model *m, int reports_before, int step)
         cr_assert_eq(rec->jobs[i].kind, m->owed[i],
                      "step %d: %s outcome %d, owed %d", step, rec->jobs[i].id,
                      rec->jobs[i].kind, m->owed[i]);
+        if (m->owed[i] != CWIN_UNSENT && m->probe_left > 0)
+            m->probe_left--;
         m->state[i] = M_REPORTED;
         m->owed[i] = NO_REPORT;
     }
+    m->probe_left += m->probe_add;
+    m->probe_add = 0;
+    cr_assert_eq(cwin_probing(w), m->probe_left, "step %d", step);
     cr_assert_eq(rec->norder - reports_before, owed,
                  "step %d: %d reports, %d owed", step,
                  rec->norder - reports_before, owed);
     cr_assert_eq(cwin_unconfirmed(w), model_unconfirmed(m, rec->njobs),
                  "step %d", step);
     cr_assert_eq(cwin_next_tag(w), m->next_tag, "step %d", step);
-    cr_assert_eq(cwin_full(w), m->next_tag - model_low(m) >= m->cap,
-                 "step %d", step);
+    cr_assert_eq(cwin_full(w), model_full(m), "step %d", step);
 }
 
 /* One run of steps random events on a window of cap; adds how many jobs
@@ -599,7 +660,7 @@ static void random_run(uint64_t seed, size_t cap, int steps, int *kinds)
             tjob *j = job(exchanges[next_rand(m) % 3]);
             int n = (int)(j - rec->jobs);
             uint64_t got = cwin_publish(w, j->id, j->exchange, j, step);
-            if (m->next_tag - low >= cap) {
+            if (model_full(m)) {
                 cr_assert_eq(got, 0, "step %d: published into a full window",
                              step);
                 refused++;

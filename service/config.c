@@ -149,6 +149,11 @@ static const opt_def opt_table[] = {
      3600000, "PostgreSQL: a job claimed by an instance that stops renewing "
      "it (crashed, frozen) is published again by another after this long",
      NULL},
+    {"search-timeout-ms", "RMQS_SEARCH_TIMEOUT_MS", OPT_INT,
+     F(search_timeout_ms), "2000", 10, 600000, "a job list, count or search "
+     "ends after this (503 search_timeout; a count answers what it counted, "
+     "capped); it runs on a connection of its own, never holding a write",
+     NULL},
     {"schedule-lead-ms", "RMQS_SCHEDULE_LEAD_MS", OPT_INT, F(schedule_lead_ms),
      "2000", 1000, 600000, "the run of a recurring schedule is stored this long "
      "before its fire time (so it is published on time like any job)", NULL},

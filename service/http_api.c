@@ -188,6 +188,12 @@ enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
         return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
                                 NULL,
                                 "the database is unavailable; nothing was stored");
+    case RMQS_ETIMEDOUT:
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "search_timeout",
+                                NULL,
+                                "the search ran past its time budget "
+                                "(--search-timeout-ms): narrow it (a status, "
+                                "an exchange, a due range, a shorter page)");
     default:
         return http_reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
                                 NULL, "internal error");

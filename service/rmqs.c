@@ -46,6 +46,7 @@ const char *rmqs_rc_name(rmqs_rc rc)
     case RMQS_EFULL:     return "storage_full";
     case RMQS_EBROKER:   return "broker_error";
     case RMQS_ESYS:      return "system_error";
+    case RMQS_ETIMEDOUT: return "timed_out";
     }
     return "unknown_error";
 }

@@ -24,7 +24,8 @@ typedef enum rmqs_rc {
     RMQS_EDB,       /* the database failed (I/O, corruption, busy) */
     RMQS_EFULL,     /* the database or its disk is full */
     RMQS_EBROKER,   /* the AMQP connection failed or was lost */
-    RMQS_ESYS       /* an operating-system call failed */
+    RMQS_ESYS,      /* an operating-system call failed */
+    RMQS_ETIMEDOUT  /* a bounded operation (a search) ran past its budget */
 } rmqs_rc;
 
 typedef struct rmqs_error {

@@ -65,6 +65,9 @@ typedef struct store_options {
                                renewal (0: 10000; at least 500) */
     bool index_manual;      /* SQLite: no search indexer thread; the owner
                                calls store_search_index() (tests) */
+    int64_t search_budget_ms; /* a list, count or search ends after this
+                                 (RMQS_ETIMEDOUT; a count: capped); 0:
+                                 unbounded */
 } store_options;
 
 /*
@@ -198,7 +201,9 @@ typedef struct store_filter {
  * A page of jobs in (deliver_at, insertion) order matching f (NULL: all). after: NULL or a cursor from a previous page
  * (RMQS_EINVAL if malformed). *jobs_out is a malloc'd array of *n_out jobs
  * (caller clears each and frees the array); *next_out is a malloc'd cursor
- * or NULL when this is the last page.
+ * or NULL when this is the last page. Lists, counts and searches read on
+ * connections of their own, never the writer's, and end with
+ * RMQS_ETIMEDOUT past store_options.search_budget_ms.
  */
 rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
                    const char *after, job_t **jobs_out, size_t *n_out,
@@ -206,9 +211,11 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
 
 /*
  * How many jobs match f (NULL: all), counted from indexes only, stopping at
- * cap (>= 1): *count is exact when *capped is false, else cap (more than
- * cap match). A filter of status alone (or nothing) reads job_counts. A job
- * the dispatcher holds counts under its stored status (pending).
+ * cap (>= 1): *count is exact when *capped is false, else at least that
+ * many match: cap (more than cap match), or as many as were counted when
+ * the search budget ran out. A filter of status alone (or nothing) reads
+ * job_counts. A job the dispatcher holds counts under its stored status
+ * (pending).
  */
 #define STORE_COUNT_CAP_DEFAULT 100000 /* GET /jobs/count without max */
 rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,

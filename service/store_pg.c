@@ -339,9 +339,9 @@ void pg_quiet(PGconn *c)
 
 /* Open a connection to b->url; NULL (message in buf) on failure. */
 static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
-                          char *buf, size_t len)
+                          int64_t timeout_ms, char *buf, size_t len)
 {
-    char set[128];
+    char set[192];
     PGconn *c = PQconnectdb(b->url);
     PGresult *res;
 
@@ -361,8 +361,9 @@ static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
      * by a server crash only makes a job published again */
     snprintf(set, sizeof(set),
              "SET application_name = 'rmq-scheduler %s'; "
-             "SET synchronous_commit = %s; SET client_min_messages = warning",
-             role, relaxed ? "off" : "on");
+             "SET synchronous_commit = %s; SET client_min_messages = warning; "
+             "SET statement_timeout = %lld",
+             role, relaxed ? "off" : "on", (long long)timeout_ms);
     res = PQexec(c, set);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
@@ -385,7 +386,8 @@ static rmqs_rc ensure_up(store_backend *b, pg_conn *pc)
         PQfinish(pc->c);
         pc->c = NULL;
     }
-    pc->c = pg_connect(b, pc->role, pc->relaxed, msg, sizeof(msg));
+    pc->c = pg_connect(b, pc->role, pc->relaxed, pc->timeout_ms, msg,
+                       sizeof(msg));
     if (pc->c == NULL) {
         log_error(MODULE, "cannot connect to the database",
                   "role=%s url=%s reason=\"%s\"", pc->role, b->safe_url, msg);
@@ -423,6 +425,8 @@ rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
      * again later) is expected under load, not a failure to shout about */
     if (st != NULL && strcmp(st, "55P03") == 0)
         log_debug(MODULE, "lock wait given up", "op=%s role=%s", op, pc->role);
+    else if (st != NULL && strcmp(st, "57014") == 0 && pc->timeout_ms > 0)
+        out = RMQS_ETIMEDOUT; /* a search past its budget: the caller's */
     else if (out != RMQS_ECONFLICT && out != RMQS_EINVAL)
         log_error(MODULE, "database call failed",
                   "op=%s role=%s sqlstate=%s reason=\"%s\"", op, pc->role,
@@ -851,6 +855,8 @@ static void pg_free(store_backend *b)
     conn_free(&b->feed);
     conn_free(&b->disp);
     conn_free(&b->sched);
+    for (int i = 0; i < PG_SEARCHERS; i++)
+        conn_free(&b->search[i]);
     pthread_mutex_destroy(&b->wake_mu);
     pthread_mutex_destroy(&b->stop_mu);
     pthread_cond_destroy(&b->stop_cv);
@@ -952,7 +958,11 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     conn_init(&b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS));
     b->ix_safe = b->ix_mark = -1;
 
-    b->wr.c = pg_connect(b, "writer", b->wr.relaxed, msg, sizeof(msg));
+    for (int i = 0; i < PG_SEARCHERS; i++) {
+        conn_init(&b->search[i], "search", true, (int)((hash + 5) % PG_SLOTS));
+        b->search[i].timeout_ms = opt ? opt->search_budget_ms : 0;
+    }
+    b->wr.c = pg_connect(b, "writer", b->wr.relaxed, 0, msg, sizeof(msg));
     if (b->wr.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL, "cannot connect to database %s: "
                        "%s", b->safe_url, msg);
@@ -961,8 +971,8 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     rc = migrate(b, migrations, n, err);
     if (rc != RMQS_OK)
         goto fail;
-    b->feed.c = pg_connect(b, "feeder", true, msg, sizeof(msg));
-    b->disp.c = b->feed.c ? pg_connect(b, "dispatch", true, msg, sizeof(msg))
+    b->feed.c = pg_connect(b, "feeder", true, 0, msg, sizeof(msg));
+    b->disp.c = b->feed.c ? pg_connect(b, "dispatch", true, 0, msg, sizeof(msg))
                           : NULL;
     if (b->feed.c == NULL || b->disp.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL, "cannot connect to database %s: "

@@ -78,7 +78,11 @@ typedef struct pg_conn {
     int slot;            /* its job_counts slot */
     store_delta delta;   /* the open transaction's count changes */
     int64_t notify_due;  /* earliest pending due_at stored, or INT64_MAX */
+    int64_t timeout_ms;  /* statement_timeout of the connection, 0: none */
 } pg_conn;
+
+/* Lists, counts and searches that run side by side (store_pg_search.c). */
+#define PG_SEARCHERS 2
 
 struct store_backend {
     char *url;            /* as given (may hold a password: never logged) */
@@ -90,6 +94,11 @@ struct store_backend {
      * creating runs never queues behind HTTP writes; connected on first
      * use, durable like the writer's */
     pg_conn sched;
+    /* lists, counts and searches: connections of their own (connected on
+     * first use), never the writer's, each with statement_timeout at the
+     * search budget */
+    pg_conn search[PG_SEARCHERS];
+    _Atomic unsigned search_next;
     /* the search indexer's connection (connected on first use) and its
      * state under ix.mu: the safe bound and the mark last seen (-1:
      * unknown); its thread, NULL when none (index_manual) */

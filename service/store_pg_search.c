@@ -20,7 +20,14 @@
  *     and checks position() alone (q_by_index);
  *   - id_prefix: id >= lo AND id < hi (the unique index on id);
  *   - the rest: equality and ranges on btrees in listing order.
- * A count is count(*) over at most cap + 1 rows of the same query.
+ * A count walks at most cap + 1 rows of the same query, counting them as
+ * they come (single-row mode), so one that runs out of its budget answers
+ * what it counted, capped.
+ *
+ * Every call runs on a search connection of its own (b->search: never the
+ * writer's, so a broad search holds no write), whose statement_timeout is
+ * the search budget: past it the server cancels (57014) and the call ends
+ * with RMQS_ETIMEDOUT.
  */
 #include "store_pg_impl.h"
 
@@ -122,7 +129,7 @@ static rmqs_rc build(const store_filter *f, bool count,
     memset(q, 0, sizeof(*q));
     if (f == NULL)
         f = &all;
-    add(q, count ? "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE true"
+    add(q, count ? "SELECT 1 FROM jobs WHERE true"
                  : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
     if (!count && after) {
         int a = param_i64(q, after->deliver_at);
@@ -183,7 +190,7 @@ static rmqs_rc build(const store_filter *f, bool count,
             param(q, f->q, (int)strlen(f->q)));
     }
     if (count)
-        add(q, " LIMIT $%d) AS matching", param_i64(q, limit));
+        add(q, " LIMIT $%d", param_i64(q, limit));
     else
         add(q, " ORDER BY deliver_at, seq LIMIT $%d", param_i64(q, limit));
     return q->overflow ? RMQS_ENOMEM : RMQS_OK;
@@ -200,6 +207,24 @@ static rmqs_rc build(const store_filter *f, bool count,
 #define Q_SAMPLE "1000"
 #define Q_DENSE_MIN 100
 
+/* A search connection, locked and up (pg_use): a free one, else the next
+ * in turn. The caller pg_done()s it either way. */
+static pg_conn *searcher(store_backend *b, rmqs_rc *rc)
+{
+    pg_conn *pc = NULL;
+
+    for (int i = 0; i < PG_SEARCHERS && pc == NULL; i++) {
+        if (pthread_mutex_trylock(&b->search[i].mu) == 0) {
+            pthread_mutex_unlock(&b->search[i].mu);
+            pc = &b->search[i];
+        }
+    }
+    if (pc == NULL)
+        pc = &b->search[atomic_fetch_add(&b->search_next, 1) % PG_SEARCHERS];
+    *rc = pg_use(b, pc);
+    return pc;
+}
+
 static bool q_by_index(store_backend *b, const store_filter *f)
 {
     const char *vals[1];
@@ -212,9 +237,9 @@ static bool q_by_index(store_backend *b, const store_filter *f)
         return true;
     vals[0] = f->q;
     lens[0] = (int)strlen(f->q);
-    rc = pg_use(b, &b->wr);
+    pg_conn *pc = searcher(b, &rc);
     if (rc == RMQS_OK)
-        res = pg_exec(&b->wr, "search_q_sample",
+        res = pg_exec(pc, "search_q_sample",
                       "SELECT count(*) FROM (SELECT body_kind, body FROM jobs "
                       "ORDER BY seq DESC LIMIT " Q_SAMPLE ") AS s WHERE "
                       "body_kind < 2 AND position($1::bytea in body) > 0",
@@ -222,23 +247,60 @@ static bool q_by_index(store_backend *b, const store_filter *f)
     if (res != NULL && PQntuples(res) == 1)
         index = pg_int(res, 0, 0) < Q_DENSE_MIN;
     PQclear(res);
-    pg_done(&b->wr);
+    pg_done(pc);
     return index; /* a failed sample: the index, which is always right */
 }
 
-/* Run q on the writer's connection: the result (caller PQclear) or NULL. */
+/* Run q on a search connection: the result (caller PQclear) or NULL. */
 static PGresult *run(store_backend *b, const char *op, const char *prefix,
                      pg_query *q, rmqs_rc *rc)
 {
     char sql[sizeof(q->sql) + 32];
     PGresult *res = NULL;
+    pg_conn *pc;
 
     snprintf(sql, sizeof sql, "%s%s", prefix, q->sql);
-    *rc = pg_use(b, &b->wr);
+    pc = searcher(b, rc);
     if (*rc == RMQS_OK)
-        res = pg_exec(&b->wr, op, sql, q->n, q->vals, q->lens, q->fmts, rc);
-    pg_done(&b->wr);
+        res = pg_exec(pc, op, sql, q->n, q->vals, q->lens, q->fmts, rc);
+    pg_done(pc);
     return res;
+}
+
+/* Count the rows of q as they come (single-row mode): *n of them, and
+ * RMQS_ETIMEDOUT when the budget ended the statement first. */
+static rmqs_rc count_rows(store_backend *b, pg_query *q, int64_t *n)
+{
+    PGresult *res;
+    rmqs_rc rc, out = RMQS_OK;
+    pg_conn *pc = searcher(b, &rc);
+
+    *n = 0;
+    if (rc != RMQS_OK) {
+        pg_done(pc);
+        return rc;
+    }
+    if (!PQsendQueryParams(pc->c, q->sql, q->n, NULL, q->vals, q->lens,
+                           q->fmts, 1) ||
+        !PQsetSingleRowMode(pc->c)) {
+        out = pg_fail(pc, "count", NULL);
+        while ((res = PQgetResult(pc->c)) != NULL)
+            PQclear(res);
+        pg_done(pc);
+        return out;
+    }
+    while ((res = PQgetResult(pc->c)) != NULL) {
+        ExecStatusType s = PQresultStatus(res);
+        if (s == PGRES_SINGLE_TUPLE)
+            (*n)++;
+        else if (s != PGRES_TUPLES_OK && out == RMQS_OK)
+            out = pg_fail(pc, "count", res);
+        PQclear(res);
+        if (pc->c == NULL)
+            break; /* pg_fail dropped a broken connection */
+    }
+    pg_done(pc);
+    return out;
 }
 
 rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
@@ -298,24 +360,23 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped)
 {
     pg_query q;
-    PGresult *res = NULL;
+    int64_t n = 0;
     rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap,
                        q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
-        res = run(b, "count", "", &q, &rc);
+        rc = count_rows(b, &q, &n);
     query_free(&q);
+    if (rc == RMQS_ETIMEDOUT) { /* at least the n counted within the budget */
+        *capped = true;
+        *count = n < cap ? n : cap;
+        return RMQS_OK;
+    }
     if (rc != RMQS_OK)
         return rc;
-    if (PQntuples(res) == 1) {
-        int64_t n = pg_int(res, 0, 0);
-        *capped = n > cap;
-        *count = *capped ? cap : n;
-    } else {
-        rc = RMQS_EDB;
-    }
-    PQclear(res);
-    return rc;
+    *capped = n > cap;
+    *count = *capped ? cap : n;
+    return RMQS_OK;
 }
 
 rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,

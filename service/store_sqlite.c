@@ -185,6 +185,8 @@ rmqs_rc sq_fail_on(sqlite3 *db, int rc, const char *op)
     int sys = sqlite3_system_errno(db);
     rmqs_rc out;
 
+    if ((rc & 0xff) == SQLITE_INTERRUPT)
+        return RMQS_ETIMEDOUT; /* a search's budget ran out: not a failure */
     switch (rc & 0xff) {
     case SQLITE_FULL:
         out = RMQS_EFULL;
@@ -489,6 +491,10 @@ static void sq_free(store_backend *st)
     sqlite3_finalize(st->rd_due);
     sqlite3_finalize(st->rd_next);
     sqlite3_close(st->rd_db);
+    for (int i = 0; i < SQ_SEARCHERS; i++) {
+        sqlite3_close(st->sr_db[i]);
+        pthread_mutex_destroy(&st->sr_mu[i]);
+    }
     sqlite3_close(st->db);
     sqlite3_close(st->ckpt_db);
     free(st->path);
@@ -523,11 +529,15 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     if (pthread_mutex_init(&st->mu, NULL) != 0 ||
         pthread_mutex_init(&st->ckpt_mu, NULL) != 0 ||
-        pthread_mutex_init(&st->rd_mu, NULL) != 0) {
+        pthread_mutex_init(&st->rd_mu, NULL) != 0 ||
+        pthread_mutex_init(&st->sr_mu[0], NULL) != 0 ||
+        pthread_mutex_init(&st->sr_mu[1], NULL) != 0) {
+        _Static_assert(SQ_SEARCHERS == 2, "one sr_mu init per searcher");
         free(st);
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
     }
     st->sync_full = sync_full;
+    st->search_budget_ms = opt ? opt->search_budget_ms : 0;
     st->path = strdup(path);
     st->dir = strdup(path);
     if (!st->path || !st->dir) {

@@ -25,6 +25,8 @@
 #define MODULE "store"
 
 #define BUSY_TIMEOUT_MS 5000
+/* Searches that run side by side; more wait for one of these. */
+#define SQ_SEARCHERS 2
 #define JOURNAL_SIZE_LIMIT (64 * 1024 * 1024) /* bytes the WAL is cut back to */
 
 /* The columns every job-returning statement yields, in row_to_job order. */
@@ -103,6 +105,14 @@ struct store_backend {
     pthread_mutex_t rd_mu; /* the read connection (one feeder uses it) */
     sqlite3 *rd_db;
     sqlite3_stmt *rd_due, *rd_next;
+    /* Lists, counts and searches: read-only connections of their own
+     * (opened on first use), so a search never holds mu and every write
+     * behind it; each under its sr_mu, ended at search_budget_ms by a
+     * progress handler (store_sqlite_search.c). */
+    pthread_mutex_t sr_mu[SQ_SEARCHERS];
+    sqlite3 *sr_db[SQ_SEARCHERS];
+    _Atomic unsigned sr_next;
+    int64_t search_budget_ms;
     /* The schedules' statements (store_sqlite_schedules.c), prepared at
      * open after the jobs' ones, used under mu. */
     sqlite3_stmt *sched[SQ_SCHED_NSTMT];

@@ -43,13 +43,20 @@
  * cap + 1)" over the same driver, so it stops after cap + 1 rows.
  *
  * Statements are prepared per call (tens of microseconds against the
- * milliseconds of a search) under st->mu, like every call of the backend.
+ * milliseconds of a search) on a search connection of their own (sr_db:
+ * WAL readers, opened on first use), never under st->mu: a broad search
+ * over a million jobs must not hold every write behind it. A progress
+ * handler ends it at the search budget (SQLITE_INTERRUPT, RMQS_ETIMEDOUT);
+ * a count counts the rows it walks, so one that runs out answers what it
+ * counted so far, capped.
  */
 #include "store_sqlite.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "timeutil.h"
 
 /* jobs_id drives an id_prefix search up to this many ids in the range. */
 #define ID_DRIVE_MAX 10000
@@ -113,18 +120,18 @@ static char *fts_phrase(const char *text)
 
 /* How many of the newest Q_SAMPLE jobs have q in their text body; -1 on
  * failure. */
-static int64_t q_sample(store_backend *st, const char *text)
+static int64_t q_sample(sqlite3 *db, const char *text)
 {
     sqlite3_stmt *s = NULL;
     int64_t n = -1;
     int rc = sqlite3_prepare_v2(
-        st->db,
+        db,
         "SELECT count(*) FROM (SELECT body_kind, body FROM jobs ORDER BY seq "
         "DESC LIMIT ?2) WHERE body_kind < 2 AND instr(body, ?1) > 0",
         -1, &s, NULL);
 
     if (rc != SQLITE_OK) {
-        (void)sq_fail(st, rc, "search_q_sample");
+        (void)sq_fail_on(db, rc, "search_q_sample");
         return -1;
     }
     sqlite3_bind_blob(s, 1, text, (int)strlen(text), SQLITE_STATIC);
@@ -133,19 +140,19 @@ static int64_t q_sample(store_backend *st, const char *text)
     if (rc == SQLITE_ROW)
         n = sqlite3_column_int64(s, 0);
     else
-        (void)sq_fail(st, rc, "search_q_sample");
+        (void)sq_fail_on(db, rc, "search_q_sample");
     sqlite3_finalize(s);
     return n;
 }
 
 /* How many ids (up to ID_DRIVE_MAX + 1) are in [lo, hi): a range count
  * of jobs_id. -1 on failure. */
-static int64_t id_range_count(store_backend *st, const search_sql *q)
+static int64_t id_range_count(sqlite3 *db, const search_sql *q)
 {
     sqlite3_stmt *s = NULL;
     int64_t n = -1;
     int rc = sqlite3_prepare_v2(
-        st->db,
+        db,
         q->has_hi ? "SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY "
                     "jobs_id WHERE id >= ?1 AND id < ?2 LIMIT ?3)"
                   : "SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY "
@@ -153,7 +160,7 @@ static int64_t id_range_count(store_backend *st, const search_sql *q)
         -1, &s, NULL);
 
     if (rc != SQLITE_OK) {
-        (void)sq_fail(st, rc, "search_id_range");
+        (void)sq_fail_on(db, rc, "search_id_range");
         return -1;
     }
     sqlite3_bind_blob(s, 1, q->lo, JOB_ID_BYTES, SQLITE_STATIC);
@@ -164,7 +171,7 @@ static int64_t id_range_count(store_backend *st, const search_sql *q)
     if (rc == SQLITE_ROW)
         n = sqlite3_column_int64(s, 0);
     else
-        (void)sq_fail(st, rc, "search_id_range");
+        (void)sq_fail_on(db, rc, "search_id_range");
     sqlite3_finalize(s);
     return n;
 }
@@ -192,7 +199,7 @@ static const char *const driver_from[] = {
  * listing order after the cursor when after is set, LIMIT ?1) or a count
  * (count(*) of at most ?1 rows). RMQS_OK, or a failure of the id probe.
  */
-static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
+static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count,
                      bool after, search_sql *q)
 {
     driver d;
@@ -207,9 +214,10 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
         return RMQS_ENOMEM;
 
     if (f->q != NULL && f->header_name == NULL) {
-        int64_t m = q_sample(st, f->q);
+        int64_t m = q_sample(db, f->q);
         if (m < 0)
-            return RMQS_EDB;
+            return sqlite3_errcode(db) == SQLITE_INTERRUPT ? RMQS_ETIMEDOUT
+                                                           : RMQS_EDB;
         q_index = m < Q_DENSE_MIN;
     }
     if (f->header_name != NULL)
@@ -227,17 +235,17 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
     else
         d = D_SOURCE; /* for now: id, source, status or all below */
     if (d == D_SOURCE && q->has_id) {
-        int64_t in_range = count ? 0 : id_range_count(st, q);
+        int64_t in_range = count ? 0 : id_range_count(db, q);
         if (in_range < 0)
-            return RMQS_EDB;
+            return sqlite3_errcode(db) == SQLITE_INTERRUPT ? RMQS_ETIMEDOUT
+                                                           : RMQS_EDB;
         if (in_range <= ID_DRIVE_MAX)
             d = D_ID; /* a count never sorts: always the id range */
     }
     if (d == D_SOURCE && f->source < 0)
         d = f->status >= 0 ? D_STATUS : D_ALL;
 
-    add(q, count ? "SELECT count(*) FROM (SELECT 1 FROM "
-                 : "SELECT " JOB_COLS " FROM ");
+    add(q, count ? "SELECT 1 FROM " : "SELECT " JOB_COLS " FROM ");
     add(q, driver_from[d]);
     add(q, " WHERE true");
     /* the side tables up to the mark, the tail above it checked here */
@@ -275,7 +283,7 @@ static rmqs_rc build(store_backend *st, const store_filter *f, bool count,
     if (!count && after)
         add(q, " AND (deliver_at, seq) > (?2, ?3)");
     /* ?1: P_LIMIT */
-    add(q, count ? " LIMIT ?1)" : " ORDER BY deliver_at, seq LIMIT ?1");
+    add(q, count ? " LIMIT ?1" : " ORDER BY deliver_at, seq LIMIT ?1");
     return q->overflow ? RMQS_ENOMEM : RMQS_OK;
 }
 
@@ -321,23 +329,84 @@ static void bind(sqlite3_stmt *s, const store_filter *f, const search_sql *q,
 }
 
 /* Prepare q's statement (prefix: "" or "EXPLAIN QUERY PLAN "). */
-static rmqs_rc prepare(store_backend *st, const search_sql *q,
+static rmqs_rc prepare(sqlite3 *db, const search_sql *q,
                        const char *prefix, sqlite3_stmt **out)
 {
     char sql[sizeof(q->sql) + 32];
     int rc;
 
     snprintf(sql, sizeof sql, "%s%s", prefix, q->sql);
-    rc = sqlite3_prepare_v2(st->db, sql, -1, out, NULL);
-    return rc == SQLITE_OK ? RMQS_OK : sq_fail(st, rc, "search_prepare");
+    rc = sqlite3_prepare_v2(db, sql, -1, out, NULL);
+    return rc == SQLITE_OK ? RMQS_OK : sq_fail_on(db, rc, "search_prepare");
+}
+
+/* ---- the search connections ---- */
+
+typedef struct searcher {
+    int64_t deadline_ms; /* tu_mono_ms(), or 0: none */
+    int i;               /* which of st->sr_db */
+} searcher;
+
+static int past_budget(void *cls)
+{
+    const searcher *s = cls;
+
+    return s->deadline_ms > 0 && tu_mono_ms() > s->deadline_ms;
+}
+
+/* Take a search connection (a free one, else wait for the next in turn),
+ * opening it on first use, with the budget's progress handler set. Returns
+ * its handle, or NULL (RMQS_EDB logged in *rc) with none held. */
+static sqlite3 *search_begin(store_backend *st, searcher *sr, rmqs_rc *rc)
+{
+    int i;
+
+    for (i = 0; i < SQ_SEARCHERS; i++)
+        if (pthread_mutex_trylock(&st->sr_mu[i]) == 0)
+            break;
+    if (i == SQ_SEARCHERS) {
+        i = (int)(atomic_fetch_add(&st->sr_next, 1) % SQ_SEARCHERS);
+        pthread_mutex_lock(&st->sr_mu[i]);
+    }
+    sr->i = i;
+    if (st->sr_db[i] == NULL) {
+        int r = sqlite3_open_v2(st->path, &st->sr_db[i],
+                                SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
+                                    SQLITE_OPEN_EXRESCODE, NULL);
+        if (r == SQLITE_OK) {
+            sqlite3_busy_timeout(st->sr_db[i], BUSY_TIMEOUT_MS);
+            r = sq_run_once(st->sr_db[i], "PRAGMA query_only = 1", NULL, 0);
+        }
+        if (r != SQLITE_OK) {
+            *rc = sq_fail_on(st->sr_db[i], r, "search_open");
+            sqlite3_close(st->sr_db[i]);
+            st->sr_db[i] = NULL;
+            pthread_mutex_unlock(&st->sr_mu[i]);
+            return NULL;
+        }
+    }
+    sr->deadline_ms = st->search_budget_ms > 0
+                          ? tu_mono_ms() + st->search_budget_ms : 0;
+    /* every 1000 virtual machine steps: tens of microseconds apart */
+    sqlite3_progress_handler(st->sr_db[i], 1000, past_budget, sr);
+    *rc = RMQS_OK;
+    return st->sr_db[i];
+}
+
+static void search_end(store_backend *st, searcher *sr)
+{
+    sqlite3_progress_handler(st->sr_db[sr->i], 0, NULL, NULL);
+    pthread_mutex_unlock(&st->sr_mu[sr->i]);
 }
 
 rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
                        const store_cursor *after, job_t **jobs_out,
                        size_t *n_out, bool *more, store_cursor *last)
 {
-    search_sql q;
+    search_sql q = {0};
     sqlite3_stmt *s = NULL;
+    searcher sr;
+    sqlite3 *db;
     rmqs_rc out;
 
     *jobs_out = NULL;
@@ -345,17 +414,19 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
     *more = false;
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
-    sq_lock(st);
-    out = build(st, f, false, after != NULL, &q);
+    db = search_begin(st, &sr, &out);
+    if (db == NULL)
+        return out;
+    out = build(db, f, false, after != NULL, &q);
     if (out == RMQS_OK)
-        out = prepare(st, &q, "", &s);
+        out = prepare(db, &q, "", &s);
     if (out == RMQS_OK) {
         bind(s, f, &q, (int64_t)limit + 1, after); /* one more: a next page? */
         out = sq_collect_page(st, s, "search_list", limit, jobs_out, n_out,
                               more, last);
     }
     sqlite3_finalize(s);
-    pthread_mutex_unlock(&st->mu);
+    search_end(st, &sr);
     free(q.fts);
     return out;
 }
@@ -363,28 +434,41 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
 rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped)
 {
-    search_sql q;
+    search_sql q = {0};
     sqlite3_stmt *s = NULL;
+    searcher sr;
+    sqlite3 *db;
     rmqs_rc out;
+    int64_t n = 0;
     int rc;
 
-    sq_lock(st);
-    out = build(st, f, true, false, &q);
+    db = search_begin(st, &sr, &out);
+    if (db == NULL)
+        return out;
+    out = build(db, f, true, false, &q);
     if (out == RMQS_OK)
-        out = prepare(st, &q, "", &s);
+        out = prepare(db, &q, "", &s);
     if (out == RMQS_OK) {
         bind(s, f, &q, cap < INT64_MAX ? cap + 1 : cap, NULL);
-        rc = sqlite3_step(s);
-        if (rc == SQLITE_ROW) {
-            int64_t n = sqlite3_column_int64(s, 0);
+        while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+            n++;
+        if (rc == SQLITE_DONE) {
             *capped = n > cap;
             *count = *capped ? cap : n;
+        } else if ((rc & 0xff) == SQLITE_INTERRUPT) {
+            *capped = true; /* at least the n counted within the budget */
+            *count = n < cap ? n : cap;
         } else {
-            out = sq_fail(st, rc, "search_count");
+            out = sq_fail_on(db, rc, "search_count");
         }
     }
+    if (out == RMQS_ETIMEDOUT) { /* the plan's probe ran out: nothing counted */
+        *capped = true;
+        *count = 0;
+        out = RMQS_OK;
+    }
     sqlite3_finalize(s);
-    pthread_mutex_unlock(&st->mu);
+    search_end(st, &sr);
     free(q.fts);
     return out;
 }
@@ -393,8 +477,10 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
                    char **plan_out)
 {
     static const store_filter all = {.status = -1, .source = -1};
-    search_sql q;
+    search_sql q = {0};
     sqlite3_stmt *s = NULL;
+    searcher sr;
+    sqlite3 *db;
     store_text t = {0};
     store_cursor cur = {0, 0};
     rmqs_rc out;
@@ -402,11 +488,13 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
 
     if (f == NULL)
         f = &all;
-    sq_lock(st);
+    db = search_begin(st, &sr, &out);
+    if (db == NULL)
+        return out;
     /* a page after a cursor: the plan of every page but the first */
-    out = build(st, f, count, !count, &q);
+    out = build(db, f, count, !count, &q);
     if (out == RMQS_OK)
-        out = prepare(st, &q, "EXPLAIN QUERY PLAN ", &s);
+        out = prepare(db, &q, "EXPLAIN QUERY PLAN ", &s);
     if (out == RMQS_OK) {
         bind(s, f, &q, count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
              count ? NULL : &cur);
@@ -414,12 +502,12 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
         while ((rc = sqlite3_step(s)) == SQLITE_ROW)
             store_text_add(&t, "%s\n", (const char *)sqlite3_column_text(s, 3));
         if (rc != SQLITE_DONE)
-            out = sq_fail(st, rc, "search_explain");
+            out = sq_fail_on(db, rc, "search_explain");
         else if (t.failed)
             out = RMQS_ENOMEM;
     }
     sqlite3_finalize(s);
-    pthread_mutex_unlock(&st->mu);
+    search_end(st, &sr);
     free(q.fts);
     if (out != RMQS_OK) {
         free(t.text);

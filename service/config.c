@@ -149,6 +149,9 @@ static const opt_def opt_table[] = {
      3600000, "PostgreSQL: a job claimed by an instance that stops renewing "
      "it (crashed, frozen) is published again by another after this long",
      NULL},
+    {"max-schedules", "RMQS_MAX_SCHEDULES", OPT_INT, F(max_schedules),
+     "10000", 1, 10000000, "recurring schedules the service keeps; a PUT "
+     "that would create one more is 409", NULL},
     {"search-timeout-ms", "RMQS_SEARCH_TIMEOUT_MS", OPT_INT,
      F(search_timeout_ms), "2000", 10, 600000, "a job list, count or search "
      "ends after this (503 search_timeout; a count answers what it counted, "

@@ -818,6 +818,8 @@ static void *publisher_main(void *arg)
         ever_connected = true;
         reconnect_ms = RECONNECT_MIN_MS;
         atomic_store(&d->connected, true);
+        if (d->opt.on_connected != NULL)
+            d->opt.on_connected(d->opt.connected_cls);
 
         publish_loop(d, idle_cap);
 

@@ -36,6 +36,10 @@ typedef struct disp_options {
     int heartbeat_s;           /* to bound idle sleeps (service heartbeats) */
     int rt_priority;           /* SCHED_FIFO priority of the publisher
                                   thread, best effort; 0: normal */
+    /* Called on the dispatcher's thread each time the broker connection
+     * is (re)made (service.c logs "ready" the first time); NULL: none. */
+    void (*on_connected)(void *cls);
+    void *connected_cls;
 } disp_options;
 
 /* Create a dispatcher over st (borrowed) that owns pub (freed by

@@ -38,6 +38,7 @@ typedef struct http_api_options {
     job_limits limits;
     const char *api_token;       /* NULL: no authentication (borrowed) */
     const pubpol_t *policy;      /* borrowed: --allow-exchanges, the login */
+    int64_t max_schedules;       /* a PUT creating one more is refused */
     const char *public_origins;  /* --public-origin (http_origin.h); NULL:
                                     none (copied) */
     const char *tls_cert_file;   /* both set: serve HTTPS */

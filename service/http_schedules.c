@@ -298,6 +298,25 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
         goto out;
     }
     existed = rc == RMQS_OK;
+    if (!existed) {
+        /* A cap, so that one client cannot make the scheduler's every pass
+         * walk millions of schedules; checked before the insert, so two
+         * PUTs racing at the cap may both pass (by the HTTP threads). */
+        int64_t by_state[3] = {0};
+        rc = store_schedule_counts(api->st, by_state);
+        if (rc != RMQS_OK) {
+            ret = http_reply_rc(c, rc, NULL, "cannot count the schedules");
+            goto out;
+        }
+        if (by_state[0] + by_state[1] + by_state[2] >= api->opt.max_schedules) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the service keeps %lld schedules, its "
+                     "--max-schedules: delete one or raise the limit",
+                     (long long)api->opt.max_schedules);
+            ret = http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
+            goto out;
+        }
+    }
     /* every_ms without start_at: anchored at this PUT (a replace
      * re-anchors it). */
     row.name = (char *)name;

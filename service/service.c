@@ -25,6 +25,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,8 @@ struct service {
     bulk_t *bulk;       /* POST /jobs/bulk's runner */
     http_api_t *api;
     pubpol_t *policy;   /* the publish policy: HTTP, ingest and publisher */
+    _Atomic bool serving;      /* HTTP is up: "ready" may be logged */
+    _Atomic bool ready_logged; /* the "ready" line was written */
 };
 
 static bool ingest_up(void *cls)
@@ -246,6 +249,29 @@ static rmqs_rc make_policy(service_t *svc)
     return RMQS_OK;
 }
 
+/* "ready" once, when both HTTP serves and the broker answers, whichever
+ * comes last (the dispatcher's thread or the starting one): before, the
+ * service accepts jobs but /readyz is 503, and the log says so. */
+static void log_ready(service_t *svc)
+{
+    const config *cfg = svc->cfg;
+    char ui[320] = "off";
+
+    if (!atomic_load(&svc->serving) || !disp_broker_connected(svc->disp) ||
+        atomic_exchange(&svc->ready_logged, true))
+        return;
+    if (cfg->ui != UI_MODE_OFF)
+        snprintf(ui, sizeof(ui), "%s://%s/ui/",
+                 cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
+    log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s", cfg->listen,
+             amqpp_safe_url(svc->pub), ui);
+}
+
+static void on_broker_connected(void *cls)
+{
+    log_ready(cls);
+}
+
 /* The AMQP publisher and the dispatcher that owns it, started. */
 static rmqs_rc start_dispatcher(service_t *svc)
 {
@@ -273,7 +299,9 @@ static rmqs_rc start_dispatcher(service_t *svc)
                              .backoff_base_ms = cfg->backoff_base_ms,
                              .backoff_cap_ms = cfg->backoff_cap_ms,
                              .confirm_timeout_ms = (int)cfg->confirm_timeout_ms,
-                             .heartbeat_s = (int)cfg->heartbeat_s});
+                             .heartbeat_s = (int)cfg->heartbeat_s,
+                             .on_connected = on_broker_connected,
+                             .connected_cls = svc});
     if (svc->disp == NULL) {
         amqpp_free(pub);
         log_error(MOD, "out of memory", NULL);
@@ -357,6 +385,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .limits = *limits,
                 .api_token = cfg->api_token,
                 .policy = svc->policy,
+                .max_schedules = cfg->max_schedules,
                 .public_origins = cfg->public_origin,
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,
@@ -491,16 +520,14 @@ rmqs_rc service_start(const config *cfg, service_t **out)
         rc = start_http(svc, &limits);
     if (rc != RMQS_OK)
         goto fail;
-    /* The dashboard's address, so that the quick start's reader finds it
-     * in the line they wait for. */
-    {
-        char ui[320] = "off";
-        if (cfg->ui != UI_MODE_OFF)
-            snprintf(ui, sizeof(ui), "%s://%s/ui/",
-                     cfg->tls_cert_file != NULL ? "https" : "http", cfg->listen);
-        log_info(MOD, "ready", "listen=%s amqp=%s dashboard=%s", cfg->listen,
-                 amqpp_safe_url(svc->pub), ui);
-    }
+    /* "ready" names the dashboard's address, so that the quick start's
+     * reader finds it in the line they wait for. */
+    atomic_store(&svc->serving, true);
+    log_ready(svc);
+    if (!atomic_load(&svc->ready_logged))
+        log_warn(MOD, "serving, not ready: the broker does not answer yet; "
+                 "jobs are accepted and kept", "listen=%s amqp=%s",
+                 cfg->listen, amqpp_safe_url(svc->pub));
     *out = svc;
     return RMQS_OK;
 fail:

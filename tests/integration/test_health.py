@@ -37,6 +37,25 @@ def test_readyz_is_503_naming_the_broker_when_it_cannot_be_reached(service):
     job = svc.schedule({"exchange": "", "routing_key": "q", "body": "x",
                         "delay_ms": 0})
     assert svc.job(job["id"])["status"] == "pending"
+    # The log says so too, and never that it is ready.
+    wait_until(lambda: "serving, not ready" in svc.log(), 10,
+               "the 'serving, not ready' line")
+    assert 'msg="ready"' not in svc.log(), svc.log()
+
+
+def test_ready_is_logged_once_when_the_broker_answers_after_the_start(
+        service, broker):
+    """Started while the broker is down: "ready" comes once the broker
+    answers, not before, and only once."""
+    broker.stop_app()
+    svc = service(wait="health")
+    wait_until(lambda: "serving, not ready" in svc.log(), 20,
+               "the 'serving, not ready' line")
+    assert 'msg="ready"' not in svc.log()
+    broker.start_app()
+    wait_until(lambda: svc.get("/readyz").status == 200, 60, "/readyz 200")
+    wait_until(lambda: 'msg="ready"' in svc.log(), 10, "the ready line")
+    assert svc.log().count('msg="ready"') == 1
 
 
 def test_sigterm_exits_0_and_pending_jobs_survive(service):

@@ -248,6 +248,25 @@ def test_list_pages_in_name_order(service):
     assert_error(svc.get("/schedules?limit=0"), 400, "invalid_argument", "limit")
 
 
+def test_max_schedules_caps_creation_not_replacement(service):
+    """--max-schedules: a PUT creating one more is 409 and stores nothing;
+    replacing one, and creating again after a delete, still work."""
+    svc = service("--max-schedules", "3")
+    spec = {"cron": FAR_CRON, "job": {"exchange": "", "routing_key": "q", "body": "b"}}
+    names = [name_of("cap") for _ in range(3)]
+    for n in names:
+        put_ok(svc, n, spec)
+    extra = name_of("cap")
+    err = assert_error(put(svc, extra, spec), 409, "conflict")
+    assert "--max-schedules" in err["message"], err
+    st, _, _ = svc.get(f"/schedules/{extra}")
+    assert st == 404, "a refused schedule was stored"
+    put_ok(svc, names[0], dict(spec, job=dict(spec["job"], body="replaced")), expect=200)
+    st, _, _ = svc.delete(f"/schedules/{names[1]}")
+    assert st == 204, st
+    put_ok(svc, extra, spec)
+
+
 def test_patch_pauses_and_resumes_and_delete_removes(service):
     svc = service()
     name = name_of("p")

@@ -55,6 +55,7 @@ from pylib.times import format_ts_ms, now_ms, ts_ms
 import stores  # issue 12: SQLite / PostgreSQL 1 / PostgreSQL 3, side by side
 import schedules  # issue 13: N recurring schedules firing at one minute boundary
 import search  # issue 14: the search's insert cost and request times at N jobs
+import poison  # issue 21: a job the broker refuses for a whole channel, in a burst
 
 HOST = "127.0.0.1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -1526,6 +1527,8 @@ PRAGMA wal_checkpoint(TRUNCATE);
             self.step("schedules", schedules.scenario, self, svc)
         if only is not None and "search" in only:  # long: only when asked
             self.step("search", search.scenario, self, svc)
+        if only is not None and "poison" in only:  # only when asked
+            self.step("poison", poison.scenario, self, svc)
         if want("backlog"):
             try:
                 (pending,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due WHERE status = 0")
@@ -1716,6 +1719,8 @@ def table(R, a):
         noise_row("schedules", R["schedules"])
     if R.get("search"):
         search.table_rows(R["search"], row)
+    if R.get("poison"):
+        poison.table_rows(R["poison"], row)
     return rows
 
 
@@ -1784,7 +1789,7 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog,stores,schedules,search")
+                    "comparisons,ingest,backlog,stores,schedules,search,poison")
     ap.add_argument("--search-jobs", type=int, default=1_000_000,
                     help="search scenario: jobs on SQLite (--full: 10,000,000)")
     ap.add_argument("--search-pg-jobs", type=int, default=1_000_000,
@@ -1800,6 +1805,8 @@ def main():
                     help="search scenario: insert-cost rounds per binary (medians)")
     ap.add_argument("--search-skip-insert", action="store_true",
                     help="search scenario: only the searches")
+    ap.add_argument("--poison-jobs", type=int, default=20_000,
+                    help="poison scenario: jobs in each burst")
     ap.add_argument("--schedules", type=int, default=100_000,
                     help="schedules scenario: how many fire at one minute boundary")
     ap.add_argument("--schedules-stores", default="sqlite,postgres",

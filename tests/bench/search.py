@@ -32,6 +32,12 @@ message_id m(i); schedule s(i / 100 % 50) for i % 100 == 0 (source schedule); te
 "order i for customer c(i % 100000) common words", with " rare-needle" in
 the one of i = 7 and every 1,000,000th after it.
 
+Then writes beside searches (issue 21): POST /schedule, 200 one after
+another, alone and while two broad searches (GET /jobs/count?q=common
+words, walked to the default max) run side by side in a loop: medians and
+p99, their ratio, and each search's time; a write that waited for the
+searches would take about their time.
+
 Nothing here asserts a time: it is a benchmark.
 """
 
@@ -255,6 +261,85 @@ def time_requests(svc, path, params, n):
             "answer": raw[:120].decode("utf-8", "replace")}
 
 
+# The broad search of issue 21: a count of a term in every body, walked to
+# the API's default max (100,000), two at a time in a loop.
+BROAD = "/jobs/count?" + urlencode({"q": "common words"})
+N_WRITES = 200
+
+
+def _post_times(port, n):
+    """n POST /schedule one after another on one keep-alive connection:
+    each one's client-side time in ms."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    body = json.dumps({"exchange": "bench-search", "routing_key": "w",
+                       "body": "beside a search", "delay_ms": 3600000})
+    times = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            conn.request("POST", "/schedule", body,
+                         {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            times.append((time.perf_counter() - t0) * 1000)
+            if r.status != 201:
+                raise RuntimeError(f"POST /schedule answered {r.status}")
+    finally:
+        conn.close()
+    return times
+
+
+def _summary(times):
+    times = sorted(times)
+    return {"n": len(times), "median_ms": round(statistics.median(times), 2),
+            "p99_ms": round(times[min(len(times) - 1,
+                                      int(round(0.99 * (len(times) - 1))))], 2)}
+
+
+def writes_beside_searches(b, B, svc, store):
+    """POST /schedule latency alone, then while two broad searches run side
+    by side in a loop (issue 21: a search must never hold a write): medians
+    and p99 of each, their ratio, and what the searches answered."""
+    import threading  # pylint: disable=import-outside-toplevel
+    alone = _summary(_post_times(svc.port, N_WRITES))
+    stop = threading.Event()
+    searched = []
+
+    def loop():
+        h = Getter(svc.port)
+        try:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                st, raw = h.get(BROAD)
+                searched.append(((time.perf_counter() - t0) * 1000, st,
+                                 raw[:60].decode("utf-8", "replace")))
+        finally:
+            h.close()
+    threads = [threading.Thread(target=loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    while len(searched) < 2 and all(t.is_alive() for t in threads):
+        time.sleep(0.01)  # both searching before the writes start
+    try:
+        beside = _summary(_post_times(svc.port, N_WRITES))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    search_ms = sorted(x[0] for x in searched)
+    out = {"alone": alone, "beside": beside,
+           "ratio_median": round(beside["median_ms"] / alone["median_ms"], 2),
+           "searches": len(searched),
+           "search_median_ms": round(statistics.median(search_ms), 1),
+           "search_answers": sorted({f"{x[1]} {x[2]}" for x in searched})[:3]}
+    B.log(f"search {store}: POST /schedule alone {alone['median_ms']}/"
+          f"{alone['p99_ms']} ms, beside two broad searches "
+          f"({out['search_median_ms']} ms each, {out['searches']} of them) "
+          f"{beside['median_ms']}/{beside['p99_ms']} ms (median/p99): "
+          f"x{out['ratio_median']}")
+    return out
+
+
 def searches(b, B, store):
     n = b.a.search_jobs
     cls = B.Service if store == "sqlite" else stores.pg_service_class(B.Service)
@@ -301,6 +386,7 @@ def searches(b, B, store):
                   f"default max {cnt_api['median_ms']}/{cnt_api['p99_ms']} ms "
                   f"(median/p99) {cnt_api['answer'][:60]}")
         out["requests"] = res
+        out["writes_beside_searches"] = writes_beside_searches(b, B, svc, store)
         out["db_bytes"] = svc.db_bytes()
     finally:
         svc.stop()
@@ -354,3 +440,10 @@ def table_rows(R, row):
                 c = q["count_default_max"]
                 row(scn, f"{name} count (max 100,000) median/p99 ms",
                     f"{c['median_ms']}/{c['p99_ms']}")
+        w = r.get("writes_beside_searches")
+        if w:
+            row(scn, "POST /schedule alone median/p99 ms",
+                f"{w['alone']['median_ms']}/{w['alone']['p99_ms']}")
+            row(scn, "POST /schedule beside 2 broad searches median/p99 ms",
+                f"{w['beside']['median_ms']}/{w['beside']['p99_ms']}",
+                "not their sum", w["beside"]["p99_ms"] < w["search_median_ms"])

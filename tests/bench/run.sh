@@ -54,7 +54,7 @@ PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench
 
 usage() {
-    sed -n '3,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 

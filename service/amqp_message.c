@@ -58,6 +58,13 @@ bool amqpm_reserved_header(const char *name)
     return false;
 }
 
+bool amqpm_broker_refused_header(const char *name)
+{
+    /* RabbitMQ 3.x: 406 PRECONDITION_FAILED - invalid message:
+     * {unacceptable_type_in_header,"CC",longstr} (case-sensitive names) */
+    return strcmp(name, "CC") == 0 || strcmp(name, "BCC") == 0;
+}
+
 /* A field value: its kind byte and what follows it. */
 static size_t value_size(json_t *v)
 {

@@ -56,6 +56,12 @@ const amqp_bytes_t *amqpm_str_prop_cfield(const amqp_basic_properties_t *props,
  * match, as the broker and the publisher compare names). */
 bool amqpm_reserved_header(const char *name);
 
+/* Whether RabbitMQ refuses a message with this header whatever its scalar
+ * value, closing the publish channel under every publish in flight with
+ * a reply that names no job: CC and BCC (sender-selected distribution)
+ * must be lists of routing keys, which a job's headers cannot carry. */
+bool amqpm_broker_refused_header(const char *name);
+
 /*
  * Bytes the properties and headers of a job's message take in its content
  * header, counted as rabbitmq-c's encoder writes them (AMQP 0-9-1 section

@@ -1005,9 +1005,9 @@ bool amqpp_blocked(const amqpp_t *p)
 }
 
 /* Whether the publish policy refuses job here and now: its exchange is not
- * (or no longer) in --allow-exchanges, or its user_id is not the user this
- * connection logged in as, which RabbitMQ answers by closing the channel
- * under every publish in flight. Checked at each send, so jobs stored
+ * (or no longer) in --allow-exchanges, or it carries what RabbitMQ answers
+ * by closing the channel under every publish in flight (a user_id other
+ * than this connection's login, a CC or BCC header that is not a list). Checked at each send, so jobs stored
  * before the list changed, retried, ingested or made by a schedule are
  * held to it too. */
 static bool refused(const amqpp_t *p, const job_t *job, rmqs_error *err)
@@ -1018,6 +1018,19 @@ static bool refused(const amqpp_t *p, const job_t *job, rmqs_error *err)
         rmqs_fail(err, RMQS_EINVAL, "exchange",
                   "exchange '%.200s' is not in --allow-exchanges", job->exchange);
         return true;
+    }
+    if (job->headers != NULL) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(job->headers, key, v) {
+            (void)v;
+            if (amqpm_broker_refused_header(key)) {
+                rmqs_fail(err, RMQS_EINVAL, "headers",
+                          "header '%s' is not a list, which RabbitMQ refuses "
+                          "by closing the channel", key);
+                return true;
+            }
+        }
     }
     amqpc_current(p->link, &u);
     return pubpol_check_user_id(p->policy, job->properties, u.user, err) !=

@@ -475,6 +475,12 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
                              "headers: a header name is longer than %d bytes",
                              JOB_MAX_SHORTSTR);
         key_field(field, "headers.", keys[i]);
+        if (amqpm_broker_refused_header(keys[i]))
+            return rmqs_fail(err, RMQS_EINVAL, field,
+                             "%s: RabbitMQ takes CC and BCC only as lists of "
+                             "routing keys, which job headers cannot carry; "
+                             "any other value makes it close the publish "
+                             "channel", field);
         for (size_t r = 0; r < sizeof reserved / sizeof reserved[0]; r++)
             if (strcasecmp(keys[i], reserved[r]) == 0)
                 return rmqs_fail(err, RMQS_EINVAL, field, "%s: reserved header",

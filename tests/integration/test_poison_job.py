@@ -42,6 +42,10 @@ def test_a_user_id_other_than_the_login_is_refused_at_the_door(service):
     assert "'guest'" in err["message"], err
     ok = dict(bad, properties={"user_id": "guest"})
     svc.schedule(ok)
+    for name in ("CC", "BCC"):  # RabbitMQ takes them only as lists
+        cc = dict(bad, properties={}, headers={name: "billing.eu"})
+        assert_error(svc.post("/schedule", cc), 400, "invalid_argument",
+                     f"headers.{name}")
 
     good = {"exchange": "billing", "routing_key": "r", "body": "y",
             "delay_ms": 600000}

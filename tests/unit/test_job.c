@@ -483,6 +483,11 @@ Test(job, from_request_invalid_fields)
          "headers.X-Scheduler-Job-Id", "reserved header"},
         {"{" OK_BASE ",'headers':{'x-scheduled-at':'a'}}",
          "headers.x-scheduled-at", "reserved header"},
+        /* RabbitMQ closes the channel for a CC or BCC that is not a list */
+        {"{" OK_BASE ",'headers':{'CC':'billing.eu'}}", "headers.CC",
+         "CC and BCC only as lists"},
+        {"{" OK_BASE ",'headers':{'BCC':5}}", "headers.BCC",
+         "CC and BCC only as lists"},
         {"{" OK_BASE ",'headers':{'a':{'b':1}}}", "headers.a",
          "headers.a: must be a string, number or boolean"},
         {"{" OK_BASE ",'headers':{'a':[1]}}", "headers.a",

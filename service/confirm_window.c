@@ -52,7 +52,13 @@ struct cwin {
     uint64_t low_tag;       /* every tag below has been reported */
     uint64_t return_cursor; /* where the next return match starts */
     size_t unconfirmed;     /* slots not SLOT_FREE */
-    size_t probe_left;      /* reports still to come one publish at a time */
+    /* After a close that named no job: the ids of the jobs that were in
+     * flight (copies), each until it is answered, and how many answers
+     * the window still takes one publish at a time for them (a bound, in
+     * case one never comes back: cancelled, expired...). */
+    char **suspects;        /* cap entries, NULL when unused */
+    size_t n_suspects;
+    size_t probe_budget;
     cwin_report_fn on_report;
     void *report_cls;
 };
@@ -86,9 +92,19 @@ cwin_t *cwin_new(size_t cap, cwin_report_fn fn, void *cls, rmqs_error *err)
     return w;
 }
 
+static void clear_suspects(cwin_t *w)
+{
+    for (size_t i = 0; i < w->n_suspects; i++)
+        free(w->suspects[i]);
+    w->n_suspects = 0;
+    w->probe_budget = 0;
+}
+
 void cwin_free(cwin_t *w)
 {
     if (w) {
+        clear_suspects(w);
+        free(w->suspects);
         free(w->win);
         free(w);
     }
@@ -102,12 +118,26 @@ size_t cwin_unconfirmed(const cwin_t *w)
 bool cwin_full(const cwin_t *w)
 {
     return w->next_tag - w->low_tag >= w->cap ||
-           (w->probe_left > 0 && w->unconfirmed > 0);
+           (w->n_suspects > 0 && w->unconfirmed > 0);
 }
 
 size_t cwin_probing(const cwin_t *w)
 {
-    return w->probe_left;
+    return w->n_suspects;
+}
+
+/* An answer came for job_id while probing: it is no longer a suspect. */
+static void answered(cwin_t *w, const char *job_id)
+{
+    for (size_t i = 0; i < w->n_suspects; i++) {
+        if (strcmp(w->suspects[i], job_id) == 0) {
+            free(w->suspects[i]);
+            w->suspects[i] = w->suspects[--w->n_suspects];
+            break;
+        }
+    }
+    if (w->n_suspects > 0 && --w->probe_budget == 0)
+        clear_suspects(w); /* the others did not come back: give up */
 }
 
 uint64_t cwin_next_tag(const cwin_t *w)
@@ -128,13 +158,13 @@ static void report(cwin_t *w, slot *s, cwin_outcome kind, const char *reason)
 
     r.kind = kind;
     snprintf(r.reason, sizeof r.reason, "%s", reason);
+    if (w->n_suspects > 0 && kind != CWIN_UNSENT)
+        answered(w, s->job_id);
     s->state = SLOT_FREE;
     s->job_id = NULL;
     s->exchange = NULL;
     s->ctx = NULL;
     w->unconfirmed--;
-    if (w->probe_left > 0 && kind != CWIN_UNSENT)
-        w->probe_left--;
     w->on_report(w->report_cls, ctx, &r);
 }
 
@@ -266,6 +296,28 @@ static void restart(cwin_t *w)
     w->return_cursor = 1;
 }
 
+/* Remember the jobs in flight as suspects (as many as fit: cap), and
+ * allow their answers, and as many others again, one at a time. Without
+ * memory for the list, nothing is remembered: the window goes on
+ * pipelining, and a culprit may close a channel under others again (they
+ * are published again, never charged). */
+static void suspect_inflight(cwin_t *w)
+{
+    if (w->suspects == NULL)
+        w->suspects = calloc(w->cap, sizeof *w->suspects);
+    if (w->suspects == NULL)
+        return;
+    for (uint64_t t = w->low_tag; t < w->next_tag; t++) {
+        slot *s = slot_of(w, t);
+        if (s->state != SLOT_INFLIGHT || w->n_suspects == w->cap)
+            continue;
+        w->suspects[w->n_suspects] = strdup(s->job_id);
+        if (w->suspects[w->n_suspects] != NULL)
+            w->n_suspects++;
+    }
+    w->probe_budget = 2 * w->n_suspects + w->cap;
+}
+
 void cwin_channel_closed(cwin_t *w, const char *reason)
 {
     char unsent[sizeof(((cwin_result *)0)->reason)];
@@ -295,13 +347,15 @@ void cwin_channel_closed(cwin_t *w, const char *reason)
                  "channel closed by the broker before the confirm: %.200s",
                  reason);
     } else {
-        /* Nobody named: charge nobody. Each is published again, one at a
-         * time, until as many have been answered: the one the broker
-         * refuses then closes a channel with nothing else in flight. */
+        /* Nobody named: charge nobody. Each is published again, and one
+         * publish at a time is in flight until each of them has been
+         * answered: the one the broker refuses then closes a channel
+         * alone. */
         snprintf(unsent, sizeof unsent,
                  "channel closed by the broker naming no job, with %zu "
                  "publishes in flight (published again one at a time): %.120s",
                  inflight, reason);
+        suspect_inflight(w);
     }
     for (t = w->low_tag; t < w->next_tag; t++) {
         slot *s = slot_of(w, t);
@@ -311,8 +365,6 @@ void cwin_channel_closed(cwin_t *w, const char *reason)
             report(w, s, CWIN_RETURNED, s->reason);
         }
     }
-    if (!matched)
-        w->probe_left += inflight;
     restart(w);
 }
 

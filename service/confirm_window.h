@@ -113,16 +113,18 @@ bool cwin_return(cwin_t *w, const void *id, size_t id_len,
  * quoted, the reply names no job ("406 PRECONDITION_FAILED - message size
  * ... is larger than configured max size"): with one publish in flight, it
  * is that one's (CWIN_CLOSED); with several, none is charged: all are
- * CWIN_UNSENT, and the window probes: until as many publishes have been
- * answered, it holds one publish at a time (cwin_full while one is in
- * flight), so the next close names its job by being alone. Returned ones
+ * CWIN_UNSENT (the caller publishes them again), and the window probes:
+ * until each of those jobs (by id) has been answered, it holds one publish
+ * at a time (cwin_full while one is in flight), so the next close names
+ * its job by being alone. A bound ends the probe if some never come back
+ * (twice their number plus cap answers). Returned ones
  * are CWIN_RETURNED. The window is then empty and the next tag is 1 (a new
  * channel).
  */
 void cwin_channel_closed(cwin_t *w, const char *reason);
 
-/* How many answers the window still takes one publish at a time (0: it
- * pipelines), after a close that named no job. */
+/* How many jobs of a close that named no job are still to be answered one
+ * publish at a time (0: the window pipelines). */
 size_t cwin_probing(const cwin_t *w);
 
 /* The connection is gone: every publish in flight is reported CWIN_LOST

@@ -377,8 +377,8 @@ Test(confirm_window, a_channel_close_blames_the_quoted_exchange)
 
 /* A reply that names no job (a message over the broker's max size, a
  * user_id it refuses): nobody is charged; the suspects are published again
- * one at a time, and the next close, with one publish in flight, is that
- * one's. */
+ * (by id, as the dispatcher does) one at a time while any is unanswered,
+ * and the next close, with one publish in flight, is that one's. */
 Test(confirm_window, a_close_naming_no_job_charges_nobody_and_probes_one_at_a_time)
 {
     const char *why = "406 PRECONDITION_FAILED - message size 70000 is larger "
@@ -386,7 +386,7 @@ Test(confirm_window, a_close_naming_no_job_charges_nobody_and_probes_one_at_a_ti
     int a = publish("billing", 0, 1);
     int b = publish("", 0, 2);
     int c = publish("billing", 0, 3);
-    int p1, p2, p3, after;
+    int other, a2, b2, after;
 
     cr_expect(returned(c, "312 NO_ROUTE"));
     cwin_channel_closed(w, why);
@@ -395,24 +395,55 @@ Test(confirm_window, a_close_naming_no_job_charges_nobody_and_probes_one_at_a_ti
     cr_expect(strstr(rec->jobs[a].reason, "naming no job") != NULL, "%s",
               rec->jobs[a].reason);
     expect_report(c, CWIN_RETURNED, "312 NO_ROUTE"); /* its answer came */
-    cr_expect_eq(cwin_probing(w), 2);
+    cr_expect_eq(cwin_probing(w), 2, "a and b are suspects");
     cr_expect_not(cwin_full(w));
 
-    p1 = publish("billing", 0, 1);
+    /* another job first: alone in flight too, and no suspect answered */
+    other = publish("billing", 0, 1);
     cr_expect(cwin_full(w), "one at a time while probing");
     cr_expect_eq(cwin_publish(w, "x", "", NULL, 0), 0);
     cr_expect_eq(cwin_ack(w, 1, false), 1);
-    expect_report(p1, CWIN_ACKED, "");
+    expect_report(other, CWIN_ACKED, "");
+    cr_expect_eq(cwin_probing(w), 2);
+    /* a again (same id): acked, no longer a suspect */
+    a2 = (int)(job("billing") - rec->jobs);
+    strcpy(rec->jobs[a2].id, rec->jobs[a].id);
+    cr_expect_eq(cwin_publish(w, rec->jobs[a2].id, "billing", &rec->jobs[a2], 0), 2);
+    cr_expect_eq(cwin_ack(w, 2, false), 1);
     cr_expect_eq(cwin_probing(w), 1);
-    p2 = publish("", 0, 2);
-    cwin_channel_closed(w, why); /* alone in flight: the culprit */
-    expect_report(p2, CWIN_CLOSED, why);
+    /* b again, alone: the broker closes the channel: it is b's */
+    b2 = (int)(job("") - rec->jobs);
+    strcpy(rec->jobs[b2].id, rec->jobs[b].id);
+    cr_expect_eq(cwin_publish(w, rec->jobs[b2].id, "", &rec->jobs[b2], 0), 3);
+    cwin_channel_closed(w, why);
+    expect_report(b2, CWIN_CLOSED, why);
     cr_expect_eq(cwin_probing(w), 0);
-    p3 = publish("", 0, 1);
-    after = publish("", 0, 2); /* pipelined again */
+    /* pipelined again */
+    after = publish("", 0, 1);
+    cr_expect_not(cwin_full(w));
+    (void)publish("", 0, 2);
     cr_expect_eq(cwin_ack(w, 2, true), 2);
-    expect_report(p3, CWIN_ACKED, "");
     expect_report(after, CWIN_ACKED, "");
+}
+
+/* A suspect that never comes back (cancelled, expired) does not keep the
+ * window at one publish at a time for ever. */
+Test(confirm_window, a_probe_ends_when_its_suspects_never_come_back)
+{
+    int i;
+
+    use_window(4);
+    (void)publish("a", 0, 1);
+    (void)publish("a", 0, 2);
+    cwin_channel_closed(w, "406 PRECONDITION_FAILED - boom");
+    cr_expect_eq(cwin_probing(w), 2);
+    for (i = 0; i < 2 * 2 + 4; i++) { /* the bound: 2 x suspects + cap */
+        cr_expect(cwin_probing(w) > 0, "answer %d", i);
+        (void)publish("a", 0, (uint64_t)i + 1);
+        cr_expect_eq(cwin_ack(w, (uint64_t)i + 1, false), 1);
+    }
+    cr_expect_eq(cwin_probing(w), 0);
+    cr_expect_not(cwin_full(w));
 }
 
 Test(confirm_window, a_close_naming_no_job_with_one_in_flight_is_its)
@@ -503,8 +534,11 @@ typedef struct model {
     int tag_job[MAX_JOBS]; /* this channel's tag -> job number */
     uint64_t next_tag;
     size_t cap;
-    size_t probe_left; /* answers still taken one publish at a time */
-    size_t probe_add;  /* what the current event adds to it */
+    size_t suspects;   /* jobs of a close that named none, unanswered
+                          (each publish here is a new job: never answered) */
+    size_t budget;     /* answers the probe still takes */
+    size_t probe_add;  /* suspects the current event adds */
+    bool probe_set;    /* the current event (re)starts the probe's budget */
     uint64_t rng;
 } model;
 
@@ -584,6 +618,7 @@ static void model_end(model *m, const char *culprit, cwin_outcome others)
         matched = true;
     } else if (others == CWIN_UNSENT && !matched) {
         m->probe_add = inflight;
+        m->probe_set = true;
     }
     for (i = 0; i < rec->njobs; i++) {
         if (m->state[i] == M_RETURNED) {
@@ -597,7 +632,7 @@ static void model_end(model *m, const char *culprit, cwin_outcome others)
 static bool model_full(const model *m)
 {
     return m->next_tag - model_low(m) >= m->cap ||
-           (m->probe_left > 0 && model_unconfirmed(m, rec->njobs) > 0);
+           (m->suspects > 0 && model_unconfirmed(m, rec->njobs) > 0);
 }
 
 /* Every job owed an outcome by the last event got exactly that one, once;
@@ -606,6 +641,14 @@ static void model_check(model *m, int reports_before, int step)
 {
     int owed = 0, i;
 
+    if (m->probe_set) {
+        m->suspects += m->probe_add;
+        if (m->suspects > m->cap)
+            m->suspects = m->cap;
+        m->budget = 2 * m->suspects + m->cap;
+    }
+    m->probe_add = 0;
+    m->probe_set = false;
     for (i = 0; i < rec->njobs; i++) {
         if (m->owed[i] == NO_REPORT) {
             continue;
@@ -616,14 +659,12 @@ static void model_check(model *m, int reports_before, int step)
         cr_assert_eq(rec->jobs[i].kind, m->owed[i],
                      "step %d: %s outcome %d, owed %d", step, rec->jobs[i].id,
                      rec->jobs[i].kind, m->owed[i]);
-        if (m->owed[i] != CWIN_UNSENT && m->probe_left > 0)
-            m->probe_left--;
+        if (m->owed[i] != CWIN_UNSENT && m->suspects > 0 && --m->budget == 0)
+            m->suspects = 0;
         m->state[i] = M_REPORTED;
         m->owed[i] = NO_REPORT;
     }
-    m->probe_left += m->probe_add;
-    m->probe_add = 0;
-    cr_assert_eq(cwin_probing(w), m->probe_left, "step %d", step);
+    cr_assert_eq(cwin_probing(w), m->suspects, "step %d", step);
     cr_assert_eq(rec->norder - reports_before, owed,
                  "step %d: %d reports, %d owed", step,
                  rec->norder - reports_before, owed);

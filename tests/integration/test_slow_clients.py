@@ -15,9 +15,11 @@ connected, or 2 s after the previous answer on a kept-alive connection; one
 trickling its body is cut 3 s after its headers; one that is slow but
 within both deadlines is answered. And the issue's attack, scaled down:
 four addresses (127.0.0.2-5) each trying to hold 30 of the 100 slots with
-headers a byte at a time (the former per-address default, a quarter, let
-them take all 100) while 127.0.0.1 asks /healthz and POST /schedule every
-quarter second and must be answered within 1 s every time.
+headers a byte every 0.1 s, and taking a slot again within 0.1 s of its
+cut (the former per-address default, a quarter, let them take all 100:
+/healthz then timed out on most probes) while 127.0.0.1 asks /healthz and
+POST /schedule every quarter second and must be answered within 1 s every
+time.
 
 Everything is on loopback, bounded in connections and time (the attack
 stops after ATTACK_S seconds), and closes its own sockets.
@@ -134,15 +136,19 @@ def test_idle_connections_at_the_limit_are_reaped(small, report):
 class Slowloris:
     """conns connections (ATTACK_CONNS) from the addresses ips (slot i from
     ips[i % len(ips)]; ATTACKER_IP), each sending request headers one byte
-    every ATTACK_BYTE_EVERY_S and reconnecting when the service closes it,
-    on one thread, until stop() or duration (ATTACK_S)."""
+    every tick seconds (ATTACK_BYTE_EVERY_S) and reconnecting, at the next
+    tick, when the service closes it, on one thread, until stop() or
+    duration (ATTACK_S)."""
 
     HEAD = (b"POST /schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Type: application/json\r\nX-Padding: " + b"p" * 4000)
 
     def __init__(self, port, ips=(ATTACKER_IP,), conns=ATTACK_CONNS,
-                 duration=ATTACK_S):
+                 duration=ATTACK_S, tick=ATTACK_BYTE_EVERY_S,
+                 max_opened=ATTACK_MAX_OPENED):
         self.port = port
+        self.tick = tick
+        self.max_opened = max_opened
         self.ips = list(ips)
         self.conns = conns
         self.duration = duration
@@ -168,7 +174,7 @@ class Slowloris:
         self.slots = [None] * self.conns
 
     def _open(self, i):
-        if self.opened >= ATTACK_MAX_OPENED:
+        if self.opened >= self.max_opened:
             return
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.bind((self.ips[i % len(self.ips)], 0))
@@ -228,7 +234,7 @@ class Slowloris:
         t0 = time.monotonic()
         while not self._stop.is_set() and time.monotonic() - t0 < self.duration:
             self._tick()
-            self._stop.wait(ATTACK_BYTE_EVERY_S)
+            self._stop.wait(self.tick)
 
     def __str__(self):
         return (f"{self.opened} opened, {self.closed_by_service} closed by the service, "
@@ -418,6 +424,8 @@ ISSUE_MAX_CONNS = 100         # the per-address default is a tenth: 10
 ISSUE_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 ISSUE_CONNS_PER_IP = 30       # over a quarter of the slots each
 ISSUE_ATTACK_S = 10.0         # five header deadlines
+ISSUE_TICK_S = 0.1            # a cut slot is taken again within 0.1 s
+ISSUE_MAX_OPENED = 20000      # refused ones retry every tick: ~4,300 in 10 s
 ISSUE_PROBE_EVERY_S = 0.25
 ISSUE_BOUND_S = 1.0
 
@@ -428,7 +436,8 @@ def test_addresses_trickling_headers_leave_room_for_healthz(service, report):
                   "--http-header-timeout-s", str(HEADER_S))
     attack = Slowloris(svc.port, ips=ISSUE_IPS,
                        conns=len(ISSUE_IPS) * ISSUE_CONNS_PER_IP,
-                       duration=ISSUE_ATTACK_S + 5).start()
+                       duration=ISSUE_ATTACK_S + 5, tick=ISSUE_TICK_S,
+                       max_opened=ISSUE_MAX_OPENED).start()
     probes = {"/healthz": [], "/schedule": []}  # (seconds, status or error)
     try:
         wait_until(lambda: attack.max_established >= len(ISSUE_IPS) * 10, 5,
@@ -449,6 +458,7 @@ def test_addresses_trickling_headers_leave_room_for_healthz(service, report):
                 probes[path].append((time.monotonic() - t0, outcome))
             time.sleep(ISSUE_PROBE_EVERY_S)
         during = str(attack)
+        gave_up = attack.opened >= ISSUE_MAX_OPENED
     finally:
         attack.stop()
     counted = cuts(svc)
@@ -466,6 +476,7 @@ def test_addresses_trickling_headers_leave_room_for_healthz(service, report):
         assert not bad, (f"{path} from 127.0.0.1 under attack ({during}): "
                          f"{len(bad)} of {len(results)} not answered within "
                          f"{ISSUE_BOUND_S} s: {bad[:10]}")
+    assert not gave_up, f"the attack ran out of connections to open ({during})"
     assert counted["header_timeout"] >= len(ISSUE_IPS) * 10, \
         f"the trickling connections were not cut by the header deadline: {counted}"
     assert len(svc.list_all()[0]) == len(probes["/schedule"])

@@ -126,10 +126,19 @@ static const opt_def opt_table[] = {
      1, 3600, "idle HTTP connections are closed after this", NULL},
     {"http-max-conns", "RMQS_HTTP_MAX_CONNS", OPT_INT, F(http_max_conns),
      "1000", 1, 100000, "concurrent HTTP connections", NULL},
+    {"http-header-timeout-s", "RMQS_HTTP_HEADER_TIMEOUT_S", OPT_INT,
+     F(http_header_timeout_s), "10", 1, 3600, "a request's headers must be "
+     "in within this of its start (the connection, or the previous answer on "
+     "a kept-alive one), however they trickle: else the connection is cut",
+     NULL},
+    {"http-body-timeout-s", "RMQS_HTTP_BODY_TIMEOUT_S", OPT_INT,
+     F(http_body_timeout_s), "60", 1, 3600, "a request's body must be in "
+     "within this of its headers, however it trickles: else the connection "
+     "is cut", NULL},
     {"http-max-conns-per-ip", "RMQS_HTTP_MAX_CONNS_PER_IP", OPT_INT,
      F(http_max_conns_per_ip), "0", 0, 100000, "concurrent HTTP connections "
-     "from one IP address; 0: a quarter of --http-max-conns (raise it behind "
-     "a proxy, where every client has the proxy's address)", NULL},
+     "from one IP address; 0: a tenth of --http-max-conns, at least 1 (raise "
+     "it behind a proxy, where every client has the proxy's address)", NULL},
     {"shutdown-grace-s", "RMQS_SHUTDOWN_GRACE_S", OPT_INT, F(shutdown_grace_s),
      "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight", NULL},
     {"retention-s", "RMQS_RETENTION_S", OPT_INT, F(retention_s), "604800", 0,

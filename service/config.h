@@ -68,7 +68,9 @@ typedef struct config {
     int64_t http_threads;
     int64_t http_timeout_s;  /* idle connection timeout */
     int64_t http_max_conns;
-    int64_t http_max_conns_per_ip;
+    int64_t http_max_conns_per_ip; /* 0: a tenth of http_max_conns */
+    int64_t http_header_timeout_s; /* headers in by then, however slow */
+    int64_t http_body_timeout_s;   /* body in by then after the headers */
     int64_t shutdown_grace_s;
     int64_t retention_s;     /* finished jobs kept this long; 0 = forever */
     int64_t purge_interval_s;

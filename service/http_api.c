@@ -23,6 +23,12 @@
  * 100-continue" (the client waits for our word before it sends the body,
  * and the 413 is that word).
  *
+ * A request's headers and its body each have a deadline however slowly
+ * they trickle in (--http-header-timeout-s, --http-body-timeout-s): the
+ * callbacks below tell http_deadline.c where each connection is, and it
+ * cuts the late ones. The idle timeout alone never fires on a client that
+ * sends a byte every few seconds.
+ *
  * Every answer goes out through respond(), the one place a response is
  * made, given its headers and queued. The job endpoints are http_jobs.c,
  * the recurring schedules http_schedules.c (what the files share:
@@ -581,15 +587,31 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
     return route(api, c, url, method, rq);
 }
 
-/* Wraps the handler to note which status it answered with. */
+/* The deadline entry of c's connection (on_connection put it there), or
+ * NULL if it has none. */
+static http_deadline_conn *conn_deadline(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* Wraps the handler to note which status it answered with, and where the
+ * request is for its deadlines: the first call means the headers are in,
+ * a later call without data that the body has ended. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
                                   const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
 {
+    http_api_t *api = cls;
     enum MHD_Result ret;
     http_req *rq;
 
+    if (*con_cls == NULL)
+        http_deadline_headers(api->deadline, conn_deadline(c));
+    else if (*upload_data_size == 0)
+        http_deadline_body_end(api->deadline, conn_deadline(c));
     tl_status = 0;
     tl_api = cls;
     ret = on_request_inner(cls, c, url, method, version, upload_data,
@@ -601,17 +623,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 }
 
 /* Counts open connections: the drain at shutdown waits for those accepted
- * before the listener closed, whose requests may not have arrived yet. */
+ * before the listener closed, whose requests may not have arrived yet.
+ * Each gets its deadline entry in *socket_ctx, from its socket; the
+ * library tells of the close before it closes the socket (0.9.75's
+ * MHD_connection_close_), so the entry goes first. */
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
                           enum MHD_ConnectionNotificationCode code)
 {
     http_api_t *api = cls;
-    (void)c;
-    (void)socket_ctx;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         atomic_fetch_add(&api->conns, 1);
-    else if (code == MHD_CONNECTION_NOTIFY_CLOSED)
+        *socket_ctx = ci != NULL ? http_deadline_open(api->deadline,
+                                                      ci->connect_fd)
+                                 : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         atomic_fetch_sub(&api->conns, 1);
+        http_deadline_close(api->deadline, *socket_ctx);
+        *socket_ctx = NULL;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -631,6 +663,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         free(rq);
         *con_cls = NULL;
     }
+    /* kept alive: the next request's headers are due from now */
+    http_deadline_request_end(api->deadline, conn_deadline(c));
 }
 
 /* libmicrohttpd's own messages (e.g. "connection limit reached"), at most
@@ -735,6 +769,8 @@ static void api_free(http_api_t *api)
         free(api->token);
     }
     http_origins_free(api->origins);
+    http_deadline_free(api->deadline); /* after the daemon: it has closed
+                                          every connection */
     free(api->tls_cert);
     free(api->ui_broker_urls);
     if (api->tls_key != NULL) {
@@ -755,6 +791,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     struct MHD_OptionItem tls[4] = {{MHD_OPTION_END, 0, NULL}};
     http_api_t *api;
     const union MHD_DaemonInfo *info;
+    unsigned per_ip;
     rmqs_rc rc;
 
     *out = NULL;
@@ -813,6 +850,16 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     }
     if (v6)
         flags |= MHD_USE_IPv6;
+    /* A few clients (IPs) cannot take every connection (slowloris): by
+     * default nine at their limit leave a tenth for the others. */
+    per_ip = opt->max_conns_per_ip > 0 ? opt->max_conns_per_ip
+             : opt->max_conns / 10 > 0 ? opt->max_conns / 10
+                                       : 1U;
+    rc = http_deadline_new((int64_t)opt->header_timeout_s * 1000,
+                           (int64_t)opt->body_timeout_s * 1000, &api->deadline,
+                           err);
+    if (rc != RMQS_OK)
+        goto fail;
     api->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, api,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api, /* first, to catch all */
@@ -820,10 +867,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, opt->conn_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
-        /* One client (one IP) cannot take every connection (slowloris). */
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        opt->max_conns_per_ip > 0 ? opt->max_conns_per_ip
-                                  : (opt->max_conns / 4 > 0 ? opt->max_conns / 4 : 1U),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, api,
         MHD_OPTION_ARRAY, tls,
@@ -837,13 +881,16 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
     log_info("http", "listening",
              "listen=%s port=%u threads=%u tls=%s auth=%s allow_exchanges=%s "
-             "ui=%s",
+             "ui=%s max_conns=%u max_conns_per_ip=%u header_timeout_s=%u "
+             "body_timeout_s=%u",
              opt->listen, info ? (unsigned)info->port : 0U, opt->threads,
              api->tls_cert ? "on" : "off", api->token ? "bearer" : "off",
              pubpol_has_list(api->policy) ? "list" : "any",
              opt->ui == UI_MODE_ON          ? "on"
              : opt->ui == UI_MODE_READ_ONLY ? "read-only"
-                                            : "off");
+                                            : "off",
+             opt->max_conns, per_ip, opt->header_timeout_s,
+             opt->body_timeout_s);
     *out = api;
     return RMQS_OK;
 fail:

@@ -34,7 +34,9 @@ typedef struct http_api_options {
     unsigned threads;
     unsigned conn_timeout_s;
     unsigned max_conns;
-    unsigned max_conns_per_ip;  /* 0: a quarter of max_conns */
+    unsigned max_conns_per_ip;  /* 0: a tenth of max_conns (at least 1) */
+    unsigned header_timeout_s;  /* headers in by then (http_deadline.h) */
+    unsigned body_timeout_s;    /* body in by then after its headers */
     job_limits limits;
     const char *api_token;       /* NULL: no authentication (borrowed) */
     const pubpol_t *policy;      /* borrowed: --allow-exchanges, the login */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "http_api.h"
+#include "http_deadline.h"
 #include "http_origin.h"
 #include "job_json.h"
 #include "metrics.h"
@@ -39,6 +40,7 @@ struct http_api {
     http_origins *origins; /* owned: which Host and Origin are let in */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
+    http_deadline *deadline;  /* owned: cuts slow headers and bodies */
     MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
                                  MHD_stop_daemon, as the library requires */
 };

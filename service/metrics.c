@@ -40,6 +40,8 @@ static const char *const run_result_names[MRR_COUNT] = {
 static const char *const schedule_state_names[3] = {"active", "paused", "ended"};
 static const char *const failure_names[MF_COUNT] = {
     "returned", "nacked", "channel_closed", "connection_lost"};
+static const char *const cut_names[MC_COUNT] = {
+    "header_timeout", "body_timeout", "keepalive_timeout"};
 static const char *const status_names[5] = {"pending", "publishing", "sent",
                                             "failed", "cancelled"};
 
@@ -59,6 +61,7 @@ static struct {
     atomic_uint_fast64_t reconnects;
     atomic_uint_fast64_t leases_lapsed;
     atomic_uint_fast64_t schedule_runs[MRR_COUNT];
+    atomic_uint_fast64_t http_cut[MC_COUNT];
     histogram lateness;
     atomic_uint_fast64_t http_count[MR_COUNT][CODES_N + 1];
     histogram http_duration[MR_COUNT];
@@ -109,6 +112,12 @@ void metrics_schedule_runs(metrics_run_result r, uint64_t n)
 {
     if (r < MRR_COUNT)
         atomic_fetch_add(&m.schedule_runs[r], n);
+}
+
+void metrics_http_cut(metrics_cut reason)
+{
+    if (reason < MC_COUNT)
+        atomic_fetch_add(&m.http_cut[reason], 1);
 }
 
 void metrics_publish_failure(metrics_failure reason)
@@ -243,6 +252,18 @@ static void sb_hist(sbuf *b, const char *name, const char *labels,
 
 #define U(x) ((unsigned long long)atomic_load(&(x)))
 
+/* A counter with one label: its HELP and TYPE, then one series per value
+ * of the label (names[i] counted in v[i]), zeros included. */
+static void sb_counters(sbuf *b, const char *name, const char *help,
+                        const char *label, const char *const *names,
+                        const atomic_uint_fast64_t *v, size_t n)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+    for (size_t i = 0; i < n; i++)
+        sb_printf(b, "%s{%s=\"%s\"} %llu\n", name, label, names[i],
+                  (unsigned long long)atomic_load(&v[i]));
+}
+
 char *metrics_render(const metrics_sources *src)
 {
     sbuf b = {0};
@@ -264,12 +285,9 @@ char *metrics_render(const metrics_sources *src)
                   "the broker (each try of each job).\n"
                   "# TYPE rmqs_publish_attempts_total counter\n"
                   "rmqs_publish_attempts_total %llu\n", U(m.attempts));
-    sb_printf(&b, "# HELP rmqs_publish_failures_total Publish attempts that "
-                  "failed, by reason.\n"
-                  "# TYPE rmqs_publish_failures_total counter\n");
-    for (int i = 0; i < MF_COUNT; i++)
-        sb_printf(&b, "rmqs_publish_failures_total{reason=\"%s\"} %llu\n",
-                  failure_names[i], U(m.failures[i]));
+    sb_counters(&b, "rmqs_publish_failures_total",
+                "Publish attempts that failed, by reason.", "reason",
+                failure_names, m.failures, MF_COUNT);
     if (src != NULL && src->have_counts) {
         sb_printf(&b, "# HELP rmqs_jobs Jobs in the database by status.\n"
                       "# TYPE rmqs_jobs gauge\n");
@@ -309,6 +327,10 @@ char *metrics_render(const metrics_sources *src)
         sb_hist(&b, "rmqs_http_request_duration_seconds", labels,
                 &m.http_duration[r], http_bounds, HTTP_N);
     }
+    sb_counters(&b, "rmqs_http_connections_cut_total",
+                "HTTP connections shut down because a request's headers or "
+                "body came too slowly, or a kept-alive one's next request "
+                "did.", "reason", cut_names, m.http_cut, MC_COUNT);
     sb_printf(&b, "# HELP rmqs_broker_connected Whether the AMQP connection is "
                   "up.\n# TYPE rmqs_broker_connected gauge\n"
                   "rmqs_broker_connected %d\n",
@@ -327,12 +349,9 @@ char *metrics_render(const metrics_sources *src)
                   "instance may take them over).\n"
                   "# TYPE rmqs_claims_lapsed_total counter\n"
                   "rmqs_claims_lapsed_total %llu\n", U(m.leases_lapsed));
-    sb_printf(&b, "# HELP rmqs_schedule_runs_total Fire times of recurring "
-                  "schedules, by what became of them.\n"
-                  "# TYPE rmqs_schedule_runs_total counter\n");
-    for (int i = 0; i < MRR_COUNT; i++)
-        sb_printf(&b, "rmqs_schedule_runs_total{result=\"%s\"} %llu\n",
-                  run_result_names[i], U(m.schedule_runs[i]));
+    sb_counters(&b, "rmqs_schedule_runs_total",
+                "Fire times of recurring schedules, by what became of them.",
+                "result", run_result_names, m.schedule_runs, MRR_COUNT);
     if (src != NULL && src->have_schedule_counts) {
         sb_printf(&b, "# HELP rmqs_schedules Recurring schedules by state.\n"
                       "# TYPE rmqs_schedules gauge\n");

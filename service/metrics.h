@@ -37,6 +37,15 @@ typedef enum metrics_run_result {
     MRR_COUNT
 } metrics_run_result;
 
+/* Why a slow connection was cut (http_deadline.c). */
+typedef enum metrics_cut {
+    MC_HEADER_TIMEOUT,  /* headers not in by --http-header-timeout-s */
+    MC_BODY_TIMEOUT,    /* body not ended by --http-body-timeout-s */
+    MC_KEEPALIVE_TIMEOUT, /* kept alive: the next request's headers not in
+                             by --http-header-timeout-s (idle or slow) */
+    MC_COUNT
+} metrics_cut;
+
 void metrics_jobs_scheduled(uint64_t n);
 void metrics_schedule_runs(metrics_run_result r, uint64_t n);
 void metrics_publish_attempts(uint64_t n);
@@ -51,6 +60,7 @@ void metrics_broker_reconnect(void);
 /* a claimed job released unpublished: its lease was ending (dispatcher.c) */
 void metrics_lease_lapsed(void);
 void metrics_http(metrics_route route, unsigned status, int64_t duration_us);
+void metrics_http_cut(metrics_cut reason);
 
 /* Which route a URL belongs to (for labels). */
 metrics_route metrics_route_of(const char *url);

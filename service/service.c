@@ -382,6 +382,8 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .conn_timeout_s = (unsigned)cfg->http_timeout_s,
                 .max_conns = (unsigned)cfg->http_max_conns,
                 .max_conns_per_ip = (unsigned)cfg->http_max_conns_per_ip,
+                .header_timeout_s = (unsigned)cfg->http_header_timeout_s,
+                .body_timeout_s = (unsigned)cfg->http_body_timeout_s,
                 .limits = *limits,
                 .api_token = cfg->api_token,
                 .policy = svc->policy,

@@ -32,6 +32,7 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_dispatch_lateness_seconds": "histogram",
     "rmqs_http_requests_total": "counter",
     "rmqs_http_request_duration_seconds": "histogram",
+    "rmqs_http_connections_cut_total": "counter",
     "rmqs_broker_connected": "gauge",
     "rmqs_broker_reconnects_total": "counter",
     "rmqs_claims_lapsed_total": "counter",

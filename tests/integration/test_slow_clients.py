@@ -8,12 +8,26 @@ the timeout; and a slowloris attack (200 connections from another host,
 which an idle timeout alone never fires on) must not stop a fresh client on
 127.0.0.1 from scheduling a job.
 
+The deadlines (issue 21): with --http-header-timeout-s 2 and
+--http-body-timeout-s 3 (and an idle timeout of 5 s that a byte every 0.3 s
+never trips), a client trickling its headers is cut 2 s after it
+connected, or 2 s after the previous answer on a kept-alive connection; one
+trickling its body is cut 3 s after its headers; one that is slow but
+within both deadlines is answered. And the issue's attack, scaled down:
+four addresses (127.0.0.2-5) each trying to hold 30 of the 100 slots with
+headers a byte every 0.1 s, and taking a slot again within 0.1 s of its
+cut (the former per-address default, a quarter, let them take all 100:
+/healthz then timed out on most probes) while 127.0.0.1 asks /healthz and
+POST /schedule every quarter second and must be answered within 1 s every
+time.
+
 Everything is on loopback, bounded in connections and time (the attack
 stops after ATTACK_S seconds), and closes its own sockets.
 """
 
 import errno
 import http.client
+import re
 import select
 import socket
 import threading
@@ -21,7 +35,7 @@ import time
 
 import pytest
 
-from helpers import http_request
+from helpers import http_request, http_request_text, wait_until
 
 MAX_CONNS = 64
 TIMEOUT_S = 2
@@ -120,16 +134,25 @@ def test_idle_connections_at_the_limit_are_reaped(small, report):
 # --- slowloris --------------------------------------------------------------------
 
 class Slowloris:
-    """ATTACK_CONNS connections from ATTACKER_IP, each sending request
-    headers one byte every ATTACK_BYTE_EVERY_S and reconnecting when the
-    service closes it, on one thread, until stop() or ATTACK_S."""
+    """conns connections (ATTACK_CONNS) from the addresses ips (slot i from
+    ips[i % len(ips)]; ATTACKER_IP), each sending request headers one byte
+    every tick seconds (ATTACK_BYTE_EVERY_S) and reconnecting, at the next
+    tick, when the service closes it, on one thread, until stop() or
+    duration (ATTACK_S)."""
 
     HEAD = (b"POST /schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n"
             b"Content-Type: application/json\r\nX-Padding: " + b"p" * 4000)
 
-    def __init__(self, port):
+    def __init__(self, port, ips=(ATTACKER_IP,), conns=ATTACK_CONNS,
+                 duration=ATTACK_S, tick=ATTACK_BYTE_EVERY_S,
+                 max_opened=ATTACK_MAX_OPENED):
         self.port = port
-        self.slots = [None] * ATTACK_CONNS  # [socket, bytes sent, connected]
+        self.tick = tick
+        self.max_opened = max_opened
+        self.ips = list(ips)
+        self.conns = conns
+        self.duration = duration
+        self.slots = [None] * conns  # [socket, bytes sent, connected]
         self.opened = 0
         self.closed_by_service = 0
         self.connect_failures = 0
@@ -148,13 +171,13 @@ class Slowloris:
         for slot in self.slots:
             if slot:
                 slot[0].close()
-        self.slots = [None] * ATTACK_CONNS
+        self.slots = [None] * self.conns
 
     def _open(self, i):
-        if self.opened >= ATTACK_MAX_OPENED:
+        if self.opened >= self.max_opened:
             return
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind((ATTACKER_IP, 0))
+        s.bind((self.ips[i % len(self.ips)], 0))
         s.setblocking(False)
         rc = s.connect_ex(("127.0.0.1", self.port))
         if rc not in (0, errno.EINPROGRESS):
@@ -209,9 +232,9 @@ class Slowloris:
 
     def _run(self):
         t0 = time.monotonic()
-        while not self._stop.is_set() and time.monotonic() - t0 < ATTACK_S:
+        while not self._stop.is_set() and time.monotonic() - t0 < self.duration:
             self._tick()
-            self._stop.wait(ATTACK_BYTE_EVERY_S)
+            self._stop.wait(self.tick)
 
     def __str__(self):
         return (f"{self.opened} opened, {self.closed_by_service} closed by the service, "
@@ -256,3 +279,204 @@ def test_slowloris_does_not_lock_out_a_client(small, report):
     # afterwards: still serving, and the job is there once
     assert small.get("/healthz").status == 200
     assert len(small.list_all()[0]) == 1
+
+
+# --- deadlines for headers and body (issue 21) -------------------------------------
+
+HEADER_S = 2
+BODY_S = 3
+IDLE_S = 5                # never reached by a byte every TRICKLE_EVERY_S
+TRICKLE_EVERY_S = 0.3
+CUT_MARGIN_S = 1.5        # the sweep (0.2 s), then a loaded 2-core machine
+EARLY_S = 0.3             # cut no earlier than this before the deadline
+HEAD_ONLY = (b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"p" * 4000)
+BODY_LEN = 1000
+POST_HEAD = (b"POST /schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % BODY_LEN)
+
+
+@pytest.fixture
+def deadlines(service):
+    return service("--http-timeout-s", str(IDLE_S),
+                   "--http-header-timeout-s", str(HEADER_S),
+                   "--http-body-timeout-s", str(BODY_S))
+
+
+def cuts(svc):
+    """rmqs_http_connections_cut_total by reason."""
+    text = http_request_text(svc.port, "/metrics").text
+    return {m.group(1): int(float(m.group(2))) for m in re.finditer(
+        r'^rmqs_http_connections_cut_total\{reason="(\w+)"\} (\S+)$', text, re.M)}
+
+
+def trickle_until_closed(sock, data, limit):
+    """Send data one byte every TRICKLE_EVERY_S (from the start again when
+    it runs out) until the peer closes sock; the seconds that took, or None
+    if still open after limit. Anything received fails: a cut has no
+    answer."""
+    t0 = time.monotonic()
+    sock.settimeout(TRICKLE_EVERY_S)
+    i = 0
+    while time.monotonic() - t0 < limit:
+        try:
+            sock.send(data[i % len(data):][:1])
+            i += 1
+            got = sock.recv(65536)
+        except socket.timeout:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return time.monotonic() - t0
+        assert not got, f"an answer instead of a cut: {got[:200]!r}"
+        return time.monotonic() - t0
+    return None
+
+
+def assert_cut_at(took, deadline_s, what):
+    assert took is not None, \
+        f"{what}: still open {deadline_s + CUT_MARGIN_S + 3} s on (deadline {deadline_s} s)"
+    assert deadline_s - EARLY_S <= took <= deadline_s + CUT_MARGIN_S, \
+        f"{what}: cut after {took:.2f} s, the deadline is {deadline_s} s"
+
+
+def assert_counted_once(svc, reason):
+    """The service (started for this test) counts one cut, for reason."""
+    want = {r: int(r == reason) for r in ("header_timeout", "body_timeout",
+                                           "keepalive_timeout")}
+    try:
+        wait_until(lambda: cuts(svc) == want, 3, f"one cut counted as {reason}")
+    except AssertionError:
+        assert cuts(svc) == want
+
+
+def test_trickled_headers_are_cut_at_the_header_deadline(deadlines, report):
+    with socket.create_connection(("127.0.0.1", deadlines.port), timeout=5) as s:
+        took = trickle_until_closed(s, HEAD_ONLY, HEADER_S + CUT_MARGIN_S + 3)
+    report(f"slow clients: headers a byte every {TRICKLE_EVERY_S} s cut after "
+           f"{took if took is None else round(took, 2)} s (header deadline {HEADER_S} s, "
+           f"idle timeout {IDLE_S} s)")
+    assert_cut_at(took, HEADER_S, "headers a byte at a time")
+    assert_counted_once(deadlines, "header_timeout")
+
+
+def test_trickled_body_is_cut_at_the_body_deadline(deadlines, report):
+    with socket.create_connection(("127.0.0.1", deadlines.port), timeout=5) as s:
+        s.sendall(POST_HEAD)  # headers at once: the body deadline runs from here
+        took = trickle_until_closed(s, b'{"exchange":"ex"' + b" " * BODY_LEN,
+                                    BODY_S + CUT_MARGIN_S + 3)
+    report(f"slow clients: a body a byte every {TRICKLE_EVERY_S} s cut after "
+           f"{took if took is None else round(took, 2)} s (body deadline {BODY_S} s)")
+    assert_cut_at(took, BODY_S, "a body a byte at a time")
+    assert_counted_once(deadlines, "body_timeout")
+    assert deadlines.list_all()[0] == []
+
+
+def test_kept_alive_connection_has_the_header_deadline_from_its_last_answer(deadlines):
+    """After an answer, a kept-alive connection's next headers are due
+    HEADER_S later, however they trickle (an attacker cannot send one quick
+    request and then hold the connection)."""
+    with socket.create_connection(("127.0.0.1", deadlines.port), timeout=5) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        got = b""
+        while b'"ok"' not in got:
+            chunk = s.recv(4096)
+            assert chunk, f"closed before the answer: {got!r}"
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got
+        took = trickle_until_closed(s, HEAD_ONLY, HEADER_S + CUT_MARGIN_S + 3)
+    assert_cut_at(took, HEADER_S, "the next request's headers a byte at a time")
+    assert_counted_once(deadlines, "keepalive_timeout")
+
+
+def test_a_slow_client_within_both_deadlines_is_answered(deadlines):
+    """Headers over 1.5 s and then a body over 1.5 s: 3 s in all, more than
+    the header deadline, but each part within its own. The body's deadline
+    runs from the headers, not from the connection."""
+    job = (b'{"exchange":"ex","routing_key":"rk","body":"slow but in time",'
+           b'"delay_ms":3600000}')
+    head = (b"POST /schedule HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/json\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(job))
+    with socket.create_connection(("127.0.0.1", deadlines.port), timeout=10) as s:
+        t0 = time.monotonic()
+        for part, spread in ((head, 1.5), (job, 1.5)):
+            pieces = [part[i:i + max(1, len(part) // 10)]
+                      for i in range(0, len(part), max(1, len(part) // 10))]
+            for p in pieces:
+                s.sendall(p)
+                time.sleep(spread / len(pieces))
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        took = time.monotonic() - t0
+    assert got.startswith(b"HTTP/1.1 201"), got[:300]
+    assert took > HEADER_S, f"sent in {took:.2f} s: not slower than the header deadline"
+    assert len(deadlines.list_all()[0]) == 1
+    assert cuts(deadlines) == {"header_timeout": 0, "body_timeout": 0,
+                               "keepalive_timeout": 0}
+
+
+# --- the issue's attack, scaled down ----------------------------------------------
+
+ISSUE_MAX_CONNS = 100         # the per-address default is a tenth: 10
+ISSUE_IPS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+ISSUE_CONNS_PER_IP = 30       # over a quarter of the slots each
+ISSUE_ATTACK_S = 10.0         # five header deadlines
+ISSUE_TICK_S = 0.1            # a cut slot is taken again within 0.1 s
+ISSUE_MAX_OPENED = 20000      # refused ones retry every tick: ~4,300 in 10 s
+ISSUE_PROBE_EVERY_S = 0.25
+ISSUE_BOUND_S = 1.0
+
+
+def test_addresses_trickling_headers_leave_room_for_healthz(service, report):
+    svc = service("--http-max-conns", str(ISSUE_MAX_CONNS),
+                  "--http-timeout-s", str(IDLE_S),
+                  "--http-header-timeout-s", str(HEADER_S))
+    attack = Slowloris(svc.port, ips=ISSUE_IPS,
+                       conns=len(ISSUE_IPS) * ISSUE_CONNS_PER_IP,
+                       duration=ISSUE_ATTACK_S + 5, tick=ISSUE_TICK_S,
+                       max_opened=ISSUE_MAX_OPENED).start()
+    probes = {"/healthz": [], "/schedule": []}  # (seconds, status or error)
+    try:
+        wait_until(lambda: attack.max_established >= len(ISSUE_IPS) * 10, 5,
+                   "the attack holding its addresses' share of the slots")
+        t_end = time.monotonic() + ISSUE_ATTACK_S
+        while time.monotonic() < t_end:
+            for path in probes:
+                t0 = time.monotonic()
+                try:
+                    if path == "/healthz":
+                        resp = http_request(svc.port, "GET", path, timeout=ISSUE_BOUND_S)
+                    else:
+                        resp = http_request(svc.port, "POST", path, JOB,
+                                            timeout=ISSUE_BOUND_S)
+                    outcome = resp.status
+                except (OSError, http.client.HTTPException) as e:
+                    outcome = type(e).__name__
+                probes[path].append((time.monotonic() - t0, outcome))
+            time.sleep(ISSUE_PROBE_EVERY_S)
+        during = str(attack)
+        gave_up = attack.opened >= ISSUE_MAX_OPENED
+    finally:
+        attack.stop()
+    counted = cuts(svc)
+    lat = {p: sorted(t for t, _ in v) for p, v in probes.items()}
+    report(f"slow clients: {len(ISSUE_IPS)} addresses x {ISSUE_CONNS_PER_IP} trickling "
+           f"connections for {ISSUE_ATTACK_S:.0f} s against {ISSUE_MAX_CONNS} slots "
+           f"({during}; cut by the header deadline: {counted['header_timeout']}); "
+           + "; ".join(f"{p} from 127.0.0.1: {len(v)} probes, median "
+                       f"{v[len(v) // 2] * 1000:.1f} ms, max {v[-1] * 1000:.1f} ms"
+                       for p, v in lat.items()))
+    expected = {"/healthz": 200, "/schedule": 201}
+    for path, results in probes.items():
+        bad = [(round(t, 2), o) for t, o in results
+               if o != expected[path] or t > ISSUE_BOUND_S]
+        assert not bad, (f"{path} from 127.0.0.1 under attack ({during}): "
+                         f"{len(bad)} of {len(results)} not answered within "
+                         f"{ISSUE_BOUND_S} s: {bad[:10]}")
+    assert not gave_up, f"the attack ran out of connections to open ({during})"
+    assert counted["header_timeout"] >= len(ISSUE_IPS) * 10, \
+        f"the trickling connections were not cut by the header deadline: {counted}"
+    assert len(svc.list_all()[0]) == len(probes["/schedule"])

@@ -29,6 +29,9 @@ Test(config, defaults_when_nothing_given)
     cr_expect_str_eq(c.amqp_url, "amqp://guest:guest@localhost:5672/");
     cr_expect_eq(c.max_attempts, 10);
     cr_expect_eq(c.max_body_bytes, 1048576);
+    cr_expect_eq(c.http_header_timeout_s, 10);
+    cr_expect_eq(c.http_body_timeout_s, 60);
+    cr_expect_eq(c.http_max_conns_per_ip, 0); /* a tenth of the total */
     cr_expect(c.sync_full);
     config_clear(&c);
     fclose(out);
@@ -59,6 +62,10 @@ Test(config, rejects_bad_values_with_the_setting_named)
         {"--max-attempts=0", "max-attempts"},
         {"--max-attempts=abc", "max-attempts"},
         {"--heartbeat-s=99999", "heartbeat-s"},
+        {"--http-header-timeout-s=0", "http-header-timeout-s"},
+        {"--http-header-timeout-s=3601", "http-header-timeout-s"},
+        {"--http-body-timeout-s=0", "http-body-timeout-s"},
+        {"--http-body-timeout-s=3601", "http-body-timeout-s"},
         {"--sync=sometimes", "sync"},
         {"--log-level=loud", "log-level"},
         {"--no-such-option=1", "--no-such-option=1"},

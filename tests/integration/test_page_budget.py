@@ -186,3 +186,19 @@ def test_schedule_pages_stop_at_the_budget(service, report):
     assert [len(items) for items, _ in pages] == [3, 1, 3]
     report(f"GET /schedules: schedules per page {[len(i) for i, _ in pages]}, "
            f"bytes {[raw for _, raw in pages]}")
+
+
+def test_a_bulk_status_is_bounded_by_its_filter_cap(service, report):
+    # the operation keeps its filter and GET /jobs/bulk/{id} echoes it; the
+    # filter's strings have no cap of their own, so the filter has one
+    svc = start(service)
+    r = svc.post("/jobs/bulk", {"action": "cancel",
+                                "filter": {"routing_key": "r" * 9000}})
+    assert r.status == 400 and r.body["error"]["field"] == "filter", r.body
+    r = svc.post("/jobs/bulk", {"action": "cancel",
+                                "filter": {"routing_key": "r" * 8000}})
+    assert r.status == 202, r.body
+    got = svc.get(r.headers["Location"])
+    assert got.status == 200 and got.body["filter"]["routing_key"] == "r" * 8000
+    assert len(got.raw) < 9 * 1024, len(got.raw)
+    report(f"GET /jobs/bulk/{{id}} with the largest filter: {len(got.raw)} bytes")

@@ -45,8 +45,9 @@ typedef struct store_backend store_backend;
  *   - rows come back with last_job_status -1, except from due, which gives
  *     the status in the database (the front shows a run the dispatcher
  *     holds as publishing, as store_get does);
- *   - list gets the limit and returns *more (a row follows) instead of the
- *     cursor, which the front makes from the last name;
+ *   - list gets the limit and the page budget max_bytes (store_page_take,
+ *     applied while it collects) and returns *more (a row follows) instead
+ *     of the cursor, which the front makes from the last name;
  *   - advance resets every a[i].applied/job_existed itself, and counts an
  *     inserted run (store_delta) and wakes the dispatchers as an insert.
  */

@@ -31,6 +31,11 @@
 #include "store.h"
 
 #define BULK_KEEP 100 /* operations kept for GET /jobs/bulk/{id} */
+/* Largest filter of an operation, as compact JSON (POST /jobs/bulk answers
+ * 400 above): each operation keeps it and GET /jobs/bulk/{id} echoes it, so
+ * this bounds that answer (about 400 bytes more) and what the BULK_KEEP
+ * operations hold. */
+#define BULK_FILTER_MAX_BYTES 8192
 
 typedef struct bulk bulk_t;
 

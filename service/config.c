@@ -150,6 +150,11 @@ static const opt_def opt_table[] = {
      F(write_queue_bytes), "4194304", 0, (int64_t)1 << 40,
      "request bytes parsed and waiting for the database at once; more wait "
      "unparsed (bounds memory; 0: no bound)", NULL},
+    {"page-max-bytes", "RMQS_PAGE_MAX_BYTES", OPT_INT, F(page_max_bytes),
+     "4194304", 65536, (int64_t)1 << 30, "a page of GET /jobs or GET "
+     "/schedules stops at this many bytes of jobs (bodies, headers...) and "
+     "gives its next cursor, whatever limit asks; a larger job comes out "
+     "alone (bounds each answer's memory)", NULL},
     {"min-free-bytes", "RMQS_MIN_FREE_BYTES", OPT_INT, F(min_free_bytes),
      "16777216", 0, INT64_MAX, "new jobs get 503 storage_full while less than "
      "this is free on the database's disk; the rest is kept for delivering "

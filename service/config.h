@@ -75,6 +75,7 @@ typedef struct config {
     int64_t retention_s;     /* finished jobs kept this long; 0 = forever */
     int64_t purge_interval_s;
     int64_t write_queue_bytes; /* admission budget of the writer */
+    int64_t page_max_bytes;    /* a list page stops at this many bytes */
     int64_t min_free_bytes;  /* disk reserve kept for delivering stored jobs */
     int64_t lease_ms;        /* PostgreSQL: a claim's lease (renewed) */
     int64_t search_timeout_ms; /* a list, count or search's budget */

@@ -70,6 +70,13 @@ static enum MHD_Result h_submit(http_api_t *api, struct MHD_Connection *c,
         rmqs_fail(&err, RMQS_EINVAL, "filter", "filter: an object");
         goto invalid;
     }
+    if (filter != NULL &&
+        json_dumpb(filter, NULL, 0, JSON_COMPACT) > BULK_FILTER_MAX_BYTES) {
+        rmqs_fail(&err, RMQS_EINVAL, "filter",
+                  "filter: at most %d bytes as compact JSON",
+                  BULK_FILTER_MAX_BYTES);
+        goto invalid;
+    }
     if (all != NULL && !json_is_boolean(all)) {
         rmqs_fail(&err, RMQS_EINVAL, "all", "all: a boolean");
         goto invalid;

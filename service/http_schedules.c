@@ -147,6 +147,32 @@ static enum MHD_Result reply_schedule(http_api_t *api, struct MHD_Connection *c,
  * latest fire time of a future run that could not be cancelled (held by
  * the dispatcher: it goes out), -1 if none.
  */
+/* One page of cancel_future_runs. */
+static void cancel_runs_page(http_api_t *api, const char *name,
+                             int64_t keep_gen, int64_t now, const job_t *jobs,
+                             size_t n, size_t *cancelled, int64_t *kept_max)
+{
+    for (size_t i = 0; i < n; i++) {
+        const job_t *j = &jobs[i];
+        job_t out = {0};
+        char own[JOB_ID_LEN + 1];
+
+        if (j->fire_at <= now)
+            continue; /* its fire time has passed: its own lifecycle */
+        if (keep_gen > 0) {
+            schedule_run_id(name, keep_gen, j->fire_at, own);
+            if (strcmp(own, j->id) == 0)
+                continue;
+        }
+        if (j->status == JOB_PENDING &&
+            store_cancel(api->st, j->id, now, &out) == RMQS_OK)
+            (*cancelled)++;
+        else if (j->fire_at > *kept_max)
+            *kept_max = j->fire_at;
+        job_clear(&out);
+    }
+}
+
 static void cancel_future_runs(http_api_t *api, const char *name, int64_t keep_gen,
                                int64_t now, int64_t *kept_max)
 {
@@ -157,38 +183,30 @@ static void cancel_future_runs(http_api_t *api, const char *name, int64_t keep_g
     for (size_t k = 0; k < sizeof statuses / sizeof statuses[0]; k++) {
         store_filter f = {.status = statuses[k], .source = JOB_SOURCE_SCHEDULE,
                           .schedule = name};
-        job_t *jobs = NULL;
-        size_t n = 0;
-        char *next = NULL;
+        char *after = NULL;
 
-        if (store_list(api->st, &f, LIST_LIMIT_MAX, NULL, &jobs, &n, &next) !=
-            RMQS_OK) {
-            log_error(MOD, "cannot list the runs of a changed schedule",
-                      "schedule=\"%s\"", name);
-            continue;
-        }
-        for (size_t i = 0; i < n; i++) {
-            job_t *j = &jobs[i], out = {0};
-            char own[JOB_ID_LEN + 1];
+        /* every page: a page stops at the store's byte budget, so runs with
+         * large bodies may take several */
+        do {
+            job_t *jobs = NULL;
+            size_t n = 0;
+            char *next = NULL;
 
-            if (j->fire_at <= now)
-                continue; /* its fire time has passed: its own lifecycle */
-            if (keep_gen > 0) {
-                schedule_run_id(name, keep_gen, j->fire_at, own);
-                if (strcmp(own, j->id) == 0)
-                    continue;
+            if (store_list(api->st, &f, LIST_LIMIT_MAX, after, &jobs, &n,
+                           &next) != RMQS_OK) {
+                log_error(MOD, "cannot list the runs of a changed schedule",
+                          "schedule=\"%s\"", name);
+                break;
             }
-            if (j->status == JOB_PENDING &&
-                store_cancel(api->st, j->id, now, &out) == RMQS_OK)
-                cancelled++;
-            else if (j->fire_at > *kept_max)
-                *kept_max = j->fire_at;
-            job_clear(&out);
-        }
-        for (size_t i = 0; i < n; i++)
-            job_clear(&jobs[i]);
-        free(jobs);
-        free(next);
+            cancel_runs_page(api, name, keep_gen, now, jobs, n, &cancelled,
+                             kept_max);
+            for (size_t i = 0; i < n; i++)
+                job_clear(&jobs[i]);
+            free(jobs);
+            free(after);
+            after = next;
+        } while (after != NULL);
+        free(after);
     }
     if (cancelled > 0 || *kept_max >= 0)
         log_info(MOD, "future runs of a changed schedule", "schedule=\"%s\" "

@@ -270,14 +270,25 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
 /* lists of jobs                                                             */
 
 /* Room for n jobs at once: a minimal item is about 100 bytes, a full one
- * with a short body about 400 (one allocation for the usual answer). */
-static void reserve_for(job_buf *b, size_t n, unsigned flags, size_t extra)
+ * about 420 plus its body as written (a binary one in base64), so a page
+ * of large jobs is one allocation too, not a doubling chain whose copies
+ * would hold the page twice over while it grows. */
+static void reserve_for(job_buf *b, const job_t *jobs, size_t n,
+                        unsigned flags, size_t extra)
 {
     size_t per = (flags & JOB_WRITE_MINIMAL) ? 110 : 420, need;
 
-    if (!__builtin_mul_overflow(n, per, &need) &&
-        !__builtin_add_overflow(need, extra, &need))
-        job_buf_reserve(b, need);
+    if (__builtin_mul_overflow(n, per, &need) ||
+        __builtin_add_overflow(need, extra, &need))
+        return;
+    for (size_t i = 0; !(flags & JOB_WRITE_MINIMAL) && i < n; i++) {
+        size_t body = jobs[i].body_len;
+        if (jobs[i].body_kind == JOB_BODY_BINARY)
+            body = body / 3 * 4 + 4;
+        if (__builtin_add_overflow(need, body, &need))
+            return;
+    }
+    job_buf_reserve(b, need);
 }
 
 /* "[job,job,...]" */
@@ -294,7 +305,7 @@ static void put_jobs(job_buf *b, const job_t *jobs, size_t n, unsigned flags)
 
 rmqs_rc job_write_batch(job_buf *b, const job_t *jobs, size_t n, unsigned flags)
 {
-    reserve_for(b, n, flags, 16);
+    reserve_for(b, jobs, n, flags, 16);
     PUT_LIT(b, "{\"jobs\":");
     put_jobs(b, jobs, n, flags);
     PUT_LIT(b, "}");
@@ -303,7 +314,7 @@ rmqs_rc job_write_batch(job_buf *b, const job_t *jobs, size_t n, unsigned flags)
 
 rmqs_rc job_write_page(job_buf *b, const job_t *jobs, size_t n, const char *next)
 {
-    reserve_for(b, n, 0, 32 + (next != NULL ? strlen(next) : 0));
+    reserve_for(b, jobs, n, 0, 32 + (next != NULL ? strlen(next) : 0));
     PUT_LIT(b, "{\"jobs\":");
     put_jobs(b, jobs, n, 0);
     PUT_LIT(b, ",\"next\":");

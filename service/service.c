@@ -189,7 +189,9 @@ static rmqs_rc open_database(service_t *svc)
                    &(store_options){.synchronous_full = cfg->sync_full,
                                     .manual_checkpoint = true,
                                     .lease_ms = cfg->lease_ms,
-                                    .search_budget_ms = cfg->search_timeout_ms},
+                                    .search_budget_ms = cfg->search_timeout_ms,
+                                    .page_max_bytes =
+                                        (size_t)cfg->page_max_bytes},
                    &svc->st, &err) != RMQS_OK) {
         log_error(MOD, "cannot open the database", "db=\"%s\" error=\"%s\"",
                   file ? cfg->db_path : "(a URL)", err.message);

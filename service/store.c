@@ -99,6 +99,8 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
     rc = st->ops->open(path, opt, migrations, n, &st->b, err);
     if (rc != RMQS_OK)
         goto fail;
+    st->page_max_bytes = opt && opt->page_max_bytes ? opt->page_max_bytes
+                                                    : STORE_PAGE_MAX_BYTES_DEFAULT;
     *out = st;
     return RMQS_OK;
 
@@ -250,8 +252,8 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
         return RMQS_EINVAL;
     if (after && !store_cursor_parse(after, &cur))
         return RMQS_EINVAL;
-    out = st->ops->list(st->b, f, limit, after ? &cur : NULL, &jobs, &n,
-                        &more, &last);
+    out = st->ops->list(st->b, f, limit, st->page_max_bytes,
+                        after ? &cur : NULL, &jobs, &n, &more, &last);
     if (out != RMQS_OK)
         return out;
     if (more && n > 0) {

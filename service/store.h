@@ -68,6 +68,9 @@ typedef struct store_options {
     int64_t search_budget_ms; /* a list, count or search ends after this
                                  (RMQS_ETIMEDOUT; a count: capped); 0:
                                  unbounded */
+    size_t page_max_bytes;  /* a page of store_list or store_schedule_list
+                               stops at this many bytes of its items (0:
+                               4 MiB; see store_common.h's page budgets) */
 } store_options;
 
 /*
@@ -198,7 +201,12 @@ typedef struct store_filter {
 } store_filter;
 
 /*
- * A page of jobs in (deliver_at, insertion) order matching f (NULL: all). after: NULL or a cursor from a previous page
+ * A page of jobs in (deliver_at, insertion) order matching f (NULL: all):
+ * at most limit jobs, and at most store_options.page_max_bytes of them as
+ * stored (bodies, a binary one counted as base64, headers, properties,
+ * last_error, plus about 512 bytes each), except one job larger than that,
+ * which makes a page alone; so a page may hold fewer than limit jobs and
+ * still have a next. after: NULL or a cursor from a previous page
  * (RMQS_EINVAL if malformed). *jobs_out is a malloc'd array of *n_out jobs
  * (caller clears each and frees the array); *next_out is a malloc'd cursor
  * or NULL when this is the last page. Lists, counts and searches read on
@@ -480,7 +488,9 @@ rmqs_rc store_schedule_get(store_t *st, const char *name,
                            store_schedule *out);
 
 /* A page of at most limit (>= 1, else RMQS_EINVAL) schedules in name order
- * (bytewise) after the name `after` (NULL: from the first). *rows a
+ * (bytewise) after the name `after` (NULL: from the first), within
+ * store_options.page_max_bytes as store_list (a schedule's bytes: its name
+ * and spec, which holds the job template and its body). *rows a
  * malloc'd array of *n (store_schedules_free); *next_out a malloc'd name
  * cursor (the last name of this page) or NULL on the last page. */
 rmqs_rc store_schedule_list(store_t *st, size_t limit, const char *after,

@@ -45,8 +45,9 @@ typedef struct store_backend store_backend;
  *   - rows come back with last_job_status -1, except from due, which gives
  *     the status in the database (the front shows a run the dispatcher
  *     holds as publishing, as store_get does);
- *   - list gets the limit and returns *more (a row follows) instead of the
- *     cursor, which the front makes from the last name;
+ *   - list gets the limit and the page budget max_bytes (store_page_take,
+ *     applied while it collects) and returns *more (a row follows) instead
+ *     of the cursor, which the front makes from the last name;
  *   - advance resets every a[i].applied/job_existed itself, and counts an
  *     inserted run (store_delta) and wakes the dispatchers as an insert.
  */
@@ -56,8 +57,9 @@ typedef struct store_schedule_ops {
     rmqs_rc (*update)(store_backend *b, const store_schedule *s,
                       int64_t expect_generation, store_schedule *out);
     rmqs_rc (*get)(store_backend *b, const char *name, store_schedule *out);
-    rmqs_rc (*list)(store_backend *b, size_t limit, const char *after,
-                    store_schedule **rows, size_t *n, bool *more);
+    rmqs_rc (*list)(store_backend *b, size_t limit, size_t max_bytes,
+                    const char *after, store_schedule **rows, size_t *n,
+                    bool *more);
     rmqs_rc (*del)(store_backend *b, const char *name);
     rmqs_rc (*due)(store_backend *b, int64_t by_ms, size_t limit,
                    store_schedule **rows, size_t *n);
@@ -98,11 +100,14 @@ typedef struct store_ops {
                    job_t *out);
     /* A page of at most limit (>= 1) jobs matching f (checked by the
      * front) in (deliver_at, seq) order after *after (NULL: from the
-     * start): *n_out jobs in a malloc'd *jobs_out, *more whether a job
-     * follows, *last the cursor of the last one (when *n_out > 0). */
+     * start), within max_bytes by store_page_take (store_common.h), which
+     * the backend applies while it collects: *n_out jobs in a malloc'd
+     * *jobs_out, *more whether a job follows, *last the cursor of the last
+     * one (when *n_out > 0). */
     rmqs_rc (*list)(store_backend *b, const store_filter *f, size_t limit,
-                    const store_cursor *after, job_t **jobs_out,
-                    size_t *n_out, bool *more, store_cursor *last);
+                    size_t max_bytes, const store_cursor *after,
+                    job_t **jobs_out, size_t *n_out, bool *more,
+                    store_cursor *last);
     rmqs_rc (*update)(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                       const store_change *ch, int64_t now_ms, job_t *out);
     /* store_count for a filter with more than a status (the front
@@ -163,6 +168,7 @@ struct store {
     /* the feeder's calls (store_claim_ahead, store_next_due): one at a
      * time, as store_backend.h promises the backend */
     pthread_mutex_t feed_mu;
+    size_t page_max_bytes; /* store_options.page_max_bytes, 0 made default */
 };
 
 #endif

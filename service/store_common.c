@@ -271,3 +271,39 @@ fail:
     *b = (store_text){.failed = true};
     return false;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Page budgets (issue 21)                                                  */
+
+void store_page_init(store_page *p, size_t limit, size_t max_bytes)
+{
+    *p = (store_page){.limit = limit,
+                      .max_bytes = max_bytes ? max_bytes
+                                             : STORE_PAGE_MAX_BYTES_DEFAULT};
+}
+
+bool store_page_take(store_page *p, size_t item_bytes)
+{
+    if (p->n >= p->limit ||
+        (p->n > 0 && (item_bytes > p->max_bytes ||
+                      p->bytes > p->max_bytes - item_bytes))) {
+        p->more = true;
+        return false;
+    }
+    p->n++;
+    p->bytes = item_bytes > SIZE_MAX - p->bytes ? SIZE_MAX
+                                                : p->bytes + item_bytes;
+    return true;
+}
+
+size_t store_item_bytes(int body_kind, size_t body_len, size_t texts_len)
+{
+    /* base64: 4 characters per 3 bytes, the last group padded */
+    size_t body = body_kind == JOB_BODY_BINARY ? body_len / 3 * 4 +
+                                                 (body_len % 3 ? 4 : 0)
+                                               : body_len;
+    size_t sum = STORE_ITEM_OVERHEAD;
+
+    sum = body > SIZE_MAX - sum ? SIZE_MAX : sum + body;
+    return texts_len > SIZE_MAX - sum ? SIZE_MAX : sum + texts_len;
+}

@@ -121,6 +121,41 @@ void store_insert_reqs_fail(store_insert_req *reqs, size_t n, rmqs_rc rc);
 rmqs_rc store_migrations_check(const store_migration *m, size_t n,
                                rmqs_error *err);
 
+/*
+ * Page budgets (issue 21): a page of a list (store_list,
+ * store_schedule_list) stops at limit items or at max_bytes, whichever
+ * comes first, so one answer, and the memory that collects it, is bounded
+ * however large the items are. An item's bytes are what it holds as stored
+ * (store_item_bytes); the page takes an item only if it keeps the page
+ * within max_bytes, except the first, which always comes out (one item
+ * larger than the budget makes a page alone). A backend asks before it
+ * converts a row, so a row that does not fit is never copied; an item left
+ * out sets more, as a next row beyond limit does, and the cursor is the last
+ * item taken: the client continues from exactly there.
+ */
+#define STORE_PAGE_MAX_BYTES_DEFAULT ((size_t)4 << 20) /* 4 MiB */
+/* What a job's JSON holds besides its texts and body (member names, times,
+ * numbers: about 350 bytes), so a page of small jobs counts too. */
+#define STORE_ITEM_OVERHEAD 512
+
+typedef struct store_page {
+    size_t limit;     /* most items (>= 1) */
+    size_t max_bytes; /* most bytes, but for a first item */
+    size_t n, bytes;  /* taken so far */
+    bool more;        /* an item was left for the next page */
+} store_page;
+
+/* A page of limit items and max_bytes (0: STORE_PAGE_MAX_BYTES_DEFAULT). */
+void store_page_init(store_page *p, size_t limit, size_t max_bytes);
+/* Whether the next item (one exists), of item_bytes, joins the page; false
+ * (and p->more set) once limit items are in, or when it would take a page
+ * that holds one already over max_bytes. */
+bool store_page_take(store_page *p, size_t item_bytes);
+/* The bytes of one item: STORE_ITEM_OVERHEAD + its texts (texts_len: ids,
+ * names, headers, properties, last_error, a schedule's spec...) + its body
+ * as an answer carries it (a binary body, JOB_BODY_BINARY, in base64). */
+size_t store_item_bytes(int body_kind, size_t body_len, size_t texts_len);
+
 /* Clear n jobs and free the array (NULL is fine). */
 void store_jobs_free(job_t *jobs, size_t n);
 

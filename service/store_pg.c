@@ -479,6 +479,41 @@ rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Page budgets (store_pg_impl.h)                                           */
+
+rmqs_rc pg_page_measure(pg_conn *pc, const char *op, const char *sql, int n,
+                        const char *const *vals, const int *lens,
+                        const int *bin, store_page *page)
+{
+    PGresult *res;
+    rmqs_rc rc = pg_exec_simple(pc, "page_begin",
+                                "BEGIN ISOLATION LEVEL REPEATABLE READ "
+                                "READ ONLY");
+
+    if (rc != RMQS_OK)
+        return rc;
+    res = pg_exec(pc, op, sql, n, vals, lens, bin, &rc);
+    if (res == NULL)
+        return rc;
+    for (int r = 0; r < PQntuples(res); r++) {
+        size_t item = store_item_bytes((int)pg_int(res, r, 0),
+                                       (size_t)pg_int(res, r, 1),
+                                       (size_t)pg_int(res, r, 2));
+        if (!store_page_take(page, item))
+            break;
+    }
+    PQclear(res);
+    return RMQS_OK;
+}
+
+void pg_page_end(pg_conn *pc)
+{
+    if (pc->c != NULL && PQtransactionStatus(pc->c) == PQTRANS_INTRANS)
+        (void)pg_exec_simple(pc, "page_end", "COMMIT");
+    pg_tx_abort(pc); /* a failed one: rolled back */
+}
+
+/* ------------------------------------------------------------------------ */
 /* Transactions                                                             */
 
 static rmqs_rc tx_begin(store_backend *b, pg_conn *pc, const char *sql)

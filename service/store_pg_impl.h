@@ -167,6 +167,29 @@ void pg_note_due(pg_conn *pc, int64_t due_at);
  * may be NULL. */
 rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
                       int64_t *seq_out);
+/*
+ * Page budgets (store_common.h) on PostgreSQL. libpq holds a whole result
+ * in memory, so the rows of a page cannot be measured as they arrive (as
+ * SQLite steps them): a page is read in two statements of one snapshot.
+ * pg_page_measure begins a REPEATABLE READ READ ONLY transaction on pc
+ * (locked by pg_use) and runs sql, whose rows are the sizes of the page's
+ * candidates in page order, one beyond page->limit (PG_SIZE_COLS: body
+ * kind, body bytes, text bytes; no body is read), taking them into page
+ * (store_page_take): page->n is then how many rows the caller fetches with
+ * its rows statement, which sees the rows measured. pg_page_end commits
+ * (nothing was written) or, after a failure, rolls back.
+ */
+#define PG_JOB_SIZE_COLS                                                      \
+    "body_kind, octet_length(body), octet_length(exchange) + "                \
+    "octet_length(routing_key) + coalesce(octet_length(schedule), 0) + "      \
+    "coalesce(octet_length(last_error), 0) + "                                \
+    "coalesce(octet_length(headers), 0) + "                                   \
+    "coalesce(octet_length(properties), 0)"
+rmqs_rc pg_page_measure(pg_conn *pc, const char *op, const char *sql, int n,
+                        const char *const *vals, const int *lens,
+                        const int *bin, store_page *page);
+void pg_page_end(pg_conn *pc);
+
 /* An integer column (int2, int4 or int8, binary) of row r; 0 if NULL. */
 int64_t pg_int(const PGresult *res, int r, int c);
 
@@ -192,8 +215,8 @@ rmqs_rc pg_update_batch(store_backend *b,
 
 /* ---- store_pg_search.c: lists, counts and plans under a filter ---- */
 rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
-                const store_cursor *after, job_t **jobs_out, size_t *n_out,
-                bool *more, store_cursor *last);
+                size_t max_bytes, const store_cursor *after, job_t **jobs_out,
+                size_t *n_out, bool *more, store_cursor *last);
 rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped);
 rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,

@@ -353,28 +353,44 @@ static rmqs_rc pgs_get(store_backend *b, const char *name,
     return rc;
 }
 
-static rmqs_rc pgs_list(store_backend *b, size_t limit, const char *after,
-                        store_schedule **rows, size_t *n, bool *more)
+/* The sizes, then as many rows as fit the budget, in one snapshot
+ * (pg_page_measure): a schedule's name and spec are its texts. */
+static rmqs_rc pgs_list(store_backend *b, size_t limit, size_t max_bytes,
+                        const char *after, store_schedule **rows, size_t *n,
+                        bool *more)
 {
     char lim[24];
     const char *vals[2];
+    store_page page;
     PGresult *res = NULL;
+    bool unused;
     rmqs_rc rc;
 
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
+    store_page_init(&page, limit, max_bytes);
     /* every name has at least one byte: "" is before all of them */
     vals[0] = after ? after : "";
     vals[1] = pg_i64(lim, (int64_t)limit + 1); /* one more: a next page? */
     rc = pg_use(b, &b->wr);
     if (rc == RMQS_OK)
+        rc = pg_page_measure(&b->wr, "sched_list_sizes",
+                             "SELECT 0, 0, octet_length(name) + "
+                             "octet_length(spec) FROM schedules WHERE "
+                             "name > $1 ORDER BY name LIMIT $2", 2, vals,
+                             NULL, NULL, &page);
+    if (rc == RMQS_OK && page.n > 0) {
+        vals[1] = pg_i64(lim, (int64_t)page.n);
         res = pg_exec(&b->wr, "sched_list",
                       "SELECT " SCHED_COLS " FROM schedules WHERE name > $1 "
                       "ORDER BY name LIMIT $2", 2, vals, NULL, NULL, &rc);
+    }
+    pg_page_end(&b->wr);
     pg_done(&b->wr);
-    if (rc == RMQS_OK)
-        rc = all_rows(res, limit, false, rows, n, more);
+    if (rc == RMQS_OK && res != NULL)
+        rc = all_rows(res, page.n, false, rows, n, &unused);
     PQclear(res);
+    *more = rc == RMQS_OK && page.more;
     return rc;
 }
 

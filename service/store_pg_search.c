@@ -118,19 +118,25 @@ static void query_free(pg_query *q)
     free(q->like);
 }
 
-/* Build the page (count false) or count query for f into *q (see the file
- * comment); limit is the LIMIT's value. */
-static rmqs_rc build(const store_filter *f, bool count,
+/* What a query yields: a page's rows, their sizes (the page budget's
+ * first statement, pg_page_measure), or a count. */
+typedef enum q_shape { Q_ROWS, Q_SIZES, Q_COUNT } q_shape;
+
+/* Build the query of that shape for f into *q (see the file comment);
+ * limit is the LIMIT's value. */
+static rmqs_rc build(const store_filter *f, q_shape shape,
                      const store_cursor *after, int64_t limit, bool q_index,
                      pg_query *q)
 {
     static const store_filter all = {.status = -1, .source = -1};
+    bool count = shape == Q_COUNT;
 
     memset(q, 0, sizeof(*q));
     if (f == NULL)
         f = &all;
     add(q, count ? "SELECT 1 FROM jobs WHERE true"
-                 : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
+        : shape == Q_SIZES ? "SELECT " PG_JOB_SIZE_COLS " FROM jobs WHERE true"
+                           : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
     if (!count && after) {
         int a = param_i64(q, after->deliver_at);
         int s = param_i64(q, after->seq);
@@ -303,11 +309,16 @@ static rmqs_rc count_rows(store_backend *b, pg_query *q, int64_t *n)
     return out;
 }
 
+/* The page's sizes first, then as many rows as fit (pg_page_measure),
+ * in one snapshot: the result that holds the page stays within the
+ * budget, whatever limit asks. */
 rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
-                const store_cursor *after, job_t **jobs_out, size_t *n_out,
-                bool *more, store_cursor *last)
+                size_t max_bytes, const store_cursor *after, job_t **jobs_out,
+                size_t *n_out, bool *more, store_cursor *last)
 {
-    pg_query q;
+    bool q_index = q_by_index(b, f);
+    pg_query sizes, rows = {0};
+    store_page page;
     PGresult *res = NULL;
     job_t *jobs = NULL;
     int64_t last_seq = 0;
@@ -319,18 +330,28 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
     *more = false;
     if (limit > (size_t)INT64_MAX - 1)
         limit = (size_t)INT64_MAX - 1;
+    store_page_init(&page, limit, max_bytes);
     /* one more: is there a next page? */
-    rc = build(f, false, after, (int64_t)limit + 1, q_by_index(b, f), &q);
-    if (rc == RMQS_OK)
-        res = run(b, "list", "", &q, &rc);
-    query_free(&q);
+    rc = build(f, Q_SIZES, after, (int64_t)limit + 1, q_index, &sizes);
+    if (rc == RMQS_OK) {
+        pg_conn *pc = searcher(b, &rc);
+        if (rc == RMQS_OK)
+            rc = pg_page_measure(pc, "list_sizes", sizes.sql, sizes.n,
+                                 sizes.vals, sizes.lens, sizes.fmts, &page);
+        if (rc == RMQS_OK && page.n > 0) {
+            rc = build(f, Q_ROWS, after, (int64_t)page.n, q_index, &rows);
+            if (rc == RMQS_OK)
+                res = pg_exec(pc, "list", rows.sql, rows.n, rows.vals,
+                              rows.lens, rows.fmts, &rc);
+        }
+        pg_page_end(pc);
+        pg_done(pc);
+    }
+    query_free(&sizes);
+    query_free(&rows);
     if (rc != RMQS_OK)
         return rc;
-    n = (size_t)PQntuples(res);
-    if (n > limit) {
-        *more = true;
-        n = limit;
-    }
+    n = res != NULL ? (size_t)PQntuples(res) : 0;
     if (n > 0) {
         jobs = calloc(n, sizeof(*jobs));
         if (jobs == NULL) {
@@ -351,6 +372,7 @@ rmqs_rc pg_list(store_backend *b, const store_filter *f, size_t limit,
         last->deliver_at = jobs[n - 1].deliver_at;
         last->seq = last_seq;
     }
+    *more = page.more;
     *jobs_out = jobs;
     *n_out = n;
     return RMQS_OK;
@@ -361,7 +383,7 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
 {
     pg_query q;
     int64_t n = 0;
-    rmqs_rc rc = build(f, true, NULL, cap < INT64_MAX ? cap + 1 : cap,
+    rmqs_rc rc = build(f, Q_COUNT, NULL, cap < INT64_MAX ? cap + 1 : cap,
                        q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
@@ -387,7 +409,7 @@ rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
     pg_query q;
     PGresult *res = NULL;
     /* a page after a cursor: the plan of every page but the first */
-    rmqs_rc rc = build(f, count, count ? NULL : &cur,
+    rmqs_rc rc = build(f, count ? Q_COUNT : Q_ROWS, count ? NULL : &cur,
                        count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
                        q_by_index(b, f), &q);
 

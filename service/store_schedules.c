@@ -102,7 +102,8 @@ rmqs_rc store_schedule_list(store_t *st, size_t limit, const char *after,
     *next_out = NULL;
     if (limit == 0)
         return RMQS_EINVAL;
-    rc = st->ops->sched->list(st->b, limit, after, &r, &got, &more);
+    rc = st->ops->sched->list(st->b, limit, st->page_max_bytes, after, &r,
+                              &got, &more);
     if (rc != RMQS_OK)
         return rc;
     if (more && got > 0) {

@@ -370,6 +370,20 @@ static char *col_strdup(sqlite3_stmt *s, int c)
 }
 
 /* Read the JOB_COLS of the current row into *out (zeroed first). */
+size_t sq_row_bytes(sqlite3_stmt *s)
+{
+    static const int texts[] = {COL_EXCHANGE, COL_ROUTING_KEY, COL_SCHEDULE,
+                                COL_LAST_ERROR, COL_HEADERS, COL_PROPERTIES};
+    size_t len = 0;
+
+    /* sqlite3_column_bytes of a TEXT or BLOB value converts nothing; NULL
+     * is 0 */
+    for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
+        len += (size_t)sqlite3_column_bytes(s, texts[i]);
+    return store_item_bytes(sqlite3_column_int(s, COL_BODY_KIND),
+                            (size_t)sqlite3_column_bytes(s, COL_BODY), len);
+}
+
 rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
 {
     const void *id = sqlite3_column_blob(s, COL_ID);

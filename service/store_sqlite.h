@@ -158,6 +158,9 @@ rmqs_rc sq_tx_commit(store_backend *st);
 
 /* store_sqlite.c: rows <-> jobs. */
 rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out);
+/* The page budget's bytes of the current row of s (JOB_COLS):
+ * store_item_bytes of its body and texts, read without copying them. */
+size_t sq_row_bytes(sqlite3_stmt *s);
 rmqs_rc sq_step_one_job(store_backend *st, sqlite3_stmt *s, stmt_id sid,
                         job_t *out);
 rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
@@ -190,8 +193,8 @@ rmqs_rc sq_insert_batch(store_backend *st, store_insert_req *reqs, size_t n);
 rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                job_t *out);
 rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
-                const store_cursor *after, job_t **jobs_out, size_t *n_out,
-                bool *more, store_cursor *last);
+                size_t max_bytes, const store_cursor *after, job_t **jobs_out,
+                size_t *n_out, bool *more, store_cursor *last);
 rmqs_rc sq_update(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                   const store_change *ch, int64_t now_ms, job_t *out);
 rmqs_rc sq_update_batch(store_backend *st,
@@ -199,17 +202,19 @@ rmqs_rc sq_update_batch(store_backend *st,
                         const store_change *ch, int64_t now_ms, bool *changed);
 
 /* store_sqlite_jobs.c: step s (bound; the caller resets or finalizes it)
- * for a page of at most limit jobs, as the list op returns them (more: a
+ * for a page of at most limit jobs within max_bytes (store_page_take, each
+ * row measured before it is copied), as the list op returns them (more: a
  * row follows; last: the cursor of the last one); op names s in logs. */
 rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
-                        size_t limit, job_t **jobs_out, size_t *n_out,
-                        bool *more, store_cursor *last);
+                        size_t limit, size_t max_bytes, job_t **jobs_out,
+                        size_t *n_out, bool *more, store_cursor *last);
 
 /* store_sqlite_search.c: a page of jobs for any filter but none or the
  * status alone (sq_list's own statements), the count and the plan. */
 rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
-                       const store_cursor *after, job_t **jobs_out,
-                       size_t *n_out, bool *more, store_cursor *last);
+                       size_t max_bytes, const store_cursor *after,
+                       job_t **jobs_out, size_t *n_out, bool *more,
+                       store_cursor *last);
 rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped);
 rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,

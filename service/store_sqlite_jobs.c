@@ -268,17 +268,19 @@ rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 /* Listing                                                                  */
 
 rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
-                        size_t limit, job_t **jobs_out, size_t *n_out,
-                        bool *more, store_cursor *last)
+                        size_t limit, size_t max_bytes, job_t **jobs_out,
+                        size_t *n_out, bool *more, store_cursor *last)
 {
     int64_t last_seq = 0;
     job_t *jobs = NULL;
     size_t n = 0, cap = 0;
+    store_page page;
     rmqs_rc out = RMQS_OK;
     int rc;
 
+    store_page_init(&page, limit, max_bytes);
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (n == limit) {
+        if (!store_page_take(&page, sq_row_bytes(s))) {
             *more = true;
             break;
         }
@@ -314,8 +316,8 @@ rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
 /* No filter or the status alone: the prepared statements below; any
  * other filter: the query built for it (store_sqlite_search.c). */
 rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
-                const store_cursor *after, job_t **jobs_out, size_t *n_out,
-                bool *more, store_cursor *last)
+                size_t max_bytes, const store_cursor *after, job_t **jobs_out,
+                size_t *n_out, bool *more, store_cursor *last)
 {
     int status_filter = f ? f->status : -1;
     sqlite3_stmt *s;
@@ -324,7 +326,8 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
 
     if (f && (f->source >= 0 || f->message_id || f->schedule ||
               store_filter_is_search(f)))
-        return sq_search_list(st, f, limit, after, jobs_out, n_out, more, last);
+        return sq_search_list(st, f, limit, max_bytes, after, jobs_out, n_out,
+                              more, last);
     *jobs_out = NULL;
     *n_out = 0;
     *more = false;
@@ -345,8 +348,8 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     }
     if (status_filter >= 0)
         sqlite3_bind_int(s, 4, status_filter);
-    out = sq_collect_page(st, s, sq_stmt_defs[sid].name, limit, jobs_out,
-                          n_out, more, last);
+    out = sq_collect_page(st, s, sq_stmt_defs[sid].name, limit, max_bytes,
+                          jobs_out, n_out, more, last);
     sq_stmt_done(s);
     pthread_mutex_unlock(&st->mu);
     return out;

@@ -344,20 +344,25 @@ static rmqs_rc sqs_get(store_backend *st, const char *name,
 }
 
 /* Step a bound listing statement into a malloc'd array: at most limit
- * rows, *more whether another followed. */
+ * rows within max_bytes (store_page_take: a row's name and spec, measured
+ * before they are copied), *more whether another followed. */
 static rmqs_rc collect(store_backend *st, sched_stmt id, size_t limit,
-                       bool with_status, store_schedule **rows, size_t *n_out,
-                       bool *more)
+                       size_t max_bytes, bool with_status,
+                       store_schedule **rows, size_t *n_out, bool *more)
 {
     sqlite3_stmt *s = st->sched[id];
     store_schedule *arr = NULL;
     size_t n = 0, cap = 0;
+    store_page page;
     rmqs_rc rc = RMQS_OK;
     int src;
 
     *more = false;
+    store_page_init(&page, limit, max_bytes);
     while ((src = sqlite3_step(s)) == SQLITE_ROW) {
-        if (n == limit) {
+        size_t texts = (size_t)sqlite3_column_bytes(s, SC_NAME) +
+                       (size_t)sqlite3_column_bytes(s, SC_SPEC);
+        if (!store_page_take(&page, store_item_bytes(JOB_BODY_TEXT, 0, texts))) {
             *more = true;
             break;
         }
@@ -391,8 +396,9 @@ static int64_t limit_param(size_t limit)
     return limit >= (size_t)INT64_MAX ? INT64_MAX : (int64_t)limit + 1;
 }
 
-static rmqs_rc sqs_list(store_backend *st, size_t limit, const char *after,
-                        store_schedule **rows, size_t *n, bool *more)
+static rmqs_rc sqs_list(store_backend *st, size_t limit, size_t max_bytes,
+                        const char *after, store_schedule **rows, size_t *n,
+                        bool *more)
 {
     sqlite3_stmt *s = st->sched[SS_LIST];
     rmqs_rc rc;
@@ -401,7 +407,7 @@ static rmqs_rc sqs_list(store_backend *st, size_t limit, const char *after,
     /* every name has at least one byte: "" is before all of them */
     sqlite3_bind_text(s, 1, after ? after : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(s, 2, limit_param(limit)); /* one more: a next page? */
-    rc = collect(st, SS_LIST, limit, false, rows, n, more);
+    rc = collect(st, SS_LIST, limit, max_bytes, false, rows, n, more);
     pthread_mutex_unlock(&st->mu);
     return rc;
 }
@@ -448,7 +454,8 @@ static rmqs_rc sqs_due(store_backend *st, int64_t by_ms, size_t limit,
     sq_lock(st);
     sqlite3_bind_int64(s, 1, by_ms);
     sqlite3_bind_int64(s, 2, limit_param(limit) - 1);
-    rc = collect(st, SS_DUE, limit, true, rows, n, &more);
+    /* the scheduler's batch: bounded by limit alone (it needs every row) */
+    rc = collect(st, SS_DUE, limit, SIZE_MAX, true, rows, n, &more);
     pthread_mutex_unlock(&st->mu);
     return rc;
 }

@@ -400,8 +400,9 @@ static void search_end(store_backend *st, searcher *sr)
 }
 
 rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
-                       const store_cursor *after, job_t **jobs_out,
-                       size_t *n_out, bool *more, store_cursor *last)
+                       size_t max_bytes, const store_cursor *after,
+                       job_t **jobs_out, size_t *n_out, bool *more,
+                       store_cursor *last)
 {
     search_sql q = {0};
     sqlite3_stmt *s = NULL;
@@ -422,8 +423,8 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
         out = prepare(db, &q, "", &s);
     if (out == RMQS_OK) {
         bind(s, f, &q, (int64_t)limit + 1, after); /* one more: a next page? */
-        out = sq_collect_page(st, s, "search_list", limit, jobs_out, n_out,
-                              more, last);
+        out = sq_collect_page(st, s, "search_list", limit, max_bytes,
+                              jobs_out, n_out, more, last);
     }
     sqlite3_finalize(s);
     search_end(st, &sr);

@@ -56,6 +56,9 @@
 #include "timeutil.h"
 #include "writer.h"
 
+
+/* Searches waiting for the search pool beyond those running. */
+#define SEARCH_QUEUE_MAX 64
 /* Past the body limit, bytes are read and dropped so the client gets its
  * 413; past this many more, the connection is closed instead. */
 #define DISCARD_MAX ((size_t)64 << 20)
@@ -373,9 +376,9 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return http_jobs_schedule(api, c, rq, url[9] != '\0');
     }
     if (strcmp(url, "/jobs") == 0 || strcmp(url, "/jobs/") == 0)
-        return get ? http_jobs_list(api, c) : method_not_allowed(c, "GET");
+        return get ? http_jobs_list(api, c, rq) : method_not_allowed(c, "GET");
     if (strcmp(url, "/jobs/count") == 0)
-        return get ? http_jobs_count(api, c) : method_not_allowed(c, "GET");
+        return get ? http_jobs_count(api, c, rq) : method_not_allowed(c, "GET");
     if (strcmp(url, "/jobs/bulk") == 0)
         return http_bulk(api, c, method, NULL, rq);
     if (strncmp(url, "/jobs/bulk/", 11) == 0 && strchr(url + 11, '/') == NULL)
@@ -584,6 +587,8 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
         return reply_unauthorized(c);
     if (rq->state == RQ_WRITTEN)
         return http_jobs_written(api, c, rq);
+    if (rq->state == RQ_SEARCHED)
+        return http_jobs_searched(api, c, rq);
     return route(api, c, url, method, rq);
 }
 
@@ -771,6 +776,7 @@ static void api_free(http_api_t *api)
     http_origins_free(api->origins);
     http_deadline_free(api->deadline); /* after the daemon: it has closed
                                           every connection */
+    taskpool_free(api->searches); /* NULL after http_api_stop */
     free(api->tls_cert);
     free(api->ui_broker_urls);
     if (api->tls_key != NULL) {
@@ -860,6 +866,13 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
                            err);
     if (rc != RMQS_OK)
         goto fail;
+    /* As many searches run as the store has search connections (2); a few
+     * dozen more wait, and beyond those a search is refused at once. */
+    api->searches = taskpool_new("rmqs-srch", 2, SEARCH_QUEUE_MAX, err);
+    if (api->searches == NULL) {
+        rc = err != NULL && err->message[0] ? RMQS_ESYS : RMQS_ENOMEM;
+        goto fail;
+    }
     api->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, api,
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api, /* first, to catch all */
@@ -928,6 +941,10 @@ void http_api_stop(http_api_t *api)
 {
     if (api == NULL)
         return;
+    /* Every queued search runs and resumes its connection before the
+     * daemon, which requires no connection to be suspended, stops. */
+    taskpool_free(api->searches);
+    api->searches = NULL;
     MHD_stop_daemon(api->daemon);
     if (api->quiesced_fd != MHD_INVALID_SOCKET)
         close(api->quiesced_fd);

@@ -22,6 +22,7 @@
 
 #include "http_api.h"
 #include "http_deadline.h"
+#include "taskpool.h"
 #include "http_origin.h"
 #include "job_json.h"
 #include "metrics.h"
@@ -41,6 +42,7 @@ struct http_api {
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
     http_deadline *deadline;  /* owned: cuts slow headers and bodies */
+    taskpool_t *searches;     /* owned: runs GET /jobs and /jobs/count */
     MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
                                  MHD_stop_daemon, as the library requires */
 };
@@ -48,8 +50,12 @@ struct http_api {
 typedef enum rq_state {
     RQ_READING, /* headers and body arriving */
     RQ_WAITING, /* suspended: the writer holds wr */
-    RQ_WRITTEN  /* resumed: wr.ins holds the outcome */
+    RQ_WRITTEN, /* resumed: wr.ins holds the outcome */
+    RQ_SEARCHING, /* suspended: the search pool runs rq->search */
+    RQ_SEARCHED /* resumed: rq->search holds the outcome */
 } rq_state;
+
+typedef struct http_search http_search; /* http_jobs.c */
 
 /* Per-request state, owned by libmicrohttpd's *con_cls slot. */
 typedef struct http_req {
@@ -77,6 +83,7 @@ typedef struct http_req {
     metrics_route route;
     unsigned status;   /* of the response queued, 0 until then */
     int64_t start_us;  /* monotonic, when the headers arrived */
+    http_search *search; /* owned: GET /jobs or /jobs/count's search */
 } http_req;
 
 /* ---- responses (http_api.c) ---------------------------------------------
@@ -143,9 +150,14 @@ enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
 enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
                                   http_req *rq);
 /* GET /jobs. */
-enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c);
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
+                               http_req *rq);
 /* GET /jobs/count: the jobs GET /jobs's filter selects, counted up to max. */
-enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c);
+enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
+                                http_req *rq);
+/* The answer once a search has run (rq->state == RQ_SEARCHED). */
+enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
+                                   http_req *rq);
 /* GET, PATCH, DELETE /jobs/{id}. */
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                               const char *method, const char *id, http_req *rq);

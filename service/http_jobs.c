@@ -33,8 +33,35 @@
 #define BATCH_MAX 1000      /* jobs per POST /schedule/batch */
 #define BATCH_ERRORS_MAX 50 /* per-item errors listed in a 400 */
 
+/* A search handed to the search pool (see http_jobs_list). */
+struct http_search {
+    http_api_t *api;
+    http_req *rq;
+    bool count;
+    bool refused;          /* the pool's queue was full: 503 */
+    store_filter filter;   /* its strings point into the request's query
+                              arguments, which outlive the search */
+    size_t limit;
+    const char *after;
+    int64_t cap;
+    rmqs_rc rc;            /* the outcome, and what it found */
+    job_t *jobs;
+    size_t n;
+    char *next;
+    int64_t counted;
+    bool capped;
+};
+
 void http_jobs_release(http_req *rq)
 {
+    if (rq->search != NULL) {
+        for (size_t i = 0; i < rq->search->n; i++)
+            job_clear(&rq->search->jobs[i]);
+        free(rq->search->jobs);
+        free(rq->search->next);
+        free(rq->search);
+        rq->search = NULL;
+    }
     for (size_t i = 0; i < rq->njobs; i++)
         job_clear(&rq->jobs[i]);
     free(rq->jobs);
@@ -394,29 +421,68 @@ out:
     return ret;
 }
 
-enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
+/*
+ * GET /jobs and GET /jobs/count: the parameters are checked on the HTTP
+ * thread, the search runs on the search pool (taskpool.h: a search may
+ * take up to --search-timeout-ms, and an HTTP thread serves many
+ * connections in turn), the answer is written once the connection is
+ * resumed (http_jobs_searched).
+ */
+
+static void run_search(void *arg)
+{
+    http_search *s = arg;
+
+    if (s->count)
+        s->rc = store_count(s->api->st, &s->filter, s->cap, &s->counted,
+                            &s->capped);
+    else
+        s->rc = store_list(s->api->st, &s->filter, s->limit, s->after,
+                           &s->jobs, &s->n, &s->next);
+    s->rq->state = RQ_SEARCHED;
+    MHD_resume_connection(s->rq->conn); /* thread-safe; handler runs again */
+}
+
+static enum MHD_Result search_submit(http_api_t *api, struct MHD_Connection *c,
+                                     http_req *rq)
+{
+    rq->state = RQ_SEARCHING;
+    /* Suspend first: resuming a connection not yet suspended is undefined. */
+    MHD_suspend_connection(c);
+    if (!taskpool_submit(api->searches, run_search, rq->search)) {
+        rq->search->refused = true;
+        rq->state = RQ_SEARCHED;
+        MHD_resume_connection(c);
+    }
+    return MHD_YES;
+}
+
+static http_search *search_new(http_api_t *api, http_req *rq, bool count)
+{
+    http_search *s = calloc(1, sizeof(*s));
+
+    if (s != NULL) {
+        s->api = api;
+        s->rq = rq;
+        s->count = count;
+        rq->search = s;
+    }
+    return s;
+}
+
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
+                               http_req *rq)
 {
     static const char *const allowed[] = {"limit", "after", NULL};
-    store_filter filter;
     const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     const char *unknown = http_query_unknown_filter(c, allowed);
-    job_t *jobs = NULL;
-    size_t n = 0, limit = LIST_LIMIT_DEFAULT;
-    char *next = NULL;
-    job_buf b = {0};
-    enum MHD_Result ret;
+    size_t limit = LIST_LIMIT_DEFAULT;
     rmqs_error err = {0};
-    rmqs_rc rc;
+    http_search *s;
 
     if (unknown != NULL) {
         rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
-        ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-        goto out;
-    }
-    if (http_filter_from_query(c, &filter, &err) != RMQS_OK) {
-        ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-        goto out;
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
     if (limit_s != NULL) {
         size_t v = 0, i = 0;
@@ -425,51 +491,36 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c)
         if (i == 0 || limit_s[i] != '\0' || v < 1 || v > LIST_LIMIT_MAX) {
             rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
                       LIST_LIMIT_MAX);
-            ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-            goto out;
+            return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
         }
         limit = v;
     }
-    rc = store_list(api->st, &filter, limit, after, &jobs, &n, &next);
-    if (rc == RMQS_EINVAL) {
-        rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
-        ret = http_reply_rc(c, rc, &err, NULL);
-        goto out;
-    }
-    if (rc != RMQS_OK) {
-        ret = http_reply_rc(c, rc, NULL, "cannot list jobs");
-        goto out;
-    }
-    job_write_page(&b, jobs, n, next);
-    ret = http_reply_buf(c, MHD_HTTP_OK, &b, NULL, false);
-out:
-    for (size_t i = 0; i < n; i++)
-        job_clear(&jobs[i]);
-    free(jobs);
-    free(next);
-    return ret;
+    s = search_new(api, rq, false);
+    if (s == NULL)
+        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    s->limit = limit;
+    s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    return search_submit(api, c, rq);
 }
 
 #define COUNT_MAX_LIMIT 10000000
 
-enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c)
+enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
+                                http_req *rq)
 {
     static const char *const allowed[] = {"max", NULL};
     const char *max_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max");
     const char *unknown = http_query_unknown_filter(c, allowed);
-    store_filter filter;
-    int64_t cap = STORE_COUNT_CAP_DEFAULT, count = 0;
-    bool capped = false;
+    int64_t cap = STORE_COUNT_CAP_DEFAULT;
     rmqs_error err = {0};
-    json_t *body;
-    rmqs_rc rc;
+    http_search *s;
 
     if (unknown != NULL) {
         rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    if (http_filter_from_query(c, &filter, &err) != RMQS_OK)
-        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     if (max_s != NULL) {
         int64_t v = 0;
         size_t i = 0;
@@ -482,11 +533,44 @@ enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c)
         }
         cap = v;
     }
-    rc = store_count(api->st, &filter, cap, &count, &capped);
-    if (rc != RMQS_OK)
-        return http_reply_rc(c, rc, NULL, "cannot count jobs");
-    body = json_pack("{sIsb}", "count", (json_int_t)count, "capped", capped);
-    return http_reply_json(c, MHD_HTTP_OK, body, NULL, NULL);
+    s = search_new(api, rq, true);
+    if (s == NULL)
+        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    s->cap = cap;
+    return search_submit(api, c, rq);
+}
+
+enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
+                                   http_req *rq)
+{
+    http_search *s = rq->search;
+    rmqs_error err = {0};
+    job_buf b = {0};
+
+    (void)api;
+    if (s->refused)
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "search_timeout",
+                                NULL, "too many searches are running or "
+                                "waiting: try again in a moment, or narrow "
+                                "the search");
+    if (s->count) {
+        if (s->rc != RMQS_OK)
+            return http_reply_rc(c, s->rc, NULL, "cannot count jobs");
+        return http_reply_json(c, MHD_HTTP_OK,
+                               json_pack("{sIsb}", "count", (json_int_t)s->counted,
+                                         "capped", s->capped),
+                               NULL, NULL);
+    }
+    if (s->rc == RMQS_EINVAL) {
+        rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
+        return http_reply_rc(c, s->rc, &err, NULL);
+    }
+    if (s->rc != RMQS_OK)
+        return http_reply_rc(c, s->rc, NULL, "cannot list jobs");
+    job_write_page(&b, s->jobs, s->n, s->next);
+    return http_reply_buf(c, MHD_HTTP_OK, &b, NULL, false);
 }
 
 enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,

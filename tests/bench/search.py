@@ -32,7 +32,7 @@ message_id m(i); schedule s(i / 100 % 50) for i % 100 == 0 (source schedule); te
 "order i for customer c(i % 100000) common words", with " rare-needle" in
 the one of i = 7 and every 1,000,000th after it.
 
-Then writes beside searches (issue 21): POST /schedule, 200 one after
+Then writes beside searches (issue 21): POST /schedule, 1,000 one after
 another, alone and while two broad searches (GET /jobs/count?q=common
 words, walked to the default max) run side by side in a loop: medians and
 p99, their ratio, and each search's time; a write that waited for the
@@ -264,7 +264,7 @@ def time_requests(svc, path, params, n):
 # The broad search of issue 21: a count of a term in every body, walked to
 # the API's default max (100,000), two at a time in a loop.
 BROAD = "/jobs/count?" + urlencode({"q": "common words"})
-N_WRITES = 200
+N_WRITES = 1000
 
 
 def _post_times(port, n):

@@ -81,8 +81,10 @@ typedef struct pg_conn {
     int64_t timeout_ms;  /* statement_timeout of the connection, 0: none */
 } pg_conn;
 
-/* Lists, counts and searches that run side by side (store_pg_search.c). */
-#define PG_SEARCHERS 2
+/* Lists, counts and searches that run side by side (store_pg_search.c):
+ * two for the HTTP search pool's threads, one always free for the
+ * service's own short lookups (scheduler, bulk pages, schedule changes). */
+#define PG_SEARCHERS 3
 
 struct store_backend {
     char *url;            /* as given (may hold a password: never logged) */

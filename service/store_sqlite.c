@@ -545,8 +545,9 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
         pthread_mutex_init(&st->ckpt_mu, NULL) != 0 ||
         pthread_mutex_init(&st->rd_mu, NULL) != 0 ||
         pthread_mutex_init(&st->sr_mu[0], NULL) != 0 ||
-        pthread_mutex_init(&st->sr_mu[1], NULL) != 0) {
-        _Static_assert(SQ_SEARCHERS == 2, "one sr_mu init per searcher");
+        pthread_mutex_init(&st->sr_mu[1], NULL) != 0 ||
+        pthread_mutex_init(&st->sr_mu[2], NULL) != 0) {
+        _Static_assert(SQ_SEARCHERS == 3, "one sr_mu init per searcher");
         free(st);
         return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_mutex_init failed");
     }

@@ -25,8 +25,12 @@
 #define MODULE "store"
 
 #define BUSY_TIMEOUT_MS 5000
-/* Searches that run side by side; more wait for one of these. */
-#define SQ_SEARCHERS 2
+/* Searches that run side by side; more wait for one of these. Three: the
+ * HTTP search pool has two threads (http_api.c), so one connection is
+ * always there for the service's own short lookups (the scheduler's check
+ * of a schedule's earlier run, a bulk action's page, a schedule change)
+ * whatever clients search. */
+#define SQ_SEARCHERS 3
 #define JOURNAL_SIZE_LIMIT (64 * 1024 * 1024) /* bytes the WAL is cut back to */
 
 /* The columns every job-returning statement yields, in row_to_job order. */

@@ -78,10 +78,11 @@ static void peer_text(int fd, char *out, size_t n)
 static void cut(http_deadline *d, http_deadline_conn *c, metrics_cut reason)
 {
     peer_text(c->fd, d->last_peer, sizeof(d->last_peer));
-    (void)shutdown(c->fd, SHUT_RDWR);
-    c->phase = PH_CUT;
+    /* counted before the peer can see the end of its connection */
     d->unlogged[reason]++;
     metrics_http_cut(reason);
+    c->phase = PH_CUT;
+    (void)shutdown(c->fd, SHUT_RDWR);
 }
 
 /* With w.mu held: one line for the cuts since the last, if a line is due.

@@ -108,6 +108,8 @@ def test_the_suite_guard_brings_back_a_node_a_killed_test_left_down(broker):
     assert port_open(broker.port)
     broker.freeze()
     pid, broker.frozen_pid = broker.frozen_pid, None  # forgotten, as by a killed test
+    # SIGSTOP reaches every thread of the VM a moment later
+    wait_until(lambda: broker.proc_state(pid) == "T", 10, "the VM to be stopped")
     found = broker.ensure_up()
     assert found and f"pid {pid}" in found and "SIGCONT" in found, found
     assert broker.ensure_up() is None

@@ -75,7 +75,8 @@ class Broker:
             os.kill(self.frozen_pid, signal.SIGCONT)
             self.frozen_pid = None
 
-    def _proc_state(self, pid):
+    def proc_state(self, pid):
+        """The process's state letter (/proc/<pid>/stat: R, S, T...), or None."""
         try:
             with open(f"/proc/{pid}/stat") as f:
                 return f.read().rsplit(")", 1)[1].split()[0]
@@ -106,7 +107,7 @@ class Broker:
             pid = self.beam_pid()
         except (OSError, ValueError):
             pid = None
-        state = self._proc_state(pid) if pid else None
+        state = self.proc_state(pid) if pid else None
         if state not in ("Z", "T") and port_open(self.port):
             return None  # a frozen VM's port still completes a TCP connect
         if state is None or state == "Z":

@@ -614,21 +614,15 @@ BOTH(list_filters_on_schedule)
     ut_jobs_free(page, n);
     free(next);
 
-    /* with a status: one of them sent */
-    job_t *claimed;
-    cr_assert_eq(store_claim_due(g_st, g_now + 1000, g_now, 1, &claimed, &n),
+    /* with a status: one of them cancelled (the old claim path this used
+     * to settle one as sent is issue 22's dead code, and failed now and
+     * then on PostgreSQL) */
+    job_t changed = {0};
+    store_change cancel = {.kind = STORE_CHANGE_CANCEL};
+    cr_assert_eq(store_update(g_st, jobs[2].id, &cancel, g_now, &changed),
                  RMQS_OK);
-    cr_assert_eq(n, 1);
-    cr_assert_str_eq(claimed[0].id, jobs[4].id, "the earliest is not a run");
-    ut_jobs_free(claimed, n);
-    cr_assert_eq(store_claim_due(g_st, g_now + 1000, g_now, 5, &claimed, &n),
-                 RMQS_OK);
-    cr_assert_eq(n, 2);
-    store_outcome o = {.id = jobs[2].id, .kind = STORE_OUT_SENT};
-    store_outcome r = {.id = jobs[3].id, .kind = STORE_OUT_RELEASE};
-    cr_assert_eq(store_settle(g_st, &o, 1, g_now), RMQS_OK);
-    cr_assert_eq(store_settle(g_st, &r, 1, g_now), RMQS_OK);
-    ut_jobs_free(claimed, n);
+    cr_assert_eq(changed.status, JOB_CANCELLED);
+    job_clear(&changed);
     f.status = JOB_PENDING;
     cr_assert_eq(store_list(g_st, &f, 10, NULL, &page, &n, &next), RMQS_OK);
     cr_expect_eq(n, 2);

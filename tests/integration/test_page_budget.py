@@ -14,6 +14,7 @@ import os
 import threading
 
 from helpers import rss_bytes
+from pylib.procs import peak_rss_bytes, reset_peak_rss
 
 MiB = 1024 * 1024
 BODY = MiB                      # the usual job: a 1 MiB text body
@@ -103,20 +104,6 @@ def check_pages(pages, ids, report, what):
            f"oversize page {max(raw for items, raw in pages if len(items) == 1)} bytes")
 
 
-def reset_peak(pid):
-    """Start VmHWM again from the current RSS (Linux: clear_refs 5)."""
-    with open(f"/proc/{pid}/clear_refs", "w") as f:
-        f.write("5")
-
-
-def peak_rss(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmHWM for pid {pid}")
-
-
 def test_job_pages_stop_at_the_budget_and_memory_stays_flat(service, store, report):
     svc = start(service)
     ids = store_jobs(svc)
@@ -130,7 +117,7 @@ def test_job_pages_stop_at_the_budget_and_memory_stays_flat(service, store, repo
     # (VmHWM, reset first, so no transient peak is missed) stays within a
     # few budgets of what the service held before
     before = rss_bytes(svc.pid)
-    reset_peak(svc.pid)
+    reset_peak_rss(svc.pid)
     results, errors = {}, []
 
     def lister(k):
@@ -145,7 +132,7 @@ def test_job_pages_stop_at_the_budget_and_memory_stays_flat(service, store, repo
         t.join(300)
     assert not any(t.is_alive() for t in threads), "a list did not finish"
     assert not errors, errors
-    peak = peak_rss(svc.pid)
+    peak = peak_rss_bytes(svc.pid)
     report(f"RSS ({store}): {before / MiB:.1f} MiB before, peak "
            f"{peak / MiB:.1f} MiB during two concurrent limit=1000 lists of "
            f"{N_JOBS} jobs ({((N_JOBS - 1) * BODY + BIG) / MiB:.1f} MiB of "

@@ -33,13 +33,30 @@ def go_build(source):
     return _GO_BUILT[source]
 
 
-def rss_bytes(pid):
-    """Resident memory of a process now (VmRSS), in bytes."""
+def _status_bytes(pid, field):
+    """A memory field of /proc/<pid>/status (kB there), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    raise AssertionError(f"no {field} for pid {pid}")
+
+
+def rss_bytes(pid):
+    """Resident memory of a process now (VmRSS), in bytes."""
+    return _status_bytes(pid, "VmRSS")
+
+
+def peak_rss_bytes(pid):
+    """The most resident memory of a process since it started or since
+    reset_peak_rss (VmHWM), in bytes."""
+    return _status_bytes(pid, "VmHWM")
+
+
+def reset_peak_rss(pid):
+    """Start VmHWM again from the current RSS (Linux: clear_refs 5)."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
 
 
 def rss_kib(pid):

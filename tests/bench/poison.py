@@ -10,7 +10,7 @@ over the node's limit, which makes the broker close the publish channel
 with a reply that names no job (406 PRECONDITION_FAILED - message size
 ...). The publisher charges nobody for such a close, publishes the jobs
 that were in flight again one at a time, and the next close, with one job
-in flight, is the culprit's (service/confirm_window.c).
+in flight, is the culprit's (service/amqp/confirm_window.c).
 
 Reported for each burst: how many good jobs were sent and delivered (and
 delivered twice: in flight at the close, published again), lateness of the

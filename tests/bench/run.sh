@@ -118,8 +118,8 @@ gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$BUILD/stall_fsync.so" \
 # The cost of one next-fire computation (issue 13): the service's own cron.c
 # and tz.c at -O2, no broker needed; its figures go to the log.
 # shellcheck disable=SC2046  # pkg-config's flags are words
-gcc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Iservice -o "$BUILD/cron_next" \
-    tests/bench/cron_next.c service/cron.c service/tz.c service/timeutil.c service/rmqs.c \
+gcc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Iservice/util -Iservice/schedules -o "$BUILD/cron_next" \
+    tests/bench/cron_next.c service/schedules/cron.c service/schedules/tz.c service/util/timeutil.c service/util/rmqs.c \
     $(pkg-config --cflags --libs glib-2.0)
 rmqs_log "cron_next: ns per next-fire computation (median of 7 runs)"
 "$BUILD/cron_next" 20000 7

@@ -1,6 +1,6 @@
 """api/openapi.yaml against the server: the file lints clean (Redocly CLI),
 its schemas and examples are consistent, every route, method, error code and
-auth rule of service/http_api.c is documented and every documented one
+auth rule of service/http/http_api.c is documented and every documented one
 exists, and the tests' own answer checker (helpers.OpenApiContract, run on
 every answer of every integration test) catches drift.
 
@@ -29,19 +29,19 @@ from helpers import (ContractError, OpenApiContract, Response, TextResponse,
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SPEC = os.path.join(ROOT, "api", "openapi.yaml")
-HTTP_API_C = os.path.join(ROOT, "service", "http_api.c")
+HTTP_API_C = os.path.join(ROOT, "service", "http", "http_api.c")
 # The HTTP layer: http_api.c (routing, transport errors), http_jobs.c
 # (the job endpoints' errors), http_schedules.c (the schedules'),
 # http_stats.c and http_bulk.c (GET /stats, the bulk actions') and
 # http_ui.c (the refusals of browsers' changes).
-HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http_jobs.c"),
-                os.path.join(ROOT, "service", "http_schedules.c"),
-                os.path.join(ROOT, "service", "http_stats.c"),
-                os.path.join(ROOT, "service", "http_bulk.c"),
-                os.path.join(ROOT, "service", "http_ui.c")]
+HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http", "http_jobs.c"),
+                os.path.join(ROOT, "service", "http", "http_schedules.c"),
+                os.path.join(ROOT, "service", "http", "http_stats.c"),
+                os.path.join(ROOT, "service", "http", "http_bulk.c"),
+                os.path.join(ROOT, "service", "http", "http_ui.c")]
 # The schedule the documented /schedules/{name} examples work on.
 EXAMPLE_SCHEDULE = "contract-example"
-METRICS_C = os.path.join(ROOT, "service", "metrics.c")
+METRICS_C = os.path.join(ROOT, "service", "util", "metrics.c")
 REDOCLY = "@redocly/cli@2.77.0"
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 LATER = 3_600_000
@@ -181,7 +181,7 @@ def test_every_operation_but_healthz_needs_the_bearer_token(contract):
 
 
 def test_routes_of_the_server_and_of_the_file_are_the_same(contract):
-    """service/http_api.c route() and metrics.c's route labels against the
+    """service/http/http_api.c route() and metrics.c's route labels against the
     documented paths, both ways."""
     body = c_function(source(HTTP_API_C), "static enum MHD_Result route(")
     exact = set(re.findall(r'strcmp\(url, "([^"]+)"\)', body))
@@ -200,7 +200,7 @@ def test_routes_of_the_server_and_of_the_file_are_the_same(contract):
                 f"{template} is documented, the server has no such prefix route"
         else:
             assert template in exact, \
-                f"{template} is documented, service/http_api.c does not route it"
+                f"{template} is documented, service/http/http_api.c does not route it"
     labels = re.search(r"route_names\[MR_COUNT\] = \{(.*?)\};", source(METRICS_C), re.S)
     names = set(re.findall(r'"([^"]+)"', labels.group(1))) - {"other"}
     assert names == documented, \

@@ -1,5 +1,5 @@
 /*
- * test_claimset.c - service/claimset.c: the jobs the dispatcher holds before
+ * test_claimset.c - service/store/claimset.c: the jobs the dispatcher holds before
  * their claim is durable, and the rules against a concurrent cancel or
  * reschedule (see claimset.h). The interleavings are driven step by step
  * here, as the store's threads would run them; test_store.c checks the same

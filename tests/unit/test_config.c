@@ -1,4 +1,4 @@
-/* Unit tests for service/config.c: defaults, environment, flags, bounds,
+/* Unit tests for service/util/config.c: defaults, environment, flags, bounds,
  * choices (enum settings) and the --ingest list parser. */
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * test_cron.c - cron_parse, cron_default_dst and cron_next (service/cron.c).
+ * test_cron.c - cron_parse, cron_default_dst and cron_next (service/schedules/cron.c).
  *
  * Table tests on given instants: each row is an expression, a zone, a
  * start and the local fire times expected after it, written out by hand

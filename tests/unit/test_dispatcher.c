@@ -1,4 +1,4 @@
-/* Unit tests for the pure parts of service/dispatcher.c (retry policy). */
+/* Unit tests for the pure parts of service/dispatch/dispatcher.c (retry policy). */
 #include <criterion/criterion.h>
 
 #include "dispatcher.h"

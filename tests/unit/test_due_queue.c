@@ -1,5 +1,5 @@
 /*
- * test_due_queue.c - service/due_queue.c, the claimed jobs between the
+ * test_due_queue.c - service/dispatch/due_queue.c, the claimed jobs between the
  * dispatcher's feeder, publisher and recorder.
  *
  * What due_queue.h promises, and how a test sees it:

@@ -1,5 +1,5 @@
 /*
- * test_http_deadline.c - service/http_deadline.c: the header and body
+ * test_http_deadline.c - service/http/http_deadline.c: the header and body
  * deadlines, on a socketpair standing for a client's connection.
  *
  * A cut shows on the other end as end of file (the module shuts our end

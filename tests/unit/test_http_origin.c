@@ -1,5 +1,5 @@
 /*
- * test_http_origin.c - service/http_origin.c: which Host headers, Origins
+ * test_http_origin.c - service/util/http_origin.c: which Host headers, Origins
  * and content types the service lets in (issue 21: DNS rebinding and
  * cross-site forms). Pure: no server.
  *

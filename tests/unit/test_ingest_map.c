@@ -1,5 +1,5 @@
 /*
- * test_ingest_map.c - service/ingest_map.c: a delivery from an ingest
+ * test_ingest_map.c - service/ingest/ingest_map.c: a delivery from an ingest
  * exchange (built by hand as an amqp_envelope_t, as amqp_consume_message
  * would hand it over) becomes a job (ingest_map_job): timing headers, every
  * AMQP field type in headers, properties, and what cannot be carried; and

@@ -1,5 +1,5 @@
 /*
- * test_janitor.c - service/janitor.c on a real store (a SQLite file in a
+ * test_janitor.c - service/dispatch/janitor.c on a real store (a SQLite file in a
  * fresh folder, opened with manual_checkpoint as the service does, so the
  * janitor is the only one that checkpoints).
  *

@@ -1,5 +1,5 @@
 /*
- * test_log.c - service/log.c: what reaches stderr, above all the JSON
+ * test_log.c - service/util/log.c: what reaches stderr, above all the JSON
  * format (--log-format json), where every line must be one valid JSON
  * object with the documented keys, whatever the fields hold.
  *

@@ -1,4 +1,4 @@
-/* Unit tests for service/metrics.c: route labels and the text exposition. */
+/* Unit tests for service/util/metrics.c: route labels and the text exposition. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Unit tests for service/netaddr.c: the one host:port parser. */
+/* Unit tests for service/util/netaddr.c: the one host:port parser. */
 #include <criterion/criterion.h>
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /*
- * test_pubpol.c - the publish policy (service/pubpol.c): the exchange
+ * test_pubpol.c - the publish policy (service/job/pubpol.c): the exchange
  * allow-list's names and prefix patterns, and the user_id rule.
  */
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /*
- * test_schedule.c - the recurring-schedule model (service/schedule.c):
+ * test_schedule.c - the recurring-schedule model (service/schedules/schedule.c):
  * PUT body validation (each field's 400 with its field name; cron errors
  * with their position), the canonical spec, every_ms anchoring, start_at
  * and end_at, catch-up arithmetic, run ids, the run's job, PATCH merges.

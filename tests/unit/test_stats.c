@@ -1,5 +1,5 @@
 /*
- * test_stats.c - service/stats.c's pure parts: the fixed ring of samples
+ * test_stats.c - service/dispatch/stats.c's pure parts: the fixed ring of samples
  * and the per-interval arithmetic (counter differences, lateness
  * percentiles from histogram bucket differences).
  *

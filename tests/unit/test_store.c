@@ -1,5 +1,5 @@
 /*
- * test_store.c - service/store.c against real SQLite files.
+ * test_store.c - service/store/store.c against real SQLite files.
  *
  * Every test gets a fresh directory (ut_tmpdir, removed in .fini)
  * and a real database file in it; no mocks. Raw sqlite3 connections on the
@@ -26,7 +26,7 @@
 #include "store.h"
 #include "testutil.h"
 
-/* Test hooks defined in service/store.c. */
+/* Test hooks defined in service/store/store.c. */
 const char *store__sql(const char *name);
 rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied);
 int store__synchronous(store_t *st);

@@ -1,6 +1,6 @@
 /*
  * test_store_pg_dispatch.c - the query plan of the PostgreSQL claim
- * (service/store_pg_dispatch.c, pg_claim_sql) on a real server: the claim
+ * (service/store/pg/store_pg_dispatch.c, pg_claim_sql) on a real server: the claim
  * must find due jobs through the partial index jobs_due (due_at, seq) WHERE
  * status = 0, in index order, and update them by primary key, never scan
  * or sort the table. Its cost then stays flat however many jobs wait (the
@@ -27,7 +27,7 @@
 #include "store.h"
 #include "testutil.h"
 
-/* Test hook defined in service/store.c. */
+/* Test hook defined in service/store/store.c. */
 const char *store__sql(const char *name);
 
 #define PSQL "/usr/lib/postgresql/15/bin/psql"

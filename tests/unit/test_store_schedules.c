@@ -1,6 +1,6 @@
 /*
  * test_store_schedules.c - the recurring schedules of the store (store.h,
- * "Recurring schedules"; service/store_schedules.c and both backends:
+ * "Recurring schedules"; service/store/store_schedules.c and both backends:
  * store_sqlite_schedules.c, store_pg_schedules.c) and the job fields of a
  * schedule's run (schedule, fire_at, expires_at, STORE_OUT_EXPIRE, GET
  * /jobs?schedule=), against a real SQLite file and a real PostgreSQL

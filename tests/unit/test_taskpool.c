@@ -1,5 +1,5 @@
 /*
- * test_taskpool.c - the task pool (service/taskpool.c): tasks run on its
+ * test_taskpool.c - the task pool (service/util/taskpool.c): tasks run on its
  * threads, a full queue refuses at once, and free runs what was queued.
  */
 #include <criterion/criterion.h>

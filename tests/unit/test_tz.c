@@ -1,5 +1,5 @@
 /*
- * test_tz.c - time zones from the system tzdata (service/tz.c).
+ * test_tz.c - time zones from the system tzdata (service/schedules/tz.c).
  *
  * Transition instants were computed independently with Python's zoneinfo;
  * the years after 2037 check that GLib's reading of the TZif footer rule

@@ -1,5 +1,5 @@
 /*
- * test_utf8.c - service/utf8.c, the one UTF-8 validator (job.c and the
+ * test_utf8.c - service/util/utf8.c, the one UTF-8 validator (job.c and the
  * ingest use it): RFC 3629's boundaries one by one (overlongs, surrogates,
  * beyond U+10FFFF, truncated sequences, stray continuation bytes), NUL as
  * each caller needs it, and the '?' replacement job.c applies to parser

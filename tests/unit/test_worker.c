@@ -1,5 +1,5 @@
 /*
- * test_worker.c - service/worker.c: the named threads, stop flags and
+ * test_worker.c - service/util/worker.c: the named threads, stop flags and
  * interruptible sleeps the writer, janitor, dispatcher and ingest run on.
  *
  * What worker.h promises, and how a test sees it:

@@ -1,5 +1,5 @@
 /*
- * test_writer.c - service/writer.c, the group-commit thread, against a real
+ * test_writer.c - service/dispatch/writer.c, the group-commit thread, against a real
  * store (a SQLite file in a fresh folder) and a real dispatcher that is
  * never started (its publisher is never connected: no traffic at all).
  *
@@ -33,7 +33,7 @@
 #include "timeutil.h"
 #include "writer.h"
 
-/* Test hook defined in service/dispatcher.c. */
+/* Test hook defined in service/dispatch/dispatcher.c. */
 int64_t disp__notified_due(disp_t *d);
 
 #define MAX_SLOTS 16

@@ -11,10 +11,12 @@
 # says what to do when there is no sudo. On a fresh Debian 12 machine it:
 #   1. installs the packages the build and the tests need (only those missing);
 #   2. builds with ASan + UBSan in build-test/;
-#   3. starts a private RabbitMQ node (own name, ports and data folder, on
-#      127.0.0.1 only) and one private PostgreSQL 15 server (likewise), and
-#      tells the tests how to reach them through RMQS_TEST_*;
-#   4. runs ctest, and always stops the node and the server afterwards;
+#   3. starts private RabbitMQ nodes, one per lane (own names, ports and data
+#      folders, on 127.0.0.1 only), and one private PostgreSQL 15 server
+#      (likewise), and tells the tests how to reach them through RMQS_TEST_*;
+#   4. runs ctest, two tests at a time, each test that needs a broker on a
+#      node of its own (see 4.), and always stops the nodes and the server
+#      afterwards;
 #   5. exits with ctest's status.
 set -euo pipefail
 
@@ -116,24 +118,60 @@ rmqs_log "build and npm packages ready after ${SECONDS} s"
 # 5432) and data folders, on 127.0.0.1 only, so nothing of them outlives the
 # run and other servers on the machine are not disturbed; stopped whatever
 # happens, their logs kept in build-test/ when the run failed.
+# Lanes: ctest runs RMQS_TEST_LANES tests at a time (2 by default: the
+# machines this runs on have 2 cores, and most integration tests spend their
+# time awaiting a due time or a broker, not computing). A test that uses the
+# broker asks ctest for a node (RESOURCE_GROUPS "brokers:1",
+# tests/CMakeLists.txt), so no test ever sees another's queues, connections
+# or outages (several stop, freeze or restart their node); tests/lib/lane.sh
+# gives it that node's environment, written here to $RMQS_TEST_LANES_DIR/N.env.
+LANES=${RMQS_TEST_LANES:-2}
+LANE_DIRS=() LANE_PIDFILES=() LANE_EPMD=() LANE_NODES=()
+export RMQS_TEST_LANES_DIR
+RMQS_TEST_LANES_DIR=$(mktemp -d /tmp/rmqs-test-lanes.XXXXXX)
 stop_node() {
-    local rc=$?
+    local rc=$? i dest=""
     set +e
+    for i in "${!LANE_DIRS[@]}"; do
+        RMQS_RABBIT_DIR=${LANE_DIRS[$i]} RMQS_RABBIT_PIDFILE=${LANE_PIDFILES[$i]}
+        RMQS_RABBIT_EPMD_PORT=${LANE_EPMD[$i]} RABBITMQ_NODENAME=${LANE_NODES[$i]}
+        [ "$rc" -ne 0 ] && dest=build-test/rabbitmq-log-$i
+        rmqs_rabbit_stop ${dest:+"$dest"}
+    done
     if [ "$rc" -ne 0 ]; then
-        rmqs_rabbit_stop build-test/rabbitmq-log
         rmqs_pg_stop build-test/postgres.log
     else
-        rmqs_rabbit_stop
         rmqs_pg_stop
     fi
+    rm -rf "$RMQS_TEST_LANES_DIR"
     exit "$rc"
 }
 trap stop_node EXIT
-rmqs_rabbit_start "rmqs-test-$$" "$(mktemp -d /tmp/rmqs-test-rabbit.XXXXXX)"
-
-export RMQS_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$RMQS_RABBIT_PORT/"
-export RMQS_TEST_AMQP_PORT=$RMQS_RABBIT_PORT
-export RMQS_TEST_RABBIT_NODE=$RABBITMQ_NODENAME
+for ((i = 0; i < LANES; i++)); do
+    rmqs_rabbit_start "rmqs-test-$$-$i" "$(mktemp -d /tmp/rmqs-test-rabbit.XXXXXX)"
+    LANE_DIRS+=("$RMQS_RABBIT_DIR") LANE_PIDFILES+=("$RMQS_RABBIT_PIDFILE")
+    LANE_EPMD+=("$RMQS_RABBIT_EPMD_PORT") LANE_NODES+=("$RABBITMQ_NODENAME")
+    export RMQS_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$RMQS_RABBIT_PORT/"
+    export RMQS_TEST_AMQP_PORT=$RMQS_RABBIT_PORT
+    export RMQS_TEST_RABBIT_NODE=$RABBITMQ_NODENAME
+    for v in RMQS_TEST_AMQP_URL RMQS_TEST_AMQP_PORT RMQS_TEST_RABBIT_NODE \
+             RABBITMQ_NODENAME RABBITMQ_NODE_PORT RABBITMQ_DIST_PORT ERL_EPMD_PORT \
+             RABBITMQ_MNESIA_BASE RABBITMQ_LOG_BASE RABBITMQ_PID_FILE \
+             RABBITMQ_ENABLED_PLUGINS_FILE RABBITMQ_CONFIG_FILE \
+             RABBITMQ_ADVANCED_CONFIG_FILE RABBITMQ_CONF_ENV_FILE; do
+        printf 'export %s=%q\n' "$v" "${!v}"
+    done >"$RMQS_TEST_LANES_DIR/$i.env"
+done
+# What ctest hands out: one slot on each node.
+slots=""
+for ((i = 0; i < LANES; i++)); do
+    slots+="${slots:+, }{\"id\": \"$i\", \"slots\": 1}"
+done
+printf '{"version": {"major": 1, "minor": 0}, "local": [{"brokers": [%s]}]}\n' \
+    "$slots" >"$RMQS_TEST_LANES_DIR/resources.json"
+# A test run outside ctest's lanes (no CTEST_RESOURCE_GROUP_*) uses lane 0.
+# shellcheck disable=SC1091
+. "$RMQS_TEST_LANES_DIR/0.env"
 
 # The integration.*.postgres tests (RMQS_TEST_STORE=postgres) give each
 # service a database of its own on this one server (tests/pylib/pg.py):
@@ -179,7 +217,9 @@ run_stage() {  # stage build-dir ctest-args...
     shift 2
     export RMQS_TEST_REPORT=$PWD/$dir/test-report.txt
     rm -f "$RMQS_TEST_REPORT"
-    ctest --test-dir "$dir" --output-on-failure "$@" 2>&1 | tee "$dir/ctest-output.txt"
+    ctest --test-dir "$dir" --output-on-failure -j "$LANES" \
+        --resource-spec-file "$RMQS_TEST_LANES_DIR/resources.json" "$@" 2>&1 |
+        tee "$dir/ctest-output.txt"
     rc=${PIPESTATUS[0]}
     report "$RMQS_TEST_REPORT" "$stage"
     timing "$stage" "$dir/ctest-output.txt" $((SECONDS - t0))

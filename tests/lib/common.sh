@@ -168,7 +168,7 @@ rmqs_pg_start() {
         return 1
     }
     printf '%s\n' "port = $port" "listen_addresses = '127.0.0.1'" \
-        "unix_socket_directories = '$dir'" "max_connections = 200" \
+        "unix_socket_directories = '$dir'" "max_connections = 400" \
         "fsync = on" >>"$dir/data/postgresql.conf"
     (cd "$dir" && runuser -u postgres -- "$RMQS_PG_BIN/pg_ctl" -D "$dir/data" \
         -l "$dir/postgres.log" -w -t 60 start >/dev/null) || {

@@ -50,6 +50,7 @@
 #include "pubpol.h"
 #include "scheduler.h"
 #include "store.h"
+#include "worker.h"
 #include "tz.h"
 #include "writer.h"
 
@@ -143,7 +144,10 @@ static int lock_database(const char *db_path, rmqs_error *err)
 }
 
 /* The grace period travels in the pointer itself: svc is freed while this
- * thread may still be waiting. */
+ * thread may still be waiting, so it has a home of its own that lasts as
+ * long as the process, and nobody joins it. */
+static worker_thread grace_wd;
+
 static void *grace_watchdog(void *arg)
 {
     int64_t secs = (int64_t)(intptr_t)arg;
@@ -541,14 +545,14 @@ fail:
 
 void service_stop(service_t *svc, int sig)
 {
-    pthread_t wd;
-
     log_info(MOD, "stopping", "signal=%s grace_s=%lld",
              sig == SIGTERM ? "SIGTERM" : "SIGINT",
              (long long)svc->cfg->shutdown_grace_s);
-    if (pthread_create(&wd, NULL, grace_watchdog,
-                       (void *)(intptr_t)svc->cfg->shutdown_grace_s) == 0)
-        pthread_detach(wd);
+    if (worker_thread_start(&grace_wd, "rmqs-grace", grace_watchdog,
+                            (void *)(intptr_t)svc->cfg->shutdown_grace_s) == RMQS_OK)
+        worker_thread_detach(&grace_wd);
+    else
+        log_warn(MOD, "no shutdown watchdog: the stop is not bounded", NULL);
     teardown(svc);
     log_info(MOD, "stopped", NULL);
 }

@@ -45,6 +45,14 @@ void worker_thread_join(worker_thread *t)
     t->started = false;
 }
 
+void worker_thread_detach(worker_thread *t)
+{
+    if (!t->started)
+        return;
+    pthread_detach(t->id);
+    t->started = false;
+}
+
 rmqs_rc worker_cond_init(pthread_cond_t *cv)
 {
     pthread_condattr_t ca;

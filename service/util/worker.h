@@ -48,6 +48,11 @@ rmqs_rc worker_thread_start(worker_thread *t, const char *name, worker_fn fn,
  * joined). */
 void worker_thread_join(worker_thread *t);
 
+/* Let the thread run to the end of the process with nobody to join it
+ * (the stop sequence's watchdog, which outlives every owner). A no-op if
+ * it was not started; the thread is no longer joinable afterwards. */
+void worker_thread_detach(worker_thread *t);
+
 /* A condition variable on CLOCK_MONOTONIC (a step of the wall clock does
  * not stretch or cut a wait). RMQS_ESYS on failure. */
 rmqs_rc worker_cond_init(pthread_cond_t *cv);

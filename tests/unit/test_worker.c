@@ -256,3 +256,36 @@ Test(worker, prio_inherit_gives_a_priority_inheritance_mutex)
     worker_destroy(&plain);
     worker_destroy(&pi);
 }
+
+/* A detached thread (the stop watchdog's way): it runs, named, with nobody
+ * to join it, and the worker_thread no longer counts as joinable (a join
+ * after it is a no-op, not a wait on a thread that is gone). */
+typedef struct detached_probe {
+    char name[32];
+    atomic_bool ran;
+} detached_probe;
+
+static void *note_and_end(void *arg)
+{
+    detached_probe *d = arg;
+
+    pthread_getname_np(pthread_self(), d->name, sizeof d->name);
+    atomic_store(&d->ran, true);
+    return NULL;
+}
+
+Test(worker, a_detached_thread_runs_named_and_is_not_joined)
+{
+    static worker_thread t;   /* outlives the thread, as the watchdog's */
+    static detached_probe d;
+
+    atomic_init(&d.ran, false);
+    cr_assert_eq(worker_thread_start(&t, "rmqs-detached", note_and_end, &d),
+                 RMQS_OK);
+    cr_assert(t.started);
+    worker_thread_detach(&t);
+    cr_expect_not(t.started);
+    cr_assert(ut_await(AWAIT_MS, is_set, &d.ran));
+    cr_expect_str_eq(d.name, "rmqs-detached");
+    worker_thread_join(&t); /* a no-op: returns at once */
+}

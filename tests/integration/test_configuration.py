@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from helpers import assert_error, db_has_schema, env, wait_until
+from pylib import markdown
 
 DOCUMENTED_FLAGS = ("--listen", "--db", "--amqp-url", "--max-attempts",
                     "--backoff-base-ms", "--backoff-cap-ms", "--max-body-bytes",
@@ -16,8 +17,7 @@ DOCUMENTED_FLAGS = ("--listen", "--db", "--amqp-url", "--max-attempts",
                     "--log-level")
 
 JOB = {"exchange": "", "routing_key": "q", "body": "x", "delay_ms": 3_600_000}
-README = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                       "..", "..", "README.md"))
+CONFIGURATION = os.path.join(markdown.DOCS, "configuration.md")
 
 
 def run_binary(*args, timeout=20):
@@ -51,12 +51,10 @@ def help_settings():
     return rows
 
 
-def readme_settings():
-    """The same four columns from the table of README.md's Configuration
-    section."""
-    with open(README, encoding="utf-8") as f:
-        text = f.read()
-    section = re.search(r"^## Configuration\n(.*?)^## ", text, re.S | re.M).group(1)
+def documented_settings():
+    """The same four columns from the table of docs/configuration.md's
+    Settings section."""
+    _, section = markdown.section(CONFIGURATION, "Settings")
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -65,23 +63,24 @@ def readme_settings():
         code = [re.fullmatch(r"`(.*)`", c) for c in cells[:3]]
         flag = code[0].group(1) if code[0] else None
         assert flag or cells[0] == "environment only", line
-        assert code[1], f"README: variable not in backquotes: {line}"
+        assert code[1], f"docs/configuration.md: variable not in backquotes: {line}"
         default = code[2].group(1) if code[2] else None
         assert default is not None or cells[2] == "—", line
         rows.append((flag, code[1].group(1), default, cells[3]))
     return rows
 
 
-def test_the_readme_configuration_table_is_the_help():
-    """Every row of README.md's table is a line of --help and the other way
-    round, in the same order: flag, variable, default and meaning."""
-    readme, helps = readme_settings(), help_settings()
-    only_help = [r for r in helps if r not in readme]
-    only_readme = [r for r in readme if r not in helps]
-    assert not only_help and not only_readme, (
-        f"--help has, README.md lacks: {only_help}; "
-        f"README.md has, --help lacks: {only_readme}")
-    assert readme == helps, "same rows, another order"
+def test_the_documented_configuration_table_is_the_help():
+    """Every row of docs/configuration.md's table is a line of --help and
+    the other way round, in the same order: flag, variable, default and
+    meaning."""
+    docs, helps = documented_settings(), help_settings()
+    only_help = [r for r in helps if r not in docs]
+    only_docs = [r for r in docs if r not in helps]
+    assert not only_help and not only_docs, (
+        f"--help has, docs/configuration.md lacks: {only_help}; "
+        f"docs/configuration.md has, --help lacks: {only_docs}")
+    assert docs == helps, "same rows, another order"
 
 
 @pytest.mark.parametrize("args, option", [

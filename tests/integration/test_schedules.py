@@ -21,7 +21,7 @@ What each test proves:
   next run, and a fire time is never published twice across the change;
 - RabbitMQ down past the grace: one run waits and expires unpublished, then
   the latest missed run fires once, the rest are skipped;
-- the README's "Recurring schedules" curl examples run as written.
+- the curl examples of docs/schedules.md run as written.
 
 Times are built relative to now; every wait has a deadline. The figures
 (lateness of the per-second schedule, downtimes) are printed through the
@@ -46,9 +46,10 @@ import pytest
 
 from helpers import (assert_error, db_query, format_ts, http_request_text,
                      ts_ms, wait_until)
+from pylib import markdown
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-README = os.path.normpath(os.path.join(HERE, "..", "..", "README.md"))
+SCHEDULES_DOC = os.path.join(markdown.DOCS, "schedules.md")
 FAR_CRON = "0 0 1 1 *"  # once a year: valid, and never fires during a test
 EVERY_SECOND = "*/1 * * * * *"
 # A run the dispatcher had already claimed when a PATCH/DELETE came (its
@@ -808,21 +809,16 @@ def test_broker_down_past_the_grace_one_run_waits_expires_and_one_fires_after(
     assert mf == 1 and sk >= 1, (mf, sk)
 
 
-# --- the README's examples, run ----------------------------------------------
+# --- the documentation's examples, run ----------------------------------------
 
 def readme_schedule_commands():
-    """The curl commands of the README's "Recurring schedules" section, as
-    word lists (test_readme's block reader and shell-line splitter)."""
-    import test_readme  # pylint: disable=import-outside-toplevel
-    with open(README, encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    heads = [i + 1 for i, ln in enumerate(lines) if ln.startswith("## ")]
-    begin = next((h for h in heads if lines[h - 1].startswith("## Recurring schedules")),
-                 None)
-    assert begin, "README.md has no '## Recurring schedules' section"
-    end = next((h for h in heads if h > begin), len(lines) + 1)
-    cmds = [w for line, b in test_readme.readme_blocks("sh") if begin < line < end
-            for w in test_readme.shell_commands(b) if w[0] == "curl"]
+    """The curl commands of docs/schedules.md's opening section (before its
+    first subheading), as word lists (pylib.markdown's block reader and
+    shell-line splitter)."""
+    first, text = markdown.section(SCHEDULES_DOC, "Recurring schedules",
+                                   subsections=False)
+    cmds = [w for _, b in markdown.fenced_blocks(text, "sh", first)
+            for w in markdown.shell_commands(b) if w[0] == "curl"]
     assert len(cmds) >= 6, cmds
     return cmds
 

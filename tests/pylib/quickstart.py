@@ -6,18 +6,16 @@ defaults. Used by tests/integration/test_readme_quickstart.py (on this
 machine) and tests/deploy/test_fresh_machine.py (in a bare Debian 12
 container)."""
 
-import re
+from pylib import markdown
 
 QUICKSTART_MESSAGE = "hello from rmq-scheduler"
 
 
 def quickstart_blocks(readme):
-    """The two sh blocks of the Quick start section of the file readme."""
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    m = re.search(r"^## Quick start\b.*?\n(.*?)^#", text, re.S | re.M)
-    assert m, "README.md has no '## Quick start' section"
-    blocks = re.findall(r"^```sh\n(.*?)^```$", m.group(1), re.S | re.M)
+    """The two sh blocks of the Quick start section of the file readme
+    (before its first subheading)."""
+    _, text = markdown.section(readme, "Quick start", subsections=False)
+    blocks = [b for _, b in markdown.fenced_blocks(text, "sh")]
     assert len(blocks) == 2, f"expected two sh blocks (two terminals), got {blocks}"
     return blocks
 

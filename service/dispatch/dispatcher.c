@@ -168,7 +168,7 @@ static void wake_publisher(disp_t *d)
     (void)r; /* EAGAIN: the counter is already non-zero, it wakes anyway */
 }
 
-static void on_report(void *cls, void *ctx, const amqpp_result *r);
+static void disp_on_report(void *cls, void *ctx, const amqpp_result *r);
 
 /* store_set_wake's callback: another instance stored or rescheduled a job
  * due at due_at_ms (the store's thread). */
@@ -212,8 +212,8 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
     if (d->q == NULL || d->wake_fd < 0 ||
-        amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, on_report,
-                         d) != RMQS_OK) {
+        amqpp_set_window(pub, window, d->opt.confirm_timeout_ms,
+                         disp_on_report, d) != RMQS_OK) {
         d->pub = NULL; /* still the caller's on failure */
         disp_free(d);
         return NULL;
@@ -268,7 +268,7 @@ static bool done_ready_locked(const disp_t *d, int64_t now)
 }
 
 /* amqpp's report: what the broker said about one job (publisher thread). */
-static void on_report(void *cls, void *ctx, const amqpp_result *r)
+static void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
 {
     disp_t *d = cls;
     dueq_item *it = ctx;
@@ -417,7 +417,7 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
     return again;
 }
 
-static void *recorder_main(void *arg)
+static void *disp_recorder_main(void *arg)
 {
     disp_t *d = arg;
 
@@ -552,7 +552,7 @@ static long feed(disp_t *d, size_t room, bool *more)
     return (long)n;
 }
 
-static void *feeder_main(void *arg)
+static void *disp_feeder_main(void *arg)
 {
     disp_t *d = arg;
     int64_t claim_retry_at = INT64_MIN; /* after a store error */
@@ -769,7 +769,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
     }
 }
 
-static void *publisher_main(void *arg)
+static void *disp_publisher_main(void *arg)
 {
     disp_t *d = arg;
     int64_t reconnect_ms = RECONNECT_MIN_MS;
@@ -852,11 +852,11 @@ static void *publisher_main(void *arg)
 
 rmqs_rc disp_start(disp_t *d)
 {
-    if (worker_start(&d->w, "rmqs-feeder", feeder_main, d) != RMQS_OK)
+    if (worker_start(&d->w, "rmqs-feeder", disp_feeder_main, d) != RMQS_OK)
         return RMQS_ESYS;
-    if (worker_thread_start(&d->publisher, "rmqs-publisher", publisher_main,
-                            d) != RMQS_OK ||
-        worker_thread_start(&d->recorder, "rmqs-recorder", recorder_main,
+    if (worker_thread_start(&d->publisher, "rmqs-publisher",
+                            disp_publisher_main, d) != RMQS_OK ||
+        worker_thread_start(&d->recorder, "rmqs-recorder", disp_recorder_main,
                             d) != RMQS_OK) {
         disp_stop(d);
         return RMQS_ESYS;

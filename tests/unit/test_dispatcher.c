@@ -1,4 +1,5 @@
-/* Unit tests for the pure parts of service/dispatch/dispatcher.c (retry policy). */
+/* Unit tests for the dispatcher's pure parts: the retry policy
+ * (disp_backoff_ms, service/dispatch/disp_publisher.c). */
 #include <criterion/criterion.h>
 
 #include "dispatcher.h"

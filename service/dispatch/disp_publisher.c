@@ -84,6 +84,16 @@ static void done_push(disp_t *d, dueq_item *it)
     pthread_mutex_unlock(&d->w.mu);
 }
 
+/* The line a job that will not be published again leaves in the log
+ * (refused by the broker, or its last attempt failed). */
+static void log_job_failed(const job_t *j, const char *reason)
+{
+    log_warn("dispatcher", "job failed",
+             "job_id=%s exchange=\"%s\" routing_key=\"%s\" attempt=%d "
+             "error=\"%s\"",
+             j->id, j->exchange, j->routing_key, j->attempts, reason);
+}
+
 /* amqpp's report: what the broker said about one job (publisher thread). */
 void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
 {
@@ -112,10 +122,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
         snprintf(it->reason, sizeof(it->reason), "%s", r->reason);
         it->out.kind = STORE_OUT_FAIL;
         it->out.error = it->reason;
-        log_warn("dispatcher", "job failed",
-                 "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
-                 "attempt=%d error=\"%s\"",
-                 j->id, j->exchange, j->routing_key, j->attempts, r->reason);
+        log_job_failed(j, r->reason);
         break;
     default:
         metrics_publish_attempts(1);
@@ -132,11 +139,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
                                                  d->opt.backoff_base_ms,
                                                  d->opt.backoff_cap_ms);
         if (j->attempts >= j->max_attempts)
-            log_warn("dispatcher", "job failed",
-                     "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
-                     "attempt=%d error=\"%s\"",
-                     j->id, j->exchange, j->routing_key, j->attempts,
-                     r->reason);
+            log_job_failed(j, r->reason);
         else
             log_warn("dispatcher", "publish attempt failed",
                      "job_id=%s exchange=\"%s\" routing_key=\"%s\" "

@@ -2,8 +2,8 @@
  * disp_feeder.c - the dispatcher's feeder thread: claims the jobs due
  * within the lookahead from the store's snapshot, ahead of their time,
  * into `ahead` (due order), and queues their claims for the recorder; and
- * disp_notify(), which wakes it when a job is due sooner than it planned
- * to look. Never waits for a write nor the broker (dispatcher.c's file
+ * disp_feeder_plan() (disp_notify's work), which wakes it when a job is
+ * due sooner than it planned to look. Never waits for a write nor the broker (dispatcher.c's file
  * comment says why; dispatcher_int.h what the threads share).
  */
 #include "dispatcher_int.h"
@@ -18,9 +18,10 @@
 
 #define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
 
-/* dispatcher.h; from any thread (the writer, the store's wake-up, the
- * recorder for a job pending again): the feeder's plan moves sooner. */
-void disp_notify(disp_t *d, int64_t due_at_ms)
+/* dispatcher_int.h; disp_notify()'s work, from any thread (the writer,
+ * the store's wake-up, the recorder for a job pending again): the
+ * feeder's plan moves sooner. */
+void disp_feeder_plan(disp_t *d, int64_t due_at_ms)
 {
     pthread_mutex_lock(&d->w.mu);
     if (due_at_ms < d->notified_due)

@@ -29,7 +29,7 @@
 #define LEASE_MARGIN_MS 250         /* a claim this close to its lease's end
                                        is released, not published */
 
-/* dispatcher.h; the delay of a retry (disp_on_report below). */
+/* dispatcher_int.h; the delay of a retry (disp_on_report below). */
 int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms)
 {
     int64_t d = base_ms;

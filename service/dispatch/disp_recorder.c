@@ -146,7 +146,7 @@ void *disp_recorder_main(void *arg)
         if (nc > 0 || n > 0) {
             int64_t again = record_list(d, claims, nc, list, n);
             if (again != INT64_MAX)
-                disp_notify(d, again); /* pending again: plan for it */
+                disp_feeder_plan(d, again); /* pending again: plan for it */
         }
     }
     return NULL;

@@ -131,6 +131,11 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     return d;
 }
 
+void disp_notify(disp_t *d, int64_t due_at_ms)
+{
+    disp_feeder_plan(d, due_at_ms); /* the feeder's plan: disp_feeder.c */
+}
+
 bool disp_broker_connected(disp_t *d)
 {
     return atomic_load(&d->connected);

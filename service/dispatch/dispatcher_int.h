@@ -1,17 +1,19 @@
 /*
  * dispatcher_int.h - the dispatcher's insides, shared by its files only
  * (dispatcher.c: the struct's life and the public calls; disp_feeder.c:
- * the feeder thread, claims ahead, and disp_notify(); disp_publisher.c:
+ * the feeder thread, claims ahead, and disp_feeder_plan(); disp_publisher.c:
  * the publisher thread, publishes on time and reads the broker's answers;
  * disp_recorder.c: the recorder thread, writes claims and outcomes).
- * Everything outside service/dispatch/ sees only dispatcher.h.
+ * Everything else sees only dispatcher.h (the retry policy's unit test
+ * also this header, for disp_backoff_ms).
  *
  * Why one header: the three threads work on one struct disp under one
  * mutex (dispatcher.c's file comment says why three threads, and the
  * struct below says what the mutex guards). The calls point one way:
- * dispatcher.c starts the threads, the recorder asks the feeder to plan
- * (disp_notify), and no thread's file calls back into dispatcher.c; what
- * all of them use is here, inline.
+ * dispatcher.c (dispatcher.h's calls) starts the threads, the recorder
+ * asks the feeder to plan (disp_feeder_plan), and no thread's file calls
+ * back into dispatcher.c nor includes dispatcher.h: the types come from
+ * disp_types.h, and what all of them use is here, inline.
  */
 #ifndef RMQS_DISPATCHER_INT_H
 #define RMQS_DISPATCHER_INT_H
@@ -22,8 +24,10 @@
 #include <stdint.h>
 #include <unistd.h>
 
-#include "dispatcher.h"
+#include "amqp_publisher.h"
+#include "disp_types.h"
 #include "due_queue.h"
+#include "store.h"
 #include "timeutil.h"
 #include "worker.h"
 
@@ -84,5 +88,14 @@ void *disp_recorder_main(void *arg);     /* disp_recorder.c */
 /* amqpp's report (disp_new() hands it to amqpp_set_window): what the broker
  * said about one job; runs on the publisher thread. disp_publisher.c */
 void disp_on_report(void *cls, void *ctx, const amqpp_result *r);
+
+/* Retry delay after the given failed attempt (1-based): base * 2^(n-1),
+ * capped. Pure; exposed for unit tests. disp_publisher.c */
+int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms);
+
+/* disp_notify()'s work, for the dispatcher's own threads (the recorder,
+ * for a job pending again): a job is due at due_at_ms; wake the feeder if
+ * that is sooner than it planned to look. Takes d->w.mu. disp_feeder.c */
+void disp_feeder_plan(disp_t *d, int64_t due_at_ms);
 
 #endif

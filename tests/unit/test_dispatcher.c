@@ -2,7 +2,7 @@
  * (disp_backoff_ms, service/dispatch/disp_publisher.c). */
 #include <criterion/criterion.h>
 
-#include "dispatcher.h"
+#include "dispatcher_int.h"
 
 Test(dispatcher, backoff_doubles_from_base_and_stops_at_cap)
 {

@@ -65,8 +65,10 @@
  *
  * Where: this file holds the dispatcher's life (new, start, stop, free)
  * and the calls of dispatcher.h; each thread has a file of its own
- * (disp_feeder.c, disp_publisher.c, disp_recorder.c) and what they share
- * is in dispatcher_int.h.
+ * (disp_feeder.c, disp_publisher.c, disp_recorder.c), what they share is
+ * in dispatcher_int.h, and the types it builds on (the handle, the
+ * options) in disp_types.h. Calls point down only: this file starts the
+ * threads, the recorder asks the feeder to plan, no thread calls up here.
  */
 #include "dispatcher.h"
 

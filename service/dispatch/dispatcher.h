@@ -19,28 +19,9 @@
 #include <stdint.h>
 
 #include "amqp_publisher.h"
+#include "disp_types.h"
 #include "rmqs.h"
 #include "store.h"
-
-typedef struct disp disp_t;
-
-typedef struct disp_options {
-    int batch_size;            /* most jobs claimed ahead at a time */
-    int window;                /* most unconfirmed publishes; 0: twice
-                                  batch_size */
-    int64_t lookahead_ms;      /* claim jobs due within this much time */
-    int64_t backoff_base_ms;   /* first retry delay after a failed attempt */
-    int64_t backoff_cap_ms;    /* retry delay never exceeds this */
-    int confirm_timeout_ms;    /* a publish not confirmed by then:
-                                  connection presumed dead */
-    int heartbeat_s;           /* to bound idle sleeps (service heartbeats) */
-    int rt_priority;           /* SCHED_FIFO priority of the publisher
-                                  thread, best effort; 0: normal */
-    /* Called on the dispatcher's thread each time the broker connection
-     * is (re)made (service.c logs "ready" the first time); NULL: none. */
-    void (*on_connected)(void *cls);
-    void *connected_cls;
-} disp_options;
 
 /* Create a dispatcher over st (borrowed) that owns pub (freed by
  * disp_free). Not started. NULL on ENOMEM (pub is then still the
@@ -62,9 +43,5 @@ bool disp_broker_connected(disp_t *d);
  * recorded; then join the three threads. */
 void disp_stop(disp_t *d);
 void disp_free(disp_t *d);
-
-/* Retry delay after the given failed attempt (1-based): base * 2^(n-1),
- * capped. Pure; exposed for unit tests. */
-int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms);
 
 #endif

@@ -1,7 +1,8 @@
-/* Unit tests for the pure parts of service/dispatch/dispatcher.c (retry policy). */
+/* Unit tests for the dispatcher's pure parts: the retry policy
+ * (disp_backoff_ms, service/dispatch/disp_publisher.c). */
 #include <criterion/criterion.h>
 
-#include "dispatcher.h"
+#include "dispatcher_int.h"
 
 Test(dispatcher, backoff_doubles_from_base_and_stops_at_cap)
 {

@@ -35,6 +35,7 @@
 
 #include "amqp_message.h"
 #include "base64.h"
+#include "hexdigit.h"
 #include "timeutil.h"
 #include "utf8.h"
 
@@ -176,13 +177,10 @@ rmqs_rc job_id_generate(int64_t now_ms, char out[JOB_ID_LEN + 1])
     return RMQS_OK;
 }
 
-static int hex_value(char c)
+/* A digit of a canonical id: upper case is not canonical. */
+static int id_hex_digit(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1; /* upper case is not canonical */
+    return c >= 'A' && c <= 'F' ? -1 : hex_digit(c);
 }
 
 static bool is_dash_pos(size_t i)
@@ -202,8 +200,8 @@ rmqs_rc job_id_parse(const char *text, unsigned char out[JOB_ID_BYTES])
                 return RMQS_EINVAL;
             continue;
         }
-        int hi = hex_value(text[i]);
-        int lo = hex_value(text[i + 1]);
+        int hi = id_hex_digit(text[i]);
+        int lo = id_hex_digit(text[i + 1]);
         if (hi < 0 || lo < 0)
             return RMQS_EINVAL;
         b[n++] = (unsigned char)(hi << 4 | lo);

@@ -36,8 +36,8 @@
 #include "amqp_message.h"
 #include "base64.h"
 #include "hexdigit.h"
+#include "reqparse.h"
 #include "timeutil.h"
-#include "utf8.h"
 
 #define JOB_MAX_HEADERS 128
 #define MS_PER_DAY 86400000LL
@@ -228,11 +228,6 @@ void job_id_format(const unsigned char in[JOB_ID_BYTES],
 /* ------------------------------------------------------------------------ */
 /* request validation helpers                                                */
 
-static rmqs_rc fail_nomem(rmqs_error *err)
-{
-    return rmqs_fail(err, RMQS_ENOMEM, "", "out of memory");
-}
-
 static bool has_control_chars(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
@@ -241,50 +236,6 @@ static bool has_control_chars(const char *s, size_t len)
             return true;
     }
     return false;
-}
-
-static bool in_list(const char *key, const char *const *list, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(key, list[i]) == 0)
-            return true;
-    return false;
-}
-
-/* The smallest key of obj (byte order) not in allowed, or NULL. Borrowed. */
-static const char *first_unknown_key(json_t *obj, const char *const *allowed,
-                                     size_t n)
-{
-    const char *key, *found = NULL;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        if (!in_list(key, allowed, n) && (found == NULL || strcmp(key, found) < 0))
-            found = key;
-    }
-    return found;
-}
-
-/*
- * The field name for a client-chosen key: prefix + key, cut so that it fits
- * rmqs_error.field (63 bytes) and at a UTF-8 character boundary. The field
- * and the messages built from it go into JSON answers; a name cut inside a
- * multi-byte character would make them invalid UTF-8, which jansson refuses
- * to encode (the answer became a 500, or lost its "field" or, in a batch,
- * the item's error). key is valid UTF-8 (jansson checked it). Returns out.
- */
-#define FIELD_MAX (sizeof ((rmqs_error *)0)->field - 1)
-static const char *key_field(char out[FIELD_MAX + 1], const char *prefix,
-                             const char *key)
-{
-    size_t plen = strlen(prefix), klen = strlen(key);
-    size_t room = plen < FIELD_MAX ? FIELD_MAX - plen : 0;
-    if (klen > room) {
-        klen = room;
-        while (klen > 0 && ((unsigned char)key[klen] & 0xC0) == 0x80)
-            klen--; /* key[klen] continues a character: cut before it */
-    }
-    snprintf(out, FIELD_MAX + 1, "%s%.*s", prefix, (int)klen, key);
-    return out;
 }
 
 /* "30 days", "1 day" or "90000 ms", for horizon messages. */
@@ -391,43 +342,6 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
     return RMQS_OK;
 }
 
-/* Parse buf into an object; on failure err says why. *root_out is new. */
-static rmqs_rc parse_object(const char *buf, size_t len, json_t **root_out,
-                            rmqs_error *err)
-{
-    json_error_t jerr;
-    *root_out = NULL;
-    if (buf == NULL && len > 0)
-        return rmqs_fail(err, RMQS_EINVAL, "", "request body missing");
-    /* A raw NUL is never valid JSON text, but jansson 2.14 skips one that
-     * directly follows a number or a literal ({"delay_ms":1\0} parses as
-     * {"delay_ms":1}): refuse it before parsing. */
-    const char *nul = len > 0 ? memchr(buf, '\0', len) : NULL;
-    if (nul != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "",
-                         "invalid JSON: NUL byte at offset %zu", (size_t)(nul - buf));
-    json_t *root = json_loadb(buf != NULL ? buf : "", len,
-                              JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        if (json_error_code(&jerr) == json_error_out_of_memory)
-            return fail_nomem(err);
-        /* jansson quotes the input "near" the error, and may cut it inside a
-         * character: '"\u00e' then the first byte of a 2-byte character
-         * (found by fuzzing; the answer became a 500). */
-        utf8_sanitize(jerr.text);
-        return rmqs_fail(err, RMQS_EINVAL, "",
-                         "invalid JSON: %s (line %d, column %d)", jerr.text,
-                         jerr.line, jerr.column);
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return rmqs_fail(err, RMQS_EINVAL, "",
-                         "request body must be a JSON object");
-    }
-    *root_out = root;
-    return RMQS_OK;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -445,7 +359,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
     const char *key;
     json_t *val;
     size_t n = 0;
-    char field[FIELD_MAX + 1];
+    char field[RP_FIELD_MAX + 1];
 
     *out = NULL;
     if (v == NULL)
@@ -472,7 +386,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
             return rmqs_fail(err, RMQS_EINVAL, "headers",
                              "headers: a header name is longer than %d bytes",
                              JOB_MAX_SHORTSTR);
-        key_field(field, "headers.", keys[i]);
+        rp_key_field(field, "headers.", keys[i]);
         if (amqpm_broker_refused_header(keys[i]))
             return rmqs_fail(err, RMQS_EINVAL, field,
                              "%s: RabbitMQ takes CC and BCC only as lists of "
@@ -511,7 +425,7 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         "content_type", "content_encoding", "correlation_id", "reply_to",
         "message_id",   "type",             "app_id",         "user_id",
         "priority",     "expiration",       "persistent"};
-    char field[FIELD_MAX + 1];
+    char field[RP_FIELD_MAX + 1];
     json_t *props = NULL;
     const char *s;
     rmqs_rc rc;
@@ -522,14 +436,14 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
             return rmqs_fail(err, RMQS_EINVAL, "properties",
                              "properties: must be an object");
         const char *unknown =
-            first_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
+            rp_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
         if (unknown != NULL) {
-            key_field(field, "properties.", unknown);
+            rp_key_field(field, "properties.", unknown);
             return rmqs_fail(err, RMQS_EINVAL, field, "%s: unknown property",
                              field);
         }
         for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-            key_field(field, "properties.", strings[i]);
+            rp_key_field(field, "properties.", strings[i]);
             rc = check_short_string(json_object_get(v, strings[i]), field,
                                     false, true, &s, err);
             if (rc != RMQS_OK)
@@ -566,13 +480,13 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         return RMQS_OK; /* nothing to add: no empty object to make and free */
     }
     if (props == NULL)
-        return fail_nomem(err);
+        return rp_fail_nomem(err);
 
     if (json_body && json_object_get(props, "content_type") == NULL &&
         json_object_set_new(props, "content_type",
                             json_string("application/json")) != 0) {
         json_decref(props);
-        return fail_nomem(err);
+        return rp_fail_nomem(err);
     }
     if (json_object_size(props) == 0) {
         json_decref(props);
@@ -631,7 +545,7 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
                                        json_string_length(b64), &job->body,
                                        &job->body_len);
         if (rc == RMQS_ENOMEM)
-            return fail_nomem(err);
+            return rp_fail_nomem(err);
         if (rc != RMQS_OK)
             return rmqs_fail(err, RMQS_EINVAL, "body_base64",
                              "body_base64: not valid base64");
@@ -643,7 +557,7 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
         size_t len = json_string_length(body);
         job->body = malloc(len > 0 ? len : 1);
         if (job->body == NULL)
-            return fail_nomem(err);
+            return rp_fail_nomem(err);
         memcpy(job->body, json_string_value(body), len);
         job->body_len = len;
         job->body_kind = JOB_BODY_TEXT;
@@ -656,7 +570,7 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
                              "arrays and objects)", JOB_MAX_BODY_DEPTH);
         char *text = json_dumps(body, JSON_COMPACT);
         if (text == NULL)
-            return fail_nomem(err);
+            return rp_fail_nomem(err);
         job->body = (unsigned char *)text; /* the NUL stays, uncounted */
         job->body_len = strlen(text);
         job->body_kind = JOB_BODY_JSON;
@@ -680,7 +594,7 @@ rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
         memset(out, 0, sizeof *out);
     if (canonical_out != NULL)
         *canonical_out = NULL;
-    rc = parse_object(buf, len, &root, err);
+    rc = rp_parse_object(buf, len, &root, err);
     if (rc != RMQS_OK)
         return rc;
     rc = job_from_json(root, lim, now_ms, out, canonical_out, err);
@@ -711,10 +625,10 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         goto out;
     }
 
-    unknown = first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
+    unknown = rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
     if (unknown != NULL) {
-        char field[FIELD_MAX + 1];
-        rc = rmqs_fail(err, RMQS_EINVAL, key_field(field, "", unknown),
+        char field[RP_FIELD_MAX + 1];
+        rc = rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
                        "unknown field");
         goto out;
     }
@@ -771,13 +685,13 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
     job.exchange = strdup(exchange);
     job.routing_key = strdup(routing_key);
     if (job.exchange == NULL || job.routing_key == NULL) {
-        rc = fail_nomem(err);
+        rc = rp_fail_nomem(err);
         goto out;
     }
     if (canonical_out != NULL) {
         canonical = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
         if (canonical == NULL) {
-            rc = fail_nomem(err);
+            rc = rp_fail_nomem(err);
             goto out;
         }
     }
@@ -824,14 +738,14 @@ static rmqs_rc parse_change_timing(const char *buf, size_t len,
     if (lim == NULL || deliver_at_out == NULL || delay_ms_out == NULL)
         return rmqs_fail(err, RMQS_EINVAL, "", "internal: missing argument");
 
-    rc = parse_object(buf, len, &root, err);
+    rc = rp_parse_object(buf, len, &root, err);
     if (rc != RMQS_OK)
         goto out;
     const char *unknown =
-        first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
+        rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
     if (unknown != NULL) {
-        char field[FIELD_MAX + 1];
-        rc = rmqs_fail(err, RMQS_EINVAL, key_field(field, "", unknown),
+        char field[RP_FIELD_MAX + 1];
+        rc = rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
                        "unknown field");
         goto out;
     }

@@ -201,7 +201,7 @@ rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f, rmqs_error *er
         return rmqs_fail(err, RMQS_EINVAL, "filter",
                          "filter: an object of GET /jobs query parameters");
     key = rp_unknown_key((json_t *)obj, params,
-                         sizeof params / sizeof params[0] - 1);
+                         sizeof params / sizeof params[0] - 1, NULL);
     if (key != NULL)
         return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
                          "not a filter parameter");

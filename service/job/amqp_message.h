@@ -47,6 +47,26 @@ typedef struct amqpm_str_prop {
 extern const amqpm_str_prop amqpm_str_props[];
 extern const size_t amqpm_n_str_props;
 
+/* The two other properties a job carries: priority, an integer from 0 to
+ * AMQPM_PRIORITY_MAX, and persistent, a boolean (delivery_mode 2, the
+ * default, or 1). */
+#define AMQPM_PROP_PRIORITY "priority"
+#define AMQPM_PROP_PERSISTENT "persistent"
+#define AMQPM_PRIORITY_MAX 255
+
+/* Whether name is a property a job may carry: one of amqpm_str_props,
+ * priority or persistent. The one list job.c validates against. */
+bool amqpm_property_known(const char *name);
+
+/*
+ * The one rule for expiration (the per-message TTL), checked by job.c when
+ * a job is accepted and by the publisher before it sends: a string of 1 to
+ * 10 decimal digits, at most AMQPM_EXPIRATION_MAX milliseconds, as
+ * RabbitMQ takes it (anything else makes it close the channel).
+ */
+#define AMQPM_EXPIRATION_MAX 4294967295ULL
+bool amqpm_expiration_valid(json_t *v);
+
 /* The amqp_bytes_t of property i inside props (borrowed from props). */
 amqp_bytes_t *amqpm_str_prop_field(amqp_basic_properties_t *props, size_t i);
 const amqp_bytes_t *amqpm_str_prop_cfield(const amqp_basic_properties_t *props,

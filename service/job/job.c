@@ -418,13 +418,6 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
 static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
                                 rmqs_error *err)
 {
-    static const char *const strings[] = {
-        "content_type", "content_encoding", "correlation_id", "reply_to",
-        "message_id",   "type",             "app_id",         "user_id"};
-    static const char *const allowed[] = {
-        "content_type", "content_encoding", "correlation_id", "reply_to",
-        "message_id",   "type",             "app_id",         "user_id",
-        "priority",     "expiration",       "persistent"};
     char field[RP_FIELD_MAX + 1];
     json_t *props = NULL;
     const char *s;
@@ -435,41 +428,34 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         if (!json_is_object(v))
             return rmqs_fail(err, RMQS_EINVAL, "properties",
                              "properties: must be an object");
-        const char *unknown =
-            rp_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
+        const char *unknown = rp_unknown_key(v, NULL, 0, amqpm_property_known);
         if (unknown != NULL) {
             rp_key_field(field, "properties.", unknown);
             return rmqs_fail(err, RMQS_EINVAL, field, "%s: unknown property",
                              field);
         }
-        for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-            rp_key_field(field, "properties.", strings[i]);
-            rc = check_short_string(json_object_get(v, strings[i]), field,
-                                    false, true, &s, err);
+        for (size_t i = 0; i < amqpm_n_str_props; i++) {
+            if (amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG)
+                continue; /* its own rule, below */
+            rp_key_field(field, "properties.", amqpm_str_props[i].name);
+            rc = check_short_string(json_object_get(v, amqpm_str_props[i].name),
+                                    field, false, true, &s, err);
             if (rc != RMQS_OK)
                 return rc;
         }
-        json_t *p = json_object_get(v, "priority");
+        json_t *p = json_object_get(v, AMQPM_PROP_PRIORITY);
         if (p != NULL && (!json_is_integer(p) || json_integer_value(p) < 0 ||
-                          json_integer_value(p) > 255))
+                          json_integer_value(p) > AMQPM_PRIORITY_MAX))
             return rmqs_fail(err, RMQS_EINVAL, "properties.priority",
-                             "properties.priority: must be an integer from 0 to 255");
+                             "properties.priority: must be an integer from 0 to %d",
+                             AMQPM_PRIORITY_MAX);
         json_t *e = json_object_get(v, "expiration");
-        if (e != NULL) {
-            bool ok = json_is_string(e) && json_string_length(e) >= 1 &&
-                      json_string_length(e) <= 10;
-            unsigned long long ev = 0;
-            for (size_t i = 0; ok && i < json_string_length(e); i++) {
-                char c = json_string_value(e)[i];
-                ok = c >= '0' && c <= '9';
-                ev = ev * 10 + (unsigned long long)(c - '0');
-            }
-            if (!ok || ev > 4294967295ULL)
-                return rmqs_fail(err, RMQS_EINVAL, "properties.expiration",
-                                 "properties.expiration: must be a string of "
-                                 "decimal digits (milliseconds, at most 4294967295)");
-        }
-        json_t *pe = json_object_get(v, "persistent");
+        if (e != NULL && !amqpm_expiration_valid(e))
+            return rmqs_fail(err, RMQS_EINVAL, "properties.expiration",
+                             "properties.expiration: must be a string of "
+                             "decimal digits (milliseconds, at most %llu)",
+                             AMQPM_EXPIRATION_MAX);
+        json_t *pe = json_object_get(v, AMQPM_PROP_PERSISTENT);
         if (pe != NULL && !json_is_boolean(pe))
             return rmqs_fail(err, RMQS_EINVAL, "properties.persistent",
                              "properties.persistent: must be a boolean");
@@ -625,7 +611,8 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         goto out;
     }
 
-    unknown = rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
+    unknown = rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0],
+                             NULL);
     if (unknown != NULL) {
         char field[RP_FIELD_MAX + 1];
         rc = rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
@@ -742,7 +729,8 @@ static rmqs_rc parse_change_timing(const char *buf, size_t len,
     if (rc != RMQS_OK)
         goto out;
     const char *unknown =
-        rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
+        rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0],
+                       NULL);
     if (unknown != NULL) {
         char field[RP_FIELD_MAX + 1];
         rc = rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),

@@ -24,12 +24,14 @@ static bool in_list(const char *key, const char *const *list, size_t n)
     return false;
 }
 
-const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n)
+const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n,
+                           bool (*known)(const char *key))
 {
     const char *key, *found = NULL;
     json_t *v;
     json_object_foreach(obj, key, v) {
-        if (!in_list(key, allowed, n) && (found == NULL || strcmp(key, found) < 0))
+        if (!in_list(key, allowed, n) && (known == NULL || !known(key)) &&
+            (found == NULL || strcmp(key, found) < 0))
             found = key;
     }
     return found;

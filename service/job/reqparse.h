@@ -16,6 +16,7 @@
 #define RMQS_REQPARSE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "rmqs.h"
@@ -36,9 +37,12 @@ rmqs_rc rp_fail_nomem(rmqs_error *err);
 rmqs_rc rp_parse_object(const char *buf, size_t len, json_t **root_out,
                         rmqs_error *err);
 
-/* The smallest key of obj (byte order) not among allowed[0..n), or NULL:
- * the answer does not depend on jansson's hash order. Borrowed from obj. */
-const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n);
+/* The smallest key of obj (byte order) that is neither among
+ * allowed[0..n) nor, when known is not NULL, one known() says yes to; NULL
+ * if there is none. The answer does not depend on jansson's hash order.
+ * Borrowed from obj. */
+const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n,
+                           bool (*known)(const char *key));
 
 /*
  * The field name for a client-chosen key: prefix + key, cut so that it fits

@@ -97,7 +97,8 @@ static rmqs_rc parse_dst(json_t *v, cron_dst *dst, rmqs_error *err)
     if (!json_is_object(v))
         return rmqs_fail(err, RMQS_EINVAL, "dst",
                          "dst: must be an object {\"skipped\", \"repeated\"}");
-    unknown = rp_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
+    unknown = rp_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0],
+                             NULL);
     if (unknown != NULL)
         return rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "dst.", unknown),
                          "unknown field");
@@ -188,7 +189,7 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
     if (!json_is_object(root))
         return rmqs_fail(err, RMQS_EINVAL, "", "request body must be a JSON object");
     unknown = rp_unknown_key(root, allowed,
-                             sizeof allowed / sizeof allowed[0]);
+                             sizeof allowed / sizeof allowed[0], NULL);
     if (unknown != NULL)
         return rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
                          "unknown field");

@@ -165,3 +165,38 @@ Test(amqp_message, the_names_table)
     cr_expect(!amqpm_reserved_header("x-deliver-at"));
     cr_expect(!amqpm_reserved_header("X-Delay"), "exact names");
 }
+
+Test(amqp_message, the_table_names_every_property_a_job_carries)
+{
+    for (size_t i = 0; i < amqpm_n_str_props; i++)
+        cr_expect(amqpm_property_known(amqpm_str_props[i].name), "%s",
+                  amqpm_str_props[i].name);
+    cr_expect(amqpm_property_known("priority"));
+    cr_expect(amqpm_property_known("persistent"));
+    cr_expect_not(amqpm_property_known("delivery_mode"));
+    cr_expect_not(amqpm_property_known("timestamp"));
+    cr_expect_not(amqpm_property_known("headers"));
+}
+
+Test(amqp_message, one_expiration_rule)
+{
+    static const char *const ok[] = {"0", "60000", "4294967295", "0000000001"};
+    static const char *const bad[] = {"", "-1", " 1", "1.5", "4294967296",
+                                      "12345678901", "1e3"};
+    json_t *v;
+
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        v = json_string(ok[i]);
+        cr_expect(amqpm_expiration_valid(v), "%s", ok[i]);
+        json_decref(v);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = json_string(bad[i]);
+        cr_expect_not(amqpm_expiration_valid(v), "%s", bad[i]);
+        json_decref(v);
+    }
+    v = json_integer(60000);
+    cr_expect_not(amqpm_expiration_valid(v), "an integer is not the string");
+    json_decref(v);
+    cr_expect_not(amqpm_expiration_valid(NULL));
+}

@@ -48,17 +48,23 @@ Test(reqparse, key_field_fits_and_never_cuts_inside_a_character)
     free(key);
 }
 
+static bool is_m(const char *key)
+{
+    return strcmp(key, "m") == 0;
+}
+
 Test(reqparse, unknown_key_is_the_smallest_one)
 {
     static const char *const allowed[] = {"a", "b"};
     json_t *o = json_pack("{s:i, s:i, s:i, s:i}", "zz", 1, "a", 1, "m", 1, "q", 1);
 
     cr_assert_not_null(o);
-    cr_expect_str_eq(rp_unknown_key(o, allowed, 2), "m");
+    cr_expect_str_eq(rp_unknown_key(o, allowed, 2, NULL), "m");
+    cr_expect_str_eq(rp_unknown_key(o, allowed, 2, is_m), "q");
     json_object_del(o, "m");
     json_object_del(o, "q");
     json_object_del(o, "zz");
-    cr_expect_null(rp_unknown_key(o, allowed, 2));
+    cr_expect_null(rp_unknown_key(o, allowed, 2, NULL));
     json_decref(o);
 }
 

@@ -22,6 +22,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "rmqs.h"
+#include "timeutil.h"
+
 #define AMQPM_SHORTSTR_MAX 255 /* an AMQP short string: names, properties */
 
 /* Headers the publisher sets on every message (a job's own header of the
@@ -97,5 +100,29 @@ bool amqpm_broker_refused_header(const char *name);
  * bounded by the caller's validation.
  */
 size_t amqpm_encoded_size(json_t *headers, json_t *props, size_t id_len);
+
+/* ------------------------------------------------------------------------ */
+/* Building a job's message (amqp_message_build.c)                          */
+
+#define AMQPM_FRAME_OVERHEAD 8 /* a frame's type, channel, size, end marker */
+
+struct job;
+
+/* A job's message ready to send: the properties and the storage they point
+ * into (alive as long as the job and the pool are). */
+typedef struct amqpm_message {
+    amqp_basic_properties_t props;
+    char scheduled_at[TU_RFC3339_LEN + 1];
+    char fire_time[TU_RFC3339_LEN + 1]; /* runs of a recurring schedule */
+    char expiration[24];
+} amqpm_message;
+
+/*
+ * Fill m->props for job (pointers into the job, m and pool). Returns 0, or
+ * -1 with err filled when the job cannot be encoded (its result is then decided
+ * without the broker).
+ */
+int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
+                amqpm_message *m, rmqs_error *err);
 
 #endif

@@ -72,9 +72,11 @@
  *   timeout is reported AMQPP_LOST, but the connection is kept, since a new
  *   one would only repeat it.
  * - A job that cannot be encoded (a header name over 255 bytes, headers
- *   larger than a frame...) is checked before anything is sent and reported
+ *   larger than a frame, an expiration job.c would refuse...) is checked
+ *   before anything is sent (amqpm_build, amqp_message.h) and reported
  *   AMQPP_NACKED "not publishable: ...": retrying cannot help, and an
  *   encoder error after basic.publish went out would break the connection.
+ *   A build that runs out of memory is AMQPP_UNSENT (published again).
  *
  * Liveness (rabbitmq-c 0.11 traps; upstream amqp.h on heartbeats, issues
  * #418, #780 and #519):
@@ -97,9 +99,9 @@
  *
  * Frame memory belongs to the connection's pools: everything needed is
  * copied (reply texts into fixed buffers) before amqp_maybe_release_buffers().
- * Header tables for a message are built in the publisher's amqp_pool_t,
- * recycled after each message; the window is allocated once. Nothing grows
- * with the number of publishes.
+ * Header tables for a message are built (amqpm_build) in the publisher's
+ * amqp_pool_t, recycled after each message; the window is allocated once.
+ * Nothing grows with the number of publishes.
  *
  * Logs and error messages use the safe URL ("user:***@", amqp_conn.h).
  */
@@ -767,6 +769,7 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
     amqpp_result r;
     amqpm_message m;
     rmqs_error err;
+    rmqs_rc rc;
     int res;
 
     if (!amqpp_can_send(p)) {
@@ -794,7 +797,14 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
         return RMQS_OK;
     }
     recycle_amqp_pool(&p->pool);
-    if (amqpm_build(job, p->frame_max, &p->pool, &m, &err) != 0) {
+    rc = amqpm_build(job, p->frame_max, &p->pool, &m, &err);
+    if (rc == RMQS_ENOMEM) {
+        /* Nothing wrong with the job: publish it again later. */
+        set_result(&r, AMQPP_UNSENT, "not published: %s", err.message);
+        p->on_report(p->report_cls, ctx, &r);
+        return RMQS_OK;
+    }
+    if (rc != RMQS_OK) {
         /* Retrying cannot help; let the attempt fail like a nack. */
         log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"",
                  job->id, err.message);

@@ -6,11 +6,10 @@
  * one content-header frame, and the publisher checks the same frame against
  * the broker's frame_max before it sends. Both used to count on their own;
  * now both call amqpm_encoded_size(), which counts exactly what
- * amqp_publisher.c's build_message() puts on the wire.
+ * amqpm_build() (amqp_message_build.c) puts on the wire.
  */
 #include "amqp_message.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "timeutil.h"
@@ -138,12 +137,6 @@ size_t amqpm_encoded_size(json_t *headers, json_t *props, size_t id_len)
                           : NULL;
         if (json_is_string(v)) {
             size += 1 + json_string_length(v);
-        } else if (json_is_integer(v) &&
-                   amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG) {
-            char digits[24];
-            int n = snprintf(digits, sizeof digits, "%" JSON_INTEGER_FORMAT,
-                             json_integer_value(v));
-            size += 1 + (n > 0 ? (size_t)n : 0);
         }
     }
     if (props == NULL || !json_is_string(json_object_get(props, "message_id")))

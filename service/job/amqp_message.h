@@ -88,9 +88,8 @@ bool amqpm_broker_refused_header(const char *name);
 /*
  * Bytes the properties and headers of a job's message take in its content
  * header, counted as rabbitmq-c's encoder writes them (AMQP 0-9-1 section
- * 4.2.5, as amqp_publisher.c builds them): property flags, delivery mode,
- * each short-string property (1 + length; an integer expiration as its
- * decimal text), priority, the default message_id (id_len bytes, the job
+ * 4.2.5, as amqpm_build builds them): property flags, delivery mode,
+ * each short-string property (1 + length), priority, the default message_id (id_len bytes, the job
  * id) when props has none, and the header table: 4, then per entry
  * 1 + name + 1 (kind) + value (a long string 4 + length, an integer or a
  * double 8, a boolean 1, null nothing, a table or array 4 + its entries),
@@ -114,15 +113,18 @@ typedef struct amqpm_message {
     amqp_basic_properties_t props;
     char scheduled_at[TU_RFC3339_LEN + 1];
     char fire_time[TU_RFC3339_LEN + 1]; /* runs of a recurring schedule */
-    char expiration[24];
 } amqpm_message;
 
 /*
- * Fill m->props for job (pointers into the job, m and pool). Returns 0, or
- * -1 with err filled when the job cannot be encoded (its result is then decided
- * without the broker).
+ * Fill m->props for job (pointers into the job, m and pool): the job's
+ * properties by the table above (expiration by amqpm_expiration_valid's
+ * rule), message_id defaulted to the job id, the job's headers and the
+ * publisher's own, checked to fit in a content-header frame of frame_max
+ * bytes. Returns RMQS_OK; RMQS_EINVAL with err filled when the job cannot
+ * be encoded (its result is then decided without the broker: retrying
+ * cannot help); RMQS_ENOMEM when the pool cannot grow.
  */
-int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
-                amqpm_message *m, rmqs_error *err);
+rmqs_rc amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
+                    amqpm_message *m, rmqs_error *err);
 
 #endif

@@ -11,7 +11,6 @@
 #include "amqp_message.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "job.h"
@@ -20,77 +19,75 @@
 #define HEADER_PAYLOAD_FIXED 14  /* class, weight, body size, flags */
 #define MAX_HEADER_DEPTH 8       /* nested tables/arrays in headers */
 
-static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, rmqs_error *err);
+static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
+                           amqp_field_value_t *out, int depth, rmqs_error *err);
 
-static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
-                       int depth, rmqs_error *err)
+static rmqs_rc build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
+                           int depth, rmqs_error *err)
 {
     const char *key;
     json_t *v;
     int n = 0;
+    rmqs_rc rc;
 
     out->num_entries = 0;
     out->entries = NULL;
     if (json_object_size(obj) == 0) {
-        return 0;
+        return RMQS_OK;
     }
     out->entries = amqp_pool_alloc(pool, json_object_size(obj) *
                                              sizeof(amqp_table_entry_t));
     if (!out->entries) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
-        return -1;
+        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     }
     json_object_foreach(obj, key, v) {
         size_t klen = strlen(key);
         if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "header name of %zu bytes (1-255 allowed)",
-                     klen);
-            return -1;
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "header name of %zu bytes (1-255 allowed)", klen);
         }
         out->entries[n].key = amqp_cstring_bytes(key);
-        if (build_value(pool, v, &out->entries[n].value, depth + 1,
-                        err) != 0) {
-            return -1;
+        rc = build_value(pool, v, &out->entries[n].value, depth + 1, err);
+        if (rc != RMQS_OK) {
+            return rc;
         }
         n++;
     }
     out->num_entries = n;
-    return 0;
+    return RMQS_OK;
 }
 
-static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, rmqs_error *err)
+static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
+                           amqp_field_value_t *out, int depth, rmqs_error *err)
 {
     size_t i, n;
 
     if (depth > MAX_HEADER_DEPTH) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "headers nested deeper than %d levels",
-                 MAX_HEADER_DEPTH);
-        return -1;
+        return rmqs_fail(err, RMQS_EINVAL, NULL,
+                         "headers nested deeper than %d levels", MAX_HEADER_DEPTH);
     }
     switch (json_typeof(v)) {
     case JSON_STRING:
         out->kind = AMQP_FIELD_KIND_UTF8;
         out->value.bytes.len = json_string_length(v);
         out->value.bytes.bytes = (void *)json_string_value(v);
-        return 0;
+        return RMQS_OK;
     case JSON_INTEGER:
         out->kind = AMQP_FIELD_KIND_I64;
         out->value.i64 = (int64_t)json_integer_value(v);
-        return 0;
+        return RMQS_OK;
     case JSON_REAL:
         out->kind = AMQP_FIELD_KIND_F64;
         out->value.f64 = json_real_value(v);
-        return 0;
+        return RMQS_OK;
     case JSON_TRUE:
     case JSON_FALSE:
         out->kind = AMQP_FIELD_KIND_BOOLEAN;
         out->value.boolean = json_is_true(v);
-        return 0;
+        return RMQS_OK;
     case JSON_NULL:
         out->kind = AMQP_FIELD_KIND_VOID;
-        return 0;
+        return RMQS_OK;
     case JSON_OBJECT:
         out->kind = AMQP_FIELD_KIND_TABLE;
         return build_table(pool, v, &out->value.table, depth, err);
@@ -100,25 +97,24 @@ static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
         out->value.array.num_entries = (int)n;
         out->value.array.entries = NULL;
         if (n == 0) {
-            return 0;
+            return RMQS_OK;
         }
         out->value.array.entries =
             amqp_pool_alloc(pool, n * sizeof(amqp_field_value_t));
         if (!out->value.array.entries) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
-            return -1;
+            return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         }
         for (i = 0; i < n; i++) {
-            if (build_value(pool, json_array_get(v, i),
-                            &out->value.array.entries[i], depth + 1,
-                            err) != 0) {
-                return -1;
+            rmqs_rc rc = build_value(pool, json_array_get(v, i),
+                                     &out->value.array.entries[i], depth + 1,
+                                     err);
+            if (rc != RMQS_OK) {
+                return rc;
             }
         }
-        return 0;
+        return RMQS_OK;
     }
-    rmqs_fail(err, RMQS_EINVAL, NULL, "unsupported header value");
-    return -1;
+    return rmqs_fail(err, RMQS_EINVAL, NULL, "unsupported header value");
 }
 
 /* A header entry whose value is the text s (borrowed: it must outlive the
@@ -130,36 +126,35 @@ static void put_text_header(amqp_table_entry_t *e, const char *key, const char *
     e->value.value.bytes = amqp_cstring_bytes(s);
 }
 
-int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
-                amqpm_message *m, rmqs_error *err)
+rmqs_rc amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
+                    amqpm_message *m, rmqs_error *err)
 {
     amqp_basic_properties_t *pr = &m->props;
     json_t *props = job->properties, *v;
     amqp_table_entry_t *e;
     const char *key;
     size_t size, i, n = 0;
+    rmqs_rc rc;
 
     memset(pr, 0, sizeof *pr);
     if ((job->exchange && strlen(job->exchange) > AMQPM_SHORTSTR_MAX) ||
         (job->routing_key && strlen(job->routing_key) > AMQPM_SHORTSTR_MAX)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "exchange or routing key longer than 255 bytes");
-        return -1;
+        return rmqs_fail(err, RMQS_EINVAL, NULL,
+                         "exchange or routing key longer than 255 bytes");
     }
     if (props && !json_is_object(props)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "properties is not an object");
-        return -1;
+        return rmqs_fail(err, RMQS_EINVAL, NULL, "properties is not an object");
     }
     if (job->headers && !json_is_object(job->headers)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "headers is not an object");
-        return -1;
+        return rmqs_fail(err, RMQS_EINVAL, NULL, "headers is not an object");
     }
 
     pr->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
     pr->delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    v = props ? json_object_get(props, "persistent") : NULL;
+    v = props ? json_object_get(props, AMQPM_PROP_PERSISTENT) : NULL;
     if (v && !json_is_boolean(v)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "property persistent is not a boolean");
-        return -1;
+        return rmqs_fail(err, RMQS_EINVAL, NULL,
+                         "property persistent is not a boolean");
     }
     if (v && json_is_false(v)) {
         pr->delivery_mode = AMQP_DELIVERY_NONPERSISTENT;
@@ -168,16 +163,16 @@ int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
     for (i = 0; props && i < amqpm_n_str_props; i++) {
         amqp_bytes_t *dst = amqpm_str_prop_field(pr, i);
         if (amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG) {
-            continue; /* a string or an integer: below */
+            continue; /* its own rule: below */
         }
         v = json_object_get(props, amqpm_str_props[i].name);
         if (!v) {
             continue;
         }
         if (!json_is_string(v) || json_string_length(v) > AMQPM_SHORTSTR_MAX) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "property %s is not a string of at most 255 "
-                               "bytes", amqpm_str_props[i].name);
-            return -1;
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "property %s is not a string of at most 255 bytes",
+                             amqpm_str_props[i].name);
         }
         dst->len = json_string_length(v);
         dst->bytes = (void *)json_string_value(v);
@@ -189,26 +184,23 @@ int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
     }
     v = props ? json_object_get(props, "expiration") : NULL;
     if (v) {
-        if (json_is_string(v) && json_string_length(v) <= AMQPM_SHORTSTR_MAX) {
-            pr->expiration.len = json_string_length(v);
-            pr->expiration.bytes = (void *)json_string_value(v);
-        } else if (json_is_integer(v) && json_integer_value(v) >= 0) {
-            snprintf(m->expiration, sizeof m->expiration, "%" JSON_INTEGER_FORMAT,
-                     json_integer_value(v));
-            pr->expiration = amqp_cstring_bytes(m->expiration);
-        } else {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "property expiration is not a string or a "
-                               "non-negative integer");
-            return -1;
+        if (!amqpm_expiration_valid(v)) {
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "property expiration is not a string of decimal "
+                             "digits (milliseconds, at most %llu)",
+                             AMQPM_EXPIRATION_MAX);
         }
+        pr->expiration.len = json_string_length(v);
+        pr->expiration.bytes = (void *)json_string_value(v);
         pr->_flags |= AMQP_BASIC_EXPIRATION_FLAG;
     }
-    v = props ? json_object_get(props, "priority") : NULL;
+    v = props ? json_object_get(props, AMQPM_PROP_PRIORITY) : NULL;
     if (v) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > 255) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "property priority is not an integer 0-255");
-            return -1;
+            json_integer_value(v) > AMQPM_PRIORITY_MAX) {
+            return rmqs_fail(err, RMQS_EINVAL, NULL,
+                             "property priority is not an integer 0-%d",
+                             AMQPM_PRIORITY_MAX);
         }
         pr->priority = (uint8_t)json_integer_value(v);
         pr->_flags |= AMQP_BASIC_PRIORITY_FLAG;
@@ -218,8 +210,7 @@ int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
     e = amqp_pool_alloc(pool, (json_object_size(job->headers) + 5) *
                                   sizeof(amqp_table_entry_t));
     if (!e) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
-        return -1;
+        return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     }
     if (job->headers) {
         json_object_foreach(job->headers, key, v) {
@@ -228,13 +219,14 @@ int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
                 continue;
             }
             if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
-                rmqs_fail(err, RMQS_EINVAL, NULL, "header name of %zu bytes (1-255 allowed)",
-                         klen);
-                return -1;
+                return rmqs_fail(err, RMQS_EINVAL, NULL,
+                                 "header name of %zu bytes (1-255 allowed)",
+                                 klen);
             }
             e[n].key = amqp_cstring_bytes(key);
-            if (build_value(pool, v, &e[n].value, 1, err) != 0) {
-                return -1;
+            rc = build_value(pool, v, &e[n].value, 1, err);
+            if (rc != RMQS_OK) {
+                return rc;
             }
             n++;
         }
@@ -269,9 +261,9 @@ int amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
      * the publish method went out (and the connection is unusable). */
     size = amqpm_encoded_size(job->headers, props, strlen(job->id));
     if (size + HEADER_PAYLOAD_FIXED + AMQPM_FRAME_OVERHEAD > (size_t)frame_max) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "headers and properties take %zu bytes, more than "
-                           "the frame size %d allows", size, frame_max);
-        return -1;
+        return rmqs_fail(err, RMQS_EINVAL, NULL,
+                         "headers and properties take %zu bytes, more than "
+                         "the frame size %d allows", size, frame_max);
     }
-    return 0;
+    return RMQS_OK;
 }

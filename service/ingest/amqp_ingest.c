@@ -97,6 +97,7 @@
 #include <time.h>
 
 #include "amqp_conn.h"
+#include "ingest_batch.h"
 #include "ingest_inbox.h"
 #include "ingest_map.h"
 #include "log.h"
@@ -114,60 +115,6 @@
 #define DB_PAUSE_MAX_MS 5000
 #define TIMEOUT_MS 5000       /* connect, handshake, RPCs */
 #define CLOSE_TIMEOUT_MS 1000 /* the polite close at stop */
-
-/* What settling does with a delivery. */
-typedef enum action {
-    ACT_STORE,   /* handed to the writer: its rc decides */
-    ACT_REJECT,  /* basic.reject requeue=false: dead-lettered or dropped */
-    ACT_REQUEUE  /* basic.nack requeue=true: local trouble, try later */
-} action;
-
-typedef struct delivery {
-    writer_req req;           /* ins.jobs points at job */
-    job_t job;
-    uint64_t tag;
-    size_t map;               /* index into in->maps */
-    action act;
-    bool invalid;             /* counted as invalid (routed or rejected) */
-    bool redelivered;
-    bool retry;               /* store again without the key (conflict) */
-    char *idem_key;           /* malloc'd, or NULL */
-    char idem_request[INGEST_MAP_REQUEST_LEN + 1];
-    char routing_key[INGEST_MAP_LOG_TEXT + 4]; /* printable copies, for logs */
-    char message_id[INGEST_MAP_LOG_TEXT + 4];
-    char reason[256];
-} delivery;
-
-struct ingest {
-    /* configuration, fixed after ingest_new */
-    amqpc_t *link;            /* URL, TLS, login (amqp_conn.h); its
-                                 connection belongs to the thread */
-    int heartbeat_s;
-    ingest_inbox *maps;       /* one per --ingest mapping */
-    size_t n_maps;
-    unsigned prefetch;
-    ingest_invalid_rule rule;
-    char *dlx;
-    job_limits limits;
-    writer_t *writer;         /* borrowed; it wakes the dispatcher after
-                                 commits */
-
-    worker_t wk;              /* the thread; wk.mu guards wk.stop and
-                                 outstanding */
-    pthread_cond_t done_cv;   /* outstanding reached 0 (CLOCK_MONOTONIC) */
-    size_t outstanding;       /* writer requests of the batch not done */
-    atomic_bool connected;
-
-    /* owned by the thread */
-    amqp_connection_state_t conn; /* link's connection; NULL while
-                                     disconnected */
-    delivery *batch;
-    size_t cap, n;
-    int64_t db_pause_ms;
-    int64_t t_first, t_read, t_stored; /* mono ms: the batch's timeline */
-    uint64_t invalid_total;
-    char last_error[300];     /* last connect failure, to log changes only */
-};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -442,100 +389,6 @@ static int on_other_frame(ingest_t *in)
     }
 }
 
-static void on_done(writer_req *req, void *cls)
-{
-    ingest_t *in = cls;
-
-    (void)req;
-    pthread_mutex_lock(&in->wk.mu);
-    if (--in->outstanding == 0) {
-        pthread_cond_broadcast(&in->done_cv);
-    }
-    pthread_mutex_unlock(&in->wk.mu);
-}
-
-static void clear_delivery(delivery *d)
-{
-    job_clear(&d->job);
-    job_clear(&d->req.ins.existing);
-    free(d->idem_key);
-    memset(d, 0, sizeof *d);
-}
-
-static void clear_batch(ingest_t *in)
-{
-    for (size_t i = 0; i < in->n; i++) {
-        clear_delivery(&in->batch[i]);
-    }
-    in->n = 0;
-}
-
-/* Turn one envelope into the next delivery of the batch. */
-static void take(ingest_t *in, const amqp_envelope_t *env)
-{
-    delivery *d = &in->batch[in->n++];
-    const amqp_basic_properties_t *p = &env->message.properties;
-    rmqs_error err = {{0}, {0}};
-    int64_t received = tu_now_ms();
-    const ingest_inbox *m = NULL;
-    rmqs_rc rc;
-
-    memset(d, 0, sizeof *d);
-    d->tag = env->delivery_tag;
-    d->redelivered = env->redelivered != 0;
-    ingest_map_printable(d->routing_key, sizeof d->routing_key,
-                         env->routing_key.bytes, env->routing_key.len);
-    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
-        ingest_map_printable(d->message_id, sizeof d->message_id,
-                             p->message_id.bytes, p->message_id.len);
-    }
-    for (size_t i = 0; i < in->n_maps && !m; i++) {
-        if (ingest_inbox_has_tag(&in->maps[i], env->consumer_tag)) {
-            m = &in->maps[i];
-            d->map = i;
-        }
-    }
-    if (!m) { /* cannot happen: we only consume with our own tags */
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "unknown consumer tag");
-        return;
-    }
-
-    rc = ingest_map_job(env, m->target_exchange, received, &in->limits,
-                        &d->job, &err);
-    d->act = ACT_STORE;
-    if (rc == RMQS_EINVAL) {
-        d->invalid = true;
-        snprintf(d->reason, sizeof d->reason, "%s", err.message);
-        if (!d->job.exchange || in->rule == INGEST_INVALID_DEAD_LETTER) {
-            d->act = ACT_REJECT; /* cannot be carried, or the rule says so */
-            job_clear(&d->job);
-            return;
-        }
-    } else if (rc != RMQS_OK) {
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "%s", err.message);
-        return;
-    }
-    if (job_id_generate(received, d->job.id) != RMQS_OK) {
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "no randomness for a job id");
-        return;
-    }
-    if (ingest_map_idempotency(env, &d->job, m->ingest_exchange,
-                               &d->idem_key, d->idem_request) != RMQS_OK) {
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "out of memory");
-        return;
-    }
-    d->req.ins.jobs = &d->job;
-    d->req.ins.n = 1;
-    d->req.ins.idem_key = d->idem_key;
-    d->req.ins.idem_request = d->idem_key ? d->idem_request : NULL;
-    d->req.done = on_done;
-    d->req.cls = in;
-}
-
 /*
  * Fill the batch: wait up to wait_ms for a first delivery, then take what
  * keeps coming (COLLECT_GAP_MS of silence or COLLECT_MAX_MS in all end it)
@@ -565,7 +418,7 @@ static long collect(ingest_t *in, int64_t wait_ms)
         r = amqp_consume_message(in->conn, &env, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             if (env.channel == CHANNEL) {
-                take(in, &env);
+                ingest_batch_take(in, &env);
                 if (in->n == 1) {
                     first = in->t_first = tu_mono_ms();
                 }
@@ -601,7 +454,7 @@ lost:
                  "n=%zu note=\"nothing was stored or acknowledged; the broker "
                  "delivers them again\"", in->n);
     }
-    clear_batch(in);
+    ingest_batch_clear(in);
     return -1;
 }
 
@@ -654,65 +507,6 @@ static void store_batch(ingest_t *in, bool retry)
     pthread_mutex_unlock(&in->wk.mu);
 }
 
-/* Decide the action of every delivery the writer had (retry: those of the
- * second round) from its outcome. Returns how many conflicts (a message_id
- * reused by another message) there were: those are marked to be stored
- * again without a key. */
-static size_t judge(ingest_t *in, bool retry, bool *db_trouble)
-{
-    size_t conflicts = 0;
-
-    for (size_t i = 0; i < in->n; i++) {
-        delivery *d = &in->batch[i];
-        if (d->act != ACT_STORE || (retry && !d->retry)) {
-            continue;
-        }
-        if (d->req.ins.rc == RMQS_ECONFLICT && d->req.ins.idem_key) {
-            log_warn(MOD, "message_id reused by a different message; "
-                          "stored without duplicate protection",
-                     "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\"",
-                     in->maps[d->map].ingest_exchange, d->routing_key,
-                     d->message_id);
-            d->req.ins.idem_key = NULL;
-            d->req.ins.idem_request = NULL;
-            d->req.ins.rc = RMQS_OK;
-            d->retry = true;
-            conflicts++;
-            continue;
-        }
-        switch (d->req.ins.rc) {
-        case RMQS_OK:
-            break;
-        case RMQS_ECONFLICT: /* without a key: not expected */
-        case RMQS_EINVAL:
-        case RMQS_ENOTFOUND:
-            d->act = ACT_REJECT;
-            d->invalid = true;
-            snprintf(d->reason, sizeof d->reason, "the store refused it (%s)",
-                     rmqs_rc_name(d->req.ins.rc));
-            break;
-        default: /* EDB, EFULL, ENOMEM...: the message waits in the broker */
-            d->act = ACT_REQUEUE;
-            snprintf(d->reason, sizeof d->reason, "database: %s",
-                     rmqs_rc_name(d->req.ins.rc));
-            *db_trouble = true;
-            break;
-        }
-    }
-    return conflicts;
-}
-
-static void log_invalid(ingest_t *in, const delivery *d, const char *what)
-{
-    in->invalid_total++;
-    log_warn(MOD, "invalid message",
-             "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\" "
-             "reason=\"%s\" action=%s job_id=%s invalid_total=%llu",
-             in->maps[d->map].ingest_exchange, d->routing_key, d->message_id,
-             d->reason, what, d->job.id[0] ? d->job.id : "none",
-             (unsigned long long)in->invalid_total);
-}
-
 /* Reject/nack what was not stored, then ack the stored ones at once.
  * Returns how many went back to the inbox. */
 static size_t settle(ingest_t *in)
@@ -734,7 +528,7 @@ static size_t settle(ingest_t *in)
             } else {
                 stored++;
                 if (d->invalid) {
-                    log_invalid(in, d, "routed");
+                    ingest_batch_log_invalid(in, d, "routed");
                 }
                 if (!d->req.ins.idem_key && d->redelivered) {
                     unkeyed++;
@@ -743,7 +537,7 @@ static size_t settle(ingest_t *in)
             ack_to = d->tag > ack_to ? d->tag : ack_to;
             break;
         case ACT_REJECT:
-            log_invalid(in, d, in->dlx ? "dead-lettered" : "rejected");
+            ingest_batch_log_invalid(in, d, in->dlx ? "dead-lettered" : "rejected");
             rejected++;
             if (in->conn) {
                 res = amqp_basic_reject(in->conn, CHANNEL, d->tag, 0);
@@ -802,13 +596,13 @@ static void run_batch(ingest_t *in)
     size_t requeued;
 
     store_batch(in, false);
-    if (judge(in, false, &db_trouble) > 0) {
+    if (ingest_batch_judge(in, false, &db_trouble) > 0) {
         store_batch(in, true);
-        (void)judge(in, true, &db_trouble);
+        (void)ingest_batch_judge(in, true, &db_trouble);
     }
     in->t_stored = tu_mono_ms();
     requeued = settle(in);
-    clear_batch(in);
+    ingest_batch_clear(in);
     if (in->conn) {
         amqp_maybe_release_buffers(in->conn);
     }
@@ -912,7 +706,7 @@ void ingest_free(ingest_t *in)
     ingest_stop(in);
     amqpc_free(in->link); /* and its connection, if any */
     if (in->batch) {
-        clear_batch(in);
+        ingest_batch_clear(in);
     }
     for (size_t i = 0; in->maps && i < in->n_maps; i++) {
         ingest_inbox_clear(&in->maps[i]);

@@ -335,8 +335,9 @@ static bool pause_ms(ingest_t *in, int64_t ms)
 /* Reading deliveries                                                  */
 
 /* A frame that is not a delivery is waiting (amqp_consume_message put it
- * back): act on it. Returns 0, or -1 once the connection is dropped. */
-static int on_other_frame(ingest_t *in)
+ * back): act on it. Returns RMQS_OK, or RMQS_EBROKER once the connection
+ * is dropped. */
+static rmqs_rc on_other_frame(ingest_t *in)
 {
     struct timeval tv = {0, 0};
     amqp_frame_t f;
@@ -345,14 +346,14 @@ static int on_other_frame(ingest_t *in)
 
     res = amqp_simple_wait_frame_noblock(in->conn, &f, &tv);
     if (res == AMQP_STATUS_TIMEOUT) {
-        return 0;
+        return RMQS_OK;
     }
     if (res != AMQP_STATUS_OK) {
         drop(in, "%s", amqp_error_string2(res));
-        return -1;
+        return RMQS_EBROKER;
     }
     if (f.frame_type != AMQP_FRAME_METHOD) {
-        return 0; /* stray content: nothing to do */
+        return RMQS_OK; /* stray content: nothing to do */
     }
     switch (f.payload.method.id) {
     case AMQP_CONNECTION_CLOSE_METHOD: {
@@ -362,40 +363,41 @@ static int on_other_frame(ingest_t *in)
         (void)amqp_send_method(in->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD,
                                &ok);
         drop(in, "connection closed by the broker: %s", reason);
-        return -1;
+        return RMQS_EBROKER;
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
         const amqp_channel_close_t *c = f.payload.method.decoded;
         amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         /* A new connection declares and consumes again from scratch. */
         drop(in, "channel closed by the broker: %s", reason);
-        return -1;
+        return RMQS_EBROKER;
     }
     case AMQP_BASIC_CANCEL_METHOD:
         drop(in, "consumer cancelled by the broker (inbox queue deleted?)");
-        return -1;
+        return RMQS_EBROKER;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         log_warn(MOD, "broker blocked the connection (resource alarm)",
                  "url=%s", amqpc_safe_url(in->link));
-        return 0;
+        return RMQS_OK;
     case AMQP_CONNECTION_UNBLOCKED_METHOD:
         log_info(MOD, "broker unblocked the connection", "url=%s",
                  amqpc_safe_url(in->link));
-        return 0;
+        return RMQS_OK;
     default:
         log_debug(MOD, "ignored frame", "channel=%u method=%s",
                   (unsigned)f.channel, amqp_method_name(f.payload.method.id));
-        return 0;
+        return RMQS_OK;
     }
 }
 
 /*
  * Fill the batch: wait up to wait_ms for a first delivery, then take what
  * keeps coming (COLLECT_GAP_MS of silence or COLLECT_MAX_MS in all end it)
- * until it is full. Returns how many, or -1 if the connection was lost
- * (the batch is cleared: the broker requeues those deliveries).
+ * until it is full (in->n deliveries, maybe none). Returns RMQS_OK, or
+ * RMQS_EBROKER if the connection was lost (the batch is cleared: the
+ * broker requeues those deliveries).
  */
-static long collect(ingest_t *in, int64_t wait_ms)
+static rmqs_rc collect(ingest_t *in, int64_t wait_ms)
 {
     int64_t first = 0;
 
@@ -433,7 +435,7 @@ static long collect(ingest_t *in, int64_t wait_ms)
         }
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
             r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-            if (on_other_frame(in) != 0) {
+            if (on_other_frame(in) != RMQS_OK) {
                 goto lost;
             }
             amqp_maybe_release_buffers(in->conn);
@@ -447,7 +449,7 @@ static long collect(ingest_t *in, int64_t wait_ms)
         goto lost;
     }
     in->t_read = tu_mono_ms();
-    return (long)in->n;
+    return RMQS_OK;
 lost:
     if (in->n > 0) {
         log_warn(MOD, "connection lost while reading a batch",
@@ -455,7 +457,7 @@ lost:
                  "delivers them again\"", in->n);
     }
     ingest_batch_clear(in);
-    return -1;
+    return RMQS_EBROKER;
 }
 
 /* ------------------------------------------------------------------ */
@@ -632,8 +634,6 @@ static void *ingest_main(void *arg)
     rmqs_error e;
 
     while (!worker_stopping(&in->wk)) {
-        long n;
-
         if (!in->conn) {
             atomic_store(&in->connected, false);
             if (ingest_connect(in, &e) != RMQS_OK) {
@@ -667,8 +667,7 @@ static void *ingest_main(void *arg)
                          amqp_get_heartbeat(in->conn));
             }
         }
-        n = collect(in, idle_ms);
-        if (n > 0) {
+        if (collect(in, idle_ms) == RMQS_OK && in->n > 0) {
             run_batch(in);
         }
     }

@@ -286,18 +286,14 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
                             int64_t *deliver_at_out, int64_t *delay_out,
                             rmqs_error *err)
 {
-    json_t *delay = json_object_get(root, "delay_ms");
-    json_t *at = json_object_get(root, "deliver_at");
+    json_t *delay, *at;
     char horizon[48];
     int64_t deliver_at;
+    rmqs_rc rc = rp_one_of(root, "delay_ms", "deliver_at", &delay, &at, err);
 
+    if (rc != RMQS_OK)
+        return rc;
     horizon_text(lim->max_delay_ms, horizon, sizeof horizon);
-    if (delay == NULL && at == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
-                         "one of delay_ms or deliver_at is required");
-    if (delay != NULL && at != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
-                         "only one of delay_ms or deliver_at may be given");
 
     if (delay != NULL) {
         if (!json_is_integer(delay))
@@ -513,23 +509,18 @@ static bool nested_deeper_than(json_t *v, int max)
 /* Fill job's body from "body" / "body_base64". */
 static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
 {
-    json_t *body = json_object_get(root, "body");
-    json_t *b64 = json_object_get(root, "body_base64");
+    json_t *body, *b64;
+    rmqs_rc rc = rp_one_of(root, "body", "body_base64", &body, &b64, err);
 
-    if (body == NULL && b64 == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "body",
-                         "one of body or body_base64 is required");
-    if (body != NULL && b64 != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "body_base64",
-                         "only one of body or body_base64 may be given");
+    if (rc != RMQS_OK)
+        return rc;
 
     if (b64 != NULL) {
         if (!json_is_string(b64))
             return rmqs_fail(err, RMQS_EINVAL, "body_base64",
                              "body_base64: must be a string");
-        rmqs_rc rc = base64_decode(json_string_value(b64),
-                                       json_string_length(b64), &job->body,
-                                       &job->body_len);
+        rc = base64_decode(json_string_value(b64), json_string_length(b64),
+                           &job->body, &job->body_len);
         if (rc == RMQS_ENOMEM)
             return rp_fail_nomem(err);
         if (rc != RMQS_OK)
@@ -596,7 +587,7 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         "deliver_at", "headers",   "properties", "max_attempts"};
     job_t job = {0};
     char *canonical = NULL;
-    const char *exchange, *routing_key, *unknown;
+    const char *exchange, *routing_key;
     rmqs_rc rc;
 
     if (out != NULL)
@@ -611,14 +602,10 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         goto out;
     }
 
-    unknown = rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0],
-                             NULL);
-    if (unknown != NULL) {
-        char field[RP_FIELD_MAX + 1];
-        rc = rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
-                       "unknown field");
+    rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
         goto out;
-    }
 
     rc = check_short_string(json_object_get(root, "exchange"), "exchange", true,
                             true, &exchange, err);
@@ -728,15 +715,10 @@ static rmqs_rc parse_change_timing(const char *buf, size_t len,
     rc = rp_parse_object(buf, len, &root, err);
     if (rc != RMQS_OK)
         goto out;
-    const char *unknown =
-        rp_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0],
-                       NULL);
-    if (unknown != NULL) {
-        char field[RP_FIELD_MAX + 1];
-        rc = rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
-                       "unknown field");
+    rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
         goto out;
-    }
     if (now_if_empty && json_object_size(root) == 0) {
         *deliver_at_out = now_ms;
         *delay_ms_out = 0;

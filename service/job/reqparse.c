@@ -1,7 +1,8 @@
 /*
  * reqparse.c - the helpers every request parser shares (see reqparse.h):
- * reading a body into a JSON object, naming the smallest unknown key, and
- * turning a client-chosen key into an error's field.
+ * reading a body into a JSON object, naming the smallest unknown key,
+ * exactly one of two members, and turning a client-chosen key into an
+ * error's field.
  */
 #include "reqparse.h"
 
@@ -35,6 +36,32 @@ const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n,
             found = key;
     }
     return found;
+}
+
+rmqs_rc rp_known_keys(json_t *obj, const char *prefix,
+                      const char *const *allowed, size_t n, rmqs_error *err)
+{
+    char field[RP_FIELD_MAX + 1];
+    const char *unknown = rp_unknown_key(obj, allowed, n, NULL);
+
+    if (unknown == NULL)
+        return RMQS_OK;
+    return rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, prefix, unknown),
+                     "unknown field");
+}
+
+rmqs_rc rp_one_of(json_t *obj, const char *a, const char *b, json_t **va,
+                  json_t **vb, rmqs_error *err)
+{
+    *va = json_object_get(obj, a);
+    *vb = json_object_get(obj, b);
+    if (*va == NULL && *vb == NULL)
+        return rmqs_fail(err, RMQS_EINVAL, a, "one of %s or %s is required", a,
+                         b);
+    if (*va != NULL && *vb != NULL)
+        return rmqs_fail(err, RMQS_EINVAL, b,
+                         "only one of %s or %s may be given", a, b);
+    return RMQS_OK;
 }
 
 const char *rp_key_field(char out[RP_FIELD_MAX + 1], const char *prefix,

@@ -44,6 +44,20 @@ rmqs_rc rp_parse_object(const char *buf, size_t len, json_t **root_out,
 const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n,
                            bool (*known)(const char *key));
 
+/* RMQS_OK if every key of obj is among allowed[0..n); else RMQS_EINVAL,
+ * "unknown field", on the field prefix + the smallest other key. */
+rmqs_rc rp_known_keys(json_t *obj, const char *prefix,
+                      const char *const *allowed, size_t n, rmqs_error *err);
+
+/*
+ * Exactly one of the members a and b of obj: *va and *vb are borrowed (the
+ * absent one NULL). Neither is RMQS_EINVAL on field a, "one of <a> or <b>
+ * is required"; both, RMQS_EINVAL on field b, "only one of <a> or <b> may
+ * be given".
+ */
+rmqs_rc rp_one_of(json_t *obj, const char *a, const char *b, json_t **va,
+                  json_t **vb, rmqs_error *err);
+
 /*
  * The field name for a client-chosen key: prefix + key, cut so that it fits
  * rmqs_error.field (63 bytes) and at a UTF-8 character boundary. The field

@@ -88,20 +88,19 @@ static rmqs_rc parse_time_field(json_t *root, const char *name, int64_t *out,
 static rmqs_rc parse_dst(json_t *v, cron_dst *dst, rmqs_error *err)
 {
     static const char *const allowed[] = {"skipped", "repeated"};
-    char field[RP_FIELD_MAX + 1];
-    const char *unknown, *t;
+    const char *t;
     json_t *p;
+    rmqs_rc rc;
 
     if (v == NULL)
         return RMQS_OK;
     if (!json_is_object(v))
         return rmqs_fail(err, RMQS_EINVAL, "dst",
                          "dst: must be an object {\"skipped\", \"repeated\"}");
-    unknown = rp_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0],
-                             NULL);
-    if (unknown != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "dst.", unknown),
-                         "unknown field");
+    rc = rp_known_keys(v, "dst.", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
+        return rc;
     p = json_object_get(v, "skipped");
     if (p != NULL) {
         t = json_string_value(p);
@@ -170,9 +169,7 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
         "cron",   "every_ms",         "timezone", "start_at", "end_at",
         "paused", "misfire_grace_ms", "dst",      "job"};
     schedule_t s = {0};
-    char field[RP_FIELD_MAX + 1];
     json_t *cron, *every, *v;
-    const char *unknown;
     cron_dst dst;
     rmqs_rc rc;
 
@@ -188,20 +185,14 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
                          SCHEDULE_NAME_MAX);
     if (!json_is_object(root))
         return rmqs_fail(err, RMQS_EINVAL, "", "request body must be a JSON object");
-    unknown = rp_unknown_key(root, allowed,
-                             sizeof allowed / sizeof allowed[0], NULL);
-    if (unknown != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, rp_key_field(field, "", unknown),
-                         "unknown field");
+    rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
+        return rc;
 
-    cron = json_object_get(root, "cron");
-    every = json_object_get(root, "every_ms");
-    if (cron == NULL && every == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "cron",
-                         "one of cron or every_ms is required");
-    if (cron != NULL && every != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "every_ms",
-                         "only one of cron or every_ms may be given");
+    rc = rp_one_of(root, "cron", "every_ms", &cron, &every, err);
+    if (rc != RMQS_OK)
+        return rc;
     if (cron != NULL && !json_is_string(cron))
         return rmqs_fail(err, RMQS_EINVAL, "cron", "cron: must be a string");
     if (every != NULL) {

@@ -142,3 +142,29 @@ Test(reqparse, filter_names_the_smallest_unknown_key_cut_at_a_character)
     json_decref(f);
     free(key);
 }
+
+Test(reqparse, known_keys_and_one_of)
+{
+    static const char *const allowed[] = {"a", "b"};
+    json_t *o = json_pack("{s:i, s:i}", "a", 1, "b", 2), *va, *vb;
+    rmqs_error err = {0};
+
+    cr_assert_not_null(o);
+    cr_expect_eq(rp_known_keys(o, "x.", allowed, 2, &err), RMQS_OK);
+    cr_expect_eq(rp_one_of(o, "a", "b", &va, &vb, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "b");
+    cr_expect_str_eq(err.message, "only one of a or b may be given");
+    json_object_del(o, "a");
+    cr_expect_eq(rp_one_of(o, "a", "b", &va, &vb, &err), RMQS_OK);
+    cr_expect_null(va);
+    cr_expect_eq(json_integer_value(vb), 2);
+    json_object_del(o, "b");
+    cr_expect_eq(rp_one_of(o, "a", "b", &va, &vb, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "a");
+    cr_expect_str_eq(err.message, "one of a or b is required");
+    json_object_set_new(o, "c", json_true());
+    cr_expect_eq(rp_known_keys(o, "x.", allowed, 2, &err), RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "x.c");
+    cr_expect_str_eq(err.message, "unknown field");
+    json_decref(o);
+}

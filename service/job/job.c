@@ -7,12 +7,14 @@
  * (tests/unit/test_job.c) and the HTTP layer only maps rmqs_rc to a status.
  *
  * How it works: job_from_request() parses the body once with jansson
- * (duplicate keys rejected), then checks the fields in a fixed order:
- * unknown keys, exchange, routing_key, body (a JSON body at most 32 levels
- * deep), timing, headers, properties, the size headers and properties take
- * in the AMQP message (at most 64 KiB), max_attempts. The first failure
- * wins and is reported as a field name plus a message that starts with
- * that field ("delay_ms: must be an integer").
+ * (duplicate keys rejected; the request-parsing kit reqparse.c, shared
+ * with schedule.c and http_filter.c), then checks the fields in a fixed
+ * order: unknown keys, exchange, routing_key, body (a JSON body at most 32
+ * levels deep), timing, headers, properties (their names and the
+ * expiration rule are amqp_message.h's), the size headers and properties
+ * take in the AMQP message (at most 64 KiB), max_attempts. The first
+ * failure wins and is reported as a field name plus a message that starts
+ * with that field ("delay_ms: must be an integer").
  * Where a rule looks at several keys of one object (unknown keys, headers)
  * it reports the smallest key in byte order, so the answer does not depend
  * on jansson's hash order. The job is built in a local job_t and moved to
@@ -20,7 +22,7 @@
  *
  * Also here: UUIDv7 ids (RFC 9562) from getrandom(2) (buffered per
  * thread). The other direction, a job as the API's JSON, is job_json.c;
- * body_base64 is decoded by base64.c, strings checked by utf8.c.
+ * body_base64 is decoded by base64.c.
  */
 #include "job.h"
 

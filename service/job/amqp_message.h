@@ -1,18 +1,23 @@
 /*
  * amqp_message.h - what a job's message is on the AMQP wire: the names of
  * the basic properties and headers this service reads and writes, and the
- * size they take in the message's content header.
+ * size they take in the message's content header, and the message built
+ * from a job.
  *
  * Why a module of its own: three places speak about the same names and
- * bytes. The HTTP validation (job.c) refuses a job whose properties could
- * never fit in one content-header frame, the publisher (amqp_publisher.c)
- * builds that frame and checks it against the broker's frame_max, and the
+ * bytes. The HTTP validation (job.c) checks a job's properties against the
+ * table and refuses one whose properties could never fit in one
+ * content-header frame, the publisher (amqp_publisher.c) has amqpm_build
+ * make that frame and check it against the broker's frame_max, and the
  * ingest (ingest_map.c) turns a delivery's properties back into a job's.
  * With one table and one calculator they cannot drift apart.
  *
- * Pure: no socket, no connection, no allocation; it needs rabbitmq-c's
- * headers for the property layout but none of its functions, so job.c stays
- * fuzzable on its own (tests/fuzz).
+ * The table, the rules and the calculator (amqp_message.c) are pure: no
+ * socket, no connection, no allocation; they need rabbitmq-c's headers for
+ * the property layout but none of its functions, so job.c stays fuzzable
+ * on its own (tests/fuzz). Building a job's message from them
+ * (amqpm_build, amqp_message_build.c) takes its tables from a rabbitmq-c
+ * pool, so it is a file apart, under this same contract.
  */
 #ifndef RMQS_AMQP_MESSAGE_H
 #define RMQS_AMQP_MESSAGE_H

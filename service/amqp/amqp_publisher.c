@@ -72,9 +72,11 @@
  *   timeout is reported AMQPP_LOST, but the connection is kept, since a new
  *   one would only repeat it.
  * - A job that cannot be encoded (a header name over 255 bytes, headers
- *   larger than a frame...) is checked before anything is sent and reported
+ *   larger than a frame, an expiration job.c would refuse...) is checked
+ *   before anything is sent (amqpm_build, amqp_message.h) and reported
  *   AMQPP_NACKED "not publishable: ...": retrying cannot help, and an
  *   encoder error after basic.publish went out would break the connection.
+ *   A build that runs out of memory is AMQPP_UNSENT (published again).
  *
  * Liveness (rabbitmq-c 0.11 traps; upstream amqp.h on heartbeats, issues
  * #418, #780 and #519):
@@ -97,9 +99,9 @@
  *
  * Frame memory belongs to the connection's pools: everything needed is
  * copied (reply texts into fixed buffers) before amqp_maybe_release_buffers().
- * Header tables for a message are built in the publisher's amqp_pool_t,
- * recycled after each message; the window is allocated once. Nothing grows
- * with the number of publishes.
+ * Header tables for a message are built (amqpm_build) in the publisher's
+ * amqp_pool_t, recycled after each message; the window is allocated once.
+ * Nothing grows with the number of publishes.
  *
  * Logs and error messages use the safe URL ("user:***@", amqp_conn.h).
  */
@@ -126,9 +128,6 @@
 #define CHANNEL 1
 #define POLL_EVERY 64            /* publishes between two socket polls */
 #define PUMP_MAX_FRAMES 256      /* frames handled before a poll returns */
-#define FRAME_OVERHEAD 8         /* type, channel, size, end marker */
-#define HEADER_PAYLOAD_FIXED 14  /* class, weight, body size, flags */
-#define MAX_HEADER_DEPTH 8       /* nested tables/arrays in headers */
 #define DEFAULT_CONFIRM_MS 30000 /* confirm_timeout_ms <= 0 */
 #define NACK_DROP_MS 5000        /* at most one nack-drop this often */
 #define NACK_HOLD_MS 1000        /* no new connection this soon after one */
@@ -653,278 +652,6 @@ bool amqpp_buffered(const amqpp_t *p)
            (amqp_data_in_buffer(p->conn) || amqp_frames_enqueued(p->conn));
 }
 
-/* ------------------------------------------------------------------ */
-/* Building a message                                                  */
-
-static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, rmqs_error *err);
-
-static int build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
-                       int depth, rmqs_error *err)
-{
-    const char *key;
-    json_t *v;
-    int n = 0;
-
-    out->num_entries = 0;
-    out->entries = NULL;
-    if (json_object_size(obj) == 0) {
-        return 0;
-    }
-    out->entries = amqp_pool_alloc(pool, json_object_size(obj) *
-                                             sizeof(amqp_table_entry_t));
-    if (!out->entries) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
-        return -1;
-    }
-    json_object_foreach(obj, key, v) {
-        size_t klen = strlen(key);
-        if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "header name of %zu bytes (1-255 allowed)",
-                     klen);
-            return -1;
-        }
-        out->entries[n].key = amqp_cstring_bytes(key);
-        if (build_value(pool, v, &out->entries[n].value, depth + 1,
-                        err) != 0) {
-            return -1;
-        }
-        n++;
-    }
-    out->num_entries = n;
-    return 0;
-}
-
-static int build_value(amqp_pool_t *pool, json_t *v, amqp_field_value_t *out,
-                       int depth, rmqs_error *err)
-{
-    size_t i, n;
-
-    if (depth > MAX_HEADER_DEPTH) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "headers nested deeper than %d levels",
-                 MAX_HEADER_DEPTH);
-        return -1;
-    }
-    switch (json_typeof(v)) {
-    case JSON_STRING:
-        out->kind = AMQP_FIELD_KIND_UTF8;
-        out->value.bytes.len = json_string_length(v);
-        out->value.bytes.bytes = (void *)json_string_value(v);
-        return 0;
-    case JSON_INTEGER:
-        out->kind = AMQP_FIELD_KIND_I64;
-        out->value.i64 = (int64_t)json_integer_value(v);
-        return 0;
-    case JSON_REAL:
-        out->kind = AMQP_FIELD_KIND_F64;
-        out->value.f64 = json_real_value(v);
-        return 0;
-    case JSON_TRUE:
-    case JSON_FALSE:
-        out->kind = AMQP_FIELD_KIND_BOOLEAN;
-        out->value.boolean = json_is_true(v);
-        return 0;
-    case JSON_NULL:
-        out->kind = AMQP_FIELD_KIND_VOID;
-        return 0;
-    case JSON_OBJECT:
-        out->kind = AMQP_FIELD_KIND_TABLE;
-        return build_table(pool, v, &out->value.table, depth, err);
-    case JSON_ARRAY:
-        out->kind = AMQP_FIELD_KIND_ARRAY;
-        n = json_array_size(v);
-        out->value.array.num_entries = (int)n;
-        out->value.array.entries = NULL;
-        if (n == 0) {
-            return 0;
-        }
-        out->value.array.entries =
-            amqp_pool_alloc(pool, n * sizeof(amqp_field_value_t));
-        if (!out->value.array.entries) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
-            return -1;
-        }
-        for (i = 0; i < n; i++) {
-            if (build_value(pool, json_array_get(v, i),
-                            &out->value.array.entries[i], depth + 1,
-                            err) != 0) {
-                return -1;
-            }
-        }
-        return 0;
-    }
-    rmqs_fail(err, RMQS_EINVAL, NULL, "unsupported header value");
-    return -1;
-}
-
-/* Per-message storage the properties point into. */
-typedef struct msg_buf {
-    amqp_basic_properties_t props;
-    char scheduled_at[TU_RFC3339_LEN + 1];
-    char fire_time[TU_RFC3339_LEN + 1]; /* runs of a recurring schedule */
-    char expiration[24];
-} msg_buf;
-
-/* A header entry whose value is the text s (borrowed: it must outlive the
- * publish). */
-static void put_text_header(amqp_table_entry_t *e, const char *key, const char *s)
-{
-    e->key = amqp_cstring_bytes(key);
-    e->value.kind = AMQP_FIELD_KIND_UTF8;
-    e->value.value.bytes = amqp_cstring_bytes(s);
-}
-
-/*
- * Fill m->props for job (pointers into the job, m and pool). Returns 0, or
- * -1 with err filled when the job cannot be encoded (its result is then decided
- * without the broker).
- */
-static int build_message(const amqpp_t *p, amqp_pool_t *pool, const job_t *job,
-                         msg_buf *m, rmqs_error *err)
-{
-    amqp_basic_properties_t *pr = &m->props;
-    json_t *props = job->properties, *v;
-    amqp_table_entry_t *e;
-    const char *key;
-    size_t size, i, n = 0;
-
-    memset(pr, 0, sizeof *pr);
-    if ((job->exchange && strlen(job->exchange) > AMQPM_SHORTSTR_MAX) ||
-        (job->routing_key && strlen(job->routing_key) > AMQPM_SHORTSTR_MAX)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "exchange or routing key longer than 255 bytes");
-        return -1;
-    }
-    if (props && !json_is_object(props)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "properties is not an object");
-        return -1;
-    }
-    if (job->headers && !json_is_object(job->headers)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "headers is not an object");
-        return -1;
-    }
-
-    pr->_flags |= AMQP_BASIC_DELIVERY_MODE_FLAG;
-    pr->delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    v = props ? json_object_get(props, "persistent") : NULL;
-    if (v && !json_is_boolean(v)) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "property persistent is not a boolean");
-        return -1;
-    }
-    if (v && json_is_false(v)) {
-        pr->delivery_mode = AMQP_DELIVERY_NONPERSISTENT;
-    }
-
-    for (i = 0; props && i < amqpm_n_str_props; i++) {
-        amqp_bytes_t *dst = amqpm_str_prop_field(pr, i);
-        if (amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG) {
-            continue; /* a string or an integer: below */
-        }
-        v = json_object_get(props, amqpm_str_props[i].name);
-        if (!v) {
-            continue;
-        }
-        if (!json_is_string(v) || json_string_length(v) > AMQPM_SHORTSTR_MAX) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "property %s is not a string of at most 255 "
-                               "bytes", amqpm_str_props[i].name);
-            return -1;
-        }
-        dst->len = json_string_length(v);
-        dst->bytes = (void *)json_string_value(v);
-        pr->_flags |= amqpm_str_props[i].flag;
-    }
-    if (!(pr->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)) {
-        pr->message_id = amqp_cstring_bytes(job->id);
-        pr->_flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
-    }
-    v = props ? json_object_get(props, "expiration") : NULL;
-    if (v) {
-        if (json_is_string(v) && json_string_length(v) <= AMQPM_SHORTSTR_MAX) {
-            pr->expiration.len = json_string_length(v);
-            pr->expiration.bytes = (void *)json_string_value(v);
-        } else if (json_is_integer(v) && json_integer_value(v) >= 0) {
-            snprintf(m->expiration, sizeof m->expiration, "%" JSON_INTEGER_FORMAT,
-                     json_integer_value(v));
-            pr->expiration = amqp_cstring_bytes(m->expiration);
-        } else {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "property expiration is not a string or a "
-                               "non-negative integer");
-            return -1;
-        }
-        pr->_flags |= AMQP_BASIC_EXPIRATION_FLAG;
-    }
-    v = props ? json_object_get(props, "priority") : NULL;
-    if (v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > 255) {
-            rmqs_fail(err, RMQS_EINVAL, NULL, "property priority is not an integer 0-255");
-            return -1;
-        }
-        pr->priority = (uint8_t)json_integer_value(v);
-        pr->_flags |= AMQP_BASIC_PRIORITY_FLAG;
-    }
-
-    /* Headers: the job's own, then ours (which win over same-named ones). */
-    e = amqp_pool_alloc(pool, (json_object_size(job->headers) + 5) *
-                                  sizeof(amqp_table_entry_t));
-    if (!e) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "out of memory");
-        return -1;
-    }
-    if (job->headers) {
-        json_object_foreach(job->headers, key, v) {
-            size_t klen = strlen(key);
-            if (amqpm_reserved_header(key)) {
-                continue;
-            }
-            if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
-                rmqs_fail(err, RMQS_EINVAL, NULL, "header name of %zu bytes (1-255 allowed)",
-                         klen);
-                return -1;
-            }
-            e[n].key = amqp_cstring_bytes(key);
-            if (build_value(pool, v, &e[n].value, 1, err) != 0) {
-                return -1;
-            }
-            n++;
-        }
-    }
-    tu_format_rfc3339(job->deliver_at, m->scheduled_at);
-    put_text_header(&e[n++], AMQPM_HDR_JOB_ID, job->id);
-    put_text_header(&e[n++], AMQPM_HDR_SCHEDULED_AT, m->scheduled_at);
-    /* x-delay as the plugin (3.x) writes it on delivery: minus the delay,
-     * a signed 32-bit integer ("I"), which every client decodes alike
-     * (python3-pika 1.2 reads a 64-bit "l" as unsigned); only a delay
-     * beyond int32 (2^31 ms, about 24.9 days) needs a 64-bit long. */
-    e[n].key = amqp_cstring_bytes(AMQPM_HDR_DELAY);
-    if (job->delay_ms >= -(int64_t)INT32_MAX &&
-        job->delay_ms <= -(int64_t)INT32_MIN) {
-        e[n].value.kind = AMQP_FIELD_KIND_I32;
-        e[n].value.value.i32 = (int32_t)-job->delay_ms;
-    } else {
-        e[n].value.kind = AMQP_FIELD_KIND_I64;
-        e[n].value.value.i64 = -job->delay_ms;
-    }
-    n++;
-    if (job->schedule != NULL) { /* a run: which schedule, which fire time */
-        tu_format_rfc3339(job->fire_at, m->fire_time);
-        put_text_header(&e[n++], AMQPM_HDR_SCHEDULE, job->schedule);
-        put_text_header(&e[n++], AMQPM_HDR_FIRE_TIME, m->fire_time);
-    }
-    pr->headers.num_entries = (int)n;
-    pr->headers.entries = e;
-    pr->_flags |= AMQP_BASIC_HEADERS_FLAG;
-
-    /* The content header must fit in one frame, or the encoder fails after
-     * the publish method went out (and the connection is unusable). */
-    size = amqpm_encoded_size(job->headers, props, strlen(job->id));
-    if (size + HEADER_PAYLOAD_FIXED + FRAME_OVERHEAD > (size_t)p->frame_max) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "headers and properties take %zu bytes, more than "
-                           "the frame size %d allows", size, p->frame_max);
-        return -1;
-    }
-    return 0;
-}
-
 /* basic.publish, content header and body frames. Not amqp_basic_publish():
  * see "Liveness" at the top. */
 static int send_message(amqpp_t *p, const job_t *job,
@@ -932,7 +659,7 @@ static int send_message(amqpp_t *p, const job_t *job,
 {
     amqp_basic_publish_t m;
     amqp_frame_t f;
-    size_t off = 0, chunk = (size_t)p->frame_max - FRAME_OVERHEAD;
+    size_t off = 0, chunk = (size_t)p->frame_max - AMQPM_FRAME_OVERHEAD;
     int res;
 
     memset(&m, 0, sizeof m);
@@ -1040,8 +767,9 @@ static bool refused(const amqpp_t *p, const job_t *job, rmqs_error *err)
 rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
 {
     amqpp_result r;
-    msg_buf m;
+    amqpm_message m;
     rmqs_error err;
+    rmqs_rc rc;
     int res;
 
     if (!amqpp_can_send(p)) {
@@ -1069,7 +797,14 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
         return RMQS_OK;
     }
     recycle_amqp_pool(&p->pool);
-    if (build_message(p, &p->pool, job, &m, &err) != 0) {
+    rc = amqpm_build(job, p->frame_max, &p->pool, &m, &err);
+    if (rc == RMQS_ENOMEM) {
+        /* Nothing wrong with the job: publish it again later. */
+        set_result(&r, AMQPP_UNSENT, "not published: %s", err.message);
+        p->on_report(p->report_cls, ctx, &r);
+        return RMQS_OK;
+    }
+    if (rc != RMQS_OK) {
         /* Retrying cannot help; let the attempt fail like a nack. */
         log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"",
                  job->id, err.message);

@@ -5,10 +5,10 @@
  */
 #include "http_filter.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "job.h"
+#include "reqparse.h"
 #include "timeutil.h"
 #include "utf8.h"
 
@@ -30,13 +30,14 @@ bool http_filter_is_param(const char *name)
     return false;
 }
 
-/* field for err: the bare name for a query, "filter.<name>" for JSON. */
-static const char *field_of(bool json, const char *name, char *buf, size_t size)
+/* field for err: the bare name for a query, "filter.<name>" for JSON (cut
+ * as every client-chosen key is, reqparse.h). */
+static const char *field_of(bool json, const char *name,
+                            char buf[RP_FIELD_MAX + 1])
 {
     if (!json)
         return name;
-    snprintf(buf, size, "filter.%s", name);
-    return buf;
+    return rp_key_field(buf, "filter.", name);
 }
 
 /* An RFC 3339 instant into *ms (the parser of timeutil). */
@@ -107,33 +108,33 @@ static rmqs_rc parse_search(lookup_fn get, void *ctx, bool json, store_filter *f
     const char *from = get(ctx, "deliver_from"), *to = get(ctx, "deliver_to");
     const char *idp = get(ctx, "id_prefix"), *header = get(ctx, "header");
     const char *q = get(ctx, "q");
-    char field[64];
+    char field[RP_FIELD_MAX + 1];
 
     f->exchange = get(ctx, "exchange");
     f->routing_key = get(ctx, "routing_key");
     if (parse_time(from, &f->has_deliver_from, &f->deliver_from) != RMQS_OK)
         return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "deliver_from", field, sizeof field),
+                         field_of(json, "deliver_from", field),
                          "deliver_from: an RFC 3339 instant");
     if (parse_time(to, &f->has_deliver_to, &f->deliver_to) != RMQS_OK)
         return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "deliver_to", field, sizeof field),
+                         field_of(json, "deliver_to", field),
                          "deliver_to: an RFC 3339 instant");
     if (idp != NULL && parse_id_prefix(idp, f->id_prefix) != RMQS_OK)
         return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "id_prefix", field, sizeof field),
+                         field_of(json, "id_prefix", field),
                          "id_prefix: %d to %d hex digits of a job id (dashes "
                          "allowed)", ID_PREFIX_MIN, STORE_ID_PREFIX_MAX);
     if (header != NULL && parse_header(header, f) != RMQS_OK)
         return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "header", field, sizeof field),
+                         field_of(json, "header", field),
                          "header: name:value (the name not empty; valid UTF-8)");
     if (q != NULL) {
         size_t n = strlen(q);
         long chars = utf8_chars(q, n);
         if (chars < Q_MIN_CHARS || n > Q_MAX_BYTES)
             return rmqs_fail(err, RMQS_EINVAL,
-                             field_of(json, "q", field, sizeof field),
+                             field_of(json, "q", field),
                              "q: %d characters at least, %d bytes at most, "
                              "of valid UTF-8", Q_MIN_CHARS, Q_MAX_BYTES);
         f->q = q;
@@ -145,7 +146,7 @@ static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
                      rmqs_error *err)
 {
     const char *status = get(ctx, "status"), *source = get(ctx, "source");
-    char field[64];
+    char field[RP_FIELD_MAX + 1];
 
     *f = (store_filter){.status = -1, .source = -1};
     f->message_id = get(ctx, "message_id");
@@ -153,8 +154,7 @@ static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
     if (status != NULL) {
         job_status s;
         if (job_status_parse(status, &s) != RMQS_OK)
-            return rmqs_fail(err, RMQS_EINVAL, field_of(json, "status", field,
-                                                         sizeof field),
+            return rmqs_fail(err, RMQS_EINVAL, field_of(json, "status", field),
                              "status: one of pending, publishing, sent, failed, "
                              "cancelled");
         f->status = (int)s;
@@ -167,8 +167,7 @@ static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
         else if (strcmp(source, "schedule") == 0)
             f->source = JOB_SOURCE_SCHEDULE;
         else
-            return rmqs_fail(err, RMQS_EINVAL, field_of(json, "source", field,
-                                                         sizeof field),
+            return rmqs_fail(err, RMQS_EINVAL, field_of(json, "source", field),
                              "source: http, amqp or schedule");
     }
     return parse_search(get, ctx, json, f, err);
@@ -194,19 +193,21 @@ rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f, rmqs_error *er
 {
     const char *key;
     json_t *v;
-    char field[64];
+    char field[RP_FIELD_MAX + 1];
 
     if (obj == NULL || json_is_null(obj))
         return parse(from_json, NULL, true, f, err);
     if (!json_is_object(obj))
         return rmqs_fail(err, RMQS_EINVAL, "filter",
                          "filter: an object of GET /jobs query parameters");
+    key = rp_unknown_key((json_t *)obj, params,
+                         sizeof params / sizeof params[0] - 1, NULL);
+    if (key != NULL)
+        return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
+                         "not a filter parameter");
     json_object_foreach((json_t *)obj, key, v) {
-        if (!http_filter_is_param(key))
-            return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field, sizeof field),
-                             "not a filter parameter");
         if (!json_is_string(v))
-            return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field, sizeof field),
+            return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
                              "a filter value is a string, as in the query");
     }
     return parse(from_json, (void *)obj, true, f, err);

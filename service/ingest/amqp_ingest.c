@@ -97,6 +97,7 @@
 #include <time.h>
 
 #include "amqp_conn.h"
+#include "ingest_batch.h"
 #include "ingest_inbox.h"
 #include "ingest_map.h"
 #include "log.h"
@@ -114,60 +115,6 @@
 #define DB_PAUSE_MAX_MS 5000
 #define TIMEOUT_MS 5000       /* connect, handshake, RPCs */
 #define CLOSE_TIMEOUT_MS 1000 /* the polite close at stop */
-
-/* What settling does with a delivery. */
-typedef enum action {
-    ACT_STORE,   /* handed to the writer: its rc decides */
-    ACT_REJECT,  /* basic.reject requeue=false: dead-lettered or dropped */
-    ACT_REQUEUE  /* basic.nack requeue=true: local trouble, try later */
-} action;
-
-typedef struct delivery {
-    writer_req req;           /* ins.jobs points at job */
-    job_t job;
-    uint64_t tag;
-    size_t map;               /* index into in->maps */
-    action act;
-    bool invalid;             /* counted as invalid (routed or rejected) */
-    bool redelivered;
-    bool retry;               /* store again without the key (conflict) */
-    char *idem_key;           /* malloc'd, or NULL */
-    char idem_request[INGEST_MAP_REQUEST_LEN + 1];
-    char routing_key[INGEST_MAP_LOG_TEXT + 4]; /* printable copies, for logs */
-    char message_id[INGEST_MAP_LOG_TEXT + 4];
-    char reason[256];
-} delivery;
-
-struct ingest {
-    /* configuration, fixed after ingest_new */
-    amqpc_t *link;            /* URL, TLS, login (amqp_conn.h); its
-                                 connection belongs to the thread */
-    int heartbeat_s;
-    ingest_inbox *maps;       /* one per --ingest mapping */
-    size_t n_maps;
-    unsigned prefetch;
-    ingest_invalid_rule rule;
-    char *dlx;
-    job_limits limits;
-    writer_t *writer;         /* borrowed; it wakes the dispatcher after
-                                 commits */
-
-    worker_t wk;              /* the thread; wk.mu guards wk.stop and
-                                 outstanding */
-    pthread_cond_t done_cv;   /* outstanding reached 0 (CLOCK_MONOTONIC) */
-    size_t outstanding;       /* writer requests of the batch not done */
-    atomic_bool connected;
-
-    /* owned by the thread */
-    amqp_connection_state_t conn; /* link's connection; NULL while
-                                     disconnected */
-    delivery *batch;
-    size_t cap, n;
-    int64_t db_pause_ms;
-    int64_t t_first, t_read, t_stored; /* mono ms: the batch's timeline */
-    uint64_t invalid_total;
-    char last_error[300];     /* last connect failure, to log changes only */
-};
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -388,8 +335,9 @@ static bool pause_ms(ingest_t *in, int64_t ms)
 /* Reading deliveries                                                  */
 
 /* A frame that is not a delivery is waiting (amqp_consume_message put it
- * back): act on it. Returns 0, or -1 once the connection is dropped. */
-static int on_other_frame(ingest_t *in)
+ * back): act on it. Returns RMQS_OK, or RMQS_EBROKER once the connection
+ * is dropped. */
+static rmqs_rc on_other_frame(ingest_t *in)
 {
     struct timeval tv = {0, 0};
     amqp_frame_t f;
@@ -398,14 +346,14 @@ static int on_other_frame(ingest_t *in)
 
     res = amqp_simple_wait_frame_noblock(in->conn, &f, &tv);
     if (res == AMQP_STATUS_TIMEOUT) {
-        return 0;
+        return RMQS_OK;
     }
     if (res != AMQP_STATUS_OK) {
         drop(in, "%s", amqp_error_string2(res));
-        return -1;
+        return RMQS_EBROKER;
     }
     if (f.frame_type != AMQP_FRAME_METHOD) {
-        return 0; /* stray content: nothing to do */
+        return RMQS_OK; /* stray content: nothing to do */
     }
     switch (f.payload.method.id) {
     case AMQP_CONNECTION_CLOSE_METHOD: {
@@ -415,134 +363,41 @@ static int on_other_frame(ingest_t *in)
         (void)amqp_send_method(in->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD,
                                &ok);
         drop(in, "connection closed by the broker: %s", reason);
-        return -1;
+        return RMQS_EBROKER;
     }
     case AMQP_CHANNEL_CLOSE_METHOD: {
         const amqp_channel_close_t *c = f.payload.method.decoded;
         amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         /* A new connection declares and consumes again from scratch. */
         drop(in, "channel closed by the broker: %s", reason);
-        return -1;
+        return RMQS_EBROKER;
     }
     case AMQP_BASIC_CANCEL_METHOD:
         drop(in, "consumer cancelled by the broker (inbox queue deleted?)");
-        return -1;
+        return RMQS_EBROKER;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         log_warn(MOD, "broker blocked the connection (resource alarm)",
                  "url=%s", amqpc_safe_url(in->link));
-        return 0;
+        return RMQS_OK;
     case AMQP_CONNECTION_UNBLOCKED_METHOD:
         log_info(MOD, "broker unblocked the connection", "url=%s",
                  amqpc_safe_url(in->link));
-        return 0;
+        return RMQS_OK;
     default:
         log_debug(MOD, "ignored frame", "channel=%u method=%s",
                   (unsigned)f.channel, amqp_method_name(f.payload.method.id));
-        return 0;
+        return RMQS_OK;
     }
-}
-
-static void on_done(writer_req *req, void *cls)
-{
-    ingest_t *in = cls;
-
-    (void)req;
-    pthread_mutex_lock(&in->wk.mu);
-    if (--in->outstanding == 0) {
-        pthread_cond_broadcast(&in->done_cv);
-    }
-    pthread_mutex_unlock(&in->wk.mu);
-}
-
-static void clear_delivery(delivery *d)
-{
-    job_clear(&d->job);
-    job_clear(&d->req.ins.existing);
-    free(d->idem_key);
-    memset(d, 0, sizeof *d);
-}
-
-static void clear_batch(ingest_t *in)
-{
-    for (size_t i = 0; i < in->n; i++) {
-        clear_delivery(&in->batch[i]);
-    }
-    in->n = 0;
-}
-
-/* Turn one envelope into the next delivery of the batch. */
-static void take(ingest_t *in, const amqp_envelope_t *env)
-{
-    delivery *d = &in->batch[in->n++];
-    const amqp_basic_properties_t *p = &env->message.properties;
-    rmqs_error err = {{0}, {0}};
-    int64_t received = tu_now_ms();
-    const ingest_inbox *m = NULL;
-    rmqs_rc rc;
-
-    memset(d, 0, sizeof *d);
-    d->tag = env->delivery_tag;
-    d->redelivered = env->redelivered != 0;
-    ingest_map_printable(d->routing_key, sizeof d->routing_key,
-                         env->routing_key.bytes, env->routing_key.len);
-    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG) {
-        ingest_map_printable(d->message_id, sizeof d->message_id,
-                             p->message_id.bytes, p->message_id.len);
-    }
-    for (size_t i = 0; i < in->n_maps && !m; i++) {
-        if (ingest_inbox_has_tag(&in->maps[i], env->consumer_tag)) {
-            m = &in->maps[i];
-            d->map = i;
-        }
-    }
-    if (!m) { /* cannot happen: we only consume with our own tags */
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "unknown consumer tag");
-        return;
-    }
-
-    rc = ingest_map_job(env, m->target_exchange, received, &in->limits,
-                        &d->job, &err);
-    d->act = ACT_STORE;
-    if (rc == RMQS_EINVAL) {
-        d->invalid = true;
-        snprintf(d->reason, sizeof d->reason, "%s", err.message);
-        if (!d->job.exchange || in->rule == INGEST_INVALID_DEAD_LETTER) {
-            d->act = ACT_REJECT; /* cannot be carried, or the rule says so */
-            job_clear(&d->job);
-            return;
-        }
-    } else if (rc != RMQS_OK) {
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "%s", err.message);
-        return;
-    }
-    if (job_id_generate(received, d->job.id) != RMQS_OK) {
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "no randomness for a job id");
-        return;
-    }
-    if (ingest_map_idempotency(env, &d->job, m->ingest_exchange,
-                               &d->idem_key, d->idem_request) != RMQS_OK) {
-        d->act = ACT_REQUEUE;
-        snprintf(d->reason, sizeof d->reason, "out of memory");
-        return;
-    }
-    d->req.ins.jobs = &d->job;
-    d->req.ins.n = 1;
-    d->req.ins.idem_key = d->idem_key;
-    d->req.ins.idem_request = d->idem_key ? d->idem_request : NULL;
-    d->req.done = on_done;
-    d->req.cls = in;
 }
 
 /*
  * Fill the batch: wait up to wait_ms for a first delivery, then take what
  * keeps coming (COLLECT_GAP_MS of silence or COLLECT_MAX_MS in all end it)
- * until it is full. Returns how many, or -1 if the connection was lost
- * (the batch is cleared: the broker requeues those deliveries).
+ * until it is full (in->n deliveries, maybe none). Returns RMQS_OK, or
+ * RMQS_EBROKER if the connection was lost (the batch is cleared: the
+ * broker requeues those deliveries).
  */
-static long collect(ingest_t *in, int64_t wait_ms)
+static rmqs_rc collect(ingest_t *in, int64_t wait_ms)
 {
     int64_t first = 0;
 
@@ -565,7 +420,7 @@ static long collect(ingest_t *in, int64_t wait_ms)
         r = amqp_consume_message(in->conn, &env, &tv, 0);
         if (r.reply_type == AMQP_RESPONSE_NORMAL) {
             if (env.channel == CHANNEL) {
-                take(in, &env);
+                ingest_batch_take(in, &env);
                 if (in->n == 1) {
                     first = in->t_first = tu_mono_ms();
                 }
@@ -580,7 +435,7 @@ static long collect(ingest_t *in, int64_t wait_ms)
         }
         if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
             r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
-            if (on_other_frame(in) != 0) {
+            if (on_other_frame(in) != RMQS_OK) {
                 goto lost;
             }
             amqp_maybe_release_buffers(in->conn);
@@ -594,15 +449,15 @@ static long collect(ingest_t *in, int64_t wait_ms)
         goto lost;
     }
     in->t_read = tu_mono_ms();
-    return (long)in->n;
+    return RMQS_OK;
 lost:
     if (in->n > 0) {
         log_warn(MOD, "connection lost while reading a batch",
                  "n=%zu note=\"nothing was stored or acknowledged; the broker "
                  "delivers them again\"", in->n);
     }
-    clear_batch(in);
-    return -1;
+    ingest_batch_clear(in);
+    return RMQS_EBROKER;
 }
 
 /* ------------------------------------------------------------------ */
@@ -654,65 +509,6 @@ static void store_batch(ingest_t *in, bool retry)
     pthread_mutex_unlock(&in->wk.mu);
 }
 
-/* Decide the action of every delivery the writer had (retry: those of the
- * second round) from its outcome. Returns how many conflicts (a message_id
- * reused by another message) there were: those are marked to be stored
- * again without a key. */
-static size_t judge(ingest_t *in, bool retry, bool *db_trouble)
-{
-    size_t conflicts = 0;
-
-    for (size_t i = 0; i < in->n; i++) {
-        delivery *d = &in->batch[i];
-        if (d->act != ACT_STORE || (retry && !d->retry)) {
-            continue;
-        }
-        if (d->req.ins.rc == RMQS_ECONFLICT && d->req.ins.idem_key) {
-            log_warn(MOD, "message_id reused by a different message; "
-                          "stored without duplicate protection",
-                     "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\"",
-                     in->maps[d->map].ingest_exchange, d->routing_key,
-                     d->message_id);
-            d->req.ins.idem_key = NULL;
-            d->req.ins.idem_request = NULL;
-            d->req.ins.rc = RMQS_OK;
-            d->retry = true;
-            conflicts++;
-            continue;
-        }
-        switch (d->req.ins.rc) {
-        case RMQS_OK:
-            break;
-        case RMQS_ECONFLICT: /* without a key: not expected */
-        case RMQS_EINVAL:
-        case RMQS_ENOTFOUND:
-            d->act = ACT_REJECT;
-            d->invalid = true;
-            snprintf(d->reason, sizeof d->reason, "the store refused it (%s)",
-                     rmqs_rc_name(d->req.ins.rc));
-            break;
-        default: /* EDB, EFULL, ENOMEM...: the message waits in the broker */
-            d->act = ACT_REQUEUE;
-            snprintf(d->reason, sizeof d->reason, "database: %s",
-                     rmqs_rc_name(d->req.ins.rc));
-            *db_trouble = true;
-            break;
-        }
-    }
-    return conflicts;
-}
-
-static void log_invalid(ingest_t *in, const delivery *d, const char *what)
-{
-    in->invalid_total++;
-    log_warn(MOD, "invalid message",
-             "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\" "
-             "reason=\"%s\" action=%s job_id=%s invalid_total=%llu",
-             in->maps[d->map].ingest_exchange, d->routing_key, d->message_id,
-             d->reason, what, d->job.id[0] ? d->job.id : "none",
-             (unsigned long long)in->invalid_total);
-}
-
 /* Reject/nack what was not stored, then ack the stored ones at once.
  * Returns how many went back to the inbox. */
 static size_t settle(ingest_t *in)
@@ -734,7 +530,7 @@ static size_t settle(ingest_t *in)
             } else {
                 stored++;
                 if (d->invalid) {
-                    log_invalid(in, d, "routed");
+                    ingest_batch_log_invalid(in, d, "routed");
                 }
                 if (!d->req.ins.idem_key && d->redelivered) {
                     unkeyed++;
@@ -743,7 +539,7 @@ static size_t settle(ingest_t *in)
             ack_to = d->tag > ack_to ? d->tag : ack_to;
             break;
         case ACT_REJECT:
-            log_invalid(in, d, in->dlx ? "dead-lettered" : "rejected");
+            ingest_batch_log_invalid(in, d, in->dlx ? "dead-lettered" : "rejected");
             rejected++;
             if (in->conn) {
                 res = amqp_basic_reject(in->conn, CHANNEL, d->tag, 0);
@@ -802,13 +598,13 @@ static void run_batch(ingest_t *in)
     size_t requeued;
 
     store_batch(in, false);
-    if (judge(in, false, &db_trouble) > 0) {
+    if (ingest_batch_judge(in, false, &db_trouble) > 0) {
         store_batch(in, true);
-        (void)judge(in, true, &db_trouble);
+        (void)ingest_batch_judge(in, true, &db_trouble);
     }
     in->t_stored = tu_mono_ms();
     requeued = settle(in);
-    clear_batch(in);
+    ingest_batch_clear(in);
     if (in->conn) {
         amqp_maybe_release_buffers(in->conn);
     }
@@ -838,8 +634,6 @@ static void *ingest_main(void *arg)
     rmqs_error e;
 
     while (!worker_stopping(&in->wk)) {
-        long n;
-
         if (!in->conn) {
             atomic_store(&in->connected, false);
             if (ingest_connect(in, &e) != RMQS_OK) {
@@ -873,8 +667,7 @@ static void *ingest_main(void *arg)
                          amqp_get_heartbeat(in->conn));
             }
         }
-        n = collect(in, idle_ms);
-        if (n > 0) {
+        if (collect(in, idle_ms) == RMQS_OK && in->n > 0) {
             run_batch(in);
         }
     }
@@ -912,7 +705,7 @@ void ingest_free(ingest_t *in)
     ingest_stop(in);
     amqpc_free(in->link); /* and its connection, if any */
     if (in->batch) {
-        clear_batch(in);
+        ingest_batch_clear(in);
     }
     for (size_t i = 0; in->maps && i < in->n_maps; i++) {
         ingest_inbox_clear(&in->maps[i]);

@@ -77,31 +77,32 @@ static unsigned channel_close_code(amqp_rpc_reply_t r)
 }
 
 /*
- * Whether exchange name exists (passive declare): 1 yes, 0 no (the 404
- * closed the channel; it is open again), -1 with err on any other failure.
+ * Whether exchange name exists (passive declare), into *exists: false when
+ * the 404 closed the channel (it is open again). RMQS_EBROKER with err on
+ * any other failure.
  */
-static int exchange_exists(amqp_connection_state_t conn, amqp_channel_t ch,
-                           const char *name, rmqs_error *err)
+static rmqs_rc exchange_exists(amqp_connection_state_t conn, amqp_channel_t ch,
+                               const char *name, bool *exists, rmqs_error *err)
 {
     amqp_channel_close_ok_t ok;
 
+    *exists = true;
     if (amqp_exchange_declare(conn, ch, amqp_cstring_bytes(name),
                               amqp_cstring_bytes("fanout"), 1, 0, 0, 0,
                               amqp_empty_table)) {
-        return 1;
+        return RMQS_OK;
     }
     if (channel_close_code(amqp_get_rpc_reply(conn)) != AMQP_NOT_FOUND) {
-        rpc_failed(conn, err, "exchange.declare (passive)", name);
-        return -1;
+        return rpc_failed(conn, err, "exchange.declare (passive)", name);
     }
     memset(&ok, 0, sizeof ok);
     if (amqp_send_method(conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) !=
             AMQP_STATUS_OK ||
         !amqp_channel_open(conn, ch)) {
-        rmqs_fail(err, RMQS_EBROKER, NULL, "reopening the channel failed");
-        return -1;
+        return rmqs_fail(err, RMQS_EBROKER, NULL, "reopening the channel failed");
     }
-    return 0;
+    *exists = false;
+    return RMQS_OK;
 }
 
 /* The dead-letter exchange must exist, or RabbitMQ drops dead letters: one
@@ -109,10 +110,11 @@ static int exchange_exists(amqp_connection_state_t conn, amqp_channel_t ch,
 static rmqs_rc ensure_dlx(amqp_connection_state_t conn, amqp_channel_t ch,
                           const char *dlx, rmqs_error *err)
 {
-    int e = exchange_exists(conn, ch, dlx, err);
+    bool exists;
+    rmqs_rc rc = exchange_exists(conn, ch, dlx, &exists, err);
 
-    if (e != 0) {
-        return e < 0 ? RMQS_EBROKER : RMQS_OK;
+    if (rc != RMQS_OK || exists) {
+        return rc;
     }
     if (!amqp_exchange_declare(conn, ch, amqp_cstring_bytes(dlx),
                                amqp_cstring_bytes("fanout"), 0, 1, 0, 0,
@@ -163,14 +165,16 @@ static rmqs_rc declare_one(amqp_connection_state_t conn, amqp_channel_t ch,
                            const ingest_inbox *b, amqp_table_t args,
                            rmqs_error *err)
 {
-    int e = *b->target_exchange
-                ? exchange_exists(conn, ch, b->target_exchange, err)
-                : 1; /* the default exchange always exists */
+    bool exists = true; /* the default exchange always exists */
+    rmqs_rc rc = *b->target_exchange
+                     ? exchange_exists(conn, ch, b->target_exchange, &exists,
+                                       err)
+                     : RMQS_OK;
 
-    if (e < 0) {
-        return RMQS_EBROKER;
+    if (rc != RMQS_OK) {
+        return rc;
     }
-    if (e == 0) { /* not ours to declare: its type and bindings */
+    if (!exists) { /* not ours to declare: its type and bindings */
         log_warn(MOD, "target exchange does not exist (yet); due "
                       "messages will fail until it does",
                  "exchange=\"%s\" target=\"%s\"", b->ingest_exchange,

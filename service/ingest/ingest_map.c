@@ -334,13 +334,13 @@ static rmqs_rc convert_properties(const amqp_basic_properties_t *p,
                                               b->len)) == 0;
     }
     if (ok && (p->_flags & AMQP_BASIC_PRIORITY_FLAG)) {
-        ok = json_object_set_new(obj, "priority",
+        ok = json_object_set_new(obj, AMQPM_PROP_PRIORITY,
                                  json_integer(p->priority)) == 0;
     }
     /* RabbitMQ persists a message only with delivery_mode 2. */
     if (ok && !((p->_flags & AMQP_BASIC_DELIVERY_MODE_FLAG) &&
                 p->delivery_mode == AMQP_DELIVERY_PERSISTENT)) {
-        ok = json_object_set_new(obj, "persistent", json_false()) == 0;
+        ok = json_object_set_new(obj, AMQPM_PROP_PERSISTENT, json_false()) == 0;
     }
     if (!ok) {
         json_decref(obj);

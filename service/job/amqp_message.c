@@ -6,11 +6,10 @@
  * one content-header frame, and the publisher checks the same frame against
  * the broker's frame_max before it sends. Both used to count on their own;
  * now both call amqpm_encoded_size(), which counts exactly what
- * amqp_publisher.c's build_message() puts on the wire.
+ * amqpm_build() (amqp_message_build.c) puts on the wire.
  */
 #include "amqp_message.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "timeutil.h"
@@ -46,6 +45,34 @@ const amqp_bytes_t *amqpm_str_prop_cfield(const amqp_basic_properties_t *props,
 {
     return (const amqp_bytes_t *)(const void *)((const char *)props +
                                                 amqpm_str_props[i].offset);
+}
+
+bool amqpm_property_known(const char *name)
+{
+    if (strcmp(name, AMQPM_PROP_PRIORITY) == 0 ||
+        strcmp(name, AMQPM_PROP_PERSISTENT) == 0)
+        return true;
+    for (size_t i = 0; i < amqpm_n_str_props; i++) {
+        if (strcmp(name, amqpm_str_props[i].name) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool amqpm_expiration_valid(json_t *v)
+{
+    size_t len = json_string_length(v); /* 0 if not a string */
+    unsigned long long ms = 0;
+
+    if (!json_is_string(v) || len < 1 || len > 10)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = json_string_value(v)[i];
+        if (c < '0' || c > '9')
+            return false;
+        ms = ms * 10 + (unsigned long long)(c - '0');
+    }
+    return ms <= AMQPM_EXPIRATION_MAX;
 }
 
 bool amqpm_reserved_header(const char *name)
@@ -110,17 +137,11 @@ size_t amqpm_encoded_size(json_t *headers, json_t *props, size_t id_len)
                           : NULL;
         if (json_is_string(v)) {
             size += 1 + json_string_length(v);
-        } else if (json_is_integer(v) &&
-                   amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG) {
-            char digits[24];
-            int n = snprintf(digits, sizeof digits, "%" JSON_INTEGER_FORMAT,
-                             json_integer_value(v));
-            size += 1 + (n > 0 ? (size_t)n : 0);
         }
     }
     if (props == NULL || !json_is_string(json_object_get(props, "message_id")))
         size += 1 + id_len;
-    if (props != NULL && json_object_get(props, "priority") != NULL)
+    if (props != NULL && json_object_get(props, AMQPM_PROP_PRIORITY) != NULL)
         size += 1;
 
     size += 4; /* the header table's length */

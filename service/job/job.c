@@ -7,12 +7,14 @@
  * (tests/unit/test_job.c) and the HTTP layer only maps rmqs_rc to a status.
  *
  * How it works: job_from_request() parses the body once with jansson
- * (duplicate keys rejected), then checks the fields in a fixed order:
- * unknown keys, exchange, routing_key, body (a JSON body at most 32 levels
- * deep), timing, headers, properties, the size headers and properties take
- * in the AMQP message (at most 64 KiB), max_attempts. The first failure
- * wins and is reported as a field name plus a message that starts with
- * that field ("delay_ms: must be an integer").
+ * (duplicate keys rejected; the request-parsing kit reqparse.c, shared
+ * with schedule.c and http_filter.c), then checks the fields in a fixed
+ * order: unknown keys, exchange, routing_key, body (a JSON body at most 32
+ * levels deep), timing, headers, properties (their names and the
+ * expiration rule are amqp_message.h's), the size headers and properties
+ * take in the AMQP message (at most 64 KiB), max_attempts. The first
+ * failure wins and is reported as a field name plus a message that starts
+ * with that field ("delay_ms: must be an integer").
  * Where a rule looks at several keys of one object (unknown keys, headers)
  * it reports the smallest key in byte order, so the answer does not depend
  * on jansson's hash order. The job is built in a local job_t and moved to
@@ -20,7 +22,7 @@
  *
  * Also here: UUIDv7 ids (RFC 9562) from getrandom(2) (buffered per
  * thread). The other direction, a job as the API's JSON, is job_json.c;
- * body_base64 is decoded by base64.c, strings checked by utf8.c.
+ * body_base64 is decoded by base64.c.
  */
 #include "job.h"
 
@@ -35,8 +37,9 @@
 
 #include "amqp_message.h"
 #include "base64.h"
+#include "hexdigit.h"
+#include "reqparse.h"
 #include "timeutil.h"
-#include "utf8.h"
 
 #define JOB_MAX_HEADERS 128
 #define MS_PER_DAY 86400000LL
@@ -176,13 +179,10 @@ rmqs_rc job_id_generate(int64_t now_ms, char out[JOB_ID_LEN + 1])
     return RMQS_OK;
 }
 
-static int hex_value(char c)
+/* A digit of a canonical id: upper case is not canonical. */
+static int id_hex_digit(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1; /* upper case is not canonical */
+    return c >= 'A' && c <= 'F' ? -1 : hex_digit(c);
 }
 
 static bool is_dash_pos(size_t i)
@@ -202,8 +202,8 @@ rmqs_rc job_id_parse(const char *text, unsigned char out[JOB_ID_BYTES])
                 return RMQS_EINVAL;
             continue;
         }
-        int hi = hex_value(text[i]);
-        int lo = hex_value(text[i + 1]);
+        int hi = id_hex_digit(text[i]);
+        int lo = id_hex_digit(text[i + 1]);
         if (hi < 0 || lo < 0)
             return RMQS_EINVAL;
         b[n++] = (unsigned char)(hi << 4 | lo);
@@ -230,11 +230,6 @@ void job_id_format(const unsigned char in[JOB_ID_BYTES],
 /* ------------------------------------------------------------------------ */
 /* request validation helpers                                                */
 
-static rmqs_rc fail_nomem(rmqs_error *err)
-{
-    return rmqs_fail(err, RMQS_ENOMEM, "", "out of memory");
-}
-
 static bool has_control_chars(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
@@ -243,50 +238,6 @@ static bool has_control_chars(const char *s, size_t len)
             return true;
     }
     return false;
-}
-
-static bool in_list(const char *key, const char *const *list, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(key, list[i]) == 0)
-            return true;
-    return false;
-}
-
-/* The smallest key of obj (byte order) not in allowed, or NULL. Borrowed. */
-static const char *first_unknown_key(json_t *obj, const char *const *allowed,
-                                     size_t n)
-{
-    const char *key, *found = NULL;
-    json_t *v;
-    json_object_foreach(obj, key, v) {
-        if (!in_list(key, allowed, n) && (found == NULL || strcmp(key, found) < 0))
-            found = key;
-    }
-    return found;
-}
-
-/*
- * The field name for a client-chosen key: prefix + key, cut so that it fits
- * rmqs_error.field (63 bytes) and at a UTF-8 character boundary. The field
- * and the messages built from it go into JSON answers; a name cut inside a
- * multi-byte character would make them invalid UTF-8, which jansson refuses
- * to encode (the answer became a 500, or lost its "field" or, in a batch,
- * the item's error). key is valid UTF-8 (jansson checked it). Returns out.
- */
-#define FIELD_MAX (sizeof ((rmqs_error *)0)->field - 1)
-static const char *key_field(char out[FIELD_MAX + 1], const char *prefix,
-                             const char *key)
-{
-    size_t plen = strlen(prefix), klen = strlen(key);
-    size_t room = plen < FIELD_MAX ? FIELD_MAX - plen : 0;
-    if (klen > room) {
-        klen = room;
-        while (klen > 0 && ((unsigned char)key[klen] & 0xC0) == 0x80)
-            klen--; /* key[klen] continues a character: cut before it */
-    }
-    snprintf(out, FIELD_MAX + 1, "%s%.*s", prefix, (int)klen, key);
-    return out;
 }
 
 /* "30 days", "1 day" or "90000 ms", for horizon messages. */
@@ -337,18 +288,14 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
                             int64_t *deliver_at_out, int64_t *delay_out,
                             rmqs_error *err)
 {
-    json_t *delay = json_object_get(root, "delay_ms");
-    json_t *at = json_object_get(root, "deliver_at");
+    json_t *delay, *at;
     char horizon[48];
     int64_t deliver_at;
+    rmqs_rc rc = rp_one_of(root, "delay_ms", "deliver_at", &delay, &at, err);
 
+    if (rc != RMQS_OK)
+        return rc;
     horizon_text(lim->max_delay_ms, horizon, sizeof horizon);
-    if (delay == NULL && at == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "delay_ms",
-                         "one of delay_ms or deliver_at is required");
-    if (delay != NULL && at != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "deliver_at",
-                         "only one of delay_ms or deliver_at may be given");
 
     if (delay != NULL) {
         if (!json_is_integer(delay))
@@ -393,43 +340,6 @@ static rmqs_rc parse_timing(json_t *root, const job_limits *lim, int64_t now_ms,
     return RMQS_OK;
 }
 
-/* Parse buf into an object; on failure err says why. *root_out is new. */
-static rmqs_rc parse_object(const char *buf, size_t len, json_t **root_out,
-                            rmqs_error *err)
-{
-    json_error_t jerr;
-    *root_out = NULL;
-    if (buf == NULL && len > 0)
-        return rmqs_fail(err, RMQS_EINVAL, "", "request body missing");
-    /* A raw NUL is never valid JSON text, but jansson 2.14 skips one that
-     * directly follows a number or a literal ({"delay_ms":1\0} parses as
-     * {"delay_ms":1}): refuse it before parsing. */
-    const char *nul = len > 0 ? memchr(buf, '\0', len) : NULL;
-    if (nul != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "",
-                         "invalid JSON: NUL byte at offset %zu", (size_t)(nul - buf));
-    json_t *root = json_loadb(buf != NULL ? buf : "", len,
-                              JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        if (json_error_code(&jerr) == json_error_out_of_memory)
-            return fail_nomem(err);
-        /* jansson quotes the input "near" the error, and may cut it inside a
-         * character: '"\u00e' then the first byte of a 2-byte character
-         * (found by fuzzing; the answer became a 500). */
-        utf8_sanitize(jerr.text);
-        return rmqs_fail(err, RMQS_EINVAL, "",
-                         "invalid JSON: %s (line %d, column %d)", jerr.text,
-                         jerr.line, jerr.column);
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return rmqs_fail(err, RMQS_EINVAL, "",
-                         "request body must be a JSON object");
-    }
-    *root_out = root;
-    return RMQS_OK;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -447,7 +357,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
     const char *key;
     json_t *val;
     size_t n = 0;
-    char field[FIELD_MAX + 1];
+    char field[RP_FIELD_MAX + 1];
 
     *out = NULL;
     if (v == NULL)
@@ -474,7 +384,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
             return rmqs_fail(err, RMQS_EINVAL, "headers",
                              "headers: a header name is longer than %d bytes",
                              JOB_MAX_SHORTSTR);
-        key_field(field, "headers.", keys[i]);
+        rp_key_field(field, "headers.", keys[i]);
         if (amqpm_broker_refused_header(keys[i]))
             return rmqs_fail(err, RMQS_EINVAL, field,
                              "%s: RabbitMQ takes CC and BCC only as lists of "
@@ -506,14 +416,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
 static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
                                 rmqs_error *err)
 {
-    static const char *const strings[] = {
-        "content_type", "content_encoding", "correlation_id", "reply_to",
-        "message_id",   "type",             "app_id",         "user_id"};
-    static const char *const allowed[] = {
-        "content_type", "content_encoding", "correlation_id", "reply_to",
-        "message_id",   "type",             "app_id",         "user_id",
-        "priority",     "expiration",       "persistent"};
-    char field[FIELD_MAX + 1];
+    char field[RP_FIELD_MAX + 1];
     json_t *props = NULL;
     const char *s;
     rmqs_rc rc;
@@ -523,41 +426,34 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         if (!json_is_object(v))
             return rmqs_fail(err, RMQS_EINVAL, "properties",
                              "properties: must be an object");
-        const char *unknown =
-            first_unknown_key(v, allowed, sizeof allowed / sizeof allowed[0]);
+        const char *unknown = rp_unknown_key(v, NULL, 0, amqpm_property_known);
         if (unknown != NULL) {
-            key_field(field, "properties.", unknown);
+            rp_key_field(field, "properties.", unknown);
             return rmqs_fail(err, RMQS_EINVAL, field, "%s: unknown property",
                              field);
         }
-        for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
-            key_field(field, "properties.", strings[i]);
-            rc = check_short_string(json_object_get(v, strings[i]), field,
-                                    false, true, &s, err);
+        for (size_t i = 0; i < amqpm_n_str_props; i++) {
+            if (amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG)
+                continue; /* its own rule, below */
+            rp_key_field(field, "properties.", amqpm_str_props[i].name);
+            rc = check_short_string(json_object_get(v, amqpm_str_props[i].name),
+                                    field, false, true, &s, err);
             if (rc != RMQS_OK)
                 return rc;
         }
-        json_t *p = json_object_get(v, "priority");
+        json_t *p = json_object_get(v, AMQPM_PROP_PRIORITY);
         if (p != NULL && (!json_is_integer(p) || json_integer_value(p) < 0 ||
-                          json_integer_value(p) > 255))
+                          json_integer_value(p) > AMQPM_PRIORITY_MAX))
             return rmqs_fail(err, RMQS_EINVAL, "properties.priority",
-                             "properties.priority: must be an integer from 0 to 255");
+                             "properties.priority: must be an integer from 0 to %d",
+                             AMQPM_PRIORITY_MAX);
         json_t *e = json_object_get(v, "expiration");
-        if (e != NULL) {
-            bool ok = json_is_string(e) && json_string_length(e) >= 1 &&
-                      json_string_length(e) <= 10;
-            unsigned long long ev = 0;
-            for (size_t i = 0; ok && i < json_string_length(e); i++) {
-                char c = json_string_value(e)[i];
-                ok = c >= '0' && c <= '9';
-                ev = ev * 10 + (unsigned long long)(c - '0');
-            }
-            if (!ok || ev > 4294967295ULL)
-                return rmqs_fail(err, RMQS_EINVAL, "properties.expiration",
-                                 "properties.expiration: must be a string of "
-                                 "decimal digits (milliseconds, at most 4294967295)");
-        }
-        json_t *pe = json_object_get(v, "persistent");
+        if (e != NULL && !amqpm_expiration_valid(e))
+            return rmqs_fail(err, RMQS_EINVAL, "properties.expiration",
+                             "properties.expiration: must be a string of "
+                             "decimal digits (milliseconds, at most %llu)",
+                             AMQPM_EXPIRATION_MAX);
+        json_t *pe = json_object_get(v, AMQPM_PROP_PERSISTENT);
         if (pe != NULL && !json_is_boolean(pe))
             return rmqs_fail(err, RMQS_EINVAL, "properties.persistent",
                              "properties.persistent: must be a boolean");
@@ -568,13 +464,13 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         return RMQS_OK; /* nothing to add: no empty object to make and free */
     }
     if (props == NULL)
-        return fail_nomem(err);
+        return rp_fail_nomem(err);
 
     if (json_body && json_object_get(props, "content_type") == NULL &&
         json_object_set_new(props, "content_type",
                             json_string("application/json")) != 0) {
         json_decref(props);
-        return fail_nomem(err);
+        return rp_fail_nomem(err);
     }
     if (json_object_size(props) == 0) {
         json_decref(props);
@@ -615,25 +511,20 @@ static bool nested_deeper_than(json_t *v, int max)
 /* Fill job's body from "body" / "body_base64". */
 static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
 {
-    json_t *body = json_object_get(root, "body");
-    json_t *b64 = json_object_get(root, "body_base64");
+    json_t *body, *b64;
+    rmqs_rc rc = rp_one_of(root, "body", "body_base64", &body, &b64, err);
 
-    if (body == NULL && b64 == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "body",
-                         "one of body or body_base64 is required");
-    if (body != NULL && b64 != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "body_base64",
-                         "only one of body or body_base64 may be given");
+    if (rc != RMQS_OK)
+        return rc;
 
     if (b64 != NULL) {
         if (!json_is_string(b64))
             return rmqs_fail(err, RMQS_EINVAL, "body_base64",
                              "body_base64: must be a string");
-        rmqs_rc rc = base64_decode(json_string_value(b64),
-                                       json_string_length(b64), &job->body,
-                                       &job->body_len);
+        rc = base64_decode(json_string_value(b64), json_string_length(b64),
+                           &job->body, &job->body_len);
         if (rc == RMQS_ENOMEM)
-            return fail_nomem(err);
+            return rp_fail_nomem(err);
         if (rc != RMQS_OK)
             return rmqs_fail(err, RMQS_EINVAL, "body_base64",
                              "body_base64: not valid base64");
@@ -645,7 +536,7 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
         size_t len = json_string_length(body);
         job->body = malloc(len > 0 ? len : 1);
         if (job->body == NULL)
-            return fail_nomem(err);
+            return rp_fail_nomem(err);
         memcpy(job->body, json_string_value(body), len);
         job->body_len = len;
         job->body_kind = JOB_BODY_TEXT;
@@ -658,7 +549,7 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
                              "arrays and objects)", JOB_MAX_BODY_DEPTH);
         char *text = json_dumps(body, JSON_COMPACT);
         if (text == NULL)
-            return fail_nomem(err);
+            return rp_fail_nomem(err);
         job->body = (unsigned char *)text; /* the NUL stays, uncounted */
         job->body_len = strlen(text);
         job->body_kind = JOB_BODY_JSON;
@@ -682,7 +573,7 @@ rmqs_rc job_from_request(const char *buf, size_t len, const job_limits *lim,
         memset(out, 0, sizeof *out);
     if (canonical_out != NULL)
         *canonical_out = NULL;
-    rc = parse_object(buf, len, &root, err);
+    rc = rp_parse_object(buf, len, &root, err);
     if (rc != RMQS_OK)
         return rc;
     rc = job_from_json(root, lim, now_ms, out, canonical_out, err);
@@ -698,7 +589,7 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         "deliver_at", "headers",   "properties", "max_attempts"};
     job_t job = {0};
     char *canonical = NULL;
-    const char *exchange, *routing_key, *unknown;
+    const char *exchange, *routing_key;
     rmqs_rc rc;
 
     if (out != NULL)
@@ -713,13 +604,10 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         goto out;
     }
 
-    unknown = first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
-    if (unknown != NULL) {
-        char field[FIELD_MAX + 1];
-        rc = rmqs_fail(err, RMQS_EINVAL, key_field(field, "", unknown),
-                       "unknown field");
+    rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
         goto out;
-    }
 
     rc = check_short_string(json_object_get(root, "exchange"), "exchange", true,
                             true, &exchange, err);
@@ -773,13 +661,13 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
     job.exchange = strdup(exchange);
     job.routing_key = strdup(routing_key);
     if (job.exchange == NULL || job.routing_key == NULL) {
-        rc = fail_nomem(err);
+        rc = rp_fail_nomem(err);
         goto out;
     }
     if (canonical_out != NULL) {
         canonical = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
         if (canonical == NULL) {
-            rc = fail_nomem(err);
+            rc = rp_fail_nomem(err);
             goto out;
         }
     }
@@ -826,17 +714,13 @@ static rmqs_rc parse_change_timing(const char *buf, size_t len,
     if (lim == NULL || deliver_at_out == NULL || delay_ms_out == NULL)
         return rmqs_fail(err, RMQS_EINVAL, "", "internal: missing argument");
 
-    rc = parse_object(buf, len, &root, err);
+    rc = rp_parse_object(buf, len, &root, err);
     if (rc != RMQS_OK)
         goto out;
-    const char *unknown =
-        first_unknown_key(root, allowed, sizeof allowed / sizeof allowed[0]);
-    if (unknown != NULL) {
-        char field[FIELD_MAX + 1];
-        rc = rmqs_fail(err, RMQS_EINVAL, key_field(field, "", unknown),
-                       "unknown field");
+    rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
         goto out;
-    }
     if (now_if_empty && json_object_size(root) == 0) {
         *deliver_at_out = now_ms;
         *delay_ms_out = 0;

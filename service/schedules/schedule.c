@@ -30,10 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reqparse.h"
 #include "timeutil.h"
 
 #define LATEST_ENUM_CAP 100000
-#define FIELD_MAX 63
 
 void schedule_clear(schedule_t *s)
 {
@@ -69,44 +69,6 @@ bool schedule_name_valid(const char *name)
 /* ------------------------------------------------------------------------ */
 /* validation                                                                */
 
-static rmqs_rc fail_nomem(rmqs_error *err)
-{
-    return rmqs_fail(err, RMQS_ENOMEM, "", "out of memory");
-}
-
-/* The smallest key of obj (byte order) not in allowed, or NULL: the answer
- * does not depend on jansson's hash order. */
-static const char *unknown_key(json_t *obj, const char *const *allowed)
-{
-    const char *key, *worst = NULL;
-    json_t *v;
-
-    json_object_foreach(obj, key, v) {
-        bool known = false;
-        for (const char *const *a = allowed; *a != NULL && !known; a++)
-            known = strcmp(*a, key) == 0;
-        if (!known && (worst == NULL || strcmp(key, worst) < 0))
-            worst = key;
-    }
-    return worst;
-}
-
-/* "<prefix><key>" cut to what rmqs_error.field holds. */
-static const char *field_of(char out[FIELD_MAX + 1], const char *prefix,
-                            const char *key)
-{
-    size_t p = strlen(prefix), k = strlen(key);
-
-    if (p > FIELD_MAX)
-        p = FIELD_MAX;
-    if (k > FIELD_MAX - p)
-        k = FIELD_MAX - p;
-    memcpy(out, prefix, p);
-    memcpy(out + p, key, k);
-    out[p + k] = '\0';
-    return out;
-}
-
 static rmqs_rc parse_time_field(json_t *root, const char *name, int64_t *out,
                                 rmqs_error *err)
 {
@@ -125,20 +87,20 @@ static rmqs_rc parse_time_field(json_t *root, const char *name, int64_t *out,
 
 static rmqs_rc parse_dst(json_t *v, cron_dst *dst, rmqs_error *err)
 {
-    static const char *const allowed[] = {"skipped", "repeated", NULL};
-    char field[FIELD_MAX + 1];
-    const char *unknown, *t;
+    static const char *const allowed[] = {"skipped", "repeated"};
+    const char *t;
     json_t *p;
+    rmqs_rc rc;
 
     if (v == NULL)
         return RMQS_OK;
     if (!json_is_object(v))
         return rmqs_fail(err, RMQS_EINVAL, "dst",
                          "dst: must be an object {\"skipped\", \"repeated\"}");
-    unknown = unknown_key(v, allowed);
-    if (unknown != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, field_of(field, "dst.", unknown),
-                         "unknown field");
+    rc = rp_known_keys(v, "dst.", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
+        return rc;
     p = json_object_get(v, "skipped");
     if (p != NULL) {
         t = json_string_value(p);
@@ -169,7 +131,7 @@ static rmqs_rc parse_dst(json_t *v, cron_dst *dst, rmqs_error *err)
 static rmqs_rc parse_template(json_t *v, const job_limits *lim, int64_t now_ms,
                               job_t *out, rmqs_error *err)
 {
-    char field[FIELD_MAX + 1];
+    char field[RP_FIELD_MAX + 1];
     json_t *copy;
     rmqs_rc rc;
 
@@ -188,12 +150,12 @@ static rmqs_rc parse_template(json_t *v, const job_limits *lim, int64_t now_ms,
     copy = json_copy(v);
     if (copy == NULL || json_object_set_new(copy, "delay_ms", json_integer(0)) != 0) {
         json_decref(copy);
-        return fail_nomem(err);
+        return rp_fail_nomem(err);
     }
     rc = job_from_json(copy, lim, now_ms, out, NULL, err);
     json_decref(copy);
     if (rc == RMQS_EINVAL && err != NULL) {
-        field_of(field, err->field[0] ? "job." : "job", err->field);
+        rp_key_field(field, err->field[0] ? "job." : "job", err->field);
         memcpy(err->field, field, sizeof field);
     }
     return rc;
@@ -205,11 +167,9 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
 {
     static const char *const allowed[] = {
         "cron",   "every_ms",         "timezone", "start_at", "end_at",
-        "paused", "misfire_grace_ms", "dst",      "job",      NULL};
+        "paused", "misfire_grace_ms", "dst",      "job"};
     schedule_t s = {0};
-    char field[FIELD_MAX + 1];
     json_t *cron, *every, *v;
-    const char *unknown;
     cron_dst dst;
     rmqs_rc rc;
 
@@ -225,19 +185,14 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
                          SCHEDULE_NAME_MAX);
     if (!json_is_object(root))
         return rmqs_fail(err, RMQS_EINVAL, "", "request body must be a JSON object");
-    unknown = unknown_key(root, allowed);
-    if (unknown != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, field_of(field, "", unknown),
-                         "unknown field");
+    rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
+                       err);
+    if (rc != RMQS_OK)
+        return rc;
 
-    cron = json_object_get(root, "cron");
-    every = json_object_get(root, "every_ms");
-    if (cron == NULL && every == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "cron",
-                         "one of cron or every_ms is required");
-    if (cron != NULL && every != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "every_ms",
-                         "only one of cron or every_ms may be given");
+    rc = rp_one_of(root, "cron", "every_ms", &cron, &every, err);
+    if (rc != RMQS_OK)
+        return rc;
     if (cron != NULL && !json_is_string(cron))
         return rmqs_fail(err, RMQS_EINVAL, "cron", "cron: must be a string");
     if (every != NULL) {
@@ -265,7 +220,7 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
             goto out;
         s.cron_text = strdup(json_string_value(cron));
         if (s.cron_text == NULL) {
-            rc = fail_nomem(err);
+            rc = rp_fail_nomem(err);
             goto out;
         }
         dst = cron_default_dst(s.cron);
@@ -321,13 +276,13 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
     s.job_json = json_incref(json_object_get(root, "job"));
     s.name = strdup(name);
     if (s.name == NULL) {
-        rc = fail_nomem(err);
+        rc = rp_fail_nomem(err);
         goto out;
     }
     if (spec_out != NULL) {
         *spec_out = json_dumps(root, JSON_SORT_KEYS | JSON_COMPACT);
         if (*spec_out == NULL) {
-            rc = fail_nomem(err);
+            rc = rp_fail_nomem(err);
             goto out;
         }
     }
@@ -336,33 +291,6 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
 out:
     schedule_clear(&s);
     return rc;
-}
-
-/* A JSON object from bytes, as job.c reads request bodies. */
-static rmqs_rc parse_body(const char *buf, size_t len, json_t **root_out,
-                          rmqs_error *err)
-{
-    json_error_t jerr;
-    json_t *root;
-
-    *root_out = NULL;
-    if (buf == NULL)
-        buf = "";
-    if (memchr(buf, '\0', len) != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "", "invalid JSON: NUL byte in the body");
-    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        if (json_error_code(&jerr) == json_error_out_of_memory)
-            return fail_nomem(err);
-        return rmqs_fail(err, RMQS_EINVAL, "", "invalid JSON (line %d, column %d)",
-                         jerr.line, jerr.column);
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return rmqs_fail(err, RMQS_EINVAL, "", "request body must be a JSON object");
-    }
-    *root_out = root;
-    return RMQS_OK;
 }
 
 rmqs_rc schedule_from_request(const char *name, const char *buf, size_t len,
@@ -376,7 +304,7 @@ rmqs_rc schedule_from_request(const char *name, const char *buf, size_t len,
         memset(out, 0, sizeof *out);
     if (spec_out != NULL)
         *spec_out = NULL;
-    rc = parse_body(buf, len, &root, err);
+    rc = rp_parse_object(buf, len, &root, err);
     if (rc != RMQS_OK)
         return rc;
     rc = schedule_from_json(name, root, lim, now_ms, out, spec_out, err);
@@ -396,7 +324,7 @@ rmqs_rc schedule_patch(const char *name, const char *spec, const char *buf,
         memset(out, 0, sizeof *out);
     if (merged_out != NULL)
         *merged_out = NULL;
-    rc = parse_body(buf, len, &patch, err);
+    rc = rp_parse_object(buf, len, &patch, err);
     if (rc != RMQS_OK)
         return rc;
     merged = json_loads(spec != NULL ? spec : "", 0, NULL);
@@ -409,7 +337,7 @@ rmqs_rc schedule_patch(const char *name, const char *spec, const char *buf,
         if (json_is_null(v))
             json_object_del(merged, key);
         else if (json_object_set(merged, key, v) != 0) {
-            rc = fail_nomem(err);
+            rc = rp_fail_nomem(err);
             goto out;
         }
     }

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <sys/types.h>
 
+#include "hexdigit.h"
 #include "timeutil.h"
 
 #define LOG_LINE_MAX 2048
@@ -305,14 +306,6 @@ static bool reserved_key(const char *k)
     return false;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /*
  * Turn the fields text fields_format wrote (value bare up to a space, or
  * "quoted" up to the next unescaped quote, its escapes undone) into members
@@ -349,8 +342,8 @@ static void fields_to_json(json_t *obj, char *f)
                 case 'r': *w++ = '\r'; f++; break;
                 case 't': *w++ = '\t'; f++; break;
                 case 'x':
-                    hi = hexval(f[1]);
-                    lo = hi < 0 ? -1 : hexval(f[2]);
+                    hi = hex_digit(f[1]);
+                    lo = hi < 0 ? -1 : hex_digit(f[2]);
                     if (lo >= 0) {
                         *w++ = (char)(hi * 16 + lo);
                         f += 3;

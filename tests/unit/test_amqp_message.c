@@ -2,7 +2,8 @@
  * test_amqp_message.c - the one header-size calculator against rabbitmq-c's
  * own encoder: the same properties and headers, built as the publisher
  * builds them, must encode to exactly the bytes amqpm_encoded_size() says.
- * And the names table the publisher, the ingest and job.c share.
+ * And the names table the publisher, the ingest and job.c share, and
+ * amqpm_build, the message the publisher sends, against both.
  */
 #include <criterion/criterion.h>
 
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "amqp_message.h"
+#include "job.h"
 #include "timeutil.h"
 
 #define ID "0190d6e2-7b3c-7d4e-8f00-123456789abc"
@@ -80,7 +82,7 @@ Test(amqp_message, size_of_every_header_and_property_kind_matches_the_encoder)
     json_t *props = json_loads(
         "{\"content_type\": \"application/json\", \"correlation_id\": \"c1\","
         " \"reply_to\": \"r\", \"app_id\": \"shop\", \"priority\": 3,"
-        " \"expiration\": 60000, \"persistent\": false}", 0, &jerr);
+        " \"expiration\": \"60000\", \"persistent\": false}", 0, &jerr);
     amqp_field_value_t arr[2] = {i64(1), utf8("x")};
     amqp_table_entry_t inner[2], e[9];
     amqp_field_value_t v;
@@ -164,4 +166,94 @@ Test(amqp_message, the_names_table)
     cr_expect(amqpm_reserved_header("x-delay"));
     cr_expect(!amqpm_reserved_header("x-deliver-at"));
     cr_expect(!amqpm_reserved_header("X-Delay"), "exact names");
+}
+
+Test(amqp_message, the_table_names_every_property_a_job_carries)
+{
+    for (size_t i = 0; i < amqpm_n_str_props; i++)
+        cr_expect(amqpm_property_known(amqpm_str_props[i].name), "%s",
+                  amqpm_str_props[i].name);
+    cr_expect(amqpm_property_known("priority"));
+    cr_expect(amqpm_property_known("persistent"));
+    cr_expect_not(amqpm_property_known("delivery_mode"));
+    cr_expect_not(amqpm_property_known("timestamp"));
+    cr_expect_not(amqpm_property_known("headers"));
+}
+
+Test(amqp_message, one_expiration_rule)
+{
+    static const char *const ok[] = {"0", "60000", "4294967295", "0000000001"};
+    static const char *const bad[] = {"", "-1", " 1", "1.5", "4294967296",
+                                      "12345678901", "1e3"};
+    json_t *v;
+
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        v = json_string(ok[i]);
+        cr_expect(amqpm_expiration_valid(v), "%s", ok[i]);
+        json_decref(v);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = json_string(bad[i]);
+        cr_expect_not(amqpm_expiration_valid(v), "%s", bad[i]);
+        json_decref(v);
+    }
+    v = json_integer(60000);
+    cr_expect_not(amqpm_expiration_valid(v), "an integer is not the string");
+    json_decref(v);
+    cr_expect_not(amqpm_expiration_valid(NULL));
+}
+
+/* A job whose properties are props (JSON text), built into m. */
+static rmqs_rc build(const char *props, amqp_pool_t *pool, amqpm_message *m,
+                     rmqs_error *err)
+{
+    job_t job = {0};
+    rmqs_rc rc;
+
+    memcpy(job.id, ID, sizeof job.id);
+    job.exchange = "";
+    job.routing_key = "q";
+    job.deliver_at = 1767225600123;
+    job.delay_ms = 600000;
+    job.properties = props != NULL ? json_loads(props, 0, NULL) : NULL;
+    rc = amqpm_build(&job, 131072, pool, m, err);
+    /* x-delay fits in 32 bits here: 4 bytes fewer than the most counted */
+    cr_expect(rc != RMQS_OK ||
+                  encoded(&m->props) + 4 ==
+                      amqpm_encoded_size(NULL, job.properties, strlen(ID)),
+              "what amqpm_build makes is what amqpm_encoded_size counts");
+    json_decref(job.properties);
+    return rc;
+}
+
+Test(amqp_message, build_follows_the_table_and_the_expiration_rule)
+{
+    amqp_pool_t pool;
+    amqpm_message m;
+    rmqs_error err = {0};
+
+    init_amqp_pool(&pool, 4096);
+    cr_expect_eq(build(NULL, &pool, &m, &err), RMQS_OK, "%s", err.message);
+    cr_expect_eq(m.props.delivery_mode, AMQP_DELIVERY_PERSISTENT);
+    cr_expect(m.props._flags & AMQP_BASIC_MESSAGE_ID_FLAG);
+    cr_expect_eq(m.props.headers.num_entries, 3);
+
+    cr_expect_eq(build("{\"expiration\": \"60000\", \"priority\": 9,"
+                       " \"persistent\": false, \"app_id\": \"shop\"}",
+                       &pool, &m, &err), RMQS_OK, "%s", err.message);
+    cr_expect(m.props._flags & AMQP_BASIC_EXPIRATION_FLAG);
+    cr_expect_eq(m.props.expiration.len, 5);
+    cr_expect_eq(m.props.priority, 9);
+    cr_expect_eq(m.props.delivery_mode, AMQP_DELIVERY_NONPERSISTENT);
+    cr_expect(m.props._flags & AMQP_BASIC_APP_ID_FLAG);
+
+    /* one expiration rule: what job.c refuses, the publisher does not send */
+    cr_expect_eq(build("{\"expiration\": \"abc\"}", &pool, &m, &err),
+                 RMQS_EINVAL);
+    cr_expect(strstr(err.message, "expiration") != NULL, "%s", err.message);
+    cr_expect_eq(build("{\"expiration\": 60000}", &pool, &m, &err), RMQS_EINVAL);
+    cr_expect_eq(build("{\"expiration\": \"4294967296\"}", &pool, &m, &err),
+                 RMQS_EINVAL);
+    cr_expect_eq(build("{\"priority\": 256}", &pool, &m, &err), RMQS_EINVAL);
+    empty_amqp_pool(&pool);
 }

@@ -116,6 +116,17 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status,
     return ret;
 }
 
+void http_reply_begin(http_api_t *api)
+{
+    tl_status = 0;
+    tl_api = api;
+}
+
+unsigned http_reply_status(void)
+{
+    return tl_status;
+}
+
 enum MHD_Result http_reply_raw(struct MHD_Connection *c, unsigned status,
                                const char *content_type, char *text, size_t len,
                                const char *const *hdrs)
@@ -329,8 +340,9 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     text = metrics_render(&src);
     if (text == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                   text, strlen(text), NULL);
+    return http_reply_raw(c, MHD_HTTP_OK,
+                          "text/plain; version=0.0.4; charset=utf-8", text,
+                          strlen(text), NULL);
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -617,13 +629,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         http_deadline_headers(api->deadline, conn_deadline(c));
     else if (*upload_data_size == 0)
         http_deadline_body_end(api->deadline, conn_deadline(c));
-    tl_status = 0;
-    tl_api = cls;
+    http_reply_begin(api);
     ret = on_request_inner(cls, c, url, method, version, upload_data,
                            upload_data_size, con_cls);
     rq = *con_cls;
-    if (rq != NULL && tl_status != 0)
-        rq->status = tl_status;
+    if (rq != NULL && http_reply_status() != 0)
+        rq->status = http_reply_status();
     return ret;
 }
 

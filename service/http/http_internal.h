@@ -126,6 +126,13 @@ bool http_authorized(http_api_t *api, struct MHD_Connection *c);
 /* An answer without a body (204). */
 enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status);
 
+/* A request's handler begins on this thread for api: no status is noted
+ * yet, and the answers say Connection: close while api is stopping. */
+void http_reply_begin(http_api_t *api);
+/* The status of the answer this thread queued since http_reply_begin, or
+ * 0 if none. */
+unsigned http_reply_status(void);
+
 /* ---- request checks shared by the endpoints (http_jobs.c) --------------- */
 
 /* Whether Content-Type is application/json (parameters allowed). */

@@ -14,7 +14,7 @@
  * job's id, status and deliver_at, a quarter of the bytes of a batch
  * answer.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,66 +84,6 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
     job_write_json(&b, job, flags);
     return http_reply_buf(c, status, &b, location ? job->id : NULL,
                           (flags & JOB_WRITE_MINIMAL) != 0);
-}
-
-bool http_is_json_content(struct MHD_Connection *c)
-{
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
-    size_t n = strlen("application/json");
-
-    if (ct == NULL)
-        return false;
-    while (*ct == ' ')
-        ct++;
-    if (strncasecmp(ct, "application/json", n) != 0)
-        return false;
-    ct += n;
-    while (*ct == ' ')
-        ct++;
-    return *ct == '\0' || *ct == ';';
-}
-
-/* Collect query arguments not in allowed[] (first one wins). */
-typedef struct query_check {
-    const char *const *allowed;
-    bool filter; /* the job filter's parameters are allowed too */
-    const char *unknown;
-} query_check;
-
-static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value)
-{
-    query_check *q = cls;
-    if (q->filter && http_filter_is_param(key))
-        return MHD_YES;
-    for (const char *const *a = q->allowed; *a != NULL; a++)
-        if (strcmp(*a, key) == 0)
-            return MHD_YES;
-    if (q->unknown == NULL)
-        q->unknown = key;
-    return MHD_YES;
-}
-
-const char *http_query_unknown(struct MHD_Connection *c,
-                                 const char *const *allowed)
-{
-    query_check q = {allowed, false, NULL};
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
-    return q.unknown;
-}
-
-const char *http_query_unknown_filter(struct MHD_Connection *c,
-                                      const char *const *allowed)
-{
-    query_check q = {allowed, true, NULL};
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
-    return q.unknown;
-}
-
-bool http_exchange_allowed(const http_api_t *api, const char *name)
-{
-    return pubpol_exchange_allowed(api->policy, name);
 }
 
 static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,

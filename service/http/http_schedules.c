@@ -19,7 +19,7 @@
  * cancelled. The same body PUT again changes nothing (200, generation
  * unchanged): the store compares the canonical spec.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <stdio.h>
 #include <stdlib.h>

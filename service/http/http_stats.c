@@ -8,7 +8,7 @@
  * number, one object per sample in time order, so a chart maps a field
  * over the array.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,76 @@
+/*
+ * http_reply.h - the reply layer under the HTTP endpoints (http_reply.c).
+ */
+#ifndef RMQS_HTTP_REPLY_H
+#define RMQS_HTTP_REPLY_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "http_internal.h"
+#include "job_json.h"
+#include "rmqs.h"
+
+/* ---- responses (http_api.c) ---------------------------------------------
+ * Each queues one answer on c and returns libmicrohttpd's result. Extra
+ * header pairs (h1, v1) may be NULL. */
+
+/* resp_json (stolen, NULL: out of memory) as compact JSON with status. */
+enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
+                                json_t *resp_json, const char *h1,
+                                const char *v1);
+/* {"error":{"code","message"[,"field"]}}; field NULL or "" leaves it out. */
+enum MHD_Result http_reply_error(struct MHD_Connection *c, unsigned status,
+                                 const char *code, const char *field,
+                                 const char *message);
+enum MHD_Result http_reply_error_h(struct MHD_Connection *c, unsigned status,
+                                   const char *code, const char *field,
+                                   const char *message, const char *h1,
+                                   const char *v1);
+/* A store/validation failure as its documented status and code; err (may
+ * be NULL) gives field and message, what the message otherwise. */
+enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
+                              const rmqs_error *err, const char *what);
+/* The JSON text in b (taken over: b is left empty) with status, the
+ * Location of job_id if not NULL, and Preference-Applied if minimal. A
+ * buffer that ran out of memory gives a 500. */
+enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
+                               job_buf *b, const char *job_id, bool minimal);
+/* A JSON string of s (new reference), bytes that are not UTF-8 as '?'. */
+json_t *http_safe_string(const char *s);
+
+/* text (len bytes, malloc'd, taken over; NULL: a JSON 500) with
+ * content_type and hdrs (NULL, or name/value pairs ended by a NULL name). */
+enum MHD_Result http_reply_raw(struct MHD_Connection *c, unsigned status,
+                               const char *content_type, char *text, size_t len,
+                               const char *const *hdrs);
+
+/* Whether the request carries the bearer token (true when none is set). */
+bool http_authorized(http_api_t *api, struct MHD_Connection *c);
+
+/* An answer without a body (204). */
+enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status);
+
+/* A request's handler begins on this thread for api: no status is noted
+ * yet, and the answers say Connection: close while api is stopping. */
+void http_reply_begin(http_api_t *api);
+/* The status of the answer this thread queued since http_reply_begin, or
+ * 0 if none. */
+unsigned http_reply_status(void);
+
+/* ---- request checks shared by the endpoints (http_jobs.c) --------------- */
+
+/* Whether Content-Type is application/json (parameters allowed). */
+bool http_is_json_content(struct MHD_Connection *c);
+/* The first query argument not in allowed (NULL-terminated), or NULL. */
+const char *http_query_unknown(struct MHD_Connection *c,
+                               const char *const *allowed);
+/* The same, with the job filter's parameters (http_filter.h) allowed too. */
+const char *http_query_unknown_filter(struct MHD_Connection *c,
+                                      const char *const *allowed);
+/* Whether --allow-exchanges lets a job publish to name. */
+bool http_exchange_allowed(const http_api_t *api, const char *name);
+
+#endif

@@ -414,9 +414,8 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
                                http_req *rq)
 {
     static const char *const allowed[] = {"limit", "after", NULL};
-    const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
     const char *unknown = http_query_unknown_filter(c, allowed);
-    size_t limit = LIST_LIMIT_DEFAULT;
+    int64_t limit = LIST_LIMIT_DEFAULT;
     rmqs_error err = {0};
     http_search *s;
 
@@ -424,23 +423,17 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
         rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    if (limit_s != NULL) {
-        size_t v = 0, i = 0;
-        for (; limit_s[i] >= '0' && limit_s[i] <= '9' && i < 5; i++)
-            v = v * 10 + (size_t)(limit_s[i] - '0');
-        if (i == 0 || limit_s[i] != '\0' || v < 1 || v > LIST_LIMIT_MAX) {
-            rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
-                      LIST_LIMIT_MAX);
-            return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-        }
-        limit = v;
+    if (!http_query_int(c, "limit", 1, LIST_LIMIT_MAX, &limit)) {
+        rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
+                  LIST_LIMIT_MAX);
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
     s = search_new(api, rq, false);
     if (s == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    s->limit = limit;
+    s->limit = (size_t)limit;
     s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     return search_submit(api, c, rq);
 }
@@ -451,7 +444,6 @@ enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
                                 http_req *rq)
 {
     static const char *const allowed[] = {"max", NULL};
-    const char *max_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max");
     const char *unknown = http_query_unknown_filter(c, allowed);
     int64_t cap = STORE_COUNT_CAP_DEFAULT;
     rmqs_error err = {0};
@@ -461,17 +453,10 @@ enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
         rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    if (max_s != NULL) {
-        int64_t v = 0;
-        size_t i = 0;
-        for (; max_s[i] >= '0' && max_s[i] <= '9' && i < 9; i++)
-            v = v * 10 + (max_s[i] - '0');
-        if (i == 0 || max_s[i] != '\0' || v < 1 || v > COUNT_MAX_LIMIT) {
-            rmqs_fail(&err, RMQS_EINVAL, "max", "max: an integer from 1 to %d",
-                      COUNT_MAX_LIMIT);
-            return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-        }
-        cap = v;
+    if (!http_query_int(c, "max", 1, COUNT_MAX_LIMIT, &cap)) {
+        rmqs_fail(&err, RMQS_EINVAL, "max", "max: an integer from 1 to %d",
+                  COUNT_MAX_LIMIT);
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
     s = search_new(api, rq, true);
     if (s == NULL)

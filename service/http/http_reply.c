@@ -292,3 +292,26 @@ bool http_exchange_allowed(const http_api_t *api, const char *name)
 {
     return pubpol_exchange_allowed(api->policy, name);
 }
+
+bool http_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    size_t digits = 1, i = 0;
+    int64_t v = 0;
+
+    for (int64_t m = hi; m >= 10; m /= 10)
+        digits++;
+    for (; s[i] >= '0' && s[i] <= '9' && i <= digits; i++)
+        v = v * 10 + (s[i] - '0');
+    if (i == 0 || s[i] != '\0' || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool http_query_int(struct MHD_Connection *c, const char *key, int64_t lo,
+                    int64_t hi, int64_t *out)
+{
+    const char *s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+
+    return s == NULL || http_parse_int(s, lo, hi, out);
+}

@@ -8,6 +8,7 @@
 #include <microhttpd.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "http_internal.h"
 #include "job_json.h"
@@ -72,5 +73,16 @@ const char *http_query_unknown_filter(struct MHD_Connection *c,
                                       const char *const *allowed);
 /* Whether --allow-exchanges lets a job publish to name. */
 bool http_exchange_allowed(const http_api_t *api, const char *name);
+
+/* The one reader of an integer query value (api/openapi.yaml's limit,
+ * max, count and window): s as a decimal integer in [lo, hi] (0 <= lo,
+ * hi < INT64_MAX / 10) into *out. ASCII digits only (no sign, no spaces,
+ * not empty), and at most one digit more than hi has: a leading zero is
+ * let through, a run of them is not. False (*out untouched) otherwise. */
+bool http_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* The query argument key of c as http_parse_int reads it; true, *out
+ * untouched, when the request has no such argument. */
+bool http_query_int(struct MHD_Connection *c, const char *key, int64_t lo,
+                    int64_t hi, int64_t *out);
 
 #endif

@@ -1,9 +1,11 @@
 /*
- * http_api.c - the HTTP contract (api/openapi.yaml) on libmicrohttpd.
+ * http_api.c - the HTTP contract (api/openapi.yaml) on libmicrohttpd: the
+ * router, the libmicrohttpd callbacks, the server's start and stop.
  *
- * Why a module of its own: routing, body limits, content negotiation and the
- * mapping from rmqs_rc to HTTP status live in one place, so every endpoint
- * answers errors the same way: {"error": {"code", "message", "field"}}.
+ * Why a module of its own: it is the top of the HTTP layer. Every request
+ * passes its checks here in one place (the site check, the bearer token,
+ * the body limit), then the route table hands it to an endpoint; /healthz,
+ * /readyz and /metrics are answered here.
  *
  * libmicrohttpd calls the access handler several times per request: first
  * with no body (we allocate a request context), then with body chunks
@@ -29,10 +31,9 @@
  * cuts the late ones. The idle timeout alone never fires on a client that
  * sends a byte every few seconds.
  *
- * Every answer goes out through respond(), the one place a response is
- * made, given its headers and queued. The job endpoints are http_jobs.c,
- * the recurring schedules http_schedules.c (what the files share:
- * http_internal.h).
+ * Below this file: the endpoints (http_handlers.h), and under them the
+ * reply layer (http_reply.c), through which every answer goes out, this
+ * file's too. The layer's files from the top down: http_internal.h.
  */
 #include "http_api.h"
 
@@ -63,7 +64,7 @@
  * 413; past this many more, the connection is closed instead. */
 #define DISCARD_MAX ((size_t)64 << 20)
 
-/* ---- request checks ----------------------------------------------------- */
+/* ---- the router's own answers: 401, /readyz, /metrics ------------------ */
 
 static enum MHD_Result reply_unauthorized(struct MHD_Connection *c)
 {

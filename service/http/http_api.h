@@ -1,12 +1,13 @@
 /*
- * http_api.h - the HTTP contract of api/openapi.yaml: routing, request
- * limits and handlers, on libmicrohttpd's epoll thread pool.
+ * http_api.h - the HTTP contract of api/openapi.yaml, on libmicrohttpd's
+ * epoll thread pool: what service.c starts, quiesces, drains and stops.
+ * Its settings (http_api_options) are in http_options.h.
  *
  * The job endpoints (http_jobs.c) validate with job.c; new jobs go to the
  * group-commit writer (the connection is suspended until the commit),
  * reads and changes of existing jobs go to the store (store.h) directly;
  * jobs are answered as job_json.c writes them, errors as JSON
- * {"error": {"code", "message", "field"}}.
+ * {"error": {"code", "message", "field"}} (http_reply.c).
  */
 #ifndef RMQS_HTTP_API_H
 #define RMQS_HTTP_API_H

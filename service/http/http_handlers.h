@@ -1,5 +1,8 @@
 /*
- * http_handlers.h - the endpoints the router (http_api.c) calls.
+ * http_handlers.h - the endpoints that the router (http_api.c) calls, one
+ * file each: http_jobs.c, http_schedules.c, http_bulk.c, http_stats.c,
+ * http_ui.c. They answer through the reply layer (http_reply.h) and call
+ * nothing of the router.
  */
 #ifndef RMQS_HTTP_HANDLERS_H
 #define RMQS_HTTP_HANDLERS_H

@@ -1,14 +1,31 @@
 /*
- * http_internal.h - what the files of the HTTP layer share; not a contract
- * for any other module (that is http_api.h).
+ * http_internal.h - the state the files of the HTTP layer share: the
+ * daemon's (struct http_api) and a request's (http_req). Not a contract for
+ * any other module (that is http_api.h).
  *
- * The layer is several rooms: http_api.c (the daemon, reading bodies, limits,
- * authentication, routing, health and metrics, and the one path that
- * queues a response), http_jobs.c (the job endpoints: POST /schedule,
- * /schedule/batch, GET /jobs, /jobs/{id}, PATCH, DELETE) and
- * http_schedules.c (the recurring schedules: /schedules, /schedules/{name})
- * and http_ui.c (the dashboard at /ui/ and the read-only mode).
- * All see the daemon's state and a request's state, defined here.
+ * The layer, from the top down; each file calls only files below it:
+ *   http_api.c       the router: the daemon and its libmicrohttpd
+ *                    callbacks, reading bodies, limits, the site check and
+ *                    authentication, the route table, /healthz, /readyz
+ *                    and /metrics, the server's start and stop
+ *   http_handlers.h  the endpoints the router calls:
+ *     http_jobs.c       POST /schedule and /schedule/batch, GET /jobs and
+ *                       /jobs/count, GET/PATCH/DELETE /jobs/{id}, POST
+ *                       /jobs/{id}/run and /jobs/{id}/retry
+ *     http_schedules.c  /schedules and /schedules/{name}
+ *     http_bulk.c       POST /jobs/bulk and GET /jobs/bulk/{id}
+ *     http_stats.c      GET /stats
+ *     http_ui.c         the dashboard at /ui/ and the read-only mode
+ *   http_reply.c     the reply layer: respond(), the one path that queues
+ *                    an answer, the http_reply_* helpers, the thread-local
+ *                    request state, and the request checks and query
+ *                    readers the endpoints share
+ *   this header      the daemon's and a request's state
+ *   http_options.h   the settings (http_api_options)
+ * Beside them, each with a header of its own and no part of the HTTP
+ * layer above: http_filter.c (a job filter from a query or JSON),
+ * http_prefer.c (the Prefer header) and http_deadline.c (the header and
+ * body deadlines).
  */
 #ifndef RMQS_HTTP_INTERNAL_H
 #define RMQS_HTTP_INTERNAL_H

@@ -4,7 +4,7 @@
  * /jobs/{id}, POST /jobs/{id}/run and /jobs/{id}/retry.
  *
  * Why a room of its own: http_api.c is the transport (the daemon, bodies,
- * limits, authentication, routing, the one path that queues a response);
+ * limits, authentication, routing), http_reply.c how an answer is made;
  * this file is what the API does with jobs. Requests are validated by
  * job.c, new jobs go to the group-commit writer (the connection is
  * suspended until the commit, after admission by the writer), reads and

@@ -1,5 +1,20 @@
 /*
- * http_reply.c - the reply layer under the HTTP endpoints.
+ * http_reply.c - the reply layer under the HTTP endpoints: how an answer is
+ * made, and the checks of a request that the endpoints share.
+ *
+ * Why a module of its own: every answer, from the router and from every
+ * endpoint, goes out through respond(), the one place a response is made,
+ * given its headers and queued; errors all have one shape, {"error":
+ * {"code", "message", "field"}}, and an rmqs_rc one HTTP status
+ * (http_reply_rc). It sits below the endpoints and calls none of them, so
+ * the router above can call both.
+ *
+ * The thread-local request state is the status of the answer queued (the
+ * router notes it for metrics) and the API the thread serves, so that
+ * answers say Connection: close while it stops. Request checks: the
+ * bearer token, the JSON content type, unknown query arguments, integer
+ * query values (http_parse_int, the one reader of limit, max, count and
+ * window) and --allow-exchanges.
  */
 #include "http_reply.h"
 
@@ -13,8 +28,9 @@
 
 /* The status of the response this thread queued last (for metrics). */
 static __thread unsigned tl_status;
-/* The API whose handler runs on this thread (set by on_request), so that
- * respond() can tell a stopping service's clients to go away. */
+/* The API whose handler runs on this thread (set by http_reply_begin, which
+ * the router calls), so that respond() can tell a stopping service's
+ * clients to go away. */
 static __thread http_api_t *tl_api;
 
 /* ---- responses --------------------------------------------------------- */

@@ -1,5 +1,8 @@
 /*
- * http_reply.h - the reply layer under the HTTP endpoints (http_reply.c).
+ * http_reply.h - the reply layer under the HTTP endpoints (http_reply.c
+ * says why): the answers, the thread-local request state, the request
+ * checks the endpoints share. It includes the layer's state
+ * (http_internal.h).
  */
 #ifndef RMQS_HTTP_REPLY_H
 #define RMQS_HTTP_REPLY_H
@@ -14,7 +17,7 @@
 #include "job_json.h"
 #include "rmqs.h"
 
-/* ---- responses (http_api.c) ---------------------------------------------
+/* ---- responses ----------------------------------------------------------
  * Each queues one answer on c and returns libmicrohttpd's result. Extra
  * header pairs (h1, v1) may be NULL. */
 
@@ -61,7 +64,7 @@ void http_reply_begin(http_api_t *api);
  * 0 if none. */
 unsigned http_reply_status(void);
 
-/* ---- request checks shared by the endpoints (http_jobs.c) --------------- */
+/* ---- request checks shared by the endpoints ----------------------------- */
 
 /* Whether Content-Type is application/json (parameters allowed). */
 bool http_is_json_content(struct MHD_Connection *c);

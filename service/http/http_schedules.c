@@ -3,8 +3,8 @@
  * (api/openapi.yaml): PUT, GET, PATCH, DELETE /schedules/{name} and GET
  * /schedules.
  *
- * Why a room of its own: http_api.c is the transport, http_jobs.c the
- * one-shot jobs; this file is what the API does with schedules. Bodies are
+ * Why a room of its own: http_api.c is the transport, http_reply.c how an
+ * answer is made, http_jobs.c the one-shot jobs; this file is what the API does with schedules. Bodies are
  * validated by schedule.c (whose job template goes through job.c's own
  * rules), rows are read and written through the store's schedule calls
  * (store.h), and the scheduler thread is told of every change

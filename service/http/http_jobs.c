@@ -410,12 +410,21 @@ static http_search *search_new(http_api_t *api, http_req *rq, bool count)
     return s;
 }
 
-enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
-                               http_req *rq)
+#define COUNT_MAX_LIMIT 10000000
+
+/* GET /jobs (count false; limit: the page's size) or GET /jobs/count
+ * (count true; max: where counting stops): the query checked, the search
+ * handed to the pool. */
+static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
+                                    http_req *rq, bool count)
 {
-    static const char *const allowed[] = {"limit", "after", NULL};
-    const char *unknown = http_query_unknown_filter(c, allowed);
-    int64_t limit = LIST_LIMIT_DEFAULT;
+    static const char *const list_allowed[] = {"limit", "after", NULL};
+    static const char *const count_allowed[] = {"max", NULL};
+    const char *unknown = http_query_unknown_filter(c, count ? count_allowed
+                                                             : list_allowed);
+    const char *key = count ? "max" : "limit";
+    int64_t hi = count ? COUNT_MAX_LIMIT : LIST_LIMIT_MAX;
+    int64_t v = count ? STORE_COUNT_CAP_DEFAULT : LIST_LIMIT_DEFAULT;
     rmqs_error err = {0};
     http_search *s;
 
@@ -423,48 +432,35 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
         rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    if (!http_query_int(c, "limit", 1, LIST_LIMIT_MAX, &limit)) {
-        rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
-                  LIST_LIMIT_MAX);
+    if (!http_query_int(c, key, 1, hi, &v)) {
+        rmqs_fail(&err, RMQS_EINVAL, key, "%s: an integer from 1 to %lld", key,
+                  (long long)hi);
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    s = search_new(api, rq, false);
+    s = search_new(api, rq, count);
     if (s == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    s->limit = (size_t)limit;
-    s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    if (count) {
+        s->cap = v;
+    } else {
+        s->limit = (size_t)v;
+        s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    }
     return search_submit(api, c, rq);
 }
 
-#define COUNT_MAX_LIMIT 10000000
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
+                               http_req *rq)
+{
+    return search_start(api, c, rq, false);
+}
 
 enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
                                 http_req *rq)
 {
-    static const char *const allowed[] = {"max", NULL};
-    const char *unknown = http_query_unknown_filter(c, allowed);
-    int64_t cap = STORE_COUNT_CAP_DEFAULT;
-    rmqs_error err = {0};
-    http_search *s;
-
-    if (unknown != NULL) {
-        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
-        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    }
-    if (!http_query_int(c, "max", 1, COUNT_MAX_LIMIT, &cap)) {
-        rmqs_fail(&err, RMQS_EINVAL, "max", "max: an integer from 1 to %d",
-                  COUNT_MAX_LIMIT);
-        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    }
-    s = search_new(api, rq, true);
-    if (s == NULL)
-        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
-        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    s->cap = cap;
-    return search_submit(api, c, rq);
+    return search_start(api, c, rq, true);
 }
 
 enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,

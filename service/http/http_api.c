@@ -1,9 +1,11 @@
 /*
- * http_api.c - the HTTP contract (api/openapi.yaml) on libmicrohttpd.
+ * http_api.c - the HTTP contract (api/openapi.yaml) on libmicrohttpd: the
+ * router, the libmicrohttpd callbacks, the server's start and stop.
  *
- * Why a module of its own: routing, body limits, content negotiation and the
- * mapping from rmqs_rc to HTTP status live in one place, so every endpoint
- * answers errors the same way: {"error": {"code", "message", "field"}}.
+ * Why a module of its own: it is the top of the HTTP layer. Every request
+ * passes its checks here in one place (the site check, the bearer token,
+ * the body limit), then the route table hands it to an endpoint; /healthz,
+ * /readyz and /metrics are answered here.
  *
  * libmicrohttpd calls the access handler several times per request: first
  * with no body (we allocate a request context), then with body chunks
@@ -29,10 +31,9 @@
  * cuts the late ones. The idle timeout alone never fires on a client that
  * sends a byte every few seconds.
  *
- * Every answer goes out through respond(), the one place a response is
- * made, given its headers and queued. The job endpoints are http_jobs.c,
- * the recurring schedules http_schedules.c (what the files share:
- * http_internal.h).
+ * Below this file: the endpoints (http_handlers.h), and under them the
+ * reply layer (http_reply.c), through which every answer goes out, this
+ * file's too. The layer's files from the top down: http_internal.h.
  */
 #include "http_api.h"
 
@@ -49,7 +50,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "http_internal.h"
+#include "http_handlers.h"
 #include "log.h"
 #include "netaddr.h"
 #include "metrics.h"
@@ -63,216 +64,7 @@
  * 413; past this many more, the connection is closed instead. */
 #define DISCARD_MAX ((size_t)64 << 20)
 
-/* The status of the response this thread queued last (for metrics). */
-static __thread unsigned tl_status;
-/* The API whose handler runs on this thread (set by on_request), so that
- * respond() can tell a stopping service's clients to go away. */
-static __thread http_api_t *tl_api;
-
-/* ---- responses --------------------------------------------------------- */
-
-#define CONTENT_JSON "application/json"
-/* The answer to Prefer: return=minimal says it was honoured (RFC 7240). */
-#define PREFERENCE_APPLIED "Preference-Applied"
-
-/*
- * The one path that queues an answer. text (len bytes, malloc'd) is taken
- * over, also on failure; NULL means it could not be made, and a JSON 500
- * goes out instead. hdrs: NULL, or name/value pairs ended by a NULL name,
- * added after Content-Type. Notes the status for metrics.
- */
-static enum MHD_Result respond(struct MHD_Connection *c, unsigned status,
-                               const char *content_type, char *text, size_t len,
-                               const char *const *hdrs)
-{
-    static const char oom[] =
-        "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
-    struct MHD_Response *r;
-    enum MHD_Result ret;
-
-    if (text == NULL) {
-        status = MHD_HTTP_INTERNAL_SERVER_ERROR;
-        content_type = CONTENT_JSON;
-        r = MHD_create_response_from_buffer(sizeof(oom) - 1, (void *)oom,
-                                            MHD_RESPMEM_PERSISTENT);
-    } else {
-        r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-    }
-    if (r == NULL) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
-    for (; hdrs != NULL && hdrs[0] != NULL; hdrs += 2)
-        MHD_add_response_header(r, hdrs[0], hdrs[1]);
-    /* Stopping: a keep-alive client sends its next request elsewhere
-     * rather than into a connection that is about to close. */
-    if (tl_api != NULL && atomic_load(&tl_api->stopping))
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    if (ret == MHD_YES)
-        tl_status = status;
-    return ret;
-}
-
-enum MHD_Result http_reply_raw(struct MHD_Connection *c, unsigned status,
-                               const char *content_type, char *text, size_t len,
-                               const char *const *hdrs)
-{
-    return respond(c, status, content_type, text, len, hdrs);
-}
-
-enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
-                                json_t *resp_json, const char *h1,
-                                const char *v1)
-{
-    const char *hdrs[] = {h1, v1, NULL};
-    char *text = NULL;
-
-    if (resp_json != NULL)
-        text = json_dumps(resp_json, JSON_COMPACT);
-    json_decref(resp_json);
-    return respond(c, status, CONTENT_JSON, text, text != NULL ? strlen(text) : 0,
-                   hdrs);
-}
-
-json_t *http_safe_string(const char *s)
-{
-    json_t *v = json_string(s);
-    char *copy;
-
-    if (v != NULL)
-        return v;
-    copy = strdup(s);
-    if (copy == NULL)
-        return NULL;
-    for (char *p = copy; *p; p++)
-        if ((unsigned char)*p >= 0x80)
-            *p = '?';
-    v = json_string(copy);
-    free(copy);
-    return v;
-}
-
-enum MHD_Result http_reply_error_h(struct MHD_Connection *c, unsigned status,
-                                   const char *code, const char *field,
-                                   const char *message, const char *h1,
-                                   const char *v1)
-{
-    json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
-                          http_safe_string(message));
-    if (e != NULL && field != NULL && *field != '\0')
-        json_object_set_new(e, "field", http_safe_string(field));
-    return http_reply_json(c, status, e ? json_pack("{s:o}", "error", e) : NULL,
-                           h1, v1);
-}
-
-enum MHD_Result http_reply_error(struct MHD_Connection *c, unsigned status,
-                                 const char *code, const char *field,
-                                 const char *message)
-{
-    return http_reply_error_h(c, status, code, field, message, NULL, NULL);
-}
-
-enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
-                              const rmqs_error *err, const char *what)
-{
-    const char *field = err != NULL ? err->field : NULL;
-    const char *msg = err != NULL && err->message[0] ? err->message : what;
-
-    switch (rc) {
-    case RMQS_EINVAL:
-        return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
-                                field, msg);
-    case RMQS_ENOTFOUND:
-        return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,
-                                "no such job");
-    case RMQS_ECONFLICT:
-        return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
-    case RMQS_EFULL:
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "storage_full",
-                                NULL, "the database is full; nothing was stored");
-    case RMQS_EDB:
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
-                                NULL,
-                                "the database is unavailable; nothing was stored");
-    case RMQS_ETIMEDOUT:
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "search_timeout",
-                                NULL,
-                                "the search ran past its time budget "
-                                "(--search-timeout-ms): narrow it (a status, "
-                                "an exchange, a due range, a shorter page)");
-    default:
-        return http_reply_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal",
-                                NULL, "internal error");
-    }
-}
-
-enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status)
-{
-    char *text = malloc(1);
-
-    if (text != NULL)
-        text[0] = '\0';
-    return respond(c, status, CONTENT_JSON, text, 0, NULL);
-}
-
-enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
-                               job_buf *b, const char *job_id, bool minimal)
-{
-    char loc[sizeof("/jobs/") + JOB_ID_LEN];
-    const char *hdrs[5];
-    size_t k = 0;
-    char *text = b->data;
-    size_t len = b->len;
-
-    if (b->oom || b->data == NULL) {
-        job_buf_free(b);
-        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    }
-    memset(b, 0, sizeof(*b)); /* respond() owns the text now */
-    if (job_id != NULL) {
-        snprintf(loc, sizeof(loc), "/jobs/%.36s", job_id);
-        hdrs[k++] = MHD_HTTP_HEADER_LOCATION;
-        hdrs[k++] = loc;
-    }
-    if (minimal) {
-        hdrs[k++] = PREFERENCE_APPLIED;
-        hdrs[k++] = "return=minimal";
-    }
-    hdrs[k] = NULL;
-    return respond(c, status, CONTENT_JSON, text, len, hdrs);
-}
-
-/* ---- request checks ----------------------------------------------------- */
-
-/* Compare in time that depends only on the expected token's length. */
-static bool token_matches(const char *given, const char *expected)
-{
-    size_t gl = strlen(given), el = strlen(expected);
-    unsigned char diff = gl != el;
-
-    for (size_t i = 0; i < el; i++)
-        diff |= (unsigned char)(expected[i] ^ given[i < gl ? i : 0]);
-    return diff == 0;
-}
-
-bool http_authorized(http_api_t *api, struct MHD_Connection *c)
-{
-    const char *h;
-
-    if (api->token == NULL)
-        return true;
-    h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                    MHD_HTTP_HEADER_AUTHORIZATION);
-    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
-        return false;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    return token_matches(h, api->token);
-}
+/* ---- the router's own answers: 401, /readyz, /metrics ------------------ */
 
 static enum MHD_Result reply_unauthorized(struct MHD_Connection *c)
 {
@@ -329,8 +121,9 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     text = metrics_render(&src);
     if (text == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
-                   text, strlen(text), NULL);
+    return http_reply_raw(c, MHD_HTTP_OK,
+                          "text/plain; version=0.0.4; charset=utf-8", text,
+                          strlen(text), NULL);
 }
 
 /* ---- routing ------------------------------------------------------------ */
@@ -617,13 +410,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         http_deadline_headers(api->deadline, conn_deadline(c));
     else if (*upload_data_size == 0)
         http_deadline_body_end(api->deadline, conn_deadline(c));
-    tl_status = 0;
-    tl_api = cls;
+    http_reply_begin(api);
     ret = on_request_inner(cls, c, url, method, version, upload_data,
                            upload_data_size, con_cls);
     rq = *con_cls;
-    if (rq != NULL && tl_status != 0)
-        rq->status = tl_status;
+    if (rq != NULL && http_reply_status() != 0)
+        rq->status = http_reply_status();
     return ret;
 }
 

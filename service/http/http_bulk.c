@@ -7,7 +7,7 @@
  * keeps; an empty filter cancels nothing unless "all": true says so), and
  * the work is bulk.c's, on its thread, not this event loop's.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <string.h>
 

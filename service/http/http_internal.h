@@ -1,14 +1,31 @@
 /*
- * http_internal.h - what the files of the HTTP layer share; not a contract
- * for any other module (that is http_api.h).
+ * http_internal.h - the state the files of the HTTP layer share: the
+ * daemon's (struct http_api) and a request's (http_req). Not a contract for
+ * any other module (that is http_api.h).
  *
- * The layer is several rooms: http_api.c (the daemon, reading bodies, limits,
- * authentication, routing, health and metrics, and the one path that
- * queues a response), http_jobs.c (the job endpoints: POST /schedule,
- * /schedule/batch, GET /jobs, /jobs/{id}, PATCH, DELETE) and
- * http_schedules.c (the recurring schedules: /schedules, /schedules/{name})
- * and http_ui.c (the dashboard at /ui/ and the read-only mode).
- * All see the daemon's state and a request's state, defined here.
+ * The layer, from the top down; each file calls only files below it:
+ *   http_api.c       the router: the daemon and its libmicrohttpd
+ *                    callbacks, reading bodies, limits, the site check and
+ *                    authentication, the route table, /healthz, /readyz
+ *                    and /metrics, the server's start and stop
+ *   http_handlers.h  the endpoints the router calls:
+ *     http_jobs.c       POST /schedule and /schedule/batch, GET /jobs and
+ *                       /jobs/count, GET/PATCH/DELETE /jobs/{id}, POST
+ *                       /jobs/{id}/run and /jobs/{id}/retry
+ *     http_schedules.c  /schedules and /schedules/{name}
+ *     http_bulk.c       POST /jobs/bulk and GET /jobs/bulk/{id}
+ *     http_stats.c      GET /stats
+ *     http_ui.c         the dashboard at /ui/ and the read-only mode
+ *   http_reply.c     the reply layer: respond(), the one path that queues
+ *                    an answer, the http_reply_* helpers, the thread-local
+ *                    request state, and the request checks and query
+ *                    readers the endpoints share
+ *   this header      the daemon's and a request's state
+ *   http_options.h   the settings (http_api_options)
+ * Beside them, each with a header of its own and no part of the HTTP
+ * layer above: http_filter.c (a job filter from a query or JSON),
+ * http_prefer.c (the Prefer header) and http_deadline.c (the header and
+ * body deadlines).
  */
 #ifndef RMQS_HTTP_INTERNAL_H
 #define RMQS_HTTP_INTERNAL_H
@@ -20,12 +37,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "http_api.h"
+#include "dispatcher.h"
+#include "http_options.h"
 #include "http_deadline.h"
 #include "taskpool.h"
 #include "http_origin.h"
 #include "job_json.h"
 #include "metrics.h"
+#include "store.h"
+#include "writer.h"
 
 struct http_api {
     struct MHD_Daemon *daemon;
@@ -85,121 +105,5 @@ typedef struct http_req {
     int64_t start_us;  /* monotonic, when the headers arrived */
     http_search *search; /* owned: GET /jobs or /jobs/count's search */
 } http_req;
-
-/* ---- responses (http_api.c) ---------------------------------------------
- * Each queues one answer on c and returns libmicrohttpd's result. Extra
- * header pairs (h1, v1) may be NULL. */
-
-/* resp_json (stolen, NULL: out of memory) as compact JSON with status. */
-enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
-                                json_t *resp_json, const char *h1,
-                                const char *v1);
-/* {"error":{"code","message"[,"field"]}}; field NULL or "" leaves it out. */
-enum MHD_Result http_reply_error(struct MHD_Connection *c, unsigned status,
-                                 const char *code, const char *field,
-                                 const char *message);
-enum MHD_Result http_reply_error_h(struct MHD_Connection *c, unsigned status,
-                                   const char *code, const char *field,
-                                   const char *message, const char *h1,
-                                   const char *v1);
-/* A store/validation failure as its documented status and code; err (may
- * be NULL) gives field and message, what the message otherwise. */
-enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
-                              const rmqs_error *err, const char *what);
-/* The JSON text in b (taken over: b is left empty) with status, the
- * Location of job_id if not NULL, and Preference-Applied if minimal. A
- * buffer that ran out of memory gives a 500. */
-enum MHD_Result http_reply_buf(struct MHD_Connection *c, unsigned status,
-                               job_buf *b, const char *job_id, bool minimal);
-/* A JSON string of s (new reference), bytes that are not UTF-8 as '?'. */
-json_t *http_safe_string(const char *s);
-
-/* text (len bytes, malloc'd, taken over; NULL: a JSON 500) with
- * content_type and hdrs (NULL, or name/value pairs ended by a NULL name). */
-enum MHD_Result http_reply_raw(struct MHD_Connection *c, unsigned status,
-                               const char *content_type, char *text, size_t len,
-                               const char *const *hdrs);
-
-/* Whether the request carries the bearer token (true when none is set). */
-bool http_authorized(http_api_t *api, struct MHD_Connection *c);
-
-/* An answer without a body (204). */
-enum MHD_Result http_reply_empty(struct MHD_Connection *c, unsigned status);
-
-/* ---- request checks shared by the endpoints (http_jobs.c) --------------- */
-
-/* Whether Content-Type is application/json (parameters allowed). */
-bool http_is_json_content(struct MHD_Connection *c);
-/* The first query argument not in allowed (NULL-terminated), or NULL. */
-const char *http_query_unknown(struct MHD_Connection *c,
-                               const char *const *allowed);
-/* The same, with the job filter's parameters (http_filter.h) allowed too. */
-const char *http_query_unknown_filter(struct MHD_Connection *c,
-                                      const char *const *allowed);
-/* Whether --allow-exchanges lets a job publish to name. */
-bool http_exchange_allowed(const http_api_t *api, const char *name);
-
-/* ---- the job endpoints (http_jobs.c) ----------------------------------- */
-
-/* POST /schedule (batch false) or /schedule/batch: checks the content
- * type, waits for admission by the writer, validates, hands the jobs to
- * the writer (the connection is suspended until the commit). */
-enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
-                                   http_req *rq, bool batch);
-/* The answer once the writer has committed (rq->state == RQ_WRITTEN). */
-enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
-                                  http_req *rq);
-/* GET /jobs. */
-enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
-                               http_req *rq);
-/* GET /jobs/count: the jobs GET /jobs's filter selects, counted up to max. */
-enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
-                                http_req *rq);
-/* The answer once a search has run (rq->state == RQ_SEARCHED). */
-enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
-                                   http_req *rq);
-/* GET, PATCH, DELETE /jobs/{id}. */
-enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
-                              const char *method, const char *id, http_req *rq);
-/* POST /jobs/{id}/run (action "run") or /jobs/{id}/retry ("retry"). */
-enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
-                                 const char *method, const char *id,
-                                 const char *action, http_req *rq);
-/* ---- the schedule endpoints (http_schedules.c) ------------------------- */
-
-/* GET /schedules. */
-enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
-/* PUT, GET, PATCH, DELETE /schedules/{name}. */
-enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
-                                   const char *method, const char *name,
-                                   http_req *rq);
-
-/* POST /jobs/bulk (id NULL) and GET /jobs/bulk/{id} (http_bulk.c). */
-enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
-                          const char *method, const char *id, http_req *rq);
-
-/* GET /stats (http_stats.c). */
-enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
-
-/* ---- the dashboard (http_ui.c) ------------------------------------------ */
-
-/* Whether url is the dashboard's (/ui, /ui/...) and the UI is not off:
- * served without the token check (config.json checks it itself). */
-bool http_ui_public(const http_api_t *api, const char *url);
-/* Whether http_ui_serve answers url: the dashboard's paths, and "/" for a
- * browser (Accept: text/html; API clients keep their 404). */
-bool http_ui_handles(const http_api_t *api, struct MHD_Connection *c,
-                     const char *url);
-/* GET/HEAD of a file, /ui/config.json, or a redirect to /ui/. */
-enum MHD_Result http_ui_serve(http_api_t *api, struct MHD_Connection *c,
-                              const char *url, const char *method);
-/* A change (not GET, HEAD, OPTIONS) refused: from a page of another
- * origin (403 cross_origin), or from a browser while the dashboard is
- * read-only (403 ui_read_only). True when answered (*ret). */
-bool http_ui_refused(http_api_t *api, struct MHD_Connection *c,
-                     const char *method, enum MHD_Result *ret);
-
-/* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
-void http_jobs_release(http_req *rq);
 
 #endif

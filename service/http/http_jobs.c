@@ -4,7 +4,7 @@
  * /jobs/{id}, POST /jobs/{id}/run and /jobs/{id}/retry.
  *
  * Why a room of its own: http_api.c is the transport (the daemon, bodies,
- * limits, authentication, routing, the one path that queues a response);
+ * limits, authentication, routing), http_reply.c how an answer is made;
  * this file is what the API does with jobs. Requests are validated by
  * job.c, new jobs go to the group-commit writer (the connection is
  * suspended until the commit, after admission by the writer), reads and
@@ -14,7 +14,7 @@
  * job's id, status and deliver_at, a quarter of the bytes of a batch
  * answer.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,66 +84,6 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
     job_write_json(&b, job, flags);
     return http_reply_buf(c, status, &b, location ? job->id : NULL,
                           (flags & JOB_WRITE_MINIMAL) != 0);
-}
-
-bool http_is_json_content(struct MHD_Connection *c)
-{
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                 MHD_HTTP_HEADER_CONTENT_TYPE);
-    size_t n = strlen("application/json");
-
-    if (ct == NULL)
-        return false;
-    while (*ct == ' ')
-        ct++;
-    if (strncasecmp(ct, "application/json", n) != 0)
-        return false;
-    ct += n;
-    while (*ct == ' ')
-        ct++;
-    return *ct == '\0' || *ct == ';';
-}
-
-/* Collect query arguments not in allowed[] (first one wins). */
-typedef struct query_check {
-    const char *const *allowed;
-    bool filter; /* the job filter's parameters are allowed too */
-    const char *unknown;
-} query_check;
-
-static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
-                                   const char *key, const char *value)
-{
-    query_check *q = cls;
-    if (q->filter && http_filter_is_param(key))
-        return MHD_YES;
-    for (const char *const *a = q->allowed; *a != NULL; a++)
-        if (strcmp(*a, key) == 0)
-            return MHD_YES;
-    if (q->unknown == NULL)
-        q->unknown = key;
-    return MHD_YES;
-}
-
-const char *http_query_unknown(struct MHD_Connection *c,
-                                 const char *const *allowed)
-{
-    query_check q = {allowed, false, NULL};
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
-    return q.unknown;
-}
-
-const char *http_query_unknown_filter(struct MHD_Connection *c,
-                                      const char *const *allowed)
-{
-    query_check q = {allowed, true, NULL};
-    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);
-    return q.unknown;
-}
-
-bool http_exchange_allowed(const http_api_t *api, const char *name)
-{
-    return pubpol_exchange_allowed(api->policy, name);
 }
 
 static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
@@ -470,13 +410,21 @@ static http_search *search_new(http_api_t *api, http_req *rq, bool count)
     return s;
 }
 
-enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
-                               http_req *rq)
+#define COUNT_MAX_LIMIT 10000000
+
+/* GET /jobs (count false; limit: the page's size) or GET /jobs/count
+ * (count true; max: where counting stops): the query checked, the search
+ * handed to the pool. */
+static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
+                                    http_req *rq, bool count)
 {
-    static const char *const allowed[] = {"limit", "after", NULL};
-    const char *limit_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-    const char *unknown = http_query_unknown_filter(c, allowed);
-    size_t limit = LIST_LIMIT_DEFAULT;
+    static const char *const list_allowed[] = {"limit", "after", NULL};
+    static const char *const count_allowed[] = {"max", NULL};
+    const char *unknown = http_query_unknown_filter(c, count ? count_allowed
+                                                             : list_allowed);
+    const char *key = count ? "max" : "limit";
+    int64_t hi = count ? COUNT_MAX_LIMIT : LIST_LIMIT_MAX;
+    int64_t v = count ? STORE_COUNT_CAP_DEFAULT : LIST_LIMIT_DEFAULT;
     rmqs_error err = {0};
     http_search *s;
 
@@ -484,62 +432,35 @@ enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
         rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    if (limit_s != NULL) {
-        size_t v = 0, i = 0;
-        for (; limit_s[i] >= '0' && limit_s[i] <= '9' && i < 5; i++)
-            v = v * 10 + (size_t)(limit_s[i] - '0');
-        if (i == 0 || limit_s[i] != '\0' || v < 1 || v > LIST_LIMIT_MAX) {
-            rmqs_fail(&err, RMQS_EINVAL, "limit", "limit: an integer from 1 to %d",
-                      LIST_LIMIT_MAX);
-            return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-        }
-        limit = v;
+    if (!http_query_int(c, key, 1, hi, &v)) {
+        rmqs_fail(&err, RMQS_EINVAL, key, "%s: an integer from 1 to %lld", key,
+                  (long long)hi);
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    s = search_new(api, rq, false);
+    s = search_new(api, rq, count);
     if (s == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    s->limit = limit;
-    s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    if (count) {
+        s->cap = v;
+    } else {
+        s->limit = (size_t)v;
+        s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    }
     return search_submit(api, c, rq);
 }
 
-#define COUNT_MAX_LIMIT 10000000
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
+                               http_req *rq)
+{
+    return search_start(api, c, rq, false);
+}
 
 enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
                                 http_req *rq)
 {
-    static const char *const allowed[] = {"max", NULL};
-    const char *max_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max");
-    const char *unknown = http_query_unknown_filter(c, allowed);
-    int64_t cap = STORE_COUNT_CAP_DEFAULT;
-    rmqs_error err = {0};
-    http_search *s;
-
-    if (unknown != NULL) {
-        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
-        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    }
-    if (max_s != NULL) {
-        int64_t v = 0;
-        size_t i = 0;
-        for (; max_s[i] >= '0' && max_s[i] <= '9' && i < 9; i++)
-            v = v * 10 + (max_s[i] - '0');
-        if (i == 0 || max_s[i] != '\0' || v < 1 || v > COUNT_MAX_LIMIT) {
-            rmqs_fail(&err, RMQS_EINVAL, "max", "max: an integer from 1 to %d",
-                      COUNT_MAX_LIMIT);
-            return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-        }
-        cap = v;
-    }
-    s = search_new(api, rq, true);
-    if (s == NULL)
-        return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
-        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
-    s->cap = cap;
-    return search_submit(api, c, rq);
+    return search_start(api, c, rq, true);
 }
 
 enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,

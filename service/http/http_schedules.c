@@ -3,8 +3,8 @@
  * (api/openapi.yaml): PUT, GET, PATCH, DELETE /schedules/{name} and GET
  * /schedules.
  *
- * Why a room of its own: http_api.c is the transport, http_jobs.c the
- * one-shot jobs; this file is what the API does with schedules. Bodies are
+ * Why a room of its own: http_api.c is the transport, http_reply.c how an
+ * answer is made, http_jobs.c the one-shot jobs; this file is what the API does with schedules. Bodies are
  * validated by schedule.c (whose job template goes through job.c's own
  * rules), rows are read and written through the store's schedule calls
  * (store.h), and the scheduler thread is told of every change
@@ -19,7 +19,7 @@
  * cancelled. The same body PUT again changes nothing (200, generation
  * unchanged): the store compares the canonical spec.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,23 +46,6 @@ static enum MHD_Result reply_bad_query(struct MHD_Connection *c,
 {
     return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument", field,
                             msg);
-}
-
-/* An integer query value in [lo, hi]; false if present and not one. */
-static bool query_int(struct MHD_Connection *c, const char *key, size_t lo,
-                      size_t hi, size_t *out)
-{
-    const char *s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
-    size_t v = 0, i = 0;
-
-    if (s == NULL)
-        return true;
-    for (; s[i] >= '0' && s[i] <= '9' && i < 6; i++)
-        v = v * 10 + (size_t)(s[i] - '0');
-    if (i == 0 || s[i] != '\0' || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
 }
 
 static const char *state_name(const store_schedule *row)
@@ -478,20 +461,20 @@ static enum MHD_Result h_get(http_api_t *api, struct MHD_Connection *c,
     static const char *const allowed[] = {"count", NULL};
     const char *unknown = http_query_unknown(c, allowed);
     store_schedule row = {0};
-    size_t count = NEXT_RUNS_DEFAULT;
+    int64_t count = NEXT_RUNS_DEFAULT;
     enum MHD_Result ret;
     rmqs_rc rc;
 
     if (unknown != NULL)
         return reply_bad_query(c, unknown, "unknown query parameter");
-    if (!query_int(c, "count", 1, SCHEDULE_NEXT_RUNS_MAX, &count))
+    if (!http_query_int(c, "count", 1, SCHEDULE_NEXT_RUNS_MAX, &count))
         return reply_bad_query(c, "count", "count: an integer from 1 to 1000");
     rc = store_schedule_get(api->st, name, &row);
     if (rc == RMQS_ENOTFOUND)
         return reply_not_found(c);
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, NULL, "cannot read the schedule");
-    ret = reply_schedule(api, c, MHD_HTTP_OK, &row, count);
+    ret = reply_schedule(api, c, MHD_HTTP_OK, &row, (size_t)count);
     store_schedule_clear(&row);
     return ret;
 }
@@ -530,7 +513,8 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
     const char *unknown = http_query_unknown(c, allowed);
     const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     store_schedule *rows = NULL;
-    size_t n = 0, limit = LIST_LIMIT_DEFAULT;
+    size_t n = 0;
+    int64_t limit = LIST_LIMIT_DEFAULT;
     char *next = NULL;
     json_t *list = NULL;
     int64_t now = tu_now_ms();
@@ -539,9 +523,9 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
 
     if (unknown != NULL)
         return reply_bad_query(c, unknown, "unknown query parameter");
-    if (!query_int(c, "limit", 1, LIST_LIMIT_MAX, &limit))
+    if (!http_query_int(c, "limit", 1, LIST_LIMIT_MAX, &limit))
         return reply_bad_query(c, "limit", "limit: an integer from 1 to 1000");
-    rc = store_schedule_list(api->st, limit, after, &rows, &n, &next);
+    rc = store_schedule_list(api->st, (size_t)limit, after, &rows, &n, &next);
     if (rc == RMQS_EINVAL)
         return reply_bad_query(c, "after", "after: not a cursor from this API");
     if (rc != RMQS_OK)

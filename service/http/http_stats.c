@@ -8,7 +8,7 @@
  * number, one object per sample in time order, so a chart maps a field
  * over the array.
  */
-#include "http_internal.h"
+#include "http_handlers.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +21,7 @@
 /* "15m", "1h", "6h" or whole seconds 1..WINDOW_MAX_S; -1 otherwise. */
 static int64_t parse_window(const char *w)
 {
-    int64_t v = 0;
-    size_t i = 0;
+    int64_t v;
 
     if (w == NULL)
         return WINDOW_DEFAULT_S;
@@ -32,11 +31,7 @@ static int64_t parse_window(const char *w)
         return 3600;
     if (strcmp(w, "6h") == 0)
         return 21600;
-    for (; w[i] >= '0' && w[i] <= '9' && i < 6; i++)
-        v = v * 10 + (w[i] - '0');
-    if (i == 0 || w[i] != '\0' || v < 1 || v > WINDOW_MAX_S)
-        return -1;
-    return v;
+    return http_parse_int(w, 1, WINDOW_MAX_S, &v) ? v : -1;
 }
 
 /* A percentile, or null when nothing was sent in the interval. */

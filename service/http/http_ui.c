@@ -33,7 +33,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http_internal.h"
+#include "http_handlers.h"
 #include "log.h"
 #include "store.h"
 

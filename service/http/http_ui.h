@@ -4,7 +4,7 @@
  * ui/ (index.html, CSS, JS modules) is turned into a C array at build time
  * by ui/embed.cmake, the way migrations/ are: one binary, nothing else to
  * deploy. http_ui.c serves them at /ui/ (the HTTP side is declared in
- * http_internal.h); this header is what the generated file and the tests
+ * http_handlers.h); this header is what the generated file and the tests
  * see.
  */
 #ifndef RMQS_HTTP_UI_H

@@ -9,6 +9,7 @@ skipped, saying so, only where npx is missing or the Node is older (Debian
 12's is 18: Redocly CLI 2 does not run there, and 1.x's validator reports
 hundreds of false problems with this JSON Schema 2020-12 file)."""
 
+import glob
 import http.client
 import json
 import os
@@ -30,15 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SPEC = os.path.join(ROOT, "api", "openapi.yaml")
 HTTP_API_C = os.path.join(ROOT, "service", "http", "http_api.c")
-# The HTTP layer: http_api.c (routing, transport errors), http_jobs.c
-# (the job endpoints' errors), http_schedules.c (the schedules'),
-# http_stats.c and http_bulk.c (GET /stats, the bulk actions') and
-# http_ui.c (the refusals of browsers' changes).
-HTTP_LAYER_C = [HTTP_API_C, os.path.join(ROOT, "service", "http", "http_jobs.c"),
-                os.path.join(ROOT, "service", "http", "http_schedules.c"),
-                os.path.join(ROOT, "service", "http", "http_stats.c"),
-                os.path.join(ROOT, "service", "http", "http_bulk.c"),
-                os.path.join(ROOT, "service", "http", "http_ui.c")]
+# The HTTP layer: every .c of service/http (the router, the reply layer and
+# the endpoints), read in a sorted order, so a new file cannot be missed.
+HTTP_LAYER_C = sorted(glob.glob(os.path.join(ROOT, "service", "http", "*.c")))
 # The schedule the documented /schedules/{name} examples work on.
 EXAMPLE_SCHEDULE = "contract-example"
 METRICS_C = os.path.join(ROOT, "service", "util", "metrics.c")

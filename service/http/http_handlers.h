@@ -1,0 +1,78 @@
+/*
+ * http_handlers.h - the endpoints that the router (http_api.c) calls, one
+ * file each: http_jobs.c, http_schedules.c, http_bulk.c, http_stats.c,
+ * http_ui.c. They answer through the reply layer (http_reply.h) and call
+ * nothing of the router.
+ */
+#ifndef RMQS_HTTP_HANDLERS_H
+#define RMQS_HTTP_HANDLERS_H
+
+#include <microhttpd.h>
+#include <stdbool.h>
+
+#include "http_reply.h"
+
+/* ---- the job endpoints (http_jobs.c) ----------------------------------- */
+
+/* POST /schedule (batch false) or /schedule/batch: checks the content
+ * type, waits for admission by the writer, validates, hands the jobs to
+ * the writer (the connection is suspended until the commit). */
+enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
+                                   http_req *rq, bool batch);
+/* The answer once the writer has committed (rq->state == RQ_WRITTEN). */
+enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
+                                  http_req *rq);
+/* GET /jobs. */
+enum MHD_Result http_jobs_list(http_api_t *api, struct MHD_Connection *c,
+                               http_req *rq);
+/* GET /jobs/count: the jobs GET /jobs's filter selects, counted up to max. */
+enum MHD_Result http_jobs_count(http_api_t *api, struct MHD_Connection *c,
+                                http_req *rq);
+/* The answer once a search has run (rq->state == RQ_SEARCHED). */
+enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
+                                   http_req *rq);
+/* GET, PATCH, DELETE /jobs/{id}. */
+enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
+                              const char *method, const char *id, http_req *rq);
+/* POST /jobs/{id}/run (action "run") or /jobs/{id}/retry ("retry"). */
+enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
+                                 const char *method, const char *id,
+                                 const char *action, http_req *rq);
+/* ---- the schedule endpoints (http_schedules.c) ------------------------- */
+
+/* GET /schedules. */
+enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
+/* PUT, GET, PATCH, DELETE /schedules/{name}. */
+enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
+                                   const char *method, const char *name,
+                                   http_req *rq);
+
+/* POST /jobs/bulk (id NULL) and GET /jobs/bulk/{id} (http_bulk.c). */
+enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
+                          const char *method, const char *id, http_req *rq);
+
+/* GET /stats (http_stats.c). */
+enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
+
+/* ---- the dashboard (http_ui.c) ------------------------------------------ */
+
+/* Whether url is the dashboard's (/ui, /ui/...) and the UI is not off:
+ * served without the token check (config.json checks it itself). */
+bool http_ui_public(const http_api_t *api, const char *url);
+/* Whether http_ui_serve answers url: the dashboard's paths, and "/" for a
+ * browser (Accept: text/html; API clients keep their 404). */
+bool http_ui_handles(const http_api_t *api, struct MHD_Connection *c,
+                     const char *url);
+/* GET/HEAD of a file, /ui/config.json, or a redirect to /ui/. */
+enum MHD_Result http_ui_serve(http_api_t *api, struct MHD_Connection *c,
+                              const char *url, const char *method);
+/* A change (not GET, HEAD, OPTIONS) refused: from a page of another
+ * origin (403 cross_origin), or from a browser while the dashboard is
+ * read-only (403 ui_read_only). True when answered (*ret). */
+bool http_ui_refused(http_api_t *api, struct MHD_Connection *c,
+                     const char *method, enum MHD_Result *ret);
+
+/* Free what the job endpoints keep in rq (jobs, fingerprint, key). */
+void http_jobs_release(http_req *rq);
+
+#endif

@@ -13,6 +13,7 @@ wrk and perf counters, docker).
   times     RFC 3339 parsing and formatting, now in ms
   http      one request (JSON or text answers), a keep-alive client
   service   the real rmq-scheduler binary with its own port and database
+  load      client threads posting jobs while a test kills or stops the service
   amqp      a pika consumer on its own thread, amqp_params (pika 1.2 fixes)
   rabbit    the suite's RabbitMQ node (Broker) and private nodes (RabbitNode)
   openapi   api/openapi.yaml as a checker of answers

@@ -36,6 +36,8 @@ import pytest
 
 from helpers import (amqp_params, db_query, env, http_request_text, parse_ts,
                      wait_until)
+from pylib import tmpfs
+from pylib.startup import assert_refused, run_binary
 
 PREFIX = "rmq-scheduler.inbox."
 
@@ -150,7 +152,6 @@ BAD_INGEST = {
 
 @pytest.mark.parametrize("case", sorted(BAD_INGEST))
 def test_bad_ingest_settings_refuse_to_start(tmp_path, case):
-    from test_startup_errors import assert_refused, run_binary
     args, text = BAD_INGEST[case]
     assert_refused(run_binary(["--db", str(tmp_path / "db"), *args]), (2,),
                    must=["bad ingest settings", text])
@@ -961,18 +962,14 @@ def test_frozen_broker_is_noticed_and_nothing_is_lost(cleanup, service, amqp_fac
     "store's own test")
 def test_full_disk_keeps_messages_in_the_inbox(cleanup, service, amqp, tmp_path, report):
     # The database on a 2 MiB tmpfs with a 1 MiB filler (as in
-    # test_disk_full.py) and a reserve the filler eats into: the writer
-    # refuses (storage_full), so messages are nacked back to the inbox, never
-    # acknowledged, and stored once space returns, without a restart.
-    from test_disk_full import _mount_tmpfs, _umount, _write_filler
+    # test_disk_full.py, pylib.tmpfs) and a reserve the filler eats into: the
+    # writer refuses (storage_full), so messages are nacked back to the inbox,
+    # never acknowledged, and stored once space returns, without a restart.
     mnt = tmp_path / "tinyfs"
-    mnt.mkdir()
-    _mount_tmpfs(mnt)
+    filler = tmpfs.mount_filled(mnt)
     svc = None
     stop_problem = None
     try:
-        filler = mnt / "filler"
-        _write_filler(filler)
         svc, ingest = ingest_service(service, cleanup, amqp.exchange,
                                      "--db", str(mnt / "rmqs.db"),
                                      "--min-free-bytes", "1200000")
@@ -1002,7 +999,7 @@ def test_full_disk_keeps_messages_in_the_inbox(cleanup, service, amqp, tmp_path,
     finally:
         if svc is not None:
             stop_problem = svc.stop()
-        _umount(mnt)
+        tmpfs.umount(mnt)
     assert stop_problem is None, stop_problem
 
 

@@ -14,6 +14,9 @@ wrk and perf counters, docker).
   http      one request (JSON or text answers), a keep-alive client
   service   the real rmq-scheduler binary with its own port and database
   load      client threads posting jobs while a test kills or stops the service
+  startup   the binary started on settings it must refuse, and the refusal checked
+  tmpfs     a 2 MiB tmpfs with a filler file: a disk to fill
+  schedules PUT /schedules, a schedule's runs, /metrics as a dict, runs checked once each
   amqp      a pika consumer on its own thread, amqp_params (pika 1.2 fixes)
   rabbit    the suite's RabbitMQ node (Broker) and private nodes (RabbitNode)
   openapi   api/openapi.yaml as a checker of answers

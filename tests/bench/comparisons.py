@@ -23,6 +23,25 @@ class Comparisons:
     """bench.Bench's comparisons scenario (a mixin of bench.Bench)."""
 
     # --- comparisons -----------------------------------------------------------
+    def cmp_plan(self, cons, lines, log_name, args=(), timeout=180):
+        """bare_publisher in plan mode (each line published at its time,
+        window 1000), with the CPU window around it until the consumer has
+        its messages. Returns (bare_publisher's result, the consumer's
+        result, the CPU usage, {ident: publish time in ms})."""
+        plog = os.path.join(self.work, log_name)
+        cpu = B.CpuWindow(self.cpu_pids(None, cons)).start()
+        bare = run_bare(self.a.tools, self.port,
+                        ["--plan", "--publish-log", plog, "--window", "1000", *args],
+                        stdin_text="\n".join(lines) + "\n", timeout=timeout)
+        got = cons.result()
+        usage = cpu.stop()
+        pub = {}
+        with open(plog) as f:
+            for line in f:
+                ident, ns = line.split()
+                pub[ident] = int(ns) / 1e6
+        return bare, got, usage, pub
+
     def cmp_precision(self, kind, n, rate, delays):
         """The precision workload through a broker-only way of delaying (or
         bare_publisher publishing at the due time). due = publish time +
@@ -58,18 +77,9 @@ class Comparisons:
                 lines.append(f"{at} {Admin.binary_entry(top, s)} "
                              f"{Admin.binary_key(s, q)} - {ident}")
                 rounded[ident] = s * 1000
-        plog = os.path.join(self.work, f"publog-{kind}-{tag}.txt")
-        cpu = B.CpuWindow(self.cpu_pids(None, cons)).start()
-        bare = run_bare(self.a.tools, self.port, ["--plan", "--publish-log", plog,
-                                                  "--window", "1000", "--timeout-s", "120"],
-                        stdin_text="\n".join(lines) + "\n", timeout=n / rate + 60)
-        got = cons.result()
-        usage = cpu.stop()
-        pub = {}
-        with open(plog) as f:
-            for line in f:
-                ident, ns = line.split()
-                pub[ident] = int(ns) / 1e6
+        bare, got, usage, pub = self.cmp_plan(
+            cons, lines, f"publog-{kind}-{tag}.txt", ["--timeout-s", "120"],
+            timeout=n / rate + 60)
         req = {f"c{i}": d for i, d in enumerate(delays)}
         late_req, late_eff, seen = [], [], set()
         for ns, ident in got:
@@ -123,18 +133,8 @@ class Comparisons:
             top = self.admin.binary_levels(tag, q)
             key = Admin.binary_key(s, q)
             lines = [f"0 {Admin.binary_entry(top, s)} {key} - c{i}" for i in range(n)]
-        plog = os.path.join(self.work, f"publog-burst-{kind}-{tag}.txt")
-        cpu = B.CpuWindow(self.cpu_pids(None, cons)).start()
-        bare = run_bare(self.a.tools, self.port, ["--plan", "--publish-log", plog,
-                                                  "--window", "1000"],
-                        stdin_text="\n".join(lines) + "\n")
-        got = cons.result()
-        usage = cpu.stop()
-        pub = {}
-        with open(plog) as f:
-            for line in f:
-                ident, ns = line.split()
-                pub[ident] = int(ns) / 1e6
+        bare, got, usage, pub = self.cmp_plan(cons, lines,
+                                              f"publog-burst-{kind}-{tag}.txt")
         if kind == "ttl_single":
             due = {k: T for k in pub}
         else:

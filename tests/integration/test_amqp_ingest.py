@@ -34,9 +34,9 @@ import uuid
 import pika
 import pytest
 
-from helpers import (amqp_params, db_query, env, http_request_text, parse_ts,
-                     wait_until)
+from helpers import amqp_params, db_query, env, parse_ts, wait_until
 from pylib import tmpfs
+from pylib.metrics import metric
 from pylib.startup import assert_refused, run_binary
 
 PREFIX = "rmq-scheduler.inbox."
@@ -97,12 +97,6 @@ class Publisher:
             self.conn.close()
         except Exception:
             pass
-
-
-def metric(svc, name):
-    text = http_request_text(svc.port, "/metrics").text
-    m = re.search(r"^" + re.escape(name) + r" ([0-9.e+]+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
 
 
 def jobs_where(svc, query):
@@ -337,6 +331,19 @@ def test_invalid_timing_is_routed_at_once_by_default(cleanup, service, amqp):
     assert len(routed) == len(INVALID) + 1
 
 
+def dead_letter_sink(dlx):
+    """A queue bound to the dead-letter exchange (declared by the service):
+    returns (connection, list that fills with (method, properties, body))."""
+    dead = []
+    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    ch = conn.channel()
+    ch.exchange_declare(dlx, passive=True)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, dlx, routing_key="anything")
+    ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
+    return conn, dead
+
+
 def test_invalid_timing_is_dead_lettered_when_asked(cleanup, service, amqp_factory):
     target = amqp_factory()
     dlx = f"rmqs-test-dlx-{uuid.uuid4().hex[:12]}"
@@ -345,15 +352,8 @@ def test_invalid_timing_is_dead_lettered_when_asked(cleanup, service, amqp_facto
                                  "--ingest-invalid", "dead-letter",
                                  "--ingest-dead-letter-exchange", dlx)
     # The service declared the dead-letter exchange (fanout): bind a queue.
-    dead = []
-    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    conn, dead = dead_letter_sink(dlx)
     try:
-        ch = conn.channel()
-        ch.exchange_declare(dlx, passive=True)
-        q = ch.queue_declare("", exclusive=True).method.queue
-        ch.queue_bind(q, dlx, routing_key="anything")
-        ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
-
         pub = Publisher()
         try:
             for name, headers in INVALID.items():
@@ -441,19 +441,6 @@ def amqp_fields(*args, timeout=30):
     r = subprocess.run([env("RMQS_AMQP_FIELDS"), *args], capture_output=True,
                        text=True, timeout=timeout)
     return r.returncode, r.stdout.splitlines(), r.stderr
-
-
-def dead_letter_sink(dlx):
-    """A queue bound to the dead-letter exchange (declared by the service):
-    returns (connection, list that fills with (method, properties, body))."""
-    dead = []
-    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
-    ch = conn.channel()
-    ch.exchange_declare(dlx, passive=True)
-    q = ch.queue_declare("", exclusive=True).method.queue
-    ch.queue_bind(q, dlx, routing_key="anything")
-    ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
-    return conn, dead
 
 
 @pytest.mark.parametrize("rule", ["route", "dead-letter"])
@@ -785,7 +772,7 @@ def test_kill9_between_receive_and_ack_loses_nothing(cleanup, service, amqp, rep
         t.start()
 
         def pending():
-            return metric(svc, 'rmqs_jobs{status="pending"}')
+            return metric(svc, 'rmqs_jobs{status="pending"}', 0.0)
 
         # 1. kill -9 while batches flow (mostly between receive and commit)
         wait_until(lambda: pending() >= n * 0.2, 60, "a fifth of the jobs stored")
@@ -968,7 +955,6 @@ def test_full_disk_keeps_messages_in_the_inbox(cleanup, service, amqp, tmp_path,
     mnt = tmp_path / "tinyfs"
     filler = tmpfs.mount_filled(mnt)
     svc = None
-    stop_problem = None
     try:
         svc, ingest = ingest_service(service, cleanup, amqp.exchange,
                                      "--db", str(mnt / "rmqs.db"),
@@ -997,9 +983,7 @@ def test_full_disk_keeps_messages_in_the_inbox(cleanup, service, amqp, tmp_path,
                f"delivered {max(m.received_at for m in got) - freed:.1f} s after "
                f"space returned")
     finally:
-        if svc is not None:
-            stop_problem = svc.stop()
-        tmpfs.umount(mnt)
+        stop_problem = tmpfs.release(mnt, svc)
     assert stop_problem is None, stop_problem
 
 
@@ -1111,7 +1095,7 @@ def stored_rate(svc, n, timeout=120):
     first = None
     deadline = time.monotonic() + timeout
     while True:
-        v = metric(svc, "rmqs_jobs_scheduled_total")
+        v = metric(svc, "rmqs_jobs_scheduled_total", 0.0)
         now = time.monotonic()
         if first is None and v > 0:
             first = (now, v)
@@ -1135,7 +1119,7 @@ def test_ingest_rate(cleanup, service, amqp, report):
     t0 = time.time()
     publish_pipelined(ingest, amqp.routing_key, n, body, props("live"))
     t_pub = time.time() - t0
-    wait_until(lambda: metric(svc, "rmqs_jobs_scheduled_total") >= n, 120,
+    wait_until(lambda: metric(svc, "rmqs_jobs_scheduled_total", 0.0) >= n, 120,
                f"{n} jobs stored")
     t_live = time.time() - t0
 

@@ -38,7 +38,6 @@ def test_full_disk_is_503_stores_nothing_and_recovers_without_restart(
     mnt = tmp_path / "tinyfs"
     filler = tmpfs.mount_filled(mnt)
     svc = None
-    stop_problem = None
     try:
         # the last --db wins; a 512 KiB reserve on this 2 MiB filesystem
         svc = service("--db", str(mnt / "rmqs.db"), "--min-free-bytes",
@@ -162,9 +161,7 @@ def test_full_disk_is_503_stores_nothing_and_recovers_without_restart(
                f"{max(0.0, early_done - freed_at):.2f} s after it; POST 201 again "
                f"at once; {len(acked)} jobs acknowledged, all delivered once")
     finally:
-        if svc is not None:
-            stop_problem = svc.stop()
-        tmpfs.umount(mnt)
+        stop_problem = tmpfs.release(mnt, svc)
     assert stop_problem is None, stop_problem
 
 

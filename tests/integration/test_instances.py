@@ -31,8 +31,9 @@ import time
 
 import pytest
 
-from helpers import format_ts, http_request, http_request_text, parse_ts, wait_until
+from helpers import format_ts, http_request, parse_ts, wait_until
 from pylib.load import Load
+from pylib.metrics import metric
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RMQS_TEST_STORE", "sqlite") != "postgres",
@@ -60,17 +61,6 @@ def early_messages(by_job, deliver_at):
             if due is not None and m.received_at < due - EARLY_TOLERANCE_S:
                 out.append((job_id, round((due - m.received_at) * 1000, 1)))
     return out
-
-
-def metric(svc, series):
-    """The value of one series of GET /metrics, e.g.
-    'rmqs_jobs_published_total{result="sent"}'."""
-    r = http_request_text(svc.port, "/metrics")
-    assert r.status == 200, r
-    for line in r.text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{series} not in /metrics")
 
 
 # --- (a) kill -9 of random instances -------------------------------------

@@ -45,8 +45,9 @@ import zoneinfo
 import pytest
 
 from helpers import assert_error, db_query, format_ts, ts_ms, wait_until
+from pylib.metrics import metrics
 from pylib.schedules import (EVERY_SECOND, LEASE_MS, by_fire_time, check_runs,
-                             fire_ms, metrics, name_of, now_ms, put, put_ok,
+                             fire_ms, name_of, now_ms, put, put_ok,
                              schedule_jobs, template)
 
 HERE = os.path.dirname(os.path.abspath(__file__))

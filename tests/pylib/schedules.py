@@ -1,5 +1,5 @@
 """Recurring schedules as the integration tests drive them: names, PUT,
-the runs a schedule made (GET /jobs?schedule=), GET /metrics as a dict, and
+the runs a schedule made (GET /jobs?schedule=), GET /metrics (pylib.metrics), and
 the check that every fire time of a killed-and-restarted schedule ran
 exactly once. test_schedules.py (one instance) and
 test_schedules_instances.py (three on one PostgreSQL database) share it.
@@ -8,7 +8,6 @@ test_schedules_instances.py (three on one PostgreSQL database) share it.
 import time
 import uuid
 
-from pylib.http import http_request_text
 from pylib.times import ts_ms
 from pylib.wait import wait_until
 
@@ -51,18 +50,6 @@ def schedule_jobs(svc, name):
         if after is None:
             return jobs
     raise AssertionError("cursor never ends")
-
-
-def metrics(svc):
-    """{series text: value} of GET /metrics."""
-    r = http_request_text(svc.port, "/metrics")
-    assert r.status == 200, r
-    out = {}
-    for line in r.text.splitlines():
-        if line and not line.startswith("#"):
-            series, value = line.rsplit(" ", 1)
-            out[series] = float(value)
-    return out
 
 
 def fire_ms(msg):

@@ -45,7 +45,7 @@ def mount_filled(path):
     """Make the folder path, mount the tmpfs on it and write the filler
     (path/"filler"); unmounted again if the filler cannot be written.
     Returns the filler's path: delete it to give the space back. The caller
-    unmounts (umount) when done."""
+    unmounts when done (release, or umount)."""
     path.mkdir()
     mount(path)
     filler = path / "filler"
@@ -55,3 +55,14 @@ def mount_filled(path):
         umount(path)
         raise
     return filler
+
+
+def release(path, svc):
+    """The end of a full-disk test: stop the service running on the tmpfs
+    (if it was started: svc may be None), then unmount. Returns the stop's
+    problem (None: it exited 0 on SIGTERM), for the test to assert on after
+    the unmount."""
+    try:
+        return svc.stop() if svc is not None else None
+    finally:
+        umount(path)

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 # pylint: disable=wrong-import-position
 from pylib.procs import rss_kib
 from pylib.times import now_ms
+import benchlib  # tests/bench: the runner's shared code
 
 CONNECTIONS = 16
 CALIBRATION = 1000
@@ -86,7 +87,7 @@ def put_many(port, specs, connections=CONNECTIONS, timeout_s=1800):
     for t in threads:
         t.join()
     if errors or todo:
-        raise sys.modules["__main__"].BenchError(f"PUT /schedules: {len(todo)} not sent, errors {errors[:3]}")
+        raise benchlib.BenchError(f"PUT /schedules: {len(todo)} not sent, errors {errors[:3]}")
     return time.monotonic() - t0, statuses
 
 
@@ -112,7 +113,7 @@ def rss_after_scan(svc, settle_s=3.0):
 class ScheduleBench:
     def __init__(self, b, store):
         self.b = b
-        self.B = sys.modules[type(b).__module__]  # bench.py (run as __main__)
+        self.B = benchlib  # the runner's shared code (CpuWindow, Service, log...)
         self.a = b.a
         self.store = store
         self.n = self.a.schedules
@@ -197,7 +198,7 @@ class ScheduleBench:
 
 def scenario(b, _empty_svc):
     """bench.py's entry: each store, then bare_publisher with the same count."""
-    B = sys.modules[type(b).__module__]
+    B = benchlib
     out = {}
     for store in [s for s in b.a.schedules_stores.split(",") if s]:
         B.log(f"schedules: {b.a.schedules:,} firing at one minute boundary on {store}")

@@ -34,8 +34,10 @@ import uuid
 import pika
 import pytest
 
-from helpers import (amqp_params, db_query, env, http_request_text, parse_ts,
-                     wait_until)
+from helpers import amqp_params, db_query, env, parse_ts, wait_until
+from pylib import tmpfs
+from pylib.metrics import metric
+from pylib.startup import assert_refused, run_binary
 
 PREFIX = "rmq-scheduler.inbox."
 
@@ -97,12 +99,6 @@ class Publisher:
             pass
 
 
-def metric(svc, name):
-    text = http_request_text(svc.port, "/metrics").text
-    m = re.search(r"^" + re.escape(name) + r" ([0-9.e+]+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
-
-
 def jobs_where(svc, query):
     """Every job matching a GET /jobs query, following the cursors."""
     jobs, after = [], None
@@ -150,7 +146,6 @@ BAD_INGEST = {
 
 @pytest.mark.parametrize("case", sorted(BAD_INGEST))
 def test_bad_ingest_settings_refuse_to_start(tmp_path, case):
-    from test_startup_errors import assert_refused, run_binary
     args, text = BAD_INGEST[case]
     assert_refused(run_binary(["--db", str(tmp_path / "db"), *args]), (2,),
                    must=["bad ingest settings", text])
@@ -336,6 +331,19 @@ def test_invalid_timing_is_routed_at_once_by_default(cleanup, service, amqp):
     assert len(routed) == len(INVALID) + 1
 
 
+def dead_letter_sink(dlx):
+    """A queue bound to the dead-letter exchange (declared by the service):
+    returns (connection, list that fills with (method, properties, body))."""
+    dead = []
+    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    ch = conn.channel()
+    ch.exchange_declare(dlx, passive=True)
+    q = ch.queue_declare("", exclusive=True).method.queue
+    ch.queue_bind(q, dlx, routing_key="anything")
+    ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
+    return conn, dead
+
+
 def test_invalid_timing_is_dead_lettered_when_asked(cleanup, service, amqp_factory):
     target = amqp_factory()
     dlx = f"rmqs-test-dlx-{uuid.uuid4().hex[:12]}"
@@ -344,15 +352,8 @@ def test_invalid_timing_is_dead_lettered_when_asked(cleanup, service, amqp_facto
                                  "--ingest-invalid", "dead-letter",
                                  "--ingest-dead-letter-exchange", dlx)
     # The service declared the dead-letter exchange (fanout): bind a queue.
-    dead = []
-    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    conn, dead = dead_letter_sink(dlx)
     try:
-        ch = conn.channel()
-        ch.exchange_declare(dlx, passive=True)
-        q = ch.queue_declare("", exclusive=True).method.queue
-        ch.queue_bind(q, dlx, routing_key="anything")
-        ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
-
         pub = Publisher()
         try:
             for name, headers in INVALID.items():
@@ -440,19 +441,6 @@ def amqp_fields(*args, timeout=30):
     r = subprocess.run([env("RMQS_AMQP_FIELDS"), *args], capture_output=True,
                        text=True, timeout=timeout)
     return r.returncode, r.stdout.splitlines(), r.stderr
-
-
-def dead_letter_sink(dlx):
-    """A queue bound to the dead-letter exchange (declared by the service):
-    returns (connection, list that fills with (method, properties, body))."""
-    dead = []
-    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
-    ch = conn.channel()
-    ch.exchange_declare(dlx, passive=True)
-    q = ch.queue_declare("", exclusive=True).method.queue
-    ch.queue_bind(q, dlx, routing_key="anything")
-    ch.basic_consume(q, lambda c, m, p, b: dead.append((m, p, b)), auto_ack=True)
-    return conn, dead
 
 
 @pytest.mark.parametrize("rule", ["route", "dead-letter"])
@@ -784,7 +772,7 @@ def test_kill9_between_receive_and_ack_loses_nothing(cleanup, service, amqp, rep
         t.start()
 
         def pending():
-            return metric(svc, 'rmqs_jobs{status="pending"}')
+            return metric(svc, 'rmqs_jobs{status="pending"}', 0.0)
 
         # 1. kill -9 while batches flow (mostly between receive and commit)
         wait_until(lambda: pending() >= n * 0.2, 60, "a fifth of the jobs stored")
@@ -961,18 +949,13 @@ def test_frozen_broker_is_noticed_and_nothing_is_lost(cleanup, service, amqp_fac
     "store's own test")
 def test_full_disk_keeps_messages_in_the_inbox(cleanup, service, amqp, tmp_path, report):
     # The database on a 2 MiB tmpfs with a 1 MiB filler (as in
-    # test_disk_full.py) and a reserve the filler eats into: the writer
-    # refuses (storage_full), so messages are nacked back to the inbox, never
-    # acknowledged, and stored once space returns, without a restart.
-    from test_disk_full import _mount_tmpfs, _umount, _write_filler
+    # test_disk_full.py, pylib.tmpfs) and a reserve the filler eats into: the
+    # writer refuses (storage_full), so messages are nacked back to the inbox,
+    # never acknowledged, and stored once space returns, without a restart.
     mnt = tmp_path / "tinyfs"
-    mnt.mkdir()
-    _mount_tmpfs(mnt)
+    filler = tmpfs.mount_filled(mnt)
     svc = None
-    stop_problem = None
     try:
-        filler = mnt / "filler"
-        _write_filler(filler)
         svc, ingest = ingest_service(service, cleanup, amqp.exchange,
                                      "--db", str(mnt / "rmqs.db"),
                                      "--min-free-bytes", "1200000")
@@ -1000,9 +983,7 @@ def test_full_disk_keeps_messages_in_the_inbox(cleanup, service, amqp, tmp_path,
                f"delivered {max(m.received_at for m in got) - freed:.1f} s after "
                f"space returned")
     finally:
-        if svc is not None:
-            stop_problem = svc.stop()
-        _umount(mnt)
+        stop_problem = tmpfs.release(mnt, svc)
     assert stop_problem is None, stop_problem
 
 
@@ -1114,7 +1095,7 @@ def stored_rate(svc, n, timeout=120):
     first = None
     deadline = time.monotonic() + timeout
     while True:
-        v = metric(svc, "rmqs_jobs_scheduled_total")
+        v = metric(svc, "rmqs_jobs_scheduled_total", 0.0)
         now = time.monotonic()
         if first is None and v > 0:
             first = (now, v)
@@ -1138,7 +1119,7 @@ def test_ingest_rate(cleanup, service, amqp, report):
     t0 = time.time()
     publish_pipelined(ingest, amqp.routing_key, n, body, props("live"))
     t_pub = time.time() - t0
-    wait_until(lambda: metric(svc, "rmqs_jobs_scheduled_total") >= n, 120,
+    wait_until(lambda: metric(svc, "rmqs_jobs_scheduled_total", 0.0) >= n, 120,
                f"{n} jobs stored")
     t_live = time.time() - t0
 

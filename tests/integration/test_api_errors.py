@@ -12,6 +12,7 @@ import time
 import pytest
 
 from helpers import assert_error, http_request
+from pylib.http import post_chunked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(HERE, "bad_requests.json")) as f:
@@ -106,16 +107,8 @@ def test_chunked_body_over_the_limit_is_413(service):
     svc = service("--max-body-bytes", "1024")
     chunks = [b'{"exchange": "ex", "routing_key": "rk", "delay_ms": 1, "body": "']
     chunks += [b"x" * 512] * 8 + [b'"}']
-    conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
-    try:
-        conn.request("POST", "/schedule", body=iter(chunks), encode_chunked=True,
-                     headers={"Content-Type": "application/json",
-                              "Transfer-Encoding": "chunked"})
-        resp = conn.getresponse()
-        raw = resp.read()
-    finally:
-        conn.close()
-    assert resp.status == 413, (resp.status, raw)
+    status, raw = post_chunked(svc.port, "/schedule", chunks, timeout=10)
+    assert status == 413, (status, raw)
     assert json.loads(raw)["error"]["code"] == "payload_too_large"
     assert svc.list_all()[0] == []
 

@@ -1,6 +1,6 @@
 """kill -9 at random moments under load loses nothing that was acknowledged.
 
-A load generator (threads in this test, loopback only) schedules a few
+A load generator (pylib.load: threads, loopback only) schedules a few
 thousand jobs due over the next seconds while the service is killed with
 SIGKILL at random moments, again and again, and restarted each time on the
 same database and port. Only a 201 counts as acknowledged: a request that got
@@ -12,12 +12,11 @@ that was due before some kill (so it could have been in flight), and GET /jobs
 must list every acknowledged job as sent.
 """
 
-import http.client
 import random
-import threading
 import time
 
-from helpers import format_ts, http_request, parse_ts, wait_until
+from helpers import format_ts, parse_ts, wait_until
+from pylib.load import Load
 
 TARGET_ACKED = 3000       # jobs acknowledged (201) before the load stops
 MIN_KILLS = 12            # SIGKILLs at least (the issue asks for 10)
@@ -32,104 +31,18 @@ FIRST_COPY_MARGIN_S = 2.0  # a copy published before a kill arrives by then
 RECOVERED_RE = "jobs left publishing by a previous run"
 
 
-class Pacer:
-    """Hands out request slots at a fixed rate to any number of threads."""
-
-    def __init__(self, rate):
-        self.interval = 1.0 / rate
-        self.next = time.monotonic()
-        self.lock = threading.Lock()
-
-    def wait_slot(self, stop):
-        with self.lock:
-            slot = max(self.next, time.monotonic())
-            self.next = slot + self.interval
-        delay = slot - time.monotonic()
-        if delay > 0:
-            stop.wait(delay)
-
-
-class LoadGenerator:
-    """Threads posting one job per request, each tagged with its request
-    number (header t-req, body "torture <n>") so whatever reaches the
-    consumer or the listing can be traced back to the request that made it."""
-
-    def __init__(self, port, exchange, routing_key, target, seed):
-        self.port = port
-        self.exchange = exchange
-        self.routing_key = routing_key
-        self.target = target
-        self.rng = random.Random(seed)
-        self.rng_lock = threading.Lock()
-        self.pacer = Pacer(RATE_PER_S)
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.requests = {}   # n -> {"deliver_at": float, "outcome": ...}
-        self.acked = {}      # n -> job (the 201 body)
-        self.other_status = []  # (n, status, body): answers other than 201
-        self.errors = {}     # exception class name -> count
-        self._next_n = 0
-        self.threads = [threading.Thread(target=self._run, daemon=True,
-                                         name=f"load-{i}")
-                        for i in range(LOAD_THREADS)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def done(self):
-        with self.lock:
-            return len(self.acked) >= self.target
-
-    def n_acked(self):
-        with self.lock:
-            return len(self.acked)
-
-    def join(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-            assert not t.is_alive(), f"load thread {t.name} did not stop"
-
-    def _run(self):
-        while not self.stop.is_set() and not self.done():
-            self.pacer.wait_slot(self.stop)
-            if self.stop.is_set():
-                return
-            with self.lock:
-                n = self._next_n
-                self._next_n += 1
-            with self.rng_lock:
-                due = time.time() + self.rng.uniform(*DUE_SPREAD_S)
-            due = round(due, 3)
-            req = {"exchange": self.exchange, "routing_key": self.routing_key,
-                   "body": f"torture {n}", "deliver_at": format_ts(due),
-                   "headers": {"t-req": n}}
-            rec = {"deliver_at": due, "outcome": None}
-            with self.lock:
-                self.requests[n] = rec
-            try:
-                resp = http_request(self.port, "POST", "/schedule", req,
-                                    timeout=10)
-            except (OSError, http.client.HTTPException) as e:
-                name = type(e).__name__
-                rec["outcome"] = name
-                with self.lock:
-                    self.errors[name] = self.errors.get(name, 0) + 1
-                continue
-            except AssertionError as e:  # not JSON, or not the documented shape
-                rec["outcome"] = "bad answer"
-                with self.lock:
-                    self.other_status.append((n, "bad answer", str(e)[:500]))
-                continue
-            rec["outcome"] = resp.status
-            if resp.status == 201:
-                with self.lock:
-                    self.acked[n] = resp.body
-            else:
-                with self.lock:
-                    self.other_status.append((n, resp.status, resp.body))
+def torture_job(exchange, routing_key, due_at):
+    """make_job for the load generator: one job due a random moment ahead,
+    tagged with its request number (header t-req, body "torture <n>"), so
+    whatever reaches the consumer or the listing traces back to the request
+    that made it. Keeps each request's deliver_at in due_at (n -> epoch s)."""
+    def make(n, rng):
+        due = round(time.time() + rng.uniform(*DUE_SPREAD_S), 3)
+        due_at[n] = due
+        return {"exchange": exchange, "routing_key": routing_key,
+                "body": f"torture {n}", "deliver_at": format_ts(due),
+                "headers": {"t-req": n}}
+    return make
 
 
 def _recovered_counts(log_text):
@@ -148,8 +61,10 @@ def test_kill9_at_random_moments_under_load_loses_nothing(service, amqp, report)
     rng = random.Random(seed)
     report(f"crash torture: seed {seed}")
     svc = service()
-    load = LoadGenerator(svc.port, amqp.exchange, amqp.routing_key,
-                         TARGET_ACKED, seed + 1).start()
+    due_at = {}  # request n -> deliver_at (epoch s)
+    load = Load([svc.port], torture_job(amqp.exchange, amqp.routing_key, due_at),
+                LOAD_THREADS, rate=RATE_PER_S, target=TARGET_ACKED,
+                seed=seed + 1).start()
 
     # --- kill -9 at random moments while the load runs --------------------
     kills = []  # wall-clock time of each SIGKILL
@@ -172,16 +87,17 @@ def test_kill9_at_random_moments_under_load_loses_nothing(service, amqp, report)
     load_s = time.monotonic() - started
     assert all(code == -9 for code in svc.exit_codes), svc.exit_codes
 
-    acked = load.acked                       # n -> 201 job
+    acked = {r["n"]: r["body"] for r in load.acked()}  # n -> 201 job
+    other_status = [(r["n"], r["status"], r["body"]) for r in load.records
+                    if r["error"] is None and r["status"] != 201]
     by_id = {job["id"]: n for n, job in acked.items()}
     assert len(by_id) == len(acked), "two 201 answers carried the same job id"
-    assert not load.other_status, (
-        f"{len(load.other_status)} answers other than 201, e.g. "
-        f"{load.other_status[:3]}")
+    assert not other_status, (
+        f"{len(other_status)} answers other than 201, e.g. {other_status[:3]}")
     for n, job in acked.items():
-        assert abs(parse_ts(job["deliver_at"]) - load.requests[n]["deliver_at"]) < 0.0005, \
-            (n, job["deliver_at"], load.requests[n]["deliver_at"])
-    last_due = max(r["deliver_at"] for r in load.requests.values())
+        assert abs(parse_ts(job["deliver_at"]) - due_at[n]) < 0.0005, \
+            (n, job["deliver_at"], due_at[n])
+    last_due = max(due_at.values())
 
     # --- every acknowledged job arrives ------------------------------------
     def all_arrived():
@@ -201,12 +117,12 @@ def test_kill9_at_random_moments_under_load_loses_nothing(service, amqp, report)
     early = []
     for job_id, msgs in got.items():
         n = msgs[0].headers.get("t-req")
-        assert n in load.requests, f"message of job {job_id} from no request: {msgs[0]!r}"
+        assert n in due_at, f"message of job {job_id} from no request: {msgs[0]!r}"
         assert job_of_request.setdefault(n, job_id) == job_id, \
             f"request {n} was stored twice: jobs {job_of_request[n]} and {job_id}"
         if n in acked:
             assert acked[n]["id"] == job_id, (n, acked[n]["id"], job_id)
-        due = load.requests[n]["deliver_at"]
+        due = due_at[n]
         for m in msgs:
             assert m.headers.get("t-req") == n and m.body == f"torture {n}".encode(), m
             assert abs(parse_ts(m.headers["x-scheduled-at"]) - due) < 0.0005, \
@@ -221,19 +137,19 @@ def test_kill9_at_random_moments_under_load_loses_nothing(service, amqp, report)
     n_dup_copies = sum(len(m) - 1 for m in duplicates.values())
     unexplained = []
     for job_id, msgs in duplicates.items():
-        due = load.requests[msgs[0].headers["t-req"]]["deliver_at"]
+        due = due_at[msgs[0].headers["t-req"]]
         first = min(m.received_at for m in msgs)
         if not any(due <= k + CLOCK_MARGIN_S and first <= k + FIRST_COPY_MARGIN_S
                    for k in kills):
             unexplained.append((job_id, due, first))
 
     lateness = sorted(
-        (msgs[0].received_at - load.requests[msgs[0].headers["t-req"]]["deliver_at"]) * 1000
+        (msgs[0].received_at - due_at[msgs[0].headers["t-req"]]) * 1000
         for msgs in got.values())
     report(f"crash torture: {len(kills)} kills survived in {load_s:.1f} s "
            f"(restart {min(restart_s):.2f}-{max(restart_s):.2f} s); "
-           f"{len(load.requests)} requests, {len(acked)} scheduled (201), "
-           f"{len(load.requests) - len(acked)} unanswered {load.errors}, "
+           f"{len(load.records)} requests, {len(acked)} scheduled (201), "
+           f"{len(load.records) - len(acked)} unanswered {load.errors()}, "
            f"{len(stored_unanswered)} of those stored anyway and delivered")
     report(f"crash torture: lost {len(lost)}, duplicates {n_dup_copies} copies of "
            f"{len(duplicates)} jobs (jobs recovered from publishing at restarts: "
@@ -263,7 +179,7 @@ def test_kill9_at_random_moments_under_load_loses_nothing(service, amqp, report)
     listed_ids = {}
     for j in listed:
         n = j["headers"].get("t-req")
-        assert n in load.requests, f"listed job {j['id']} from no request"
+        assert n in due_at, f"listed job {j['id']} from no request"
         assert listed_ids.setdefault(j["id"], n) == n
         assert j["status"] == "sent" and j["sent_at"] is not None, j
     assert len(listed_ids) == len(listed), "a job is listed twice"

@@ -14,46 +14,19 @@ the tests run one at a time) and reset afterwards whatever happens.
 """
 
 import os
-import subprocess
 import time
 
 import pytest
 
 from helpers import STORE, env, parse_ts, wait_until
-from pylib import pg
+from pylib import pg, tmpfs
+from pylib.tmpfs import FS_SIZE
 
-FS_SIZE = "2m"
-FILLER_BYTES = 1024 * 1024
 # bodies of the jobs that fill the disk: big ones first, then smaller ones to
 # fill what is left, so the disk is really full at the end
 FILL_PHASES = ((100_000, 40), (10_000, 200), (1_000, 500))
 EARLY_TOLERANCE_S = 0.001
 RESERVE_BYTES = 512 * 1024
-
-
-def _mount_tmpfs(path):
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_SIZE}", "tmpfs",
-                        str(path)], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, timeout=30)
-    if r.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here (needs root with "
-                    f"CAP_SYS_ADMIN): {r.stderr.strip()}")
-
-
-def _umount(path):
-    r = subprocess.run(["umount", str(path)], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, timeout=30)
-    if r.returncode != 0:  # still busy: detach it, it goes when released
-        r2 = subprocess.run(["umount", "-l", str(path)], capture_output=True,
-                            text=True, stdin=subprocess.DEVNULL, timeout=30)
-        assert r2.returncode == 0, f"cannot unmount {path}: {r.stderr} {r2.stderr}"
-
-
-def _write_filler(path):
-    with open(path, "wb") as f:
-        f.write(os.urandom(FILLER_BYTES))
-        f.flush()
-        os.fsync(f.fileno())
 
 
 @pytest.mark.sqlite_only(
@@ -63,13 +36,9 @@ def _write_filler(path):
 def test_full_disk_is_503_stores_nothing_and_recovers_without_restart(
         service, amqp, tmp_path, report):
     mnt = tmp_path / "tinyfs"
-    mnt.mkdir()
-    _mount_tmpfs(mnt)
+    filler = tmpfs.mount_filled(mnt)
     svc = None
-    stop_problem = None
     try:
-        filler = mnt / "filler"
-        _write_filler(filler)
         # the last --db wins; a 512 KiB reserve on this 2 MiB filesystem
         svc = service("--db", str(mnt / "rmqs.db"), "--min-free-bytes",
                       str(RESERVE_BYTES))
@@ -192,9 +161,7 @@ def test_full_disk_is_503_stores_nothing_and_recovers_without_restart(
                f"{max(0.0, early_done - freed_at):.2f} s after it; POST 201 again "
                f"at once; {len(acked)} jobs acknowledged, all delivered once")
     finally:
-        if svc is not None:
-            stop_problem = svc.stop()
-        _umount(mnt)
+        stop_problem = tmpfs.release(mnt, svc)
     assert stop_problem is None, stop_problem
 
 

@@ -14,14 +14,13 @@ semantics"); exit non-zero when that takes longer, losing nothing.
     and a restart publishes the job again.
 """
 
-import http.client
 import os
 import signal
 import subprocess
-import threading
 import time
 
-from helpers import STORE, format_ts, http_request, parse_ts, port_open, ts_ms, wait_until
+from helpers import STORE, format_ts, parse_ts, port_open, ts_ms, wait_until
+from pylib.load import Load
 
 LEASE_MS = 2000  # PostgreSQL: how soon a dead instance's claim is taken over
 EXIT_MARGIN_S = 1.5  # watchdog wake-up and process teardown under ASan
@@ -66,69 +65,34 @@ def _log_lines(svc, text):
 
 # --- (a) requests in flight ---------------------------------------------------
 
-class Poster:
-    """Client threads posting jobs back to back, each on a fresh connection,
-    until stopped. Every request is kept with its start/end time and outcome;
-    header t-req (the request number) traces a stored job to its request."""
+def poster(port):
+    """Client threads (pylib.load) posting jobs back to back, each on a fresh
+    connection, until stopped; header t-req (the request number) traces a
+    stored job to its request."""
+    deliver_at = format_ts(time.time() + 3600)
 
-    def __init__(self, port, threads=8):
-        self.port = port
-        self.lock = threading.Lock()
-        self.records = []  # dicts: n, start, end, status, body, error
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, daemon=True)
-                        for _ in range(threads)]
-        self.deliver_at = format_ts(time.time() + 3600)
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def join(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-            assert not t.is_alive()
-
-    def acked(self):
-        with self.lock:
-            return [r for r in self.records if r["status"] == 201]
-
-    def _run(self):
-        while not self.stop.is_set():
-            with self.lock:
-                rec = {"n": len(self.records), "start": time.time(), "end": None,
-                       "status": None, "body": None, "error": None}
-                self.records.append(rec)
-            job = {"exchange": "", "routing_key": "graceful-stop-nowhere",
-                   "body": f"graceful {rec['n']}", "deliver_at": self.deliver_at,
-                   "headers": {"t-req": rec["n"]}}
-            try:
-                r = http_request(self.port, "POST", "/schedule", job, timeout=10)
-                rec["status"], rec["body"] = r.status, r.body
-            except (OSError, http.client.HTTPException) as e:
-                rec["error"] = type(e).__name__
-                self.stop.wait(0.01)  # refused: the process is going away
-            except AssertionError as e:  # not JSON, or not the documented shape
-                rec["status"], rec["body"] = "bad answer", str(e)[:500]
-            rec["end"] = time.time()
+    def make(n, _rng):
+        return {"exchange": "", "routing_key": "graceful-stop-nowhere",
+                "body": f"graceful {n}", "deliver_at": deliver_at,
+                "headers": {"t-req": n}}
+    # refused: the process is going away
+    return Load([port], make, threads=8, error_pause_s=0.01)
 
 
 def test_sigterm_with_requests_in_flight_keeps_every_201(service, report):
     grace = 5
     svc = service("--shutdown-grace-s", str(grace))
-    poster = Poster(svc.port).start()
+    load = poster(svc.port).start()
     try:
-        wait_until(lambda: len(poster.acked()) >= 300, 30, "300 jobs acknowledged")
+        wait_until(lambda: load.n_acked() >= 300, 30, "300 jobs acknowledged")
         t_sig = time.time()
         code, exit_s = sigterm_and_wait(svc, grace + 10)
     finally:
-        poster.join()
+        load.join()
     assert code == 0, f"exit status {code} after SIGTERM, expected 0"
     assert exit_s <= grace, f"exited {exit_s:.1f} s after SIGTERM (grace {grace} s)"
 
-    records = poster.records
+    records = load.records
     in_flight = [r for r in records if r["start"] < t_sig < r["end"]]
     after_sig_201 = [r for r in records if r["status"] == 201 and r["end"] > t_sig]
     refused = [r for r in records if r["status"] == 503]
@@ -147,7 +111,7 @@ def test_sigterm_with_requests_in_flight_keeps_every_201(service, report):
         n = j["headers"]["t-req"]
         assert n not in stored_by_n, f"request {n} stored twice"
         stored_by_n[n] = j
-    acked = poster.acked()
+    acked = load.acked()
     for r in acked:
         j = stored_by_n.get(r["n"])
         assert j is not None, f"201 job {r['body']['id']} (request {r['n']}) was not stored"

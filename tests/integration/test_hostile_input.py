@@ -18,7 +18,6 @@ job proves the route works, and test_nothing_was_published (last in the
 file) checks that only the control arrived.
 """
 
-import http.client
 import json
 import select
 import socket
@@ -27,6 +26,7 @@ import time
 import pytest
 
 from helpers import Consumer, assert_error, env
+from pylib.http import post_chunked
 
 MiB = 1024 * 1024
 
@@ -630,18 +630,10 @@ def test_announced_100_mb_body_gets_413_without_being_read(hostile):
 def test_chunked_body_over_the_default_limit_is_413(hostile):
     """2 MiB sent chunked (no Content-Length to refuse up front) against the
     default 1 MiB limit: 413 with a JSON error once the body ends."""
-    conn = http.client.HTTPConnection("127.0.0.1", hostile.svc.port, timeout=30)
     head = valid_job_bytes(hostile)[:-1] + b',"pad":"'
     chunks = [head] + [b"p" * 65536] * 32 + [b'"}']
-    try:
-        conn.request("POST", "/schedule", body=iter(chunks), encode_chunked=True,
-                     headers={"Content-Type": "application/json",
-                              "Transfer-Encoding": "chunked"})
-        resp = conn.getresponse()
-        raw = resp.read()
-    finally:
-        conn.close()
-    assert resp.status == 413, (resp.status, raw[:300])
+    status, raw = post_chunked(hostile.svc.port, "/schedule", chunks, timeout=30)
+    assert status == 413, (status, raw[:300])
     assert json.loads(raw)["error"]["code"] == "payload_too_large"
     hostile.assert_unchanged("2 MiB chunked")
 
@@ -747,17 +739,9 @@ def test_body_exactly_at_the_limit_is_accepted(service):
     assert svc.post("/schedule", exact).status == 201
     assert_error(svc.post("/schedule", over), 413, "payload_too_large")
     for body, want in ((exact, 201), (over, 413)):
-        conn = http.client.HTTPConnection("127.0.0.1", svc.port, timeout=10)
-        try:
-            conn.request("POST", "/schedule", body=iter([body[:500], body[500:]]),
-                         encode_chunked=True,
-                         headers={"Content-Type": "application/json",
-                                  "Transfer-Encoding": "chunked"})
-            resp = conn.getresponse()
-            resp.read()
-        finally:
-            conn.close()
-        assert resp.status == want, (len(body), resp.status)
+        status, _ = post_chunked(svc.port, "/schedule", [body[:500], body[500:]],
+                                 timeout=10)
+        assert status == want, (len(body), status)
     assert len(svc.list_all()[0]) == 2
 
 

@@ -21,7 +21,6 @@ SQLite has one process per database file (the lock file refuses a second),
 so these tests apply to PostgreSQL only.
 """
 
-import http.client
 import os
 import random
 import re
@@ -32,8 +31,9 @@ import time
 
 import pytest
 
-from helpers import (format_ts, http_request, http_request_text, parse_ts,
-                     wait_until)
+from helpers import format_ts, http_request, parse_ts, wait_until
+from pylib.load import Load
+from pylib.metrics import metric
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RMQS_TEST_STORE", "sqlite") != "postgres",
@@ -43,6 +43,7 @@ pytestmark = pytest.mark.skipif(
 
 EARLY_TOLERANCE_S = 0.001  # deliver_at is kept in whole milliseconds
 LEASE_MS = 2000
+SPREAD_S = (0.05, 3.0)  # the posted jobs' deliver_at: now + uniform(...)
 
 
 def instances(service, n, *args):
@@ -62,77 +63,24 @@ def early_messages(by_job, deliver_at):
     return out
 
 
-def metric(svc, series):
-    """The value of one series of GET /metrics, e.g.
-    'rmqs_jobs_published_total{result="sent"}'."""
-    r = http_request_text(svc.port, "/metrics")
-    assert r.status == 200, r
-    for line in r.text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{series} not in /metrics")
-
-
 # --- (a) kill -9 of random instances -------------------------------------
 
-class Posters:
-    """Threads posting one job per request to the instances in turn, each
-    due a little later; keeps every 201 (job id -> deliver_at)."""
-
-    def __init__(self, svcs, amqp, threads=4, spread_s=(0.05, 3.0), seed=1):
-        self.svcs = svcs
-        self.amqp = amqp
-        self.spread_s = spread_s
-        self.rng = random.Random(seed)
-        self.lock = threading.Lock()
-        self.acked = {}  # job id -> deliver_at (epoch s)
-        self.by_instance = [0] * len(svcs)
-        self.errors = 0
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
-                        for i in range(threads)]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def join(self):
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
-            assert not t.is_alive()
-
-    def _run(self, k):
-        i = k
-        while not self.stop.is_set():
-            i = (i + 1) % len(self.svcs)
-            svc = self.svcs[i]
-            with self.lock:
-                delay = self.rng.uniform(*self.spread_s)
-            at = format_ts(time.time() + delay)
-            job = {"exchange": self.amqp.exchange,
-                   "routing_key": self.amqp.routing_key,
-                   "body": "instances", "deliver_at": at}
-            try:
-                r = http_request(svc.port, "POST", "/schedule", job, timeout=10)
-            except (OSError, http.client.HTTPException):  # killed: refused, reset
-                with self.lock:
-                    self.errors += 1
-                self.stop.wait(0.02)
-                continue
-            if r.status == 201:
-                with self.lock:
-                    self.acked[r.body["id"]] = parse_ts(r.body["deliver_at"])
-                    self.by_instance[i] += 1
-            self.stop.wait(0.005)
+def posters(svcs, amqp):
+    """Threads (pylib.load) posting one job per request to the instances in
+    turn, each due a little later (SPREAD_S)."""
+    def make(_n, rng):
+        at = format_ts(time.time() + rng.uniform(*SPREAD_S))
+        return {"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                "body": "instances", "deliver_at": at}
+    return Load([s.port for s in svcs], make, threads=4, pause_s=0.005,
+                error_pause_s=0.02, seed=1)
 
 
 def test_kill9_of_random_instances_loses_nothing(service, amqp, report):
     kills_wanted = 20
     svcs = instances(service, 3, "--lease-ms", str(LEASE_MS))
     rng = random.Random(12)
-    posters = Posters(svcs, amqp).start()
+    load = posters(svcs, amqp).start()
     kills = []  # (epoch s, instance index)
     try:
         deadline = time.monotonic() + 150
@@ -144,12 +92,15 @@ def test_kill9_of_random_instances_loses_nothing(service, amqp, report):
             kills.append((time.time(), i))
             svcs[i].kill9()
             svcs[i].restart()
-        time.sleep(posters.spread_s[1])  # the last jobs come due meanwhile
+        time.sleep(SPREAD_S[1])  # the last jobs come due meanwhile
     finally:
-        posters.join()
-    acked = dict(posters.acked)
+        load.join()
+    acked = {r["body"]["id"]: parse_ts(r["body"]["deliver_at"])
+             for r in load.acked()}  # job id -> deliver_at (epoch s)
+    by_instance = [sum(1 for r in load.acked() if r["target"] == i)
+                   for i in range(len(svcs))]
     assert len(acked) >= 500, f"only {len(acked)} jobs acknowledged"
-    assert all(n > 0 for n in posters.by_instance), posters.by_instance
+    assert all(n > 0 for n in by_instance), by_instance
 
     by_job = amqp.wait_for_jobs(acked, timeout=LEASE_MS / 1000 + 60)
     early = early_messages(by_job, acked)
@@ -165,7 +116,7 @@ def test_kill9_of_random_instances_loses_nothing(service, amqp, report):
     # for its lease; their lateness is the reclaim time.
     reclaimed = [x for x in lateness if x > 0.5]
     report(f"{len(kills)} kill -9 of 3 instances (lease {LEASE_MS} ms): "
-           f"{len(acked)} jobs acknowledged ({posters.by_instance} per "
+           f"{len(acked)} jobs acknowledged ({by_instance} per "
            f"instance), all arrived, {len(early)} early, {len(dups)} "
            f"duplicated; lateness p50 {statistics.median(lateness) * 1000:.1f} "
            f"ms, max {lateness[-1] * 1000:.0f} ms; {len(reclaimed)} reclaimed "

@@ -9,7 +9,6 @@ searched directly), after the indexer caught up, and after kill -9
 restarts during its catch-up."""
 
 import base64
-import re
 import sqlite3
 import time
 import uuid
@@ -17,8 +16,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from helpers import (assert_error, format_ts, http_request_text, parse_ts,
-                     wait_until)
+from helpers import assert_error, format_ts, parse_ts, wait_until
+from pylib.metrics import metric
 
 N = 2400
 
@@ -195,16 +194,9 @@ def test_bad_max_is_400(jobs):
     assert_error(svc.get("/jobs/count?colour=red"), 400, "invalid_argument", "colour")
 
 
-LAG_RE = re.compile(r"^rmqs_search_index_lag_jobs (\d+)$", re.M)
-
-
 def index_lag(svc):
     """rmqs_search_index_lag_jobs from GET /metrics."""
-    resp = http_request_text(svc.port, "/metrics")
-    assert resp.status == 200, resp
-    m = LAG_RE.search(resp.text)
-    assert m, "rmqs_search_index_lag_jobs missing from /metrics"
-    return int(m.group(1))
+    return int(metric(svc, "rmqs_search_index_lag_jobs"))
 
 
 def forget_the_index(path):

@@ -26,8 +26,9 @@ import time
 import pytest
 
 from helpers import ts_ms, wait_until
-from test_schedules import (EVERY_SECOND, LEASE_MS, check_runs, metrics, name_of,
-                            now_ms, put_ok, template)
+from pylib.metrics import metrics
+from pylib.schedules import (EVERY_SECOND, LEASE_MS, check_runs, name_of, now_ms,
+                             put_ok, template)
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RMQS_TEST_STORE", "sqlite") != "postgres",

@@ -11,8 +11,13 @@ wrk and perf counters, docker).
   pg        the run's PostgreSQL: a database per service, SQL via psql
   procs     process RSS, stopping a child by PID, go_build
   times     RFC 3339 parsing and formatting, now in ms
-  http      one request (JSON or text answers), a keep-alive client
+  http      one request (JSON or text answers), a chunked POST, a keep-alive client
   service   the real rmq-scheduler binary with its own port and database
+  load      client threads posting jobs while a test kills or stops the service
+  startup   the binary started on settings it must refuse, and the refusal checked
+  tmpfs     a 2 MiB tmpfs with a filler file: a disk to fill
+  schedules PUT /schedules, a schedule's runs, every run checked to fire once
+  metrics   GET /metrics as {series: value}, one series' value
   amqp      a pika consumer on its own thread, amqp_params (pika 1.2 fixes)
   rabbit    the suite's RabbitMQ node (Broker) and private nodes (RabbitNode)
   openapi   api/openapi.yaml as a checker of answers

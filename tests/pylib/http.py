@@ -29,6 +29,21 @@ def exchange(port, method, path, body=None, headers=None, timeout=15,
         conn.close()
 
 
+def post_chunked(port, path, chunks, timeout=15, host="127.0.0.1"):
+    """POST a JSON body sent in the given chunks (Transfer-Encoding:
+    chunked, no Content-Length) on a fresh connection. Returns (status, raw
+    body bytes); the answer is not checked against the contract."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", path, body=iter(chunks), encode_chunked=True,
+                     headers={"Content-Type": "application/json",
+                              "Transfer-Encoding": "chunked"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
 def get_status(port, path, timeout=1.0, host="127.0.0.1"):
     """The status of GET path (the answer is read and dropped)."""
     return exchange(port, "GET", path, timeout=timeout, host=host)[0]

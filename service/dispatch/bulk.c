@@ -17,6 +17,8 @@
 #include "timeutil.h"
 #include "worker.h"
 
+#define MOD "bulk"
+
 typedef enum bulk_state { BULK_RUNNING, BULK_DONE, BULK_FAILED } bulk_state;
 
 typedef struct bulk_op {
@@ -80,7 +82,7 @@ static bool run_page(bulk_t *b, bulk_op *op, job_t *jobs, size_t n,
     }
     pthread_mutex_unlock(&b->w.mu);
     if (rc != RMQS_OK) {
-        log_error("bulk", "page failed", "bulk_id=%s action=%s jobs=%zu error=%s",
+        log_error(MOD, "page failed", "bulk_id=%s action=%s jobs=%zu error=%s",
                   op->id, action_name(op->action), m, rmqs_rc_name(rc));
         return false;
     }
@@ -96,7 +98,7 @@ static void run_op(bulk_t *b, bulk_op *op)
     char *cursor = NULL, *text = filter_text(op->filter_json);
     bool ok = true, stopped = false;
 
-    log_info("bulk", "started", "bulk_id=%s action=%s filter=%s", op->id,
+    log_info(MOD, "started", "bulk_id=%s action=%s filter=%s", op->id,
              action_name(op->action), text ? text : "?");
     for (;;) {
         job_t *jobs = NULL;
@@ -105,7 +107,7 @@ static void run_op(bulk_t *b, bulk_op *op)
         rmqs_rc rc = store_list(b->st, &op->f, STORE_BATCH_MAX, cursor, &jobs,
                                 &n, &next);
         if (rc != RMQS_OK) {
-            log_error("bulk", "cannot list jobs", "bulk_id=%s error=%s", op->id,
+            log_error(MOD, "cannot list jobs", "bulk_id=%s error=%s", op->id,
                       rmqs_rc_name(rc));
             ok = false;
             break;
@@ -132,7 +134,7 @@ static void run_op(bulk_t *b, bulk_op *op)
     op->finished_at = tu_now_ms();
     if (!ok)
         op->errors += op->errors == 0 ? 1 : 0; /* a failure is never silent */
-    log_info("bulk", ok && !stopped ? "finished" : "ended early",
+    log_info(MOD, ok && !stopped ? "finished" : "ended early",
              "bulk_id=%s action=%s filter=%s matched=%llu done=%llu "
              "skipped=%llu errors=%llu stopping=%s", op->id,
              action_name(op->action), text ? text : "?",

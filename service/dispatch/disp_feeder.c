@@ -16,6 +16,8 @@
 #include "log.h"
 #include "worker.h"
 
+#define MOD "dispatcher"
+
 #define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
 
 /* dispatcher_int.h; disp_notify()'s work, from any thread (the writer,
@@ -71,7 +73,7 @@ static long feed(disp_t *d, size_t room, bool *more)
     rc = store_claim_ahead(d->st, now + d->opt.lookahead_ms, now, room, &jobs,
                            &n);
     if (rc != RMQS_OK) {
-        log_error("dispatcher", "cannot claim due jobs", "error=%s",
+        log_error(MOD, "cannot claim due jobs", "error=%s",
                   rmqs_rc_name(rc));
         return -1;
     }
@@ -115,7 +117,7 @@ static long feed(disp_t *d, size_t room, bool *more)
             store_settle(d->st, &o, 1, now);
             job_clear(&jobs[i]);
         }
-        log_error("dispatcher", "out of memory; jobs released", "n=%zu",
+        log_error(MOD, "out of memory; jobs released", "n=%zu",
                   n - k);
         n = k;
     }

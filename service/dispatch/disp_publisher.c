@@ -24,6 +24,8 @@
 #include "timeutil.h"
 #include "worker.h"
 
+#define MOD "dispatcher"
+
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
 #define LEASE_MARGIN_MS 250         /* a claim this close to its lease's end
@@ -88,7 +90,7 @@ static void done_push(disp_t *d, dueq_item *it)
  * (refused by the broker, or its last attempt failed). */
 static void log_job_failed(const job_t *j, const char *reason)
 {
-    log_warn("dispatcher", "job failed",
+    log_warn(MOD, "job failed",
              "job_id=%s exchange=\"%s\" routing_key=\"%s\" attempt=%d "
              "error=\"%s\"",
              j->id, j->exchange, j->routing_key, j->attempts, reason);
@@ -108,7 +110,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
         it->out.kind = STORE_OUT_SENT;
         metrics_publish_attempts(1);
         metrics_job_sent(it->sent_ms - j->due_at);
-        log_debug("dispatcher", "sent",
+        log_debug(MOD, "sent",
                   "job_id=%s exchange=\"%s\" routing_key=\"%s\" late_ms=%lld",
                   j->id, j->exchange, j->routing_key,
                   (long long)(it->sent_ms - j->due_at));
@@ -141,7 +143,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
         if (j->attempts >= j->max_attempts)
             log_job_failed(j, r->reason);
         else
-            log_warn("dispatcher", "publish attempt failed",
+            log_warn(MOD, "publish attempt failed",
                      "job_id=%s exchange=\"%s\" routing_key=\"%s\" "
                      "attempt=%d max_attempts=%d error=\"%s\"",
                      j->id, j->exchange, j->routing_key, j->attempts,
@@ -251,7 +253,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
             if (it == NULL)
                 break;
             if (claimed_expired(&it->job)) {
-                log_warn("dispatcher", "run expired; not published",
+                log_warn(MOD, "run expired; not published",
                          "job_id=%s schedule=\"%s\" fire_at=%lld "
                          "expires_at=%lld claimed_at=%lld", it->job.id,
                          it->job.schedule ? it->job.schedule : "",
@@ -267,7 +269,7 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
                 continue;
             }
             if (lease_lapsing(d, &it->job, now)) {
-                log_warn("dispatcher", "claim lease lapsed; not published",
+                log_warn(MOD, "claim lease lapsed; not published",
                          "job_id=%s lease_until=%lld now=%lld note=\"another "
                          "instance may have taken it over\"", it->job.id,
                          (long long)it->job.lease_until, (long long)now);
@@ -312,10 +314,10 @@ void *disp_publisher_main(void *arg)
         struct sched_param sp = {.sched_priority = d->opt.rt_priority};
         int e = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
         if (e == 0)
-            log_info("dispatcher", "publisher thread at real-time priority",
+            log_info(MOD, "publisher thread at real-time priority",
                      "policy=SCHED_FIFO priority=%d", d->opt.rt_priority);
         else
-            log_info("dispatcher", "publisher thread at normal priority",
+            log_info(MOD, "publisher thread at normal priority",
                      "reason=\"%s\" note=\"SCHED_FIFO needs CAP_SYS_NICE\"",
                      strerror(e));
     }
@@ -325,7 +327,7 @@ void *disp_publisher_main(void *arg)
 
         if (amqpp_connect(d->pub, &err) != RMQS_OK) {
             if (!was_down_logged)
-                log_warn("dispatcher", "broker unreachable; retrying",
+                log_warn(MOD, "broker unreachable; retrying",
                          "url=%s error=\"%s\"", amqpp_safe_url(d->pub),
                          err.message);
             was_down_logged = true;
@@ -336,7 +338,7 @@ void *disp_publisher_main(void *arg)
             continue;
         }
         if (was_down_logged)
-            log_info("dispatcher", "broker connection restored", "url=%s",
+            log_info(MOD, "broker connection restored", "url=%s",
                      amqpp_safe_url(d->pub));
         was_down_logged = false;
         if (ever_connected)
@@ -353,7 +355,7 @@ void *disp_publisher_main(void *arg)
             atomic_store(&d->connected, false);
             set_can_claim(d, false);
             release_ahead(d);
-            log_warn("dispatcher", "broker connection lost", "url=%s",
+            log_warn(MOD, "broker connection lost", "url=%s",
                      amqpp_safe_url(d->pub));
         }
     }

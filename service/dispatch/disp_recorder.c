@@ -15,6 +15,8 @@
 #include "log.h"
 #include "worker.h"
 
+#define MOD "dispatcher"
+
 /* ------------------------------------------------------------------------ */
 /* The recorder thread: writes claims and outcomes                          */
 
@@ -55,13 +57,13 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         free(cl);
         out = NULL;
         cl = NULL;
-        log_error("dispatcher", "cannot record claims and publish results; "
+        log_error(MOD, "cannot record claims and publish results; "
                   "retrying", "claims=%zu n=%zu error=\"out of memory\"", nc, n);
         if (worker_sleep(&d->w, 100))
             break;
     }
     if ((n && out == NULL) || (nc && cl == NULL)) { /* stopping */
-        log_error("dispatcher", "stopping with unrecorded results",
+        log_error(MOD, "stopping with unrecorded results",
                   "claims=%zu n=%zu note=\"jobs are published again at the "
                   "next start\"", nc, n);
         free(out);
@@ -88,7 +90,7 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         rc = store_record(d->st, cl, nc, out, n, now);
         if (rc == RMQS_OK)
             break;
-        log_error("dispatcher", "cannot record claims and publish results; "
+        log_error(MOD, "cannot record claims and publish results; "
                   "retrying", "claims=%zu n=%zu error=%s", nc, n,
                   rmqs_rc_name(rc));
         pthread_mutex_lock(&d->w.mu);
@@ -97,7 +99,7 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         stop = d->w.stop;
         pthread_mutex_unlock(&d->w.mu);
         if (stop) {
-            log_error("dispatcher", "stopping with unrecorded results",
+            log_error(MOD, "stopping with unrecorded results",
                       "n=%zu note=\"jobs stay publishing and are published "
                       "again at the next start\"", n);
             break;

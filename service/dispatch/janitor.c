@@ -15,6 +15,8 @@
 #include "timeutil.h"
 #include "worker.h"
 
+#define MOD "janitor"
+
 #define PURGE_PAUSE_MS 5 /* between two purge transactions */
 
 struct janitor {
@@ -36,7 +38,7 @@ static bool purge_round(janitor_t *j)
             return true;
     } while (n == j->opt.purge_batch);
     if (total > 0)
-        log_info("janitor", "purged finished jobs", "n=%zu retention_s=%lld",
+        log_info(MOD, "purged finished jobs", "n=%zu retention_s=%lld",
                  total, (long long)(j->opt.retention_ms / 1000));
     return false;
 }

@@ -18,6 +18,8 @@
 #include "metrics.h"
 #include "worker.h"
 
+#define MOD "writer"
+
 struct writer {
     store_t *st;   /* borrowed */
     disp_t *disp;  /* borrowed */
@@ -104,11 +106,11 @@ static bool below_reserve(writer_t *w)
     if (full != atomic_load(&w->disk_full)) {
         atomic_store(&w->disk_full, full);
         if (full)
-            log_error("writer", "disk nearly full: refusing new jobs; stored "
+            log_error(MOD, "disk nearly full: refusing new jobs; stored "
                       "jobs are still delivered", "free_bytes=%lld reserve=%lld",
                       (long long)free_bytes, (long long)w->min_free_bytes);
         else
-            log_info("writer", "disk space back: accepting new jobs",
+            log_info(MOD, "disk space back: accepting new jobs",
                      "free_bytes=%lld", (long long)free_bytes);
     }
     return full;
@@ -211,7 +213,7 @@ static void *writer_main(void *arg)
     store_insert_req *reqs = calloc(cap, sizeof(*reqs));
 
     if (batch == NULL || reqs == NULL) {
-        log_error("writer", "out of memory; cannot start", NULL);
+        log_error(MOD, "out of memory; cannot start", NULL);
         cap = 1; /* fall back to one request at a time on the stack */
     }
     for (;;) {
@@ -254,7 +256,7 @@ static void *writer_main(void *arg)
         }
         /* A refusal for lack of space is logged once by below_reserve. */
         if (rc != RMQS_OK && !atomic_load(&w->disk_full))
-            log_error("writer", "group commit failed; nothing stored",
+            log_error(MOD, "group commit failed; nothing stored",
                       "requests=%zu error=%s", n, rmqs_rc_name(rc));
         for (size_t i = 0; i < n; i++) {
             b[i]->ins = rq[i];
@@ -268,7 +270,7 @@ static void *writer_main(void *arg)
         }
         /* How full transactions are is the point of group commit: with
          * --log-level debug, one line per commit shows it. */
-        log_debug("writer", "group commit", "requests=%zu rows=%zu scheduled=%zu",
+        log_debug(MOD, "group commit", "requests=%zu rows=%zu scheduled=%zu",
                   n, rows, scheduled);
         if (scheduled > 0)
             metrics_jobs_scheduled(scheduled);

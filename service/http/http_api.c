@@ -57,6 +57,8 @@
 #include "timeutil.h"
 #include "writer.h"
 
+#define MOD "http"
+
 
 /* Searches waiting for the search pool beyond those running. */
 #define SEARCH_QUEUE_MAX 64
@@ -237,7 +239,7 @@ static int site_check(http_api_t *api, struct MHD_Connection *c,
     const char *origin, *ct;
 
     if (!http_origins_host_ok(api->origins, host)) {
-        log_warn("http", "request for another host refused", "host=%.128s",
+        log_warn(MOD, "request for another host refused", "host=%.128s",
                  host);
         return SITE_HOST;
     }
@@ -246,14 +248,14 @@ static int site_check(http_api_t *api, struct MHD_Connection *c,
         return SITE_OK;
     origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (!http_origins_origin_ok(api->origins, origin, host)) {
-        log_warn("http", "change from another origin refused",
+        log_warn(MOD, "change from another origin refused",
                  "method=%s origin=%.128s", method, origin);
         return SITE_ORIGIN;
     }
     ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                      MHD_HTTP_HEADER_CONTENT_TYPE);
     if (http_origins_form_type(ct)) {
-        log_warn("http", "change with a form content type refused",
+        log_warn(MOD, "change with a form content type refused",
                  "method=%s content_type=%.128s", method, ct);
         return SITE_FORM;
     }
@@ -502,7 +504,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     for (char *p = buf; *p; p++)
         if (*p == '"')
             *p = '\'';
-    log_warn("http", "libmicrohttpd", "detail=\"%s\" suppressed_before=%u", buf,
+    log_warn(MOD, "libmicrohttpd", "detail=\"%s\" suppressed_before=%u", buf,
              dropped);
 }
 
@@ -684,7 +686,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         goto fail;
     }
     info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    log_info("http", "listening",
+    log_info(MOD, "listening",
              "listen=%s port=%u threads=%u tls=%s auth=%s allow_exchanges=%s "
              "ui=%s max_conns=%u max_conns_per_ip=%u header_timeout_s=%u "
              "body_timeout_s=%u",

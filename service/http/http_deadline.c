@@ -26,6 +26,8 @@
 #include "timeutil.h"
 #include "worker.h"
 
+#define MOD "http"
+
 /* How often the sweeper looks: the most a cut comes after its deadline. */
 #define DEADLINE_TICK_MS 200
 /* At most one log line per this many ms, however many connections go. */
@@ -97,7 +99,7 @@ static void log_cuts(http_deadline *d, int64_t now)
         return;
     log_write(n[MC_HEADER_TIMEOUT] + n[MC_BODY_TIMEOUT] > 0 ? LOG_WARN
                                                               : LOG_DEBUG,
-              "http", "slow connections cut",
+              MOD, "slow connections cut",
               "header_timeout=%llu body_timeout=%llu keepalive_timeout=%llu "
               "last_peer=%s header_timeout_ms=%lld body_timeout_ms=%lld",
               (unsigned long long)n[MC_HEADER_TIMEOUT],

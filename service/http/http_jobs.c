@@ -27,6 +27,8 @@
 #include "timeutil.h"
 #include "writer.h"
 
+#define MOD "http"
+
 #define LIST_LIMIT_DEFAULT 100
 #define LIST_LIMIT_MAX 1000
 #define IDEM_KEY_MAX 200
@@ -184,7 +186,7 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
     if (ins->rc != RMQS_OK) {
         if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
             ins->rc != RMQS_EFULL) /* the writer logs those */
-            log_error("http", "cannot store job", "jobs=%zu error=%s", rq->njobs,
+            log_error(MOD, "cannot store job", "jobs=%zu error=%s", rq->njobs,
                       rmqs_rc_name(ins->rc));
         return http_reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
                              "cannot store the job");
@@ -194,14 +196,14 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
     /* These jobs were validated here, so their JSON bodies are jansson's
      * compact text already (JOB_WRITE_OWN_BODY). */
     if (!rq->batch) {
-        log_debug("http", "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
+        log_debug(MOD, "scheduled", "job_id=%s exchange=\"%s\" deliver_at=%lld",
                   rq->jobs[0].id, rq->jobs[0].exchange,
                   (long long)rq->jobs[0].deliver_at);
         return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true,
                          minimal | JOB_WRITE_OWN_BODY);
     }
     job_write_batch(&b, rq->jobs, rq->njobs, minimal | JOB_WRITE_OWN_BODY);
-    log_debug("http", "scheduled batch", "jobs=%zu", rq->njobs);
+    log_debug(MOD, "scheduled batch", "jobs=%zu", rq->njobs);
     return http_reply_buf(c, MHD_HTTP_CREATED, &b, NULL, rq->minimal);
 }
 
@@ -517,7 +519,7 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
         } else if (rc == RMQS_OK && job.updated_at == now) {
             /* (a job cancelled before keeps its earlier updated_at) */
             metrics_jobs_cancelled(1);
-            log_info("http", "cancelled", "job_id=%s", job.id);
+            log_info(MOD, "cancelled", "job_id=%s", job.id);
         }
         ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
                             : http_reply_rc(c, rc, &err, "cannot cancel the job");
@@ -543,7 +545,7 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                       job.id[0] ? job_status_name(job.status) : "not pending");
         }
         if (rc == RMQS_OK) {
-            log_info("http", "rescheduled", "job_id=%s deliver_at=%lld", job.id,
+            log_info(MOD, "rescheduled", "job_id=%s deliver_at=%lld", job.id,
                      (long long)job.deliver_at);
             disp_notify(api->disp, job.due_at);
         }
@@ -603,10 +605,10 @@ enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
                   retry ? "failed" : "pending", retry ? "retried" : "run now");
     if (rc == RMQS_OK) {
         if (retry)
-            log_info("http", "retried", "job_id=%s deliver_at=%lld", job.id,
+            log_info(MOD, "retried", "job_id=%s deliver_at=%lld", job.id,
                      (long long)job.deliver_at);
         else
-            log_info("http", "run now", "job_id=%s", job.id);
+            log_info(MOD, "run now", "job_id=%s", job.id);
         disp_notify(api->disp, job.due_at);
     }
     ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)

@@ -37,6 +37,8 @@
 #include "log.h"
 #include "store.h"
 
+#define MOD "http"
+
 #define UI_PREFIX "/ui/"
 #define UI_CONFIG "/ui/config.json"
 
@@ -282,7 +284,7 @@ bool http_ui_refused(http_api_t *api, struct MHD_Connection *c,
     origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (site != NULL && strcasecmp(site, "same-origin") != 0 &&
         strcasecmp(site, "none") != 0) {
-        log_warn("http", "change from another site refused",
+        log_warn(MOD, "change from another site refused",
                  "method=%s sec_fetch_site=%.32s", method, site);
         *ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "cross_origin", NULL,
                                 "changes from pages of another origin are "
@@ -291,7 +293,7 @@ bool http_ui_refused(http_api_t *api, struct MHD_Connection *c,
     }
     if (api->opt.ui != UI_MODE_READ_ONLY || (site == NULL && origin == NULL))
         return false;
-    log_info("http", "change from a browser refused (read-only dashboard)",
+    log_info(MOD, "change from a browser refused (read-only dashboard)",
              "method=%s", method);
     *ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "ui_read_only", NULL,
                             "the dashboard is read-only (--ui read-only): "

@@ -4,7 +4,10 @@
  * or, with log_set_format(LOG_FORMAT_JSON), one JSON object per line:
  *   {"time":"...","level":"info","module":"dispatcher","message":"published","n":12}
  * Callers write the key=value fields in fmt (quote values that may hold
- * spaces). Thread-safe (one write(2) per
+ * spaces). A file that logs names its module once, after its #includes:
+ *   #define MOD "dispatcher"
+ * and passes MOD to every call (the files of one subsystem share a name;
+ * tests/style/check.sh refuses a module written as a string at a call). Thread-safe (one write(2) per
  * line). Never pass a credential: log the safe URL from amqpp_safe_url().
  */
 #ifndef RMQS_LOG_H

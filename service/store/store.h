@@ -10,7 +10,7 @@
  * The SQLite backend keeps one database file in WAL mode with
  * synchronous=FULL (configurable): when a write function returns RMQS_OK the
  * change is on disk. The exceptions are the dispatcher's status changes
- * (store_claim_due, store_settle, store_recover): they commit without fsync
+ * (store_record, store_settle, store_recover): they commit without fsync
  * (synchronous=NORMAL), survive a process crash, and after a power loss can
  * only be undone back to an earlier state of the job, so it is published
  * again (at least once, never lost); the next fsynced commit or checkpoint
@@ -329,20 +329,12 @@ rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
 rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
 
 /*
- * Claim up to limit pending jobs with due_at <= due_by_ms (the dispatcher
- * claims a little ahead of time), oldest due first: they become publishing
- * with attempts + 1 and updated_at = now_ms, in one transaction. *jobs_out
- * is a malloc'd array (caller clears each job and frees it), in due order.
- */
-rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
-                        size_t limit, job_t **jobs_out, size_t *n_out);
-
-/*
  * Claim ahead without waiting for any write in progress (the writer's
  * commit, its fsync, a checkpoint): up to limit pending jobs with due_at <=
  * due_by_ms, oldest due first, read from a WAL snapshot, are held for the
  * caller and returned as the claim will make them (publishing, attempts +
- * 1, updated_at = now_ms); jobs_out as store_claim_due. The claim itself is
+ * 1, updated_at = now_ms); *jobs_out is a malloc'd array (the caller
+ * clears each job and frees it), in due order. The claim itself is
  * written by a later store_record (claims), which the caller must make for
  * every job returned. From the moment they are held:
  *   - store_update answers RMQS_ECONFLICT for them (as for a publishing
@@ -352,7 +344,6 @@ rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
  * A job whose cancel or reschedule overlapped the read is left out, so one
  * answered 200 is never returned. After a crash before the claim is
  * written the job is still pending: claimed again (at least once).
- * Not to be mixed with store_claim_due.
  */
 rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
                           size_t limit, job_t **jobs_out, size_t *n_out);

@@ -64,6 +64,14 @@ static store_t *open_store(void)
     return ut_store_open(g_path, &k_opts);
 }
 
+/* Close the store and open it again, as a restart after a crash: what the
+ * dispatcher held in memory is gone, what it wrote stays. */
+static void reopen_store(void)
+{
+    store_close(g_st);
+    g_st = open_store();
+}
+
 static void insert_job(store_t *st, int n, int64_t deliver_at)
 {
     job_t j;
@@ -742,7 +750,7 @@ Test(store, next_due_tracks_earliest_pending)
     cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
     cr_assert_eq(due, 500);
 
-    cr_assert_eq(store_claim_due(g_st, 600, 600, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 600, 600, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 1);
     ut_jobs_free(jobs, n);
     cr_assert_eq(store_next_due(g_st, &any, &due), RMQS_OK);
@@ -760,7 +768,7 @@ static void assert_ids(job_t *jobs, size_t n, const int *want, size_t nwant)
     }
 }
 
-Test(store, claim_due_order_limit_and_state)
+Test(store, claim_order_limit_and_state)
 {
     job_t *jobs;
     size_t n;
@@ -773,7 +781,7 @@ Test(store, claim_due_order_limit_and_state)
     insert_job(g_st, 5, 1000);
     insert_job(g_st, 6, 10); /* inserted last, due first */
 
-    cr_assert_eq(store_claim_due(g_st, 150, 150, 3, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 150, 150, 3, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){6, 2, 1}, 3);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(jobs[i].status, JOB_PUBLISHING);
@@ -790,23 +798,23 @@ Test(store, claim_due_order_limit_and_state)
     job_clear(&j);
 
     /* claimed ones are not claimed again; only due ones come */
-    cr_assert_eq(store_claim_due(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){3}, 1);
     ut_jobs_free(jobs, n);
 
-    cr_assert_eq(store_claim_due(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 150, 150, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 0);
     cr_assert_null(jobs);
 
-    cr_assert_eq(store_claim_due(g_st, 1000, 1000, 0, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 1000, 1000, 0, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 0);
 
-    cr_assert_eq(store_claim_due(g_st, 1000, 1000, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 1000, 1000, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){4, 5}, 2);
     ut_jobs_free(jobs, n);
 }
 
-Test(store, claim_due_ahead_of_time_records_the_real_clock)
+Test(store, claim_ahead_of_time_records_the_real_clock)
 {
     job_t *jobs;
     size_t n;
@@ -817,7 +825,7 @@ Test(store, claim_due_ahead_of_time_records_the_real_clock)
     insert_job(g_st, 3, 200);
 
     /* at 90, claim what falls due by 150: updated_at is 90, not 150 */
-    cr_assert_eq(store_claim_due(g_st, 150, 90, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 150, 90, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){1, 2}, 2);
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(jobs[i].updated_at, 90);
@@ -827,7 +835,7 @@ Test(store, claim_due_ahead_of_time_records_the_real_clock)
     job_clear(&j);
 }
 
-Test(store, claim_due_sorts_many)
+Test(store, claim_sorts_many)
 {
     enum { N = 200 };
     job_t *jobs;
@@ -836,7 +844,7 @@ Test(store, claim_due_sorts_many)
     g_st = open_store();
     for (int i = 0; i < N; i++)
         insert_job(g_st, i + 1, (i * 7919) % 97); /* scrambled, with ties */
-    cr_assert_eq(store_claim_due(g_st, 1000, 1000, N, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 1000, 1000, N, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, N);
     for (size_t i = 1; i < n; i++) {
         cr_assert_leq(jobs[i - 1].due_at, jobs[i].due_at);
@@ -851,7 +859,7 @@ static void claim_all(int64_t now, size_t expect)
     job_t *jobs;
     size_t n;
 
-    cr_assert_eq(store_claim_due(g_st, now, now, 100, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, now, now, 100, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, expect);
     ut_jobs_free(jobs, n);
 }
@@ -976,6 +984,9 @@ Test(store, recover_returns_publishing_to_pending)
     cr_assert_eq(n, 0);
 
     claim_all(100, 3);
+    /* a crash: the claims are written, the process that held them is gone
+     * (store_recover runs at start-up, before any claim) */
+    reopen_store();
     cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
     cr_assert_eq(n, 3);
     for (int i = 1; i <= 3; i++) {
@@ -1063,7 +1074,7 @@ Test(store, cancel_state_rules)
     cr_assert_eq(out.updated_at, 50);
     job_clear(&out);
 
-    cr_assert_eq(store_claim_due(g_st, 100, 100, 3, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 100, 100, 3, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){2, 3, 4}, 3);
     ut_jobs_free(jobs, n);
     char id3[JOB_ID_LEN + 1], id4[JOB_ID_LEN + 1];
@@ -1103,7 +1114,7 @@ Test(store, cancel_state_rules)
                               &out), RMQS_ENOTFOUND);
 
     /* a cancelled job is never claimed */
-    cr_assert_eq(store_claim_due(g_st, 10000, 10000, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 10000, 10000, 10, &jobs, &n), RMQS_OK);
     assert_ids(jobs, n, (int[]){5}, 1);
     ut_jobs_free(jobs, n);
 }
@@ -1137,7 +1148,7 @@ Test(store, run_retry_and_batch_rules)
     /* jobs 1 and 2 fail for good (max_attempts 1) */
     ut_sql_exec(g_path, "UPDATE jobs SET max_attempts = 1 WHERE seq IN (1, 2)");
     ut_sql_exec(g_path, "UPDATE jobs SET deliver_at = 50, due_at = 50 WHERE seq = 2");
-    cr_assert_eq(store_claim_due(g_st, 60, 60, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 60, 60, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     ut_jobs_free(jobs, n);
     store_outcome o[] = {
@@ -1244,9 +1255,17 @@ static void check_plan(const char *name, const char *want)
 
 static void check_all_plans(void)
 {
-    check_plan("claim_due", "SEARCH jobs USING INDEX jobs_due (due_at<?)");
-    check_plan("claim_due", "SEARCH jobs USING INTEGER PRIMARY KEY");
-    check_plan("next_due", "INDEX jobs_due");
+    /* the dispatcher's statements: the due read and the next due time on
+     * the read connection, then the claim and each outcome by id
+     * (store_record) */
+    check_plan("read_due", "SEARCH jobs USING INDEX jobs_due (due_at<?)");
+    check_plan("read_next", "INDEX jobs_due");
+    check_plan("claim_held", "INDEX jobs_id (id=?)");
+    check_plan("settle_sent", "INDEX jobs_id (id=?)");
+    check_plan("settle_retry", "INDEX jobs_id (id=?)");
+    check_plan("settle_release", "INDEX jobs_id (id=?)");
+    check_plan("settle_expire", "INDEX jobs_id (id=?)");
+    check_plan("settle_fail", "INDEX jobs_id (id=?)");
     check_plan("list_all", "INDEX jobs_deliver");
     check_plan("list_all_after", "INDEX jobs_deliver");
     check_plan("list_status", "INDEX jobs_status_deliver (status=?)");
@@ -1384,7 +1403,7 @@ Test(store, counts_follow_every_status_change)
         insert_job(g_st, i, 100 * i);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
     cr_expect_eq(counts[JOB_PENDING], 4);
-    cr_assert_eq(store_claim_due(g_st, 250, 250, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 250, 250, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_RELEASE}};
@@ -1410,7 +1429,7 @@ Test(store, purge_deletes_only_finished_jobs_past_retention)
     g_st = open_store();
     for (int i = 1; i <= 5; i++)
         insert_job(g_st, i, 100);
-    cr_assert_eq(store_claim_due(g_st, 100, 100, 2, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 100, 100, 2, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_SENT}};
@@ -1626,7 +1645,7 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     job_clear(&got);
     check_counts("reschedule");
 
-    cr_assert_eq(store_claim_due(g_st, 300, 300, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 300, 300, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2); /* jobs 2 (now due 50) and 3 */
     ut_jobs_free(jobs, n);
     cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_ECONFLICT);
@@ -1636,6 +1655,7 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
                  RMQS_ECONFLICT);
     job_clear(&got);
     check_counts("reschedule refused (publishing)");
+    reopen_store(); /* a crash; store_recover runs at start-up */
     cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     check_counts("recover");
@@ -1644,7 +1664,7 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     check_counts("recover with nothing to do");
 
     /* finish a few: sent (job 2), failed by insert, cancelled (job 1) */
-    cr_assert_eq(store_claim_due(g_st, 50, 50, 1, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 50, 50, 1, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 1);
     store_outcome o = {.id = jobs[0].id, .kind = STORE_OUT_SENT};
     cr_assert_eq(store_settle(g_st, &o, 1, 2000), RMQS_OK);
@@ -1785,7 +1805,7 @@ Test(store, dispatcher_calls_put_synchronous_full_back)
     cr_assert_eq(store__synchronous(g_st), 2);
     insert_job(g_st, 1, 100);
     insert_job(g_st, 2, 100);
-    cr_assert_eq(store_claim_due(g_st, 100, 100, 10, &jobs, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 100, 100, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     cr_assert_eq(store__synchronous(g_st), 2, "FULL again after a claim");
     store_outcome o[] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT}};
@@ -1798,7 +1818,7 @@ Test(store, dispatcher_calls_put_synchronous_full_back)
     cr_assert_eq(store_recover(g_st, &n), RMQS_OK);
     cr_assert_eq(n, 1);
     cr_assert_eq(store__synchronous(g_st), 2, "FULL again after recover");
-    cr_assert_eq(store_claim_due(g_st, 0, 0, 10, &none, &n), RMQS_OK);
+    cr_assert_eq(ut_claim(g_st, 0, 0, 10, &none, &n), RMQS_OK);
     cr_assert_eq(n, 0);
     free(none);
     cr_assert_eq(store__synchronous(g_st), 2, "FULL after an empty claim");

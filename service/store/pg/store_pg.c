@@ -1198,7 +1198,6 @@ const store_ops store_pg_ops = {
     .search_index = pg_search_index,
     .search_index_lag = pg_search_index_lag,
     .next_due = pg_next_due,
-    .claim_due = pg_claim_due,
     .read_due = pg_read_due,
     .record = pg_record,
     .recover = pg_recover,

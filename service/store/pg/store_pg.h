@@ -44,7 +44,8 @@ void store_pg_scrub(const char *url, const char *msg, char *buf, size_t len);
  * (connection lost 08, read-only 25006, shutdown 57P0x, ...) -> RMQS_EDB. */
 rmqs_rc store_pg_map_sqlstate(const char *sqlstate);
 
-/* The SQL text of the claim (the test hook store__sql("pg_claim")). */
+/* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):
+ * test_store_pg_dispatch.c checks its plan. */
 extern const char pg_claim_sql[];
 
 #endif

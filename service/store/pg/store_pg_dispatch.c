@@ -230,40 +230,6 @@ rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
     return claim(b, due_by_ms, tu_now_ms(), limit, c, cap, n_out);
 }
 
-rmqs_rc pg_claim_due(store_backend *b, int64_t due_by_ms, int64_t now_ms,
-                     size_t limit, job_t **jobs_out, size_t *n_out)
-{
-    store_claimed *c = NULL;
-    size_t cap = 0, n = 0;
-    job_t *jobs = NULL;
-    rmqs_rc rc;
-
-    *jobs_out = NULL;
-    *n_out = 0;
-    rc = claim(b, due_by_ms, now_ms, limit, &c, &cap, &n);
-    if (rc == RMQS_OK && n > 0) {
-        jobs = malloc(n * sizeof(*jobs));
-        if (jobs == NULL)
-            rc = RMQS_ENOMEM;
-    }
-    if (rc != RMQS_OK) {
-        for (size_t i = 0; i < n; i++)
-            job_clear(&c[i].job);
-        free(c);
-        return rc;
-    }
-    for (size_t i = 0; i < n; i++) {
-        jobs[i] = c[i].job; /* as the claim made it */
-        jobs[i].status = JOB_PUBLISHING;
-        jobs[i].attempts++;
-        jobs[i].updated_at = now_ms;
-    }
-    free(c);
-    *jobs_out = jobs;
-    *n_out = n;
-    return RMQS_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Record: outcomes as a compare-and-set on the owner                       */
 

@@ -16,8 +16,8 @@
  * used by one thread at a time):
  *   - wr: HTTP and ingest calls (insert, get, list, update, counts, purge,
  *     ping), serialised like SQLite's writer;
- *   - feed: the dispatcher's feeder (read_due = the claim, next_due,
- *     claim_due), so a claim never waits for the writer's commit;
+ *   - feed: the dispatcher's feeder (read_due = the claim,
+ *     next_due), so a claim never waits for the writer's commit;
  *   - disp: record, recover and the housekeeping thread (lease renewal,
  *     reclaim of expired leases, the clock offset);
  *   - the listener thread's own connection (LISTEN rmqs_due).
@@ -239,8 +239,6 @@ extern const store_schedule_ops pg_schedule_ops;
 /* ---- store_pg_dispatch.c ---- */
 rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
                     int64_t *due_at_out);
-rmqs_rc pg_claim_due(store_backend *b, int64_t due_by_ms, int64_t now_ms,
-                     size_t limit, job_t **jobs_out, size_t *n_out);
 rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
                     size_t limit, store_claimed **c, size_t *cap,
                     size_t *n_out);

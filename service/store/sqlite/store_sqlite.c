@@ -127,13 +127,6 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                       "WHERE id = ?4 AND status = 0 RETURNING " JOB_COLS},
     [S_CANCEL] = {"cancel", "UPDATE jobs SET status = 4, updated_at = ?1 "
                             "WHERE id = ?2 AND status = 0 RETURNING " JOB_COLS},
-    [S_NEXT_DUE] = {"next_due", "SELECT min(due_at) FROM jobs "
-                                "INDEXED BY jobs_due WHERE status = 0"},
-    [S_CLAIM_DUE] = {"claim_due",
-                     "UPDATE jobs SET status = 1, attempts = attempts + 1, "
-                     "updated_at = ?1 WHERE seq IN (SELECT seq FROM jobs "
-                     "INDEXED BY jobs_due WHERE status = 0 AND due_at <= ?2 "
-                     "ORDER BY due_at, seq LIMIT ?3) RETURNING " JOB_COLS},
     [S_SETTLE_SENT] = {"settle_sent",
                        "UPDATE jobs SET status = 2, sent_at = ?1, "
                        "updated_at = ?1 WHERE id = ?2 AND status = 1"},
@@ -821,7 +814,6 @@ const store_ops store_sqlite_ops = {
     .search_index = sq_search_index,
     .search_index_lag = sq_search_index_lag,
     .next_due = sq_next_due,
-    .claim_due = sq_claim_due,
     .read_due = sq_read_due,
     .record = sq_record,
     .recover = sq_recover,
@@ -834,6 +826,11 @@ const store_ops store_sqlite_ops = {
 
 const char *store_sqlite__sql(const char *name)
 {
+    /* the dispatcher's reads, on the read connection */
+    if (strcmp(name, "read_due") == 0)
+        return RD_DUE_SQL;
+    if (strcmp(name, "read_next") == 0)
+        return RD_NEXT_SQL;
     for (int i = 0; i < S_COUNT; i++)
         if (strcmp(sq_stmt_defs[i].name, name) == 0)
             return sq_stmt_defs[i].sql;

@@ -59,7 +59,7 @@ typedef enum stmt_id {
     S_PING, S_VERSION,
     S_INSERT, S_INSERT_RUN, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
     S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
-    S_RESCHEDULE, S_CANCEL, S_NEXT_DUE, S_CLAIM_DUE,
+    S_RESCHEDULE, S_CANCEL,
     S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_SETTLE_EXPIRE,
     S_SETTLE_FAIL,
     S_RECOVER, S_CLAIM_HELD,
@@ -244,8 +244,6 @@ int64_t sq_search_index_lag(store_backend *st);
 /* store_sqlite_dispatch.c: the dispatcher's ops. */
 rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,
                     int64_t *due_at_out);
-rmqs_rc sq_claim_due(store_backend *st, int64_t due_by_ms, int64_t now_ms,
-                     size_t limit, job_t **jobs_out, size_t *n_out);
 rmqs_rc sq_read_due(store_backend *st, claimset_t *held, int64_t due_by_ms,
                     size_t limit, store_claimed **c, size_t *cap,
                     size_t *n_out);

@@ -13,9 +13,9 @@
  * at open in ascending order, each in its own transaction together with its
  * schema_migrations row. A database newer than the binary is refused.
  *
- * Sync policy. The dispatcher's own transactions (store_claim_due,
- * store_settle, store_record, store_recover) commit with synchronous=NORMAL
- * even on a FULL connection: the connection switches to NORMAL before their
+ * Sync policy. The dispatcher's own transactions (store_settle,
+ * store_record, store_recover) commit with synchronous=NORMAL even on a
+ * FULL connection: the connection switches to NORMAL before their
  * BEGIN and back to FULL when they end (sq_sync_set, called by the
  * transaction helpers of store_sqlite.c). Why this is safe: a job's
  * insertion is always fsynced (API writes stay FULL, and a FULL transaction

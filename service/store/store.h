@@ -27,9 +27,9 @@
  * database is full, RMQS_ENOTFOUND / RMQS_ECONFLICT as documented per call.
  *
  * Shared stores (PostgreSQL): several instances claim from one database.
- * store_claim_ahead's read is the claim itself (FOR UPDATE SKIP LOCKED,
- * owner = this store's instance id, a lease renewed while the process
- * lives; store_record's claims are then a no-op); settles only mark jobs
+ * store_claim_ahead's read is the claim itself (FOR NO KEY UPDATE SKIP
+ * LOCKED, owner = this store's instance id, a lease renewed while the
+ * process lives; store_record's claims are then a no-op); settles only mark jobs
  * this instance still owns; jobs whose lease expired are reclaimed by any
  * instance (store_recover at start-up does only that). Clocks: the
  * dispatcher's times (due_by_ms, retry_at, and what it gets back: due_at,

@@ -10,8 +10,8 @@
  * PostgreSQL database (replicated, failed over by Patroni or a managed
  * service) keep every acknowledged job when a host goes away (issue 12).
  * The behaviour above store.h is the same as SQLite's; what differs is
- * here: every instance claims with FOR UPDATE SKIP LOCKED under a lease,
- * and counts live in per-slot rows instead of one hot row.
+ * here: every instance claims with FOR NO KEY UPDATE SKIP LOCKED under a
+ * lease, and counts live in per-slot rows instead of one hot row.
  *
  * How it works:
  *   - statements are sent with PQexecParams (bound parameters, binary

@@ -15,7 +15,7 @@
  *         lease_until = <db now + lease>, attempts = attempts + 1
  *       WHERE seq = ANY(ARRAY(SELECT seq ... WHERE status = pending AND
  *         due_at <= <due_by> ORDER BY due_at, seq LIMIT n
- *         FOR UPDATE SKIP LOCKED))
+ *         FOR NO KEY UPDATE SKIP LOCKED))
  *     Two instances claiming at once skip each other's locked rows, so a
  *     job is claimed once; a cancel or reschedule waits for the claim's row
  *     lock and then finds the job publishing (409), or holds the row first
@@ -67,14 +67,20 @@
  * rows are locked by the inner SELECT (re-checked pending when locked), so
  * the outer UPDATE finds them by seq alone: a second "status = 0" there let
  * the planner of a table without statistics read every pending job through
- * jobs_status_deliver and filter on seq (test_store_pg_dispatch.c). */
+ * jobs_status_deliver and filter on seq (test_store_pg_dispatch.c).
+ * FOR NO KEY UPDATE, the lock the UPDATE itself takes (it changes no key):
+ * FOR UPDATE also conflicts with the KEY SHARE lock that an insert into
+ * job_text (REFERENCES jobs (seq)) holds on the job until the indexer's
+ * batch commits, so SKIP LOCKED passed over due jobs while the indexer
+ * ran (found by the store unit tests on PostgreSQL). Two claims, and a
+ * claim and a cancel or reschedule, still exclude each other. */
 const char pg_claim_sql[] =
     "UPDATE jobs SET status = 1, owner = $1, "
     "lease_until = " PG_NOW_MS " + $2::bigint, attempts = attempts + 1, "
     "updated_at = $3::bigint "
     "WHERE seq = ANY(ARRAY(SELECT seq FROM jobs WHERE status = 0 AND "
     "due_at <= $4::bigint ORDER BY due_at, seq LIMIT $5::bigint "
-    "FOR UPDATE SKIP LOCKED)) "
+    "FOR NO KEY UPDATE SKIP LOCKED)) "
     "RETURNING seq, id, 0::smallint, exchange, routing_key, deliver_at, "
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "

@@ -312,7 +312,7 @@ static bool conn_gone(PGconn *c, const char *st)
 /* Connections                                                              */
 
 /* The first line of libpq's message, for one-line logs. */
-static void first_line(const char *msg, char *buf, size_t len)
+void pg_first_line(const char *msg, char *buf, size_t len)
 {
     size_t n = msg ? strcspn(msg, "\n") : 0;
 
@@ -338,8 +338,8 @@ void pg_quiet(PGconn *c)
 }
 
 /* Open a connection to b->url; NULL (message in buf) on failure. */
-static PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
-                          int64_t timeout_ms, char *buf, size_t len)
+PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
+                   int64_t timeout_ms, char *buf, size_t len)
 {
     char set[192];
     PGconn *c = PQconnectdb(b->url);
@@ -416,9 +416,9 @@ rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
     rmqs_rc out = store_pg_map_sqlstate(st);
     char msg[256];
 
-    first_line(res ? PQresultErrorMessage(res) : NULL, msg, sizeof(msg));
+    pg_first_line(res ? PQresultErrorMessage(res) : NULL, msg, sizeof(msg));
     if (!msg[0])
-        first_line(PQerrorMessage(pc->c), msg, sizeof(msg));
+        pg_first_line(PQerrorMessage(pc->c), msg, sizeof(msg));
     /* the caller's own conflicts (a job id taken, a row refused) are
      * logged by the caller, as warnings; a lock wait the caller cut short
      * itself (lock_timeout: only the search indexer sets one, and tries
@@ -750,7 +750,7 @@ static rmqs_rc migrate_fail(rmqs_error *err, pg_conn *pc, const char *what,
 {
     char msg[256];
 
-    first_line(pc->c ? PQerrorMessage(pc->c) : "connection lost", msg,
+    pg_first_line(pc->c ? PQerrorMessage(pc->c) : "connection lost", msg,
                sizeof(msg));
     return rmqs_fail(err, RMQS_EDB, NULL, "cannot use database %s: %s: %s",
                      url, what, msg);
@@ -784,7 +784,7 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
     if (PQresultStatus(res) != PGRES_COMMAND_OK &&
         PQresultStatus(res) != PGRES_TUPLES_OK) {
         char msg[256];
-        first_line(PQresultErrorMessage(res), msg, sizeof(msg));
+        pg_first_line(PQresultErrorMessage(res), msg, sizeof(msg));
         PQclear(res);
         pg_tx_abort(pc);
         return rmqs_fail(err, RMQS_EDB, NULL,

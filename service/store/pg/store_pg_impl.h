@@ -136,6 +136,13 @@ void pg_done(pg_conn *pc);
 /* Route c's notices and asynchronous errors to the log (one line each)
  * instead of stderr. */
 void pg_quiet(PGconn *c);
+/* Open a connection to b->url for role (the application_name; relaxed:
+ * synchronous_commit off; timeout_ms the statement_timeout, 0 none); NULL
+ * (the reason, without the password, in buf) on failure. */
+PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
+                   int64_t timeout_ms, char *buf, size_t len);
+/* The first line of libpq's message msg into buf, for one-line logs. */
+void pg_first_line(const char *msg, char *buf, size_t len);
 
 /* Run sql with n text parameters (binary where bin[i] is nonzero; lens
  * for those), results in binary. Returns the result (caller PQclear) or

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "store.h"
-#include "store_pg.h"
+#include "store_pg_core.h"
 #include "testutil.h"
 
 #define PSQL "/usr/lib/postgresql/15/bin/psql"

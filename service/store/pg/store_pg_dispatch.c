@@ -49,7 +49,7 @@
  *     next_due, lease_until) is on the database's clock: the dispatcher
  *     adds the offset to its own clock.
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <errno.h>
 #include <inttypes.h>

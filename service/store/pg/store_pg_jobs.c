@@ -20,7 +20,7 @@
  * (the same request: existed; another one: RMQS_ECONFLICT). Its job is
  * checked against the key at COMMIT (a deferred reference).
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <endian.h>
 #include <inttypes.h>

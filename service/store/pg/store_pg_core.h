@@ -1,5 +1,5 @@
 /*
- * store_pg_impl.h - the PostgreSQL backend's insides, shared by its files
+ * store_pg_core.h - the PostgreSQL backend's insides, shared by its files
  * only
  * (store_pg.c: connections, errors, transactions, rows, migrations, open and
  * the small calls; store_pg_jobs.c: the clients' calls; store_pg_search.c:
@@ -26,8 +26,8 @@
  * target_session_attrs=read-write then lands on whichever host is now the
  * primary); the call that found it broken fails with RMQS_EDB.
  */
-#ifndef RMQS_STORE_PG_IMPL_H
-#define RMQS_STORE_PG_IMPL_H
+#ifndef RMQS_STORE_PG_CORE_H
+#define RMQS_STORE_PG_CORE_H
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -37,7 +37,7 @@
 
 #include "store_backend.h"
 #include "store_indexer.h"
-#include "store_pg.h"
+#include "store_pg_url.h"
 
 #define MODULE "store"
 
@@ -244,6 +244,9 @@ int64_t pg_search_index_lag(store_backend *b);
 extern const store_schedule_ops pg_schedule_ops;
 
 /* ---- store_pg_dispatch.c ---- */
+/* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):
+ * test_store_pg_dispatch.c checks its plan. */
+extern const char pg_claim_sql[];
 rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
                     int64_t *due_at_out);
 rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,

@@ -465,4 +465,3 @@ nomem:
     job_clear(out);
     return RMQS_ENOMEM;
 }
-

@@ -10,7 +10,7 @@
  * so a claim never waits for the writer's commit or its fsync; store.c
  * holds what they read in the claimset.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -33,7 +33,7 @@
  * itself (its program is just OP_Expire), so the first step after open
  * would silently keep the older setting.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,25 +277,4 @@ rmqs_rc sq_rd_open(store_backend *st, const char *path, rmqs_error *err)
 void sq_global_config(void)
 {
     (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); /* MISUSE if late */
-}
-
-/* Put the connection at synchronous NORMAL (relaxed) or back at FULL; a
- * no-op for a store opened NORMAL. Outside a transaction only: SQLite
- * refuses the change inside one. A fresh exec each time, because a kept
- * prepared PRAGMA synchronous does not reliably apply (file comment). */
-rmqs_rc sq_sync_set(store_backend *st, bool relaxed)
-{
-    int rc;
-
-    if (!st->sync_full || st->sync_relaxed == relaxed)
-        return RMQS_OK;
-    rc = sqlite3_exec(st->db,
-                      relaxed ? "PRAGMA synchronous = NORMAL"
-                              : "PRAGMA synchronous = FULL",
-                      NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return sq_fail(st, rc, relaxed ? "synchronous_normal"
-                                       : "synchronous_full");
-    st->sync_relaxed = relaxed;
-    return RMQS_OK;
 }

@@ -37,6 +37,7 @@
 
 #include "store_backend.h"
 #include "store_indexer.h"
+#include "worker.h"
 #include "store_pg_url.h"
 
 #define MODULE "store"
@@ -121,8 +122,7 @@ struct store_backend {
     pthread_cond_t stop_cv;
     bool stopping;
     int stop_pipe[2]; /* wakes the listener's poll at close */
-    bool keeper_started, listener_started;
-    pthread_t keeper, listener;
+    worker_thread keeper, listener; /* rmqs-pg-keeper, rmqs-pg-listen */
 };
 
 /* ---- store_pg.c ---- */

@@ -62,6 +62,7 @@
 
 #include "log.h"
 #include "timeutil.h"
+#include "worker.h"
 
 /* The claim; returns the jobs as they were (pending, attempts before). The
  * rows are locked by the inner SELECT (re-checked pending when locked), so
@@ -678,20 +679,16 @@ static void *listener_main(void *arg)
 
 rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err)
 {
-    int rc;
-
     if (pipe(b->stop_pipe) != 0)
         return rmqs_fail(err, RMQS_ESYS, NULL, "pipe: %s", strerror(errno));
-    rc = pthread_create(&b->keeper, NULL, keeper_main, b);
-    if (rc != 0)
-        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_create: %s",
-                         strerror(rc));
-    b->keeper_started = true;
-    rc = pthread_create(&b->listener, NULL, listener_main, b);
-    if (rc != 0)
-        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_create: %s",
-                         strerror(rc));
-    b->listener_started = true;
+    if (worker_thread_start(&b->keeper, "rmqs-pg-keeper", keeper_main, b) !=
+        RMQS_OK)
+        return rmqs_fail(err, RMQS_ESYS, NULL,
+                         "cannot start the lease keeper thread");
+    if (worker_thread_start(&b->listener, "rmqs-pg-listen", listener_main,
+                            b) != RMQS_OK)
+        return rmqs_fail(err, RMQS_ESYS, NULL,
+                         "cannot start the listener thread");
     return RMQS_OK;
 }
 
@@ -703,9 +700,6 @@ void pg_threads_stop(store_backend *b)
     pthread_mutex_unlock(&b->stop_mu);
     if (b->stop_pipe[1] >= 0)
         (void)!write(b->stop_pipe[1], "x", 1);
-    if (b->keeper_started)
-        pthread_join(b->keeper, NULL);
-    if (b->listener_started)
-        pthread_join(b->listener, NULL);
-    b->keeper_started = b->listener_started = false;
+    worker_thread_join(&b->keeper);
+    worker_thread_join(&b->listener);
 }

@@ -53,7 +53,7 @@ static void url_decode(const char *s, size_t n, char *out, size_t cap)
     size_t o = 0;
 
     for (size_t i = 0; i < n && o + 1 < cap; i++) {
-        if (s[i] == '%' && i + 2 < n + 0 && url_hex(s[i + 1]) >= 0 &&
+        if (s[i] == '%' && i + 2 < n && url_hex(s[i + 1]) >= 0 &&
             url_hex(s[i + 2]) >= 0) {
             out[o++] = (char)(url_hex(s[i + 1]) * 16 + url_hex(s[i + 2]));
             i += 2;

@@ -460,7 +460,7 @@ void store_schedules_free(store_schedule *rows, size_t n);
  * created/unchanged may be NULL. RMQS_EINVAL for a NULL/empty name or a
  * NULL spec. A replace computed from a row read earlier races the
  * scheduler's advances: the store takes s as it is (the caller cancels
- * runs and recomputes next_fire_at, s5-design.md). */
+ * runs and recomputes next_fire_at). */
 rmqs_rc store_schedule_put(store_t *st, const store_schedule *s,
                            bool *created, bool *unchanged,
                            store_schedule *out);

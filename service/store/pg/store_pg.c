@@ -1,10 +1,12 @@
 /*
- * store_pg.c - the PostgreSQL backend of the store (store_backend.h; its
- * insides in store_pg.h): connections and their repair, error mapping,
- * transactions with their count deltas and notifications, rows <-> jobs,
- * the migrations runner, open and close, and the small calls (schema
- * version, purge, counts, ping, sizes). Clients' calls are in
- * store_pg_jobs.c, the dispatcher's in store_pg_dispatch.c.
+ * store_pg.c - the PostgreSQL backend of the store (store_backend.h), its
+ * top: the migrations runner, open and close, the small calls (schema
+ * version, purge, counts, ping, sizes) and the ops table (store_pg.h). The
+ * files below it are listed in store_pg_core.h: connections, error
+ * mapping, transactions with their count deltas and notifications and
+ * rows <-> jobs are in store_pg_core.c (URLs and SQLSTATEs in
+ * store_pg_url.c), clients' calls in store_pg_jobs.c, the dispatcher's in
+ * store_pg_dispatch.c. What follows is about the backend as a whole.
  *
  * Why: one SQLite file is one machine's disk. Several instances sharing a
  * PostgreSQL database (replicated, failed over by Patroni or a managed

@@ -1,8 +1,9 @@
 /*
  * store_pg.h - what the store's front (store.c) and the unit tests see of
- * the PostgreSQL backend: its ops table, how a target is recognised as
- * PostgreSQL, the password-free form of a URL for logs, and the error
- * mapping. Its insides are store_pg_core.h.
+ * the PostgreSQL backend: its ops table (store_pg.c) and, through
+ * store_pg_url.h, how a target is recognised as PostgreSQL, the
+ * password-free form of a URL for logs, and the error mapping. Its
+ * insides are store_pg_core.h.
  *
  * Why apart from store_pg_core.h: each backend defines its own struct
  * store_backend, so the front includes neither backend's insides.

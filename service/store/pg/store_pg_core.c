@@ -1,10 +1,10 @@
 /*
  * store_pg_core.c - the bottom of the PostgreSQL backend, what every other
- * file of store/pg/ builds on (declared in store_pg_core.h; the URL and
- * error-code helpers in store_pg.h): URLs and their secrets, SQLSTATE ->
- * rmqs_rc, connections and their repair, statements, page measuring,
- * transactions with their count deltas and notifications, and rows ->
- * jobs. It calls nothing of the files above it.
+ * file of store/pg/ builds on (store_pg_core.h): connections and their
+ * repair, statements, page measuring, transactions with their count
+ * deltas and notifications, and rows -> jobs. Beneath it only
+ * store_pg_url.c (URLs, secrets, SQLSTATE -> rmqs_rc); it calls nothing of
+ * the files above it.
  */
 #include "store_pg_core.h"
 

@@ -1,16 +1,24 @@
 /*
  * store_pg_core.h - the PostgreSQL backend's insides, shared by its files
- * only
- * (store_pg.c: connections, errors, transactions, rows, migrations, open and
- * the small calls; store_pg_jobs.c: the clients' calls; store_pg_search.c:
- * lists and counts under a filter; store_pg_indexer.c: the search's side
- * table, filled off the insert path; store_pg_dispatch.c:
- * claim, record, lease renewal and reclaim, LISTEN/NOTIFY, the clock).
- * store.c sees only store_pg.h.
+ * only. From the bottom up:
+ *   - store_pg_url.c (store_pg_url.h): URLs, their secrets, SQLSTATE ->
+ *     rmqs_rc; pure;
+ *   - store_pg_core.c: connections and their repair, statements, page
+ *     measuring, transactions with their count deltas and notifications,
+ *     rows -> jobs;
+ *   - store_pg_dispatch.c: claim, record, lease renewal and reclaim,
+ *     LISTEN/NOTIFY, the clock; store_pg_indexer.c: the search's side
+ *     table, filled off the insert path; store_pg_search.c: lists and
+ *     counts under a filter;
+ *   - store_pg_jobs.c: the clients' calls; store_pg_schedules.c: the
+ *     schedule ops;
+ *   - store_pg.c: the migrations runner, open and close, the small calls
+ *     and the ops table (store_pg.h, all that store.c sees).
+ * Each file calls only files below it.
  *
- * Why one header for three files: they share the connections, the
+ * Why one header for these files: they share the connections, the
  * transaction discipline and the row decoding; each file is one room (who
- * calls it), as for SQLite (store_sqlite.h).
+ * calls it), as for SQLite (store_sqlite_core.h).
  *
  * Connections, one per role, each with its own mutex (a libpq connection is
  * used by one thread at a time):
@@ -125,7 +133,7 @@ struct store_backend {
     worker_thread keeper, listener; /* rmqs-pg-keeper, rmqs-pg-listen */
 };
 
-/* ---- store_pg.c ---- */
+/* ---- store_pg_core.c ---- */
 
 /* Lock pc and make sure its connection is up ((re)opened if needed);
  * RMQS_EDB (logged) if it cannot be: pc stays locked either way, the

@@ -1,6 +1,6 @@
 /*
  * store_pg_dispatch.c - the dispatcher's calls of the PostgreSQL backend and
- * what makes N instances on one database safe (store_pg.h; the contract is
+ * what makes N instances on one database safe (store_pg_core.h; the contract is
  * store.h and store_backend.h): the claim, the settle as a compare-and-set
  * on the owner, lease renewal, reclaim of expired leases, the LISTEN/NOTIFY
  * wake-up and the clock offset.
@@ -36,7 +36,7 @@
  *     jobs of live instances, whose leases are current.
  *   - Wake: every transaction that stores or reschedules pending jobs
  *     (anywhere) sends pg_notify('rmqs_due', <earliest due_at>) at COMMIT
- *     (store_pg.c); a listener thread with a connection of its own polls
+ *     (pg_tx_commit, store_pg_core.c); a listener thread with a connection of its own polls
  *     its socket and calls the wake callback (store_set_wake). After a
  *     reconnect it calls it with 0: anything may have been missed.
  *   - Clock: every due time is compared with the database's clock. The

@@ -1,11 +1,13 @@
 /*
- * store_sqlite.c - the SQLite backend of the store (store_backend.h; its
- * insides in store_sqlite.h): the statements, the transaction discipline,
- * rows <-> jobs, open and close, and the small calls (counts, purge,
- * checkpoint, ping). Clients' calls are in store_sqlite_jobs.c, the
- * dispatcher's in store_sqlite_dispatch.c, the search's indexer in
- * store_sqlite_indexer.c, pragmas, migrations and the sync
- * policy in store_sqlite_schema.c.
+ * store_sqlite.c - the SQLite backend of the store (store_backend.h), its
+ * top: open and close, the small calls (schema version, counts, purge,
+ * sizes, ping), the ops table and the test hooks (store_sqlite.h). The
+ * files below it are listed in store_sqlite_core.h: the statements, the
+ * transaction discipline and rows <-> jobs are in store_sqlite_core.c,
+ * clients' calls in store_sqlite_jobs.c, the dispatcher's in
+ * store_sqlite_dispatch.c, the search's indexer in store_sqlite_indexer.c,
+ * pragmas, migrations and the sync policy in store_sqlite_schema.c. What
+ * follows is about the backend as a whole.
  *
  * Why: jobs must survive restarts and crashes, and a job the API accepted
  * must never be lost or published twice by our own doing. SQLite in WAL mode

@@ -195,7 +195,8 @@ rmqs_rc sq_stmt_fail(store_backend *st, sqlite3_stmt *s, int rc, stmt_id id)
 /* Put the connection at synchronous NORMAL (relaxed) or back at FULL; a
  * no-op for a store opened NORMAL. Outside a transaction only: SQLite
  * refuses the change inside one. A fresh exec each time, because a kept
- * prepared PRAGMA synchronous does not reliably apply (file comment). */
+ * prepared PRAGMA synchronous does not reliably apply
+ * (store_sqlite_schema.c's file comment: the sync policy). */
 rmqs_rc sq_sync_set(store_backend *st, bool relaxed)
 {
     int rc;

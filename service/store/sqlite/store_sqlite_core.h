@@ -1,16 +1,23 @@
 /*
- * store_sqlite.h - the SQLite backend's insides, shared by its files only
- * (store_sqlite.c: statements, transactions, rows, open; store_sqlite_schema.c:
- * pragmas, migrations runner, sync policy, the read connection;
- * store_sqlite_jobs.c: the clients' calls; store_sqlite_search.c: lists and
- * counts under a filter; store_sqlite_indexer.c: the search's side tables,
- * filled off the insert path; store_sqlite_dispatch.c: the dispatcher's
- * calls). store.c sees only store_sqlite_ops.
+ * store_sqlite_core.h - the SQLite backend's insides, shared by its files
+ * only. From the bottom up:
+ *   - store_sqlite_core.c: the statements (prepared once at open), errors
+ *     and statement helpers, the transaction discipline and the sync
+ *     switch, rows -> jobs, a page of rows, the passive checkpoint;
+ *   - store_sqlite_schema.c: pragmas, migrations runner, sync policy, the
+ *     read connection; store_sqlite_dispatch.c: the dispatcher's calls;
+ *   - store_sqlite_indexer.c: the search's side tables, filled off the
+ *     insert path; store_sqlite_search.c: lists and counts under a filter;
+ *   - store_sqlite_jobs.c: the clients' calls; store_sqlite_schedules.c:
+ *     the schedule ops;
+ *   - store_sqlite.c: open and close, the small calls, the ops table and
+ *     the test hooks (store_sqlite.h, all that store.c sees).
+ * Each file calls only files below it.
  *
- * Why one header for four files: they work on one connection with one set
- * of prepared statements and one transaction discipline; splitting the
- * rooms by who calls them keeps each readable without a second copy of the
- * helpers.
+ * Why one header for these files: they work on one connection with one
+ * set of prepared statements and one transaction discipline; splitting
+ * the rooms by who calls them keeps each readable without a second copy
+ * of the helpers.
  */
 #ifndef RMQS_STORE_SQLITE_CORE_H
 #define RMQS_STORE_SQLITE_CORE_H
@@ -73,7 +80,7 @@ typedef struct stmt_def {
     const char *sql;
 } stmt_def;
 
-/* The table, by stmt_id (store_sqlite.c). */
+/* The table, by stmt_id (store_sqlite_core.c). */
 extern const stmt_def sq_stmt_defs[S_COUNT];
 
 /* The dispatcher's reads on the read connection (claiming ahead): pending
@@ -142,7 +149,7 @@ typedef enum tx_sync {
                    store_sqlite_schema.c) */
 } tx_sync;
 
-/* store_sqlite.c: errors and statement helpers. */
+/* store_sqlite_core.c: errors and statement helpers. */
 rmqs_rc sq_fail_on(sqlite3 *db, int rc, const char *op);
 rmqs_rc sq_fail(store_backend *st, int rc, const char *op);
 sqlite3_stmt *sq_stmt(store_backend *st, stmt_id id);
@@ -151,13 +158,13 @@ int sq_stmt_exec(sqlite3_stmt *s);
 rmqs_rc sq_stmt_fail(store_backend *st, sqlite3_stmt *s, int rc, stmt_id id);
 int sq_bind_text_or_null(sqlite3_stmt *s, int i, const char *v);
 
-/* store_sqlite.c: transactions (BEGIN IMMEDIATE; counts flushed before
+/* store_sqlite_core.c: transactions (BEGIN IMMEDIATE; counts flushed before
  * COMMIT; every end zeroes the delta and restores FULL). */
 rmqs_rc sq_tx_begin(store_backend *st, tx_sync how);
 void sq_tx_abort(store_backend *st);
 rmqs_rc sq_tx_commit(store_backend *st);
 
-/* store_sqlite.c: rows <-> jobs. */
+/* store_sqlite_core.c: rows <-> jobs. */
 rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out);
 /* The page budget's bytes of the current row of s (JOB_COLS):
  * store_item_bytes of its body and texts, read without copying them. */
@@ -167,7 +174,8 @@ rmqs_rc sq_step_one_job(store_backend *st, sqlite3_stmt *s, stmt_id sid,
 rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
                      job_t *out);
 
-/* store_sqlite_schema.c: open-time helpers, migrations, sync policy. */
+/* store_sqlite_schema.c: open-time helpers, migrations, sync policy
+ * (sq_sync_set, the switch itself: store_sqlite_core.c). */
 int sq_run_once(sqlite3 *db, const char *sql, char *buf, size_t len);
 int64_t sq_query_int(sqlite3 *db, const char *sql, int *rc_out);
 rmqs_rc sq_open_fail(rmqs_error *err, sqlite3 *db, const char *path,
@@ -202,7 +210,7 @@ rmqs_rc sq_update_batch(store_backend *st,
                         const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                         const store_change *ch, int64_t now_ms, bool *changed);
 
-/* store_sqlite_jobs.c: step s (bound; the caller resets or finalizes it)
+/* store_sqlite_core.c: step s (bound; the caller resets or finalizes it)
  * for a page of at most limit jobs within max_bytes (store_page_take, each
  * row measured before it is copied), as the list op returns them (more: a
  * row follows; last: the cursor of the last one); op names s in logs. */
@@ -221,7 +229,7 @@ rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
 rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
                    char **plan_out);
 
-/* store_sqlite.c: store_checkpoint (PASSIVE, on a connection of its own,
+/* store_sqlite_core.c: store_checkpoint (PASSIVE, on a connection of its own,
  * without mu). */
 rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames, int64_t *copied);
 

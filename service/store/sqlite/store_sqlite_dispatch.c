@@ -2,7 +2,7 @@
  * store_sqlite_dispatch.c - the dispatcher's calls of the SQLite backend:
  * the next due time and the due reads on the read connection (never behind
  * the writer), the claims and outcomes of a bunch (store_record), and
- * recovery at start-up (store_sqlite.h; the contract is store.h and
+ * recovery at start-up (store_sqlite_core.h; the contract is store.h and
  * store_backend.h).
  *
  * Why a room of its own: these commit relaxed (TX_RELAXED, the sync policy

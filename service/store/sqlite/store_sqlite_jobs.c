@@ -2,7 +2,7 @@
  * store_sqlite_jobs.c - the clients' calls of the SQLite backend: insert (one
  * group commit of requests, each all-or-nothing in a savepoint, with its
  * idempotency key), get, and the one update path of a reschedule or a
- * cancel (store_sqlite.h; the contract is store.h and store_backend.h).
+ * cancel (store_sqlite_core.h; the contract is store.h and store_backend.h).
  *
  * Why a room of its own: these are the calls an HTTP request or the ingest
  * makes, durable (TX_DURABLE: fsynced on a FULL store) and answered to a
@@ -19,7 +19,7 @@
 /* ------------------------------------------------------------------------ */
 /* Insert and read                                                          */
 
-/* Inside the caller's transaction: insert the job (store_sqlite.h). */
+/* Inside the caller's transaction: insert the job (store_sqlite_core.h). */
 rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
                       const unsigned char id[JOB_ID_BYTES], int64_t *seq_out,
                       bool *inserted)

@@ -1,7 +1,7 @@
 /*
  * store_sqlite_schema.c - opening a SQLite database for the store: the
  * connection's pragmas, the migrations runner, the sync policy and the
- * dispatcher's read connection (the SQLite backend; store_sqlite.h).
+ * dispatcher's read connection (the SQLite backend; store_sqlite_core.h).
  *
  * Why a room of its own: what the file must look like before the first
  * statement is prepared (WAL, synchronous, a schema at this binary's
@@ -17,7 +17,7 @@
  * store_record, store_recover) commit with synchronous=NORMAL even on a
  * FULL connection: the connection switches to NORMAL before their
  * BEGIN and back to FULL when they end (sq_sync_set, called by the
- * transaction helpers of store_sqlite.c). Why this is safe: a job's
+ * transaction helpers of store_sqlite_core.c). Why this is safe: a job's
  * insertion is always fsynced (API writes stay FULL, and a FULL transaction
  * refuses to start if FULL cannot be restored); in WAL mode a NORMAL commit
  * survives a process crash, and only an OS crash or power loss can undo

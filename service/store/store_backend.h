@@ -31,7 +31,7 @@
 #include <pthread.h>
 
 #include "claimset.h"
-#include "store.h"
+#include "store_types.h"
 #include "store_common.h"
 
 /* A backend's own state, defined by each backend's files. */

@@ -29,9 +29,7 @@
  * reschedule or settle overlapped the snapshot that read it. A crash before
  * the claim is written leaves the job pending: published again at the next
  * start (a lost claim is redone, at least once). store_counts counts such a
- * job as pending until then. store_claim_due (the claim in one locked
- * transaction) must not run beside store_claim_ahead: it does not hold
- * what it claims.
+ * job as pending until then.
  *
  * A backend whose read is the claim (ops->claims_in_read, PostgreSQL: the
  * database arbitrates between instances) uses the same claimset: a job it
@@ -421,7 +419,7 @@ rmqs_rc store_cancel(store_t *st, const char *id_text, int64_t now_ms,
 }
 
 /* ------------------------------------------------------------------------ */
-/* Dispatcher: next due, claim, settle, recover                             */
+/* Dispatcher: next due, claim ahead, record, recover                       */
 
 rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out)
 {
@@ -432,17 +430,6 @@ rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out)
     rc = st->ops->next_due(st->b, st->held, any, due_at_out);
     pthread_mutex_unlock(&st->feed_mu);
     return rc;
-}
-
-rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
-                        size_t limit, job_t **jobs_out, size_t *n_out)
-{
-    *jobs_out = NULL;
-    *n_out = 0;
-    if (limit == 0)
-        return RMQS_OK;
-    return st->ops->claim_due(st->b, due_by_ms, now_ms, limit, jobs_out,
-                              n_out);
 }
 
 /* claims_in_read: the candidates read (claimed) but not kept go back to
@@ -669,17 +656,14 @@ int64_t store_lease_renewed_until(store_t *st)
 /* ------------------------------------------------------------------------ */
 /* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
  * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too.
- * They are about the SQLite backend, but for store__sql("pg_claim"), the
- * claim of the PostgreSQL backend (for its EXPLAIN test). */
+ * They are about the SQLite backend. */
 
-/* The SQL text of the statement called name ("claim_due", "next_due",
+/* The SQL text of the statement called name ("read_due", "claim_held",
  * "list_all", ...), or NULL: lets the test EXPLAIN QUERY PLAN the exact
  * text the store runs. */
 const char *store__sql(const char *name);
 const char *store__sql(const char *name)
 {
-    if (strcmp(name, "pg_claim") == 0)
-        return pg_claim_sql;
     return store_sqlite__sql(name);
 }
 

@@ -10,7 +10,7 @@
  * The SQLite backend keeps one database file in WAL mode with
  * synchronous=FULL (configurable): when a write function returns RMQS_OK the
  * change is on disk. The exceptions are the dispatcher's status changes
- * (store_claim_due, store_settle, store_recover): they commit without fsync
+ * (store_record, store_settle, store_recover): they commit without fsync
  * (synchronous=NORMAL), survive a process crash, and after a power loss can
  * only be undone back to an earlier state of the job, so it is published
  * again (at least once, never lost); the next fsynced commit or checkpoint
@@ -27,9 +27,9 @@
  * database is full, RMQS_ENOTFOUND / RMQS_ECONFLICT as documented per call.
  *
  * Shared stores (PostgreSQL): several instances claim from one database.
- * store_claim_ahead's read is the claim itself (FOR UPDATE SKIP LOCKED,
- * owner = this store's instance id, a lease renewed while the process
- * lives; store_record's claims are then a no-op); settles only mark jobs
+ * store_claim_ahead's read is the claim itself (FOR NO KEY UPDATE SKIP
+ * LOCKED, owner = this store's instance id, a lease renewed while the
+ * process lives; store_record's claims are then a no-op); settles only mark jobs
  * this instance still owns; jobs whose lease expired are reclaimed by any
  * instance (store_recover at start-up does only that). Clocks: the
  * dispatcher's times (due_by_ms, retry_at, and what it gets back: due_at,
@@ -47,31 +47,9 @@
 
 #include "job.h"
 #include "rmqs.h"
+#include "store_types.h"
 
 typedef struct store store_t;
-
-/* One embedded migration: version (>= 1, ascending) and its SQL text. */
-typedef struct store_migration {
-    int version;
-    const char *name; /* file name, for logs and schema_migrations */
-    const char *sql;
-} store_migration;
-
-typedef struct store_options {
-    bool synchronous_full; /* true: fsync every commit (default) */
-    bool manual_checkpoint; /* true: no automatic WAL checkpoints in commits;
-                               the owner calls store_checkpoint() */
-    int64_t lease_ms;       /* PostgreSQL: how long a claim holds without
-                               renewal (0: 10000; at least 500) */
-    bool index_manual;      /* SQLite: no search indexer thread; the owner
-                               calls store_search_index() (tests) */
-    int64_t search_budget_ms; /* a list, count or search ends after this
-                                 (RMQS_ETIMEDOUT; a count: capped); 0:
-                                 unbounded */
-    size_t page_max_bytes;  /* a page of store_list or store_schedule_list
-                               stops at this many bytes of its items (0:
-                               4 MiB; see store_common.h's page budgets) */
-} store_options;
 
 /*
  * Open (creating if needed) the database at path, apply the embedded
@@ -139,18 +117,6 @@ rmqs_rc store_ping(store_t *st);
 rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
                      const char *idem_request, bool *existed, job_t *existing);
 
-/* One all-or-nothing request of a group commit (store_insert_batch). */
-typedef struct store_insert_req {
-    const job_t *jobs;        /* in: n jobs with ids assigned (borrowed) */
-    size_t n;                 /* in: >= 1 */
-    const char *idem_key;     /* in: NULL, or a key (only when n == 1) */
-    const char *idem_request; /* in: the canonical request for the key */
-    rmqs_rc rc;               /* out: this request's outcome */
-    size_t failed_index;      /* out: on RMQS_EINVAL/ECONFLICT, which job */
-    bool existed;             /* out: the key was known with this request */
-    job_t existing;           /* out: that earlier job (caller clears) */
-} store_insert_req;
-
 /*
  * Group commit: insert every request in one transaction (one fsync). Each
  * request is all-or-nothing on its own (a savepoint); a request that fails
@@ -163,42 +129,6 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n);
 
 /* Load one job by id text into *out (caller clears). RMQS_ENOTFOUND. */
 rmqs_rc store_get(store_t *st, const char *id, job_t *out);
-
-/* Longest id_prefix: a whole id's hex digits. */
-#define STORE_ID_PREFIX_MAX (2 * JOB_ID_BYTES)
-
-/*
- * What GET /jobs, GET /jobs/count and POST /jobs/bulk select (filled by
- * http_filter.c, the one parser); every member set must hold (AND). -1 /
- * NULL / false / "" : any, so a zeroed filter with status and source -1
- * matches every job. Strings are borrowed from the request.
- */
-typedef struct store_filter {
-    int status;             /* a job_status, or -1 */
-    int source;             /* a job_source, or -1 */
-    const char *message_id; /* the message_id property, or NULL */
-    const char *schedule;   /* runs of this schedule (job_t.schedule), or
-                               NULL (GET /jobs?schedule=) */
-    const char *exchange;   /* exact, or NULL ("" is the default exchange) */
-    const char *routing_key; /* exact, or NULL */
-    bool has_deliver_from;  /* deliver_at >= deliver_from (inclusive) */
-    int64_t deliver_from;
-    bool has_deliver_to;    /* deliver_at < deliver_to (exclusive) */
-    int64_t deliver_to;
-    /* the id's first hex digits, lowercase, no dashes (4 to
-     * STORE_ID_PREFIX_MAX of them), or "" */
-    char id_prefix[STORE_ID_PREFIX_MAX + 1];
-    /* a string header whose value is exactly header_value: the name is
-     * header_name[0..header_name_len) (not NUL-terminated: it is the part
-     * of "name:value" before the ':'); header_name NULL: any */
-    const char *header_name;
-    size_t header_name_len;
-    const char *header_value;
-    /* a substring of the body, bytewise (so case-sensitive), of text and
-     * JSON bodies only (never binary ones); valid UTF-8, at least 3
-     * characters; or NULL */
-    const char *q;
-} store_filter;
 
 /*
  * A page of jobs in (deliver_at, insertion) order matching f (NULL: all):
@@ -225,7 +155,6 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
  * job_counts. A job the dispatcher holds counts under its stored status
  * (pending).
  */
-#define STORE_COUNT_CAP_DEFAULT 100000 /* GET /jobs/count without max */
 rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
                     int64_t *count, bool *capped);
 
@@ -255,31 +184,6 @@ rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
  */
 rmqs_rc store_search_index(store_t *st, size_t limit, size_t *indexed);
 int64_t store_search_index_lag(store_t *st);
-
-/* A client's change to a job (PATCH and DELETE /jobs/{id}, POST
- * /jobs/{id}/run and /retry, POST /jobs/bulk). */
-typedef enum store_change_kind {
-    STORE_CHANGE_RESCHEDULE, /* pending: deliver_at and due_at set, delay_ms
-                                recorded */
-    STORE_CHANGE_CANCEL,     /* pending: cancelled (idempotent on a
-                                cancelled job) */
-    STORE_CHANGE_RUN,        /* pending: due now (deliver_at = due_at =
-                                now_ms, delay_ms 0): a reschedule to now */
-    STORE_CHANGE_RETRY       /* failed: pending again with attempts 0,
-                                deliver_at and delay_ms as for RESCHEDULE
-                                (due_at: not before now); last_error is
-                                kept (history) until an attempt replaces it */
-} store_change_kind;
-
-typedef struct store_change {
-    store_change_kind kind;
-    int64_t deliver_at; /* RESCHEDULE, RETRY: the new time (due_at: not
-                           before now) */
-    int64_t delay_ms;   /* RESCHEDULE, RETRY: as requested, for the x-delay
-                           header */
-    bool keep_deliver_at; /* RETRY: keep each job's deliver_at (due now
-                             all the same), as a bulk retry does */
-} store_change;
 
 /*
  * The one update path of a client's change: apply ch to the job id at
@@ -329,20 +233,12 @@ rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
 rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
 
 /*
- * Claim up to limit pending jobs with due_at <= due_by_ms (the dispatcher
- * claims a little ahead of time), oldest due first: they become publishing
- * with attempts + 1 and updated_at = now_ms, in one transaction. *jobs_out
- * is a malloc'd array (caller clears each job and frees it), in due order.
- */
-rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
-                        size_t limit, job_t **jobs_out, size_t *n_out);
-
-/*
  * Claim ahead without waiting for any write in progress (the writer's
  * commit, its fsync, a checkpoint): up to limit pending jobs with due_at <=
  * due_by_ms, oldest due first, read from a WAL snapshot, are held for the
  * caller and returned as the claim will make them (publishing, attempts +
- * 1, updated_at = now_ms); jobs_out as store_claim_due. The claim itself is
+ * 1, updated_at = now_ms); *jobs_out is a malloc'd array (the caller
+ * clears each job and frees it), in due order. The claim itself is
  * written by a later store_record (claims), which the caller must make for
  * every job returned. From the moment they are held:
  *   - store_update answers RMQS_ECONFLICT for them (as for a publishing
@@ -352,32 +248,9 @@ rmqs_rc store_claim_due(store_t *st, int64_t due_by_ms, int64_t now_ms,
  * A job whose cancel or reschedule overlapped the read is left out, so one
  * answered 200 is never returned. After a crash before the claim is
  * written the job is still pending: claimed again (at least once).
- * Not to be mixed with store_claim_due.
  */
 rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
                           size_t limit, job_t **jobs_out, size_t *n_out);
-
-typedef enum store_outcome_kind {
-    STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now */
-    STORE_OUT_RETRY,   /* the attempt failed: last_error set; failed if
-                          attempts >= max_attempts, else pending at retry_at */
-    STORE_OUT_RELEASE, /* not attempted after all: pending again at due_at
-                          unchanged, attempts - 1 */
-    STORE_OUT_EXPIRE,  /* not published: claimed after its expires_at;
-                          cancelled, last_error = error (the caller's
-                          reason), attempts as claimed */
-    STORE_OUT_FAIL     /* not published and never will be (the exchange
-                          allow-list or the broker login refuses it):
-                          failed now, last_error = error, attempts as
-                          claimed */
-} store_outcome_kind;
-
-typedef struct store_outcome {
-    const char *id;        /* job id text (borrowed) */
-    store_outcome_kind kind;
-    const char *error;     /* RETRY, EXPIRE, FAIL: why (borrowed), else NULL */
-    int64_t retry_at;      /* RETRY: next due_at */
-} store_outcome;
 
 /* Settle claimed (publishing) jobs, all in one transaction. */
 rmqs_rc store_settle(store_t *st, const store_outcome *o, size_t n,
@@ -399,12 +272,8 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
  * (their attempt is not counted). *n_out gets how many. */
 rmqs_rc store_recover(store_t *st, size_t *n_out);
 
-/* Called (from a thread of the store's own) when a job due at due_at_ms
- * was stored or rescheduled by any instance sharing the database, so the
- * dispatcher can wake if it sleeps past it. SQLite, where this instance is
- * the only writer (the writer wakes the dispatcher itself), never calls
- * it. */
-typedef void (*store_wake_fn)(void *arg, int64_t due_at_ms);
+/* Set the wake callback (store_wake_fn, store_types.h: called when any
+ * instance sharing the database stored or rescheduled a job). */
 void store_set_wake(store_t *st, store_wake_fn fn, void *arg);
 
 /* The database's clock minus this host's CLOCK_REALTIME, in ms, estimated
@@ -430,36 +299,6 @@ int64_t store_lease_renewed_until(store_t *st);
  * JSON), the fire times are the caller's (cron.h). Schedules survive their
  * jobs and jobs survive their schedule (a DELETE leaves its runs alone). */
 
-typedef enum store_schedule_state {
-    STORE_SCHED_ACTIVE, /* not paused, next_fire_at >= 0 */
-    STORE_SCHED_PAUSED, /* paused (whatever next_fire_at) */
-    STORE_SCHED_ENDED   /* not paused, next_fire_at = -1: no more runs */
-} store_schedule_state;
-
-typedef struct store_schedule {
-    char *name;            /* owned */
-    char *spec;            /* owned: canonical JSON of the accepted PUT body
-                              (compact, sorted keys) */
-    int64_t generation;    /* 1 at creation, +1 at every effective change
-                              (PUT with another body, PATCH) */
-    int64_t created_at, updated_at; /* ms */
-    bool paused;
-    int64_t next_fire_at;  /* the next fire time whose run is NOT yet
-                              created; -1: none (ended) */
-    int64_t last_fire_at;  /* fire time of the last run created, -1 if none */
-    char last_job_id[JOB_ID_LEN + 1]; /* "" if none */
-    int last_job_status;   /* filled by store_schedule_due only: the
-                              job_status of last_job_id as store_get would
-                              show it (a run the dispatcher holds is
-                              publishing), -1 if none or gone (purged);
-                              -1 from every other call */
-} store_schedule;
-
-/* Release what s owns and zero it. Safe on a zeroed one. */
-void store_schedule_clear(store_schedule *s);
-/* Clear n schedules and free the array (NULL is fine). */
-void store_schedules_free(store_schedule *rows, size_t n);
-
 /* Create or replace by name, in one durable transaction. *created: it did
  * not exist (stored with generation 1, whatever s->generation). If it
  * exists with the same spec, nothing changes (*unchanged = true, *out the
@@ -469,7 +308,7 @@ void store_schedules_free(store_schedule *rows, size_t n);
  * created/unchanged may be NULL. RMQS_EINVAL for a NULL/empty name or a
  * NULL spec. A replace computed from a row read earlier races the
  * scheduler's advances: the store takes s as it is (the caller cancels
- * runs and recomputes next_fire_at, s5-design.md). */
+ * runs and recomputes next_fire_at). */
 rmqs_rc store_schedule_put(store_t *st, const store_schedule *s,
                            bool *created, bool *unchanged,
                            store_schedule *out);
@@ -538,15 +377,6 @@ rmqs_rc store_schedule_next_at(store_t *st, bool *any, int64_t *at);
  * false), so instances never wait for each other. now_ms: unused by the
  * stores today (kept for the contract; the caller's clock).
  */
-typedef struct store_advance {
-    const char *name;     /* borrowed */
-    int64_t generation;
-    int64_t old_next;     /* the next_fire_at the caller read */
-    int64_t new_next;     /* the one to store; -1: ended */
-    const job_t *job;     /* borrowed, id assigned (schedule_run_id), or
-                             NULL (a fire time skipped) */
-    bool applied, job_existed; /* out */
-} store_advance;
 rmqs_rc store_schedule_advance(store_t *st, store_advance *a, size_t n,
                                int64_t now_ms);
 

@@ -31,7 +31,7 @@
 #include <pthread.h>
 
 #include "claimset.h"
-#include "store.h"
+#include "store_types.h"
 #include "store_common.h"
 
 /* A backend's own state, defined by each backend's files. */
@@ -126,8 +126,6 @@ typedef struct store_ops {
 
     rmqs_rc (*next_due)(store_backend *b, claimset_t *held, bool *any,
                         int64_t *due_at_out);
-    rmqs_rc (*claim_due)(store_backend *b, int64_t due_by_ms, int64_t now_ms,
-                         size_t limit, job_t **jobs_out, size_t *n_out);
     /* One snapshot: up to limit pending jobs due by due_by_ms, not held, in
      * due order, into *c (grown as needed; *cap its size). On failure
      * *n_out is 0 and nothing is left in *c to clear. */

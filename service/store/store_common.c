@@ -307,3 +307,19 @@ size_t store_item_bytes(int body_kind, size_t body_len, size_t texts_len)
     sum = body > SIZE_MAX - sum ? SIZE_MAX : sum + body;
     return texts_len > SIZE_MAX - sum ? SIZE_MAX : sum + texts_len;
 }
+
+void store_schedule_clear(store_schedule *s)
+{
+    if (s == NULL)
+        return;
+    free(s->name);
+    free(s->spec);
+    memset(s, 0, sizeof(*s));
+}
+
+void store_schedules_free(store_schedule *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++)
+        store_schedule_clear(&rows[i]);
+    free(rows);
+}

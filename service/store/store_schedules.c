@@ -19,22 +19,6 @@
 
 #include "store_backend.h"
 
-void store_schedule_clear(store_schedule *s)
-{
-    if (s == NULL)
-        return;
-    free(s->name);
-    free(s->spec);
-    memset(s, 0, sizeof(*s));
-}
-
-void store_schedules_free(store_schedule *rows, size_t n)
-{
-    for (size_t i = 0; rows != NULL && i < n; i++)
-        store_schedule_clear(&rows[i]);
-    free(rows);
-}
-
 static bool name_ok(const char *name)
 {
     return name != NULL && name[0] != '\0';

@@ -28,10 +28,7 @@
 #include "store_common.h"
 #include "testutil.h"
 
-static char g_dir[UT_PATH_MAX];
-static char g_path[UT_PATH_MAX];
-static char g_pgdb[64];
-static char g_url[UT_URL_MAX];
+static ut_both g_b;
 static store_t *g_st;
 
 #define BUDGET ((size_t)64 * 1024)
@@ -41,50 +38,24 @@ static const store_options k_opts = {.synchronous_full = true,
 
 static void setup(void)
 {
-    ut_tmpdir(g_dir, "pages");
-    ut_path(g_path, g_dir, "jobs.db");
+    ut_both_init(&g_b, "pages");
     g_st = NULL;
-    g_pgdb[0] = '\0';
 }
 
 static void teardown(void)
 {
-    store_close(g_st);
-    g_st = NULL;
-    ut_pg_drop(g_pgdb);
-    ut_rmtree(g_dir);
+    ut_both_fini(&g_b);
 }
 
 TestSuite(store_pages, .init = setup, .fini = teardown, .timeout = 120);
 
-static void open_sqlite(void)
+static void open_store(bool pg)
 {
-    g_st = ut_store_open(g_path, &k_opts);
+    g_st = ut_both_open(&g_b, pg, &k_opts);
 }
 
-static void open_pg(void)
-{
-    if (!ut_pg_available())
-        cr_skip_test("no PostgreSQL server (RMQS_TEST_PG_*): run through "
-                     "tests/run.sh");
-    ut_pg_create(g_pgdb, g_url);
-    g_st = ut_store_open(g_url, &k_opts);
-}
-
-/* Each case body runs once per store. */
-#define BOTH(name)                                                            \
-    static void name(void);                                                   \
-    Test(store_pages, name##_sqlite)                                          \
-    {                                                                         \
-        open_sqlite();                                                        \
-        name();                                                               \
-    }                                                                         \
-    Test(store_pages, name##_postgres)                                        \
-    {                                                                         \
-        open_pg();                                                            \
-        name();                                                               \
-    }                                                                         \
-    static void name(void)
+/* Each case body runs once per store (testutil.h). */
+#define BOTH(name) UT_BOTH(store_pages, name, open_store)
 
 /* ------------------------------------------------------------------------ */
 /* The rule alone                                                           */

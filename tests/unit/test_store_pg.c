@@ -1,7 +1,7 @@
 /*
  * test_store_pg.c - the pure parts of the PostgreSQL backend
- * (service/store/pg/store_pg.c): which targets are PostgreSQL URLs, the password-free
- * form of a URL that logs and errors show, the SQLSTATE -> rmqs_rc mapping
+ * (service/store/pg/store_pg_url.c): which targets are PostgreSQL URLs, the
+ * password-free form of a URL that logs and errors show, the SQLSTATE -> rmqs_rc mapping
  * (test_store.c opens a URL where nothing listens). What needs a server
  * (claims, leases, NOTIFY) is tested by the integration suite's postgres
  * half.

@@ -6,8 +6,8 @@
  * or sort the table. Its cost then stays flat however many jobs wait (the
  * benchmark measures it at 1M and 10M pending: tests/bench/stores.py).
  *
- * Why a unit test: the text comes from the store's test hook
- * store__sql("pg_claim") (store.c), the exact statement the dispatcher runs,
+ * Why a unit test: the text is pg_claim_sql itself (store_pg.h), the exact
+ * statement the dispatcher's read_due runs,
  * so a change to it that loses the index fails here; as the SQLite plan test
  * in test_store.c does with EXPLAIN QUERY PLAN. The server is tests/run.sh's
  * (RMQS_TEST_PG_*, tests/lib/common.sh); this test makes a database of its
@@ -25,10 +25,8 @@
 #include <unistd.h>
 
 #include "store.h"
+#include "store_pg_core.h"
 #include "testutil.h"
-
-/* Test hook defined in service/store/store.c. */
-const char *store__sql(const char *name);
 
 #define PSQL "/usr/lib/postgresql/15/bin/psql"
 
@@ -127,11 +125,10 @@ static void fill(int n)
  * 5,000,000 ms. */
 static char *claim_plan(void)
 {
-    const char *claim = store__sql("pg_claim");
+    const char *claim = pg_claim_sql;
     size_t len;
     char *script;
 
-    cr_assert_not_null(claim, "no test hook for the PostgreSQL claim");
     len = strlen(claim) + 256;
     script = malloc(len);
     cr_assert_not_null(script);

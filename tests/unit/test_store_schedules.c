@@ -27,65 +27,35 @@
 #include "testutil.h"
 #include "timeutil.h"
 
-static char g_dir[UT_PATH_MAX];
-static char g_path[UT_PATH_MAX];
-static char g_pgdb[64];
-static char g_url[UT_URL_MAX];
+static ut_both g_b; /* g_b.pg: this case runs on PostgreSQL */
 static store_t *g_st;
-static bool g_pg;
 static int64_t g_now;
 
 static const store_options k_opts = {.synchronous_full = true};
 
 static void setup(void)
 {
-    ut_tmpdir(g_dir, "sched");
-    ut_path(g_path, g_dir, "jobs.db");
+    ut_both_init(&g_b, "sched");
     g_st = NULL;
-    g_pgdb[0] = '\0';
     g_now = tu_now_ms();
 }
 
 static void teardown(void)
 {
-    store_close(g_st);
-    g_st = NULL;
-    ut_pg_drop(g_pgdb);
-    ut_rmtree(g_dir);
+    if (g_st != g_b.st)
+        store_close(g_st);
+    ut_both_fini(&g_b);
 }
 
 TestSuite(store_schedules, .init = setup, .fini = teardown, .timeout = 120);
 
-static void open_sqlite(void)
+static void open_store(bool pg)
 {
-    g_pg = false;
-    g_st = ut_store_open(g_path, &k_opts);
+    g_st = ut_both_open(&g_b, pg, &k_opts);
 }
 
-static void open_pg(void)
-{
-    if (!ut_pg_available())
-        cr_skip_test("no PostgreSQL server (RMQS_TEST_PG_*): run through "
-                     "tests/run.sh");
-    g_pg = true;
-    ut_pg_create(g_pgdb, g_url);
-    g_st = ut_store_open(g_url, &k_opts);
-}
-
-/* Each case body runs once per store. */
-#define BOTH(name)                                                            \
-    static void name(void);                                                   \
-    Test(store_schedules, name##_sqlite)                                      \
-    {                                                                         \
-        open_sqlite();                                                        \
-        name();                                                               \
-    }                                                                         \
-    Test(store_schedules, name##_postgres)                                    \
-    {                                                                         \
-        open_pg();                                                            \
-        name();                                                               \
-    }                                                                         \
-    static void name(void)
+/* Each case body runs once per store (testutil.h). */
+#define BOTH(name) UT_BOTH(store_schedules, name, open_store)
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                  */
@@ -709,10 +679,10 @@ Test(store_schedules, advance_skips_a_row_another_instance_is_advancing)
     PGresult *r;
     struct timespec t0, t1;
 
-    open_pg();
+    open_store(true);
     put_ok("s", "{}", f, false);
     /* another instance's advance holds the row */
-    other = PQconnectdb(g_url);
+    other = PQconnectdb(g_b.url);
     cr_assert_eq(PQstatus(other), CONNECTION_OK);
     r = PQexec(other, "BEGIN; SELECT 1 FROM schedules WHERE name = 's' "
                       "FOR UPDATE");
@@ -750,7 +720,7 @@ Test(store_schedules, advance_skips_a_row_another_instance_is_advancing)
 
 static char *sqlite_text(const char *sql)
 {
-    sqlite3 *db = ut_sql_open(g_path);
+    sqlite3 *db = ut_sql_open(g_b.path);
     sqlite3_stmt *s = NULL;
     char *out;
 
@@ -803,8 +773,8 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
         n5++;
     cr_assert_eq(store_builtin_migrations[n5 - 1].version, 5);
     /* schema 5 with jobs of every status, source and shape, and keys */
-    ut_sql_migrate(g_path, store_builtin_migrations, n5);
-    ut_sql_exec(g_path,
+    ut_sql_migrate(g_b.path, store_builtin_migrations, n5);
+    ut_sql_exec(g_b.path,
                 "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
                 "FROM c WHERE i < 250) "
                 "INSERT INTO jobs (id, status, exchange, routing_key, "
@@ -819,23 +789,23 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
                 "CASE WHEN i % 4 = 0 THEN '{\"message_id\":\"m' || i || "
                 "'\"}' END, i % 3, randomblob(i % 17), i % 2, "
                 "CASE WHEN i % 4 = 0 THEN 'm' || i END FROM c");
-    ut_sql_exec(g_path, "DELETE FROM jobs WHERE seq % 50 = 0"); /* gaps */
-    ut_sql_exec(g_path,
+    ut_sql_exec(g_b.path, "DELETE FROM jobs WHERE seq % 50 = 0"); /* gaps */
+    ut_sql_exec(g_b.path,
                 "INSERT INTO idempotency (key, job_seq, request) "
                 "SELECT 'k' || seq, seq, 'r' FROM jobs WHERE seq % 3 = 0");
     /* schema 5: counts kept by the store; the rows above went in behind
      * its back, so count them as 0005 would */
-    ut_sql_exec(g_path, "UPDATE job_counts SET n = (SELECT count(*) FROM "
+    ut_sql_exec(g_b.path, "UPDATE job_counts SET n = (SELECT count(*) FROM "
                         "jobs WHERE jobs.status = job_counts.status)");
     before = sqlite_text(SQLITE_DIGEST);
     idx_before = sqlite_text(idx_sql);
-    int64_t keys = ut_sql_int(g_path, "SELECT count(*) FROM idempotency");
+    int64_t keys = ut_sql_int(g_b.path, "SELECT count(*) FROM idempotency");
     cr_assert_gt(keys, 50);
 
     /* applies 0006 (and no later one: 0007 adds indexes of its own) */
     rmqs_error err = {0};
-    g_pg = false;
-    cr_assert_eq(store_open_with(g_path, &k_opts, store_builtin_migrations,
+    (void)ut_both_target(&g_b, false);
+    cr_assert_eq(store_open_with(g_b.path, &k_opts, store_builtin_migrations,
                                  n5 + 1, &g_st, &err), RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), 6);
     after = sqlite_text(SQLITE_DIGEST);
@@ -847,15 +817,15 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
                      "jobs_deliver,jobs_due,jobs_finished,jobs_id,"
                      "jobs_message_id,jobs_schedule,jobs_status_deliver",
                      "before: %s", want_idx);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM idempotency"), keys,
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM idempotency"), keys,
                  "the keys survive the rebuild");
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema WHERE "
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM sqlite_schema WHERE "
                                     "name = 'idempotency_job'"), 1);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema WHERE "
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM sqlite_schema WHERE "
                                     "name = 'jobs_id' AND sql LIKE "
                                     "'CREATE UNIQUE INDEX%'"), 1);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM sqlite_schema "
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM sqlite_schema "
                                     "WHERE name LIKE '%0006'"), 0,
                  "no scratch table left");
     cr_assert_eq(store_counts(g_st, c), RMQS_OK);
@@ -863,7 +833,7 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
         char q[96];
         snprintf(q, sizeof(q), "SELECT count(*) FROM jobs WHERE status = %d",
                  s);
-        cr_expect_eq(c[s], ut_sql_int(g_path, q), "status %d", s);
+        cr_expect_eq(c[s], ut_sql_int(g_b.path, q), "status %d", s);
     }
     cr_expect_eq(c[0] + c[1] + c[2] + c[3] + c[4], 245);
     old_job_and_new_run((const unsigned char *)"0000000000000003");
@@ -891,7 +861,7 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
 /* The digest of PG_DIGEST as a number (its first 15 hex digits). */
 static int64_t pg_digest(void)
 {
-    return ut_pg_int(g_url, "SELECT ('x' || substr((" PG_DIGEST
+    return ut_pg_int(g_b.url, "SELECT ('x' || substr((" PG_DIGEST
                             "), 1, 15))::bit(60)::bigint");
 }
 
@@ -900,17 +870,14 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
     store_t *old;
     int64_t c[5], before, keys;
 
-    if (!ut_pg_available())
-        cr_skip_test("no PostgreSQL server (RMQS_TEST_PG_*)");
-    g_pg = true;
-    ut_pg_create(g_pgdb, g_url); /* as schema 1 made it: */
+    (void)ut_both_target(&g_b, true); /* as schema 1 made it: */
     cr_assert_geq(store_pg_migrations_count, 2);
     cr_assert_eq(store_pg_migrations[0].version, 1);
     rmqs_error err = {0};
-    cr_assert_eq(store_open_with(g_url, &k_opts, store_pg_migrations, 1, &old,
+    cr_assert_eq(store_open_with(g_b.url, &k_opts, store_pg_migrations, 1, &old,
                                  &err), RMQS_OK, "%s", err.message);
     store_close(old);
-    ut_pg_exec(g_url,
+    ut_pg_exec(g_b.url,
                "INSERT INTO jobs (id, status, exchange, routing_key, "
                "deliver_at, due_at, delay_ms, created_at, updated_at, sent_at, "
                "attempts, max_attempts, last_error, headers, properties, "
@@ -925,29 +892,29 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
                "CASE WHEN i % 5 = 1 THEN 'inst' END, "
                "CASE WHEN i % 5 = 1 THEN 99 END "
                "FROM generate_series(1, 250) i");
-    ut_pg_exec(g_url, "INSERT INTO idempotency (key, job_id, request) "
+    ut_pg_exec(g_b.url, "INSERT INTO idempotency (key, job_id, request) "
                       "SELECT 'k' || seq, id, 'r' FROM jobs WHERE seq % 3 = 0");
-    ut_pg_exec(g_url, "INSERT INTO job_counts (slot, status, n) "
+    ut_pg_exec(g_b.url, "INSERT INTO job_counts (slot, status, n) "
                       "SELECT 7, status, count(*) FROM jobs GROUP BY status");
     before = pg_digest();
-    keys = ut_pg_int(g_url, "SELECT count(*) FROM idempotency");
+    keys = ut_pg_int(g_b.url, "SELECT count(*) FROM idempotency");
 
     /* applies 0002 (and no later one) */
-    cr_assert_eq(store_open_with(g_url, &k_opts, store_pg_migrations, 2, &g_st,
+    cr_assert_eq(store_open_with(g_b.url, &k_opts, store_pg_migrations, 2, &g_st,
                                  &err), RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), 2);
     cr_expect_eq(pg_digest(), before, "every job, every column, every seq");
-    cr_expect_eq(ut_pg_int(g_url, "SELECT count(*) FROM idempotency"), keys);
+    cr_expect_eq(ut_pg_int(g_b.url, "SELECT count(*) FROM idempotency"), keys);
     cr_assert_eq(store_counts(g_st, c), RMQS_OK);
     cr_expect_eq(c[0] + c[1] + c[2] + c[3] + c[4], 250);
     cr_expect_eq(c[2], 50);
     old_job_and_new_run(
         (const unsigned char *)"\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x03");
-    cr_expect_eq(ut_pg_int(g_url, "SELECT count(*) FROM pg_constraint WHERE "
+    cr_expect_eq(ut_pg_int(g_b.url, "SELECT count(*) FROM pg_constraint WHERE "
                                   "conname = 'jobs_source_check' AND "
                                   "pg_get_constraintdef(oid) LIKE '%2%'"), 1,
                  "source may be 2");
-    cr_expect_eq(ut_pg_int(g_url, "SELECT count(*) FROM pg_indexes WHERE "
+    cr_expect_eq(ut_pg_int(g_b.url, "SELECT count(*) FROM pg_indexes WHERE "
                                   "indexname IN ('jobs_schedule', "
                                   "'schedules_due')"), 2);
 }

@@ -1,13 +1,14 @@
 /*
- * test_store_search.c - the search's filters on the SQLite store (issue
- * 14): each filter and combinations select exactly the jobs they name,
- * counts agree with the lists and stop at the cap, paging under a filter
- * loses and repeats nothing, and EXPLAIN QUERY PLAN of every filter kind
- * (and of status + each one) uses an index, never a bare "SCAN jobs".
- * The side tables are filled off the insert path (store_sqlite_indexer.c):
- * the store is opened with index_manual, so each test says how far the
- * index is (nothing, part, all) and the results must not depend on it;
- * one test lets the indexer thread catch up by itself.
+ * test_store_search.c - the search's filters of the store (issue 14): each
+ * filter and combinations select exactly the jobs they name, on both
+ * stores (BOTH, testutil.h); on SQLite alone, EXPLAIN QUERY PLAN of every
+ * filter kind (and of status + each one) uses an index, never a bare
+ * "SCAN jobs", and the side tables (job_headers, jobs_body_fts) follow
+ * the purge and the rowid (PostgreSQL's plans: test_store_pg_search.c).
+ * The side tables are filled off the insert path (the indexer of each
+ * backend): the store is opened with index_manual, so each test says how
+ * far the index is (nothing, part, all) and the results must not depend
+ * on it; one test lets the indexer thread catch up by itself.
  * Jobs are ut_search_job's (testutil.h), so what each filter must select
  * is a rule on the job number.
  */
@@ -21,7 +22,7 @@
 
 #define N_JOBS 2000
 
-static char g_dir[UT_PATH_MAX], g_path[UT_PATH_MAX];
+static ut_both g_b;
 static store_t *g_st;
 
 static void fill(store_t *st, int from, int to)
@@ -42,20 +43,33 @@ static void fill(store_t *st, int from, int to)
 
 static void setup(void)
 {
-    store_options opt = {.synchronous_full = false, .index_manual = true};
-
-    ut_tmpdir(g_dir, "search");
-    ut_path(g_path, g_dir, "jobs.db");
-    g_st = ut_store_open(g_path, &opt);
-    for (int from = 1; from <= N_JOBS; from += 500)
-        fill(g_st, from, from + 499);
+    ut_both_init(&g_b, "search");
+    g_st = NULL;
 }
 
 static void teardown(void)
 {
-    store_close(g_st);
-    ut_rmtree(g_dir);
+    ut_both_fini(&g_b);
+    g_st = NULL;
 }
+
+TestSuite(store_search, .init = setup, .fini = teardown, .timeout = 120);
+
+/* The store of this case, opened with index_manual and filled with
+ * N_JOBS jobs, none indexed yet. */
+static void open_filled(bool pg)
+{
+    store_options opt = {.synchronous_full = false, .index_manual = true};
+
+    g_st = ut_both_open(&g_b, pg, &opt);
+    for (int from = 1; from <= N_JOBS; from += 500)
+        fill(g_st, from, from + 499);
+}
+
+/* Each case body runs once per store (testutil.h); a Test(store_search,
+ * ...) case is about SQLite's side tables or plans alone
+ * (test_store_pg_search.c holds PostgreSQL's). */
+#define BOTH(name) UT_BOTH(store_search, name, open_filled)
 
 static store_filter any(void)
 {
@@ -141,8 +155,7 @@ static size_t index_some(size_t limit)
 
 static void each_filter(void);
 
-Test(store_search, each_filter_selects_exactly_its_jobs, .init = setup,
-     .fini = teardown)
+BOTH(each_filter_selects_exactly_its_jobs)
 {
     /* nothing indexed: every job is in the tail */
     cr_expect_eq(store_search_index_lag(g_st), N_JOBS);
@@ -155,8 +168,11 @@ Test(store_search, each_filter_selects_exactly_its_jobs, .init = setup,
     cr_assert_eq(index_some(SIZE_MAX), N_JOBS - 777);
     cr_expect_eq(store_search_index_lag(g_st), 0);
     cr_expect_eq(index_some(10), 0, "nothing left to index");
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM job_headers"), N_JOBS,
-                 "one string header per job (n is a number)");
+    /* SQLite: one string header per job (n is a number); PostgreSQL: one
+     * job_text row per job */
+    cr_expect_eq(ut_both_int(&g_b, g_b.pg ? "SELECT count(*) FROM job_text"
+                                          : "SELECT count(*) FROM job_headers"),
+                 N_JOBS, "side table rows");
     each_filter();
 }
 
@@ -187,7 +203,7 @@ static void each_filter(void)
     f = any(); f.status = JOB_FAILED; expect(&f, failed, "status alone");
 }
 
-Test(store_search, id_prefix_is_a_range_of_ids, .init = setup, .fini = teardown)
+BOTH(id_prefix_is_a_range_of_ids)
 {
     char id[JOB_ID_LEN + 1], hex[33];
     store_filter f = any();
@@ -275,27 +291,28 @@ static void check_all_plans(void)
     }
 }
 
-Test(store_search, every_filter_kind_uses_an_index, .init = setup,
-     .fini = teardown)
+Test(store_search, every_filter_kind_uses_an_index)
 {
+    open_filled(false);
     check_all_plans(); /* as deployed: no statistics */
-    ut_sql_exec(g_path, "ANALYZE");
+    ut_sql_exec(g_b.path, "ANALYZE");
     check_all_plans();
 }
 
-Test(store_search, side_tables_follow_the_purge, .init = setup, .fini = teardown)
+Test(store_search, side_tables_follow_the_purge)
 {
     store_filter f = any();
     size_t deleted = 0;
     int64_t count;
     bool capped;
 
+    open_filled(false);
     cr_assert_eq(index_some(1500), 1500); /* the purge meets both kinds */
 
     /* sent (n%10 == 0) and failed (n%10 == 1) jobs finished at 10 */
     cr_assert_eq(store_purge(g_st, 11, 100000, &deleted), RMQS_OK);
     cr_assert_eq(deleted, N_JOBS / 5);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM job_headers WHERE "
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM job_headers WHERE "
                                     "job_seq NOT IN (SELECT seq FROM jobs)"), 0);
     f.q = "Needle 1221\"}"; /* failed: purged */
     cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
@@ -303,27 +320,27 @@ Test(store_search, side_tables_follow_the_purge, .init = setup, .fini = teardown
     f.q = "Needle 1233\"}";
     cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
     cr_expect_eq(count, 1);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM jobs_body_fts WHERE "
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM jobs_body_fts WHERE "
                                     "jobs_body_fts MATCH '\"Needle 1231\"'"), 0);
 }
 
 /* seq is the rowid: once the purge took the highest seqs (job 2000 is
  * sent), new jobs reuse them. The mark comes down with the purge, so a
  * reused seq is in the tail, found at once and indexed later. */
-Test(store_search, a_reused_seq_is_above_the_mark, .init = setup,
-     .fini = teardown)
+Test(store_search, a_reused_seq_is_above_the_mark)
 {
     store_filter f = any();
     size_t deleted = 0;
     int64_t count;
     bool capped;
 
+    open_filled(false);
     cr_assert_eq(index_some(SIZE_MAX), N_JOBS);
     cr_assert_eq(store_purge(g_st, 11, 100000, &deleted), RMQS_OK);
-    cr_assert_eq(ut_sql_int(g_path, "SELECT max(seq) FROM jobs"), N_JOBS - 1);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT mark FROM search_index"), N_JOBS - 1);
+    cr_assert_eq(ut_sql_int(g_b.path, "SELECT max(seq) FROM jobs"), N_JOBS - 1);
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT mark FROM search_index"), N_JOBS - 1);
     fill(g_st, N_JOBS + 1, N_JOBS + 1); /* seq N_JOBS again */
-    cr_assert_eq(ut_sql_int(g_path, "SELECT max(seq) FROM jobs"), N_JOBS);
+    cr_assert_eq(ut_sql_int(g_b.path, "SELECT max(seq) FROM jobs"), N_JOBS);
     for (int pass = 0; pass < 2; pass++) {
         f = any();
         f.q = "Needle 2001\"}";
@@ -355,16 +372,13 @@ Test(store_search, the_indexer_thread_catches_up, .timeout = 60)
     int64_t count;
     bool capped;
 
-    ut_tmpdir(g_dir, "search-thread");
-    ut_path(g_path, g_dir, "jobs.db");
-    g_st = ut_store_open(g_path, &opt);
+    g_st = ut_both_open(&g_b, false, &opt);
     for (int from = 1; from <= N_JOBS; from += 500)
         fill(g_st, from, from + 499);
     cr_assert(ut_await(50000, caught_up, NULL), "the indexer caught up");
-    cr_expect_eq(ut_sql_int(g_path, "SELECT mark FROM search_index"), N_JOBS);
-    cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM job_headers"), N_JOBS);
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT mark FROM search_index"), N_JOBS);
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM job_headers"), N_JOBS);
     f.q = "Needle 1233\"}";
     cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
     cr_expect_eq(count, 1);
-    teardown();
 }

@@ -403,3 +403,74 @@ size_t ut_count_lines_with(const char *text, const char *needle)
     }
     return n;
 }
+
+/* ------------------------------------------------------------------------ */
+/* One store suite for both backends                                        */
+
+void ut_both_init(ut_both *b, const char *tag)
+{
+    memset(b, 0, sizeof(*b));
+    ut_tmpdir(b->dir, tag);
+    ut_path(b->path, b->dir, "jobs.db");
+}
+
+void ut_both_fini(ut_both *b)
+{
+    store_close(b->st);
+    b->st = NULL;
+    ut_pg_drop(b->pgdb);
+    b->pgdb[0] = '\0';
+    ut_rmtree(b->dir);
+}
+
+const char *ut_both_target(ut_both *b, bool pg)
+{
+    b->pg = pg;
+    if (!pg)
+        return b->path;
+    if (!ut_pg_available())
+        cr_skip_test("no PostgreSQL server (RMQS_TEST_PG_*): run through "
+                     "tests/run.sh");
+    if (b->pgdb[0] == '\0')
+        ut_pg_create(b->pgdb, b->url);
+    return b->url;
+}
+
+store_t *ut_both_open(ut_both *b, bool pg, const store_options *opt)
+{
+    const char *target = ut_both_target(b, pg);
+
+    b->st = ut_store_open(target, opt);
+    return b->st;
+}
+
+void ut_both_exec(const ut_both *b, const char *sql)
+{
+    if (b->pg)
+        ut_pg_exec(b->url, sql);
+    else
+        ut_sql_exec(b->path, sql);
+}
+
+int64_t ut_both_int(const ut_both *b, const char *sql)
+{
+    return b->pg ? ut_pg_int(b->url, sql) : ut_sql_int(b->path, sql);
+}
+
+rmqs_rc ut_claim(store_t *st, int64_t due_by_ms, int64_t now_ms, size_t limit,
+                 job_t **jobs_out, size_t *n_out)
+{
+    const char **ids = NULL;
+    rmqs_rc rc;
+
+    rc = store_claim_ahead(st, due_by_ms, now_ms, limit, jobs_out, n_out);
+    if (rc != RMQS_OK || *n_out == 0)
+        return rc;
+    ids = calloc(*n_out, sizeof(*ids));
+    cr_assert_not_null(ids);
+    for (size_t i = 0; i < *n_out; i++)
+        ids[i] = (*jobs_out)[i].id;
+    rc = store_record(st, ids, *n_out, NULL, 0, now_ms);
+    free(ids);
+    return rc;
+}

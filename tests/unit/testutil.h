@@ -2,7 +2,8 @@
  * testutil.h - the scaffolding several unit tests need, written once:
  * temporary folders and real store files, job construction, raw SQLite
  * looks at a database file, waiting for a condition with a deadline,
- * reading a file and capturing what a module writes to stderr.
+ * reading a file and capturing what a module writes to stderr, and the
+ * harness that runs one store test on both backends (UT_BOTH).
  *
  * Why a shared file: test_store, test_writer and test_janitor all run
  * against real SQLite files in a fresh folder, and test_log and
@@ -114,6 +115,56 @@ void ut_pg_exec(const char *url, const char *sql);
 /* The first column of the first row of sql at url, as an integer (NULL:
  * -1). */
 int64_t ut_pg_int(const char *url, const char *sql);
+
+/* One store suite for both backends (as River's driver test suite and
+ * Oban's engines): a case written once runs as NAME_sqlite on a fresh
+ * SQLite file and as NAME_postgres on a fresh database of the server
+ * tests/run.sh starts (skipped when none is named). A suite keeps one
+ * ut_both, calls ut_both_init in its .init and ut_both_fini in its .fini,
+ * and names a function open(bool pg) that opens its store through
+ * ut_both_open; UT_BOTH(suite, name, open) then defines both cases. */
+typedef struct ut_both {
+    bool pg;                /* the store of this run: PostgreSQL, else SQLite */
+    char dir[UT_PATH_MAX];  /* a fresh folder (the SQLite file is in it) */
+    char path[UT_PATH_MAX]; /* dir/jobs.db */
+    char pgdb[64];          /* the PostgreSQL database, "" if none */
+    char url[UT_URL_MAX];   /* its URL */
+    store_t *st;            /* what ut_both_open opened, closed at fini */
+} ut_both;
+
+void ut_both_init(ut_both *b, const char *tag);
+void ut_both_fini(ut_both *b);
+/* The target of this run's store (path or URL), making the PostgreSQL
+ * database first (or skipping the test when there is no server): for a
+ * test that opens the store itself. */
+const char *ut_both_target(ut_both *b, bool pg);
+/* Open this run's store on ut_both_target with opt; b->st. */
+store_t *ut_both_open(ut_both *b, bool pg, const store_options *opt);
+/* ut_sql_exec / ut_sql_int on this run's database, whichever it is (the
+ * SQL must read the same on both). */
+void ut_both_exec(const ut_both *b, const char *sql);
+int64_t ut_both_int(const ut_both *b, const char *sql);
+
+#define UT_BOTH(suite, name, open)                                            \
+    static void name(void);                                                   \
+    Test(suite, name##_sqlite)                                                \
+    {                                                                         \
+        open(false);                                                          \
+        name();                                                               \
+    }                                                                         \
+    Test(suite, name##_postgres)                                              \
+    {                                                                         \
+        open(true);                                                           \
+        name();                                                               \
+    }                                                                         \
+    static void name(void)
+
+/* The dispatcher's claim (dispatch/dispatcher.c): store_claim_ahead, then
+ * the claims written by store_record, so the jobs are publishing in the
+ * database as the live path leaves them; the jobs as store_claim_ahead
+ * returns them (the caller frees them, ut_jobs_free). */
+rmqs_rc ut_claim(store_t *st, int64_t due_by_ms, int64_t now_ms, size_t limit,
+                 job_t **jobs_out, size_t *n_out);
 
 /* Poll done(arg) every millisecond until it returns true or timeout_ms
  * have passed (CLOCK_MONOTONIC); returns its last answer. For conditions

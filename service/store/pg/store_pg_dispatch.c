@@ -1,6 +1,6 @@
 /*
  * store_pg_dispatch.c - the dispatcher's calls of the PostgreSQL backend and
- * what makes N instances on one database safe (store_pg.h; the contract is
+ * what makes N instances on one database safe (store_pg_core.h; the contract is
  * store.h and store_backend.h): the claim, the settle as a compare-and-set
  * on the owner, lease renewal, reclaim of expired leases, the LISTEN/NOTIFY
  * wake-up and the clock offset.
@@ -15,7 +15,7 @@
  *         lease_until = <db now + lease>, attempts = attempts + 1
  *       WHERE seq = ANY(ARRAY(SELECT seq ... WHERE status = pending AND
  *         due_at <= <due_by> ORDER BY due_at, seq LIMIT n
- *         FOR UPDATE SKIP LOCKED))
+ *         FOR NO KEY UPDATE SKIP LOCKED))
  *     Two instances claiming at once skip each other's locked rows, so a
  *     job is claimed once; a cancel or reschedule waits for the claim's row
  *     lock and then finds the job publishing (409), or holds the row first
@@ -36,7 +36,7 @@
  *     jobs of live instances, whose leases are current.
  *   - Wake: every transaction that stores or reschedules pending jobs
  *     (anywhere) sends pg_notify('rmqs_due', <earliest due_at>) at COMMIT
- *     (store_pg.c); a listener thread with a connection of its own polls
+ *     (pg_tx_commit, store_pg_core.c); a listener thread with a connection of its own polls
  *     its socket and calls the wake callback (store_set_wake). After a
  *     reconnect it calls it with 0: anything may have been missed.
  *   - Clock: every due time is compared with the database's clock. The
@@ -49,7 +49,7 @@
  *     next_due, lease_until) is on the database's clock: the dispatcher
  *     adds the offset to its own clock.
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -62,19 +62,26 @@
 
 #include "log.h"
 #include "timeutil.h"
+#include "worker.h"
 
 /* The claim; returns the jobs as they were (pending, attempts before). The
  * rows are locked by the inner SELECT (re-checked pending when locked), so
  * the outer UPDATE finds them by seq alone: a second "status = 0" there let
  * the planner of a table without statistics read every pending job through
- * jobs_status_deliver and filter on seq (test_store_pg_dispatch.c). */
+ * jobs_status_deliver and filter on seq (test_store_pg_dispatch.c).
+ * FOR NO KEY UPDATE, the lock the UPDATE itself takes (it changes no key):
+ * FOR UPDATE also conflicts with the KEY SHARE lock that an insert into
+ * job_text (REFERENCES jobs (seq)) holds on the job until the indexer's
+ * batch commits, so SKIP LOCKED passed over due jobs while the indexer
+ * ran (found by the store unit tests on PostgreSQL). Two claims, and a
+ * claim and a cancel or reschedule, still exclude each other. */
 const char pg_claim_sql[] =
     "UPDATE jobs SET status = 1, owner = $1, "
     "lease_until = " PG_NOW_MS " + $2::bigint, attempts = attempts + 1, "
     "updated_at = $3::bigint "
     "WHERE seq = ANY(ARRAY(SELECT seq FROM jobs WHERE status = 0 AND "
     "due_at <= $4::bigint ORDER BY due_at, seq LIMIT $5::bigint "
-    "FOR UPDATE SKIP LOCKED)) "
+    "FOR NO KEY UPDATE SKIP LOCKED)) "
     "RETURNING seq, id, 0::smallint, exchange, routing_key, deliver_at, "
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "
@@ -228,40 +235,6 @@ rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
 {
     (void)held; /* nothing held is pending in the database */
     return claim(b, due_by_ms, tu_now_ms(), limit, c, cap, n_out);
-}
-
-rmqs_rc pg_claim_due(store_backend *b, int64_t due_by_ms, int64_t now_ms,
-                     size_t limit, job_t **jobs_out, size_t *n_out)
-{
-    store_claimed *c = NULL;
-    size_t cap = 0, n = 0;
-    job_t *jobs = NULL;
-    rmqs_rc rc;
-
-    *jobs_out = NULL;
-    *n_out = 0;
-    rc = claim(b, due_by_ms, now_ms, limit, &c, &cap, &n);
-    if (rc == RMQS_OK && n > 0) {
-        jobs = malloc(n * sizeof(*jobs));
-        if (jobs == NULL)
-            rc = RMQS_ENOMEM;
-    }
-    if (rc != RMQS_OK) {
-        for (size_t i = 0; i < n; i++)
-            job_clear(&c[i].job);
-        free(c);
-        return rc;
-    }
-    for (size_t i = 0; i < n; i++) {
-        jobs[i] = c[i].job; /* as the claim made it */
-        jobs[i].status = JOB_PUBLISHING;
-        jobs[i].attempts++;
-        jobs[i].updated_at = now_ms;
-    }
-    free(c);
-    *jobs_out = jobs;
-    *n_out = n;
-    return RMQS_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -706,20 +679,16 @@ static void *listener_main(void *arg)
 
 rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err)
 {
-    int rc;
-
     if (pipe(b->stop_pipe) != 0)
         return rmqs_fail(err, RMQS_ESYS, NULL, "pipe: %s", strerror(errno));
-    rc = pthread_create(&b->keeper, NULL, keeper_main, b);
-    if (rc != 0)
-        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_create: %s",
-                         strerror(rc));
-    b->keeper_started = true;
-    rc = pthread_create(&b->listener, NULL, listener_main, b);
-    if (rc != 0)
-        return rmqs_fail(err, RMQS_ESYS, NULL, "pthread_create: %s",
-                         strerror(rc));
-    b->listener_started = true;
+    if (worker_thread_start(&b->keeper, "rmqs-pg-keeper", keeper_main, b) !=
+        RMQS_OK)
+        return rmqs_fail(err, RMQS_ESYS, NULL,
+                         "cannot start the lease keeper thread");
+    if (worker_thread_start(&b->listener, "rmqs-pg-listen", listener_main,
+                            b) != RMQS_OK)
+        return rmqs_fail(err, RMQS_ESYS, NULL,
+                         "cannot start the listener thread");
     return RMQS_OK;
 }
 
@@ -731,9 +700,6 @@ void pg_threads_stop(store_backend *b)
     pthread_mutex_unlock(&b->stop_mu);
     if (b->stop_pipe[1] >= 0)
         (void)!write(b->stop_pipe[1], "x", 1);
-    if (b->keeper_started)
-        pthread_join(b->keeper, NULL);
-    if (b->listener_started)
-        pthread_join(b->listener, NULL);
-    b->keeper_started = b->listener_started = false;
+    worker_thread_join(&b->keeper);
+    worker_thread_join(&b->listener);
 }

@@ -29,7 +29,7 @@
  *   - The connection is its own (b->ix, synchronous_commit off: a lost
  *     batch is redone from the mark), connected on first use.
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <stdlib.h>
 #include <string.h>

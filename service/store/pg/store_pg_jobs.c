@@ -2,7 +2,7 @@
  * store_pg_jobs.c - the clients' calls of the PostgreSQL backend: insert
  * (one group commit of requests, each all-or-nothing, with its idempotency
  * key), get, and the one update path of a reschedule or a cancel
- * (store_pg.h; the contract is store.h and store_backend.h).
+ * (store_pg_core.h; the contract is store.h and store_backend.h).
  *
  * Why a room of its own: these are the calls an HTTP request or the ingest
  * makes, on the writer's connection, answered to a client.
@@ -20,7 +20,7 @@
  * (the same request: existed; another one: RMQS_ECONFLICT). Its job is
  * checked against the key at COMMIT (a deferred reference).
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <endian.h>
 #include <inttypes.h>

@@ -34,7 +34,7 @@
  * Row <-> store_schedule: next_fire_at and last_fire_at NULL are -1,
  * last_job_id is bytea (NULL: ""). Results come back binary (pg_exec).
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <inttypes.h>
 #include <jansson.h>

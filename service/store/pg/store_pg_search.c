@@ -29,7 +29,7 @@
  * the search budget: past it the server cancels (57014) and the call ends
  * with RMQS_ETIMEDOUT.
  */
-#include "store_pg_impl.h"
+#include "store_pg_core.h"
 
 #include <jansson.h>
 #include <stdarg.h>

@@ -1,16 +1,16 @@
 /*
  * store_sqlite_dispatch.c - the dispatcher's calls of the SQLite backend:
  * the next due time and the due reads on the read connection (never behind
- * the writer), the claim in one transaction (store_claim_due), the claims
- * and outcomes of a bunch (store_record), and recovery at start-up
- * (store_sqlite.h; the contract is store.h and store_backend.h).
+ * the writer), the claims and outcomes of a bunch (store_record), and
+ * recovery at start-up (store_sqlite_core.h; the contract is store.h and
+ * store_backend.h).
  *
  * Why a room of its own: these commit relaxed (TX_RELAXED, the sync policy
  * of store_sqlite_schema.c), and the reads run on a connection of their own
  * so a claim never waits for the writer's commit or its fsync; store.c
  * holds what they read in the claimset.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,79 +44,6 @@ rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,
     sq_stmt_done(s);
     pthread_mutex_unlock(&st->rd_mu);
     return out;
-}
-
-rmqs_rc sq_claim_due(store_backend *st, int64_t due_by_ms, int64_t now_ms,
-                     size_t limit, job_t **jobs_out, size_t *n_out)
-{
-    store_claimed *c = NULL;
-    job_t *jobs = NULL;
-    size_t n = 0, cap = 0;
-    sqlite3_stmt *s;
-    rmqs_rc out;
-    int rc;
-
-    *jobs_out = NULL;
-    *n_out = 0;
-    if (limit == 0)
-        return RMQS_OK;
-    if (limit > (size_t)INT64_MAX)
-        limit = (size_t)INT64_MAX;
-
-    sq_lock(st);
-    out = sq_tx_begin(st, TX_RELAXED);
-    if (out != RMQS_OK)
-        goto unlock;
-    s = sq_stmt(st, S_CLAIM_DUE);
-    sqlite3_bind_int64(s, 1, now_ms);
-    sqlite3_bind_int64(s, 2, due_by_ms);
-    sqlite3_bind_int64(s, 3, (int64_t)limit);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (n == cap) {
-            store_claimed *nc = store_grow(c, &cap, sizeof(*c));
-            if (!nc) {
-                out = RMQS_ENOMEM;
-                break;
-            }
-            c = nc;
-        }
-        out = sq_row_to_job(s, &c[n].job, &c[n].seq);
-        if (out != RMQS_OK)
-            break;
-        n++;
-    }
-    if (out == RMQS_OK && rc != SQLITE_DONE)
-        out = sq_fail(st, rc, sq_stmt_defs[S_CLAIM_DUE].name);
-    sq_stmt_done(s);
-    /* one RETURNING row per job claimed: pending -> publishing */
-    store_delta_move(&st->delta, JOB_PENDING, JOB_PUBLISHING, (int64_t)n);
-    if (out == RMQS_OK && n > 0) {
-        jobs = malloc(n * sizeof(*jobs));
-        if (!jobs)
-            out = RMQS_ENOMEM;
-    }
-    if (out == RMQS_OK)
-        out = sq_tx_commit(st);
-    else
-        sq_tx_abort(st);
-unlock:
-    pthread_mutex_unlock(&st->mu);
-
-    if (out != RMQS_OK) {
-        for (size_t i = 0; i < n; i++)
-            job_clear(&c[i].job);
-        free(c);
-        free(jobs);
-        return out;
-    }
-    /* RETURNING order is unspecified: due order is (due_at, seq) */
-    store_claimed_sort(c, n);
-    for (size_t i = 0; i < n; i++)
-        jobs[i] = c[i].job;
-    free(c);
-    *jobs_out = jobs;
-    *n_out = n;
-    return RMQS_OK;
 }
 
 /* Read up to limit candidates (pending, due by due_by_ms, not held) from

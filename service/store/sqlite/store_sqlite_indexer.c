@@ -29,7 +29,7 @@
  *     advances under a steady load.
  *   - Deletes (the purge) keep the side tables by a trigger (0007).
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,13 +2,13 @@
  * store_sqlite_jobs.c - the clients' calls of the SQLite backend: insert (one
  * group commit of requests, each all-or-nothing in a savepoint, with its
  * idempotency key), get, and the one update path of a reschedule or a
- * cancel (store_sqlite.h; the contract is store.h and store_backend.h).
+ * cancel (store_sqlite_core.h; the contract is store.h and store_backend.h).
  *
  * Why a room of its own: these are the calls an HTTP request or the ingest
  * makes, durable (TX_DURABLE: fsynced on a FULL store) and answered to a
  * client; the dispatcher's relaxed calls are in store_sqlite_dispatch.c.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@
 /* ------------------------------------------------------------------------ */
 /* Insert and read                                                          */
 
-/* Inside the caller's transaction: insert the job (store_sqlite.h). */
+/* Inside the caller's transaction: insert the job (store_sqlite_core.h). */
 rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
                       const unsigned char id[JOB_ID_BYTES], int64_t *seq_out,
                       bool *inserted)
@@ -266,52 +266,6 @@ rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 
 /* ------------------------------------------------------------------------ */
 /* Listing                                                                  */
-
-rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
-                        size_t limit, size_t max_bytes, job_t **jobs_out,
-                        size_t *n_out, bool *more, store_cursor *last)
-{
-    int64_t last_seq = 0;
-    job_t *jobs = NULL;
-    size_t n = 0, cap = 0;
-    store_page page;
-    rmqs_rc out = RMQS_OK;
-    int rc;
-
-    store_page_init(&page, limit, max_bytes);
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (!store_page_take(&page, sq_row_bytes(s))) {
-            *more = true;
-            break;
-        }
-        if (n == cap) {
-            job_t *nj = store_grow(jobs, &cap, sizeof(*jobs));
-            if (!nj) {
-                out = RMQS_ENOMEM;
-                break;
-            }
-            jobs = nj;
-        }
-        out = sq_row_to_job(s, &jobs[n], &last_seq);
-        if (out != RMQS_OK)
-            break;
-        n++;
-    }
-    if (out == RMQS_OK && rc != SQLITE_ROW && rc != SQLITE_DONE)
-        out = sq_fail(st, rc, op);
-    if (out != RMQS_OK) {
-        store_jobs_free(jobs, n);
-        *more = false;
-        return out;
-    }
-    if (n > 0) {
-        last->deliver_at = jobs[n - 1].deliver_at;
-        last->seq = last_seq;
-    }
-    *jobs_out = jobs;
-    *n_out = n;
-    return RMQS_OK;
-}
 
 /* No filter or the status alone: the prepared statements below; any
  * other filter: the query built for it (store_sqlite_search.c). */

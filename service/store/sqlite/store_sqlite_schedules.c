@@ -23,7 +23,7 @@
  * Row <-> store_schedule: next_fire_at and last_fire_at NULL are -1,
  * last_job_id is a 16-byte BLOB (NULL: ""), paused 0/1.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdint.h>
 #include <stdlib.h>

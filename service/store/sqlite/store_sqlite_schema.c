@@ -1,7 +1,7 @@
 /*
  * store_sqlite_schema.c - opening a SQLite database for the store: the
  * connection's pragmas, the migrations runner, the sync policy and the
- * dispatcher's read connection (the SQLite backend; store_sqlite.h).
+ * dispatcher's read connection (the SQLite backend; store_sqlite_core.h).
  *
  * Why a room of its own: what the file must look like before the first
  * statement is prepared (WAL, synchronous, a schema at this binary's
@@ -13,11 +13,11 @@
  * at open in ascending order, each in its own transaction together with its
  * schema_migrations row. A database newer than the binary is refused.
  *
- * Sync policy. The dispatcher's own transactions (store_claim_due,
- * store_settle, store_record, store_recover) commit with synchronous=NORMAL
- * even on a FULL connection: the connection switches to NORMAL before their
+ * Sync policy. The dispatcher's own transactions (store_settle,
+ * store_record, store_recover) commit with synchronous=NORMAL even on a
+ * FULL connection: the connection switches to NORMAL before their
  * BEGIN and back to FULL when they end (sq_sync_set, called by the
- * transaction helpers of store_sqlite.c). Why this is safe: a job's
+ * transaction helpers of store_sqlite_core.c). Why this is safe: a job's
  * insertion is always fsynced (API writes stay FULL, and a FULL transaction
  * refuses to start if FULL cannot be restored); in WAL mode a NORMAL commit
  * survives a process crash, and only an OS crash or power loss can undo
@@ -33,7 +33,7 @@
  * itself (its program is just OP_Expire), so the first step after open
  * would silently keep the older setting.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -277,25 +277,4 @@ rmqs_rc sq_rd_open(store_backend *st, const char *path, rmqs_error *err)
 void sq_global_config(void)
 {
     (void)sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); /* MISUSE if late */
-}
-
-/* Put the connection at synchronous NORMAL (relaxed) or back at FULL; a
- * no-op for a store opened NORMAL. Outside a transaction only: SQLite
- * refuses the change inside one. A fresh exec each time, because a kept
- * prepared PRAGMA synchronous does not reliably apply (file comment). */
-rmqs_rc sq_sync_set(store_backend *st, bool relaxed)
-{
-    int rc;
-
-    if (!st->sync_full || st->sync_relaxed == relaxed)
-        return RMQS_OK;
-    rc = sqlite3_exec(st->db,
-                      relaxed ? "PRAGMA synchronous = NORMAL"
-                              : "PRAGMA synchronous = FULL",
-                      NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
-        return sq_fail(st, rc, relaxed ? "synchronous_normal"
-                                       : "synchronous_full");
-    st->sync_relaxed = relaxed;
-    return RMQS_OK;
 }

@@ -50,7 +50,7 @@
  * a count counts the rows it walks, so one that runs out answers what it
  * counted so far, capped.
  */
-#include "store_sqlite.h"
+#include "store_sqlite_core.h"
 
 #include <stdio.h>
 #include <stdlib.h>

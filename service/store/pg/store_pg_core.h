@@ -1,23 +1,31 @@
 /*
- * store_pg_impl.h - the PostgreSQL backend's insides, shared by its files
- * only
- * (store_pg.c: connections, errors, transactions, rows, migrations, open and
- * the small calls; store_pg_jobs.c: the clients' calls; store_pg_search.c:
- * lists and counts under a filter; store_pg_indexer.c: the search's side
- * table, filled off the insert path; store_pg_dispatch.c:
- * claim, record, lease renewal and reclaim, LISTEN/NOTIFY, the clock).
- * store.c sees only store_pg.h.
+ * store_pg_core.h - the PostgreSQL backend's insides, shared by its files
+ * only. From the bottom up:
+ *   - store_pg_url.c (store_pg_url.h): URLs, their secrets, SQLSTATE ->
+ *     rmqs_rc; pure;
+ *   - store_pg_core.c: connections and their repair, statements, page
+ *     measuring, transactions with their count deltas and notifications,
+ *     rows -> jobs;
+ *   - store_pg_dispatch.c: claim, record, lease renewal and reclaim,
+ *     LISTEN/NOTIFY, the clock; store_pg_indexer.c: the search's side
+ *     table, filled off the insert path; store_pg_search.c: lists and
+ *     counts under a filter;
+ *   - store_pg_jobs.c: the clients' calls; store_pg_schedules.c: the
+ *     schedule ops;
+ *   - store_pg.c: the migrations runner, open and close, the small calls
+ *     and the ops table (store_pg.h, all that store.c sees).
+ * Each file calls only files below it.
  *
- * Why one header for three files: they share the connections, the
+ * Why one header for these files: they share the connections, the
  * transaction discipline and the row decoding; each file is one room (who
- * calls it), as for SQLite (store_sqlite.h).
+ * calls it), as for SQLite (store_sqlite_core.h).
  *
  * Connections, one per role, each with its own mutex (a libpq connection is
  * used by one thread at a time):
  *   - wr: HTTP and ingest calls (insert, get, list, update, counts, purge,
  *     ping), serialised like SQLite's writer;
- *   - feed: the dispatcher's feeder (read_due = the claim, next_due,
- *     claim_due), so a claim never waits for the writer's commit;
+ *   - feed: the dispatcher's feeder (read_due = the claim,
+ *     next_due), so a claim never waits for the writer's commit;
  *   - disp: record, recover and the housekeeping thread (lease renewal,
  *     reclaim of expired leases, the clock offset);
  *   - the listener thread's own connection (LISTEN rmqs_due).
@@ -26,8 +34,8 @@
  * target_session_attrs=read-write then lands on whichever host is now the
  * primary); the call that found it broken fails with RMQS_EDB.
  */
-#ifndef RMQS_STORE_PG_IMPL_H
-#define RMQS_STORE_PG_IMPL_H
+#ifndef RMQS_STORE_PG_CORE_H
+#define RMQS_STORE_PG_CORE_H
 
 #include <libpq-fe.h>
 #include <pthread.h>
@@ -37,7 +45,8 @@
 
 #include "store_backend.h"
 #include "store_indexer.h"
-#include "store_pg.h"
+#include "worker.h"
+#include "store_pg_url.h"
 
 #define MODULE "store"
 
@@ -121,11 +130,10 @@ struct store_backend {
     pthread_cond_t stop_cv;
     bool stopping;
     int stop_pipe[2]; /* wakes the listener's poll at close */
-    bool keeper_started, listener_started;
-    pthread_t keeper, listener;
+    worker_thread keeper, listener; /* rmqs-pg-keeper, rmqs-pg-listen */
 };
 
-/* ---- store_pg.c ---- */
+/* ---- store_pg_core.c ---- */
 
 /* Lock pc and make sure its connection is up ((re)opened if needed);
  * RMQS_EDB (logged) if it cannot be: pc stays locked either way, the
@@ -136,6 +144,13 @@ void pg_done(pg_conn *pc);
 /* Route c's notices and asynchronous errors to the log (one line each)
  * instead of stderr. */
 void pg_quiet(PGconn *c);
+/* Open a connection to b->url for role (the application_name; relaxed:
+ * synchronous_commit off; timeout_ms the statement_timeout, 0 none); NULL
+ * (the reason, without the password, in buf) on failure. */
+PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
+                   int64_t timeout_ms, char *buf, size_t len);
+/* The first line of libpq's message msg into buf, for one-line logs. */
+void pg_first_line(const char *msg, char *buf, size_t len);
 
 /* Run sql with n text parameters (binary where bin[i] is nonzero; lens
  * for those), results in binary. Returns the result (caller PQclear) or
@@ -237,10 +252,11 @@ int64_t pg_search_index_lag(store_backend *b);
 extern const store_schedule_ops pg_schedule_ops;
 
 /* ---- store_pg_dispatch.c ---- */
+/* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):
+ * test_store_pg_dispatch.c checks its plan. */
+extern const char pg_claim_sql[];
 rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
                     int64_t *due_at_out);
-rmqs_rc pg_claim_due(store_backend *b, int64_t due_by_ms, int64_t now_ms,
-                     size_t limit, job_t **jobs_out, size_t *n_out);
 rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
                     size_t limit, store_claimed **c, size_t *cap,
                     size_t *n_out);

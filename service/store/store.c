@@ -50,6 +50,8 @@
 #include "store_pg.h"
 #include "store_sqlite.h"
 
+#define MOD "store"
+
 #define CLAIM_READS 3 /* snapshots one store_claim_ahead call may read */
 
 /* struct store is in store_backend.h (store_schedules.c shares it). */
@@ -458,7 +460,7 @@ static void give_back(store_t *st, const store_claimed *c, size_t n,
         }
     }
     if (ids == NULL || o == NULL || m > 0)
-        log_warn("store", "claimed jobs not kept could not be given back; "
+        log_warn(MOD, "claimed jobs not kept could not be given back; "
                  "their lease brings them back", "n=%zu", n);
     free(ids);
     free(o);

@@ -16,7 +16,7 @@
 
 #include "log.h"
 
-#define MODULE "store"
+#define MOD "store"
 
 void store_delta_clear(store_delta *d)
 {
@@ -102,7 +102,7 @@ rmqs_rc store_json_load(const char *text, size_t len, const char *job_id,
     *out = json_loadb(text, len, JSON_ALLOW_NUL, &jerr);
     if (*out)
         return RMQS_OK;
-    log_error(MODULE, "corrupt row", "id=%s reason=\"%s\"", job_id, jerr.text);
+    log_error(MOD, "corrupt row", "id=%s reason=\"%s\"", job_id, jerr.text);
     return RMQS_EDB;
 }
 

@@ -53,6 +53,8 @@
 #include "log.h"
 #include "timeutil.h"
 
+#define MOD "store"
+
 /* ------------------------------------------------------------------------ */
 /* Migrations                                                               */
 
@@ -121,7 +123,7 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
         pg_tx_abort(pc);
         return migrate_fail(err, pc, "recording the migration", b->safe_url);
     }
-    log_info(MODULE, "migration applied", "version=%d name=%s", m->version,
+    log_info(MOD, "migration applied", "version=%d name=%s", m->version,
              m->name);
     return RMQS_OK;
 }
@@ -343,7 +345,7 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         rc = pg_ix_start(b, err);
     if (rc != RMQS_OK)
         goto fail;
-    log_info(MODULE, "database open",
+    log_info(MOD, "database open",
              "backend=postgres url=%s instance=%s lease_ms=%" PRId64
              " clock_offset_ms=%" PRId64 " synchronous_commit=%s",
              b->safe_url, b->instance, b->lease_ms,
@@ -479,7 +481,7 @@ static rmqs_rc pg_ping(store_backend *b)
                                 "::boolean", 0, NULL, NULL, NULL, &rc);
         if (res != NULL && PQntuples(res) == 1 &&
             PQgetvalue(res, 0, 0)[0] != 0) {
-            log_warn(MODULE, "the database takes no writes (a standby, or read-only)", "url=%s",
+            log_warn(MOD, "the database takes no writes (a standby, or read-only)", "url=%s",
                      b->safe_url);
             PQfinish(b->wr.c);
             b->wr.c = NULL; /* the next call looks for the primary */

@@ -22,6 +22,8 @@
 #include "log.h"
 #include "timeutil.h"
 
+#define MOD "store"
+
 
 /* A failure after which the connection is not worth keeping: lost, a
  * server going down, or a server that no longer takes writes (a multi-host
@@ -56,7 +58,7 @@ void pg_first_line(const char *msg, char *buf, size_t len)
 static void on_notice(void *arg, const char *msg)
 {
     (void)arg;
-    log_warn(MODULE, "database notice", "message=\"%.*s\"",
+    log_warn(MOD, "database notice", "message=\"%.*s\"",
              (int)strcspn(msg, "\n"), msg);
 }
 
@@ -117,11 +119,11 @@ static rmqs_rc ensure_up(store_backend *b, pg_conn *pc)
     pc->c = pg_connect(b, pc->role, pc->relaxed, pc->timeout_ms, msg,
                        sizeof(msg));
     if (pc->c == NULL) {
-        log_error(MODULE, "cannot connect to the database",
+        log_error(MOD, "cannot connect to the database",
                   "role=%s url=%s reason=\"%s\"", pc->role, b->safe_url, msg);
         return RMQS_EDB;
     }
-    log_info(MODULE, "database connected", "role=%s url=%s", pc->role,
+    log_info(MOD, "database connected", "role=%s url=%s", pc->role,
              b->safe_url);
     return RMQS_OK;
 }
@@ -152,11 +154,11 @@ rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
      * itself (lock_timeout: only the search indexer sets one, and tries
      * again later) is expected under load, not a failure to shout about */
     if (st != NULL && strcmp(st, "55P03") == 0)
-        log_debug(MODULE, "lock wait given up", "op=%s role=%s", op, pc->role);
+        log_debug(MOD, "lock wait given up", "op=%s role=%s", op, pc->role);
     else if (st != NULL && strcmp(st, "57014") == 0 && pc->timeout_ms > 0)
         out = RMQS_ETIMEDOUT; /* a search past its budget: the caller's */
     else if (out != RMQS_ECONFLICT && out != RMQS_EINVAL)
-        log_error(MODULE, "database call failed",
+        log_error(MOD, "database call failed",
                   "op=%s role=%s sqlstate=%s reason=\"%s\"", op, pc->role,
                   st ? st : "none", msg);
     if (conn_gone(pc->c, st)) {
@@ -408,7 +410,7 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
     memset(out, 0, sizeof(*out));
     if (PQgetisnull(res, r, PC_ID) ||
         PQgetlength(res, r, PC_ID) != JOB_ID_BYTES) {
-        log_error(MODULE, "corrupt row", "seq=%" PRId64 " column=id",
+        log_error(MOD, "corrupt row", "seq=%" PRId64 " column=id",
                   pg_int(res, r, PC_SEQ));
         return RMQS_EDB;
     }

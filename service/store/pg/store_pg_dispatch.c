@@ -64,6 +64,8 @@
 #include "timeutil.h"
 #include "worker.h"
 
+#define MOD "store"
+
 /* The claim; returns the jobs as they were (pending, attempts before). The
  * rows are locked by the inner SELECT (re-checked pending when locked), so
  * the outer UPDATE finds them by seq alone: a second "status = 0" there let
@@ -214,7 +216,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     if (rc != RMQS_OK && n > 0) {
         /* committed, but we cannot hand them over: the lease brings them
          * back (they stay ours until it expires, never lost) */
-        log_error(MODULE, "claimed jobs dropped; their lease will expire",
+        log_error(MOD, "claimed jobs dropped; their lease will expire",
                   "n=%zu", n);
         for (size_t i = 0; i < n; i++)
             job_clear(&(*c)[i].job);
@@ -438,7 +440,7 @@ rmqs_rc pg_record(store_backend *b,
     else
         pg_tx_abort(pc);
     if (rc == RMQS_OK && lost > 0)
-        log_warn(MODULE, "outcomes not recorded: the jobs are no longer "
+        log_warn(MOD, "outcomes not recorded: the jobs are no longer "
                  "this instance's (lease expired and reclaimed)",
                  "n=%zu of=%zu instance=%s", lost, n, b->instance);
 unlock:
@@ -521,7 +523,7 @@ static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
         } else if (prev > 0) {
             atomic_store(&b->renew_chain, 0);
             atomic_store(&b->renewed_until, 0);
-            log_warn(MODULE, "lease renewal came after the lease ended "
+            log_warn(MOD, "lease renewal came after the lease ended "
                      "(frozen, or cut off from the database): each claim "
                      "now holds only until its own lease",
                      "late_ms=%" PRId64 " instance=%s", r - prev,
@@ -570,7 +572,7 @@ static void *keeper_main(void *arg)
         }
         pg_done(pc);
         if (reclaimed > 0)
-            log_warn(MODULE, "jobs whose claimer's lease expired will be "
+            log_warn(MOD, "jobs whose claimer's lease expired will be "
                      "published again", "n=%zu instance=%s", reclaimed,
                      b->instance);
     }
@@ -608,7 +610,7 @@ static PGconn *listen_connect(store_backend *b, bool *logged)
         if (PQresultStatus(res) == PGRES_COMMAND_OK) {
             PQclear(res);
             if (*logged)
-                log_info(MODULE, "listening for due jobs again", "url=%s",
+                log_info(MOD, "listening for due jobs again", "url=%s",
                          b->safe_url);
             *logged = false;
             return c;
@@ -618,7 +620,7 @@ static PGconn *listen_connect(store_backend *b, bool *logged)
         char msg[256];
         store_pg_scrub(b->url, c ? PQerrorMessage(c) : "out of memory", msg,
                        sizeof(msg));
-        log_warn(MODULE, "cannot listen for due jobs; retrying",
+        log_warn(MOD, "cannot listen for due jobs; retrying",
                  "url=%s reason=\"%s\"", b->safe_url, msg);
     }
     *logged = true;

@@ -30,6 +30,8 @@
 
 #include "log.h"
 
+#define MOD "store"
+
 #define INSERT_NCOLS 22
 
 #define INSERT_HEAD                                                          \
@@ -157,7 +159,7 @@ static void rows_done(pg_conn *pc, const job_t *const *jobs, size_t n,
                                     ? jobs[i]->deliver_at
                                     : jobs[i]->due_at);
     } else if (rc == RMQS_ECONFLICT || rc == RMQS_EINVAL) {
-        log_warn(MODULE, "job rejected by the schema", "first_id=%s rows=%zu",
+        log_warn(MOD, "job rejected by the schema", "first_id=%s rows=%zu",
                  jobs[0]->id, n);
     }
 }

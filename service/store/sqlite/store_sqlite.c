@@ -68,6 +68,8 @@
 
 #include "log.h"
 
+#define MOD "store"
+
 /* ------------------------------------------------------------------------ */
 /* Open, close, the small calls                                             */
 
@@ -193,7 +195,7 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
         if (rc != RMQS_OK)
             goto fail;
     }
-    log_info(MODULE, "database open", "path=%s synchronous=%s", path,
+    log_info(MOD, "database open", "path=%s synchronous=%s", path,
              sync_full ? "full" : "normal");
     *out = st;
     return RMQS_OK;

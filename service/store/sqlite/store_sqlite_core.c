@@ -17,6 +17,8 @@
 
 #include "log.h"
 
+#define MOD "store"
+
 /*
  * The dispatcher's two queries say INDEXED BY jobs_due: without table
  * statistics SQLite 3.40 prefers jobs_status_deliver (status=?) and then
@@ -146,7 +148,7 @@ rmqs_rc sq_fail_on(sqlite3 *db, int rc, const char *op)
         out = RMQS_EDB;
         break;
     }
-    log_error(MODULE, "database call failed",
+    log_error(MOD, "database call failed",
               "op=%s code=%d reason=\"%s\" detail=\"%s\" errno=%d", op, rc,
               sqlite3_errstr(rc), sqlite3_errmsg(db), sys);
     return out;
@@ -359,7 +361,7 @@ rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
 
     memset(out, 0, sizeof(*out));
     if (!id || sqlite3_column_bytes(s, COL_ID) != JOB_ID_BYTES) {
-        log_error(MODULE, "corrupt row", "seq=%lld column=id",
+        log_error(MOD, "corrupt row", "seq=%lld column=id",
                   (long long)sqlite3_column_int64(s, COL_SEQ));
         return RMQS_EDB;
     }
@@ -518,7 +520,7 @@ rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
         pthread_mutex_unlock(&st->mu);
         if (rc != SQLITE_OK) {
-            log_error(MODULE, "cannot open the checkpoint connection",
+            log_error(MOD, "cannot open the checkpoint connection",
                       "reason=\"%s\"", sqlite3_errstr(rc));
             sqlite3_close(st->ckpt_db);
             st->ckpt_db = NULL;
@@ -535,7 +537,7 @@ rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
     rc = sqlite3_wal_checkpoint_v2(st->ckpt_db, NULL, SQLITE_CHECKPOINT_PASSIVE,
                                    &log, &ckpt);
     if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
-        log_warn(MODULE, "checkpoint failed", "reason=\"%s\"",
+        log_warn(MOD, "checkpoint failed", "reason=\"%s\"",
                  sqlite3_errmsg(st->ckpt_db));
         out = RMQS_EDB;
     }

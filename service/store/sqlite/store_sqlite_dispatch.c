@@ -18,6 +18,8 @@
 
 #include "log.h"
 
+#define MOD "store"
+
 rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,
                     int64_t *due_at_out)
 {
@@ -155,7 +157,7 @@ rmqs_rc sq_record(store_backend *st,
              * and reschedule refuse a held job */
             char text[JOB_ID_LEN + 1];
             job_id_format(claims[i], text);
-            log_warn(MODULE, "a job claimed ahead was no longer pending",
+            log_warn(MOD, "a job claimed ahead was no longer pending",
                      "id=%s", text);
         }
     }

@@ -16,6 +16,8 @@
 
 #include "log.h"
 
+#define MOD "store"
+
 /* ------------------------------------------------------------------------ */
 /* Insert and read                                                          */
 
@@ -86,13 +88,13 @@ rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
         /* a duplicate job id is the caller's conflict, not a broken db */
         if (rc == SQLITE_CONSTRAINT_UNIQUE ||
             rc == SQLITE_CONSTRAINT_PRIMARYKEY) {
-            log_warn(MODULE, "duplicate job id", "id=%s", job->id);
+            log_warn(MOD, "duplicate job id", "id=%s", job->id);
             out = RMQS_ECONFLICT;
             sq_stmt_done(s);
         } else if (rc == SQLITE_CONSTRAINT_CHECK ||
                    rc == SQLITE_CONSTRAINT_NOTNULL) {
             /* status, body_kind or max_attempts out of range */
-            log_warn(MODULE, "job rejected by the schema", "id=%s detail=\"%s\"",
+            log_warn(MOD, "job rejected by the schema", "id=%s detail=\"%s\"",
                      job->id, sqlite3_errmsg(st->db));
             out = RMQS_EINVAL;
             sq_stmt_done(s);

@@ -42,6 +42,8 @@
 #include "log.h"
 #include "timeutil.h"
 
+#define MOD "store"
+
 /* Run a one-off statement (open time only) and copy the first column of
  * its first row into buf (may be NULL). */
 int sq_run_once(sqlite3 *db, const char *sql, char *buf, size_t len)
@@ -193,7 +195,7 @@ static rmqs_rc apply_migration(sqlite3 *db, const char *path,
     rc = sqlite3_exec(db, "COMMIT", NULL, NULL, &msg);
     if (rc != SQLITE_OK)
         goto fail;
-    log_info(MODULE, "migration applied", "version=%d name=%s", m->version,
+    log_info(MOD, "migration applied", "version=%d name=%s", m->version,
              m->name);
     return RMQS_OK;
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hexdigit.h"
 #include "log.h"
 
 #define MOD "store"
@@ -212,10 +213,13 @@ bool store_filter_is_search(const store_filter *f)
             f->id_prefix[0] != '\0' || f->header_name != NULL || f->q != NULL);
 }
 
-static int hex_val(char c)
+/* A digit of an id prefix (checked as hex by the filter's parser; anything
+ * else counts as 0, as it always has). */
+static int prefix_digit(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 0;
+    int v = hex_digit(c);
+
+    return v < 0 ? 0 : v;
 }
 
 bool store_id_prefix_range(const char *prefix, unsigned char lo[JOB_ID_BYTES],
@@ -228,7 +232,7 @@ bool store_id_prefix_range(const char *prefix, unsigned char lo[JOB_ID_BYTES],
         n = 2 * JOB_ID_BYTES;
     memset(lo, 0, JOB_ID_BYTES);
     for (size_t i = 0; i < n; i++)
-        lo[i / 2] |= (unsigned char)(hex_val(prefix[i]) << (i % 2 ? 0 : 4));
+        lo[i / 2] |= (unsigned char)(prefix_digit(prefix[i]) << (i % 2 ? 0 : 4));
     memcpy(hi, lo, JOB_ID_BYTES);
     /* + 1 at the last digit given, carrying towards the first */
     for (size_t i = n; i-- > 0 && carry;) {

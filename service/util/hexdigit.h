@@ -3,7 +3,7 @@
  *
  * Why a header of its own: job ids (job.c), the escapes of log lines
  * (log.c), id prefixes (store_common.c) and percent-escapes in a
- * PostgreSQL URL (store_pg.c) each read hex digits, and each carried its
+ * PostgreSQL URL (store_pg_url.c) each read hex digits, and each carried its
  * own copy of the same three comparisons. One static inline function, not a
  * .c beside utf8.c and base64.c: it is called per character inside parsing
  * loops, and a header adds no object file to the service, fuzz and bench

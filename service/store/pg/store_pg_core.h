@@ -48,7 +48,6 @@
 #include "worker.h"
 #include "store_pg_url.h"
 
-
 #define PG_SLOTS 64             /* job_counts slots (migration 0001) */
 #define PG_DEFAULT_LEASE_MS 10000
 #define PG_MIN_LEASE_MS 500

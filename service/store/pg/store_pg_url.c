@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hexdigit.h"
+
 /* ------------------------------------------------------------------------ */
 /* URLs and error codes (pure)                                              */
 
@@ -39,23 +41,15 @@ static void put(char *buf, size_t len, size_t *at, const char *s, size_t n)
  * case or percent-encoding (%70assword); so is every keyword libpq does not
  * know (libpq refuses it anyway, and it may be a misspelt secret).
  */
-static int url_hex(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
 /* s[0..n) percent-decoded into out (cap bytes, NUL-terminated). */
 static void url_decode(const char *s, size_t n, char *out, size_t cap)
 {
     size_t o = 0;
 
     for (size_t i = 0; i < n && o + 1 < cap; i++) {
-        if (s[i] == '%' && i + 2 < n && url_hex(s[i + 1]) >= 0 &&
-            url_hex(s[i + 2]) >= 0) {
-            out[o++] = (char)(url_hex(s[i + 1]) * 16 + url_hex(s[i + 2]));
+        if (s[i] == '%' && i + 2 < n && hex_digit(s[i + 1]) >= 0 &&
+            hex_digit(s[i + 2]) >= 0) {
+            out[o++] = (char)(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
             i += 2;
         } else {
             out[o++] = s[i];

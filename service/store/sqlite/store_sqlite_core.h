@@ -29,7 +29,6 @@
 #include "store_backend.h"
 #include "store_indexer.h"
 
-
 #define BUSY_TIMEOUT_MS 5000
 /* Searches that run side by side; more wait for one of these. Three: the
  * HTTP search pool has two threads (http_api.c), so one connection is

@@ -107,6 +107,26 @@ rmqs_rc store_json_load(const char *text, size_t len, const char *job_id,
     return RMQS_EDB;
 }
 
+rmqs_rc store_job_row_tail(job_t *out, const char *headers, size_t headers_len,
+                           const char *properties, size_t properties_len,
+                           const void *body, size_t body_len)
+{
+    if (headers != NULL &&
+        store_json_load(headers, headers_len, out->id, &out->headers) != RMQS_OK)
+        return RMQS_EDB;
+    if (properties != NULL &&
+        store_json_load(properties, properties_len, out->id,
+                        &out->properties) != RMQS_OK)
+        return RMQS_EDB;
+    out->body = malloc(body_len > 0 ? body_len : 1);
+    if (out->body == NULL)
+        return RMQS_ENOMEM;
+    if (body_len > 0)
+        memcpy(out->body, body, body_len);
+    out->body_len = body_len;
+    return RMQS_OK;
+}
+
 const char *store_job_message_id(const job_t *job)
 {
     json_t *mid = job->properties

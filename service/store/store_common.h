@@ -69,6 +69,15 @@ rmqs_rc store_json_text(const json_t *v, char **out);
  * (logged with the job id) for text that is not JSON. */
 rmqs_rc store_json_load(const char *text, size_t len, const char *job_id,
                         json_t **out);
+/* The end of a row read into a job, the same on both backends: the
+ * headers and properties columns (JSON text the store wrote; NULL when the
+ * column is NULL) parsed, the body copied (out->body is never NULL, even
+ * for an empty body: callers may memcpy from it). RMQS_EDB when a JSON
+ * column does not parse (logged with the job's id), RMQS_ENOMEM; the
+ * caller clears out on failure. */
+rmqs_rc store_job_row_tail(job_t *out, const char *headers, size_t headers_len,
+                           const char *properties, size_t properties_len,
+                           const void *body, size_t body_len);
 /* The message_id property (a string) that GET /jobs filters on, or NULL;
  * borrowed from job->properties. */
 const char *store_job_message_id(const job_t *job);

@@ -401,11 +401,17 @@ static char *col_text(const PGresult *res, int r, int c, bool *nomem)
     return out;
 }
 
+/* A column's text in place, or NULL when the column is NULL. */
+static const char *col_or_null(const PGresult *res, int r, int c)
+{
+    return PQgetisnull(res, r, c) ? NULL : PQgetvalue(res, r, c);
+}
+
 rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
                       int64_t *seq_out)
 {
     bool nomem = false;
-    int n;
+    rmqs_rc rc;
 
     memset(out, 0, sizeof(*out));
     if (PQgetisnull(res, r, PC_ID) ||
@@ -441,28 +447,15 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
     out->expires_at = pg_int(res, r, PC_EXPIRES_AT); /* NULL: 0, never */
     if (nomem || !out->exchange || !out->routing_key)
         goto nomem;
-    if (!PQgetisnull(res, r, PC_HEADERS) &&
-        store_json_load(PQgetvalue(res, r, PC_HEADERS),
-                        (size_t)PQgetlength(res, r, PC_HEADERS), out->id,
-                        &out->headers) != RMQS_OK)
-        goto bad;
-    if (!PQgetisnull(res, r, PC_PROPERTIES) &&
-        store_json_load(PQgetvalue(res, r, PC_PROPERTIES),
-                        (size_t)PQgetlength(res, r, PC_PROPERTIES), out->id,
-                        &out->properties) != RMQS_OK)
-        goto bad;
-    n = PQgetlength(res, r, PC_BODY);
-    /* never NULL, even for an empty body: callers may memcpy from it */
-    out->body = malloc(n > 0 ? (size_t)n : 1);
-    if (!out->body)
-        goto nomem;
-    if (n > 0)
-        memcpy(out->body, PQgetvalue(res, r, PC_BODY), (size_t)n);
-    out->body_len = (size_t)n;
-    return RMQS_OK;
-bad:
-    job_clear(out);
-    return RMQS_EDB;
+    rc = store_job_row_tail(
+        out, col_or_null(res, r, PC_HEADERS),
+        (size_t)PQgetlength(res, r, PC_HEADERS),
+        col_or_null(res, r, PC_PROPERTIES),
+        (size_t)PQgetlength(res, r, PC_PROPERTIES), PQgetvalue(res, r, PC_BODY),
+        (size_t)PQgetlength(res, r, PC_BODY));
+    if (rc != RMQS_OK)
+        job_clear(out);
+    return rc;
 nomem:
     job_clear(out);
     return RMQS_ENOMEM;

@@ -353,11 +353,21 @@ size_t sq_row_bytes(sqlite3_stmt *s)
                             (size_t)sqlite3_column_bytes(s, COL_BODY), len);
 }
 
+/* A TEXT column in place, or NULL when the column is NULL. */
+static const char *col_or_null(sqlite3_stmt *s, int c)
+{
+    return sqlite3_column_type(s, c) == SQLITE_NULL
+               ? NULL
+               : (const char *)sqlite3_column_text(s, c);
+}
+
 rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
 {
     const void *id = sqlite3_column_blob(s, COL_ID);
+    const char *headers, *properties;
     const void *body;
-    int n;
+    size_t headers_len, properties_len, body_len;
+    rmqs_rc rc;
 
     memset(out, 0, sizeof(*out));
     if (!id || sqlite3_column_bytes(s, COL_ID) != JOB_ID_BYTES) {
@@ -400,33 +410,19 @@ rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
         if (!out->schedule)
             goto nomem;
     }
-    if (sqlite3_column_type(s, COL_HEADERS) != SQLITE_NULL) {
-        const char *t = (const char *)sqlite3_column_text(s, COL_HEADERS);
-        n = sqlite3_column_bytes(s, COL_HEADERS);
-        if (store_json_load(t, (size_t)n, out->id, &out->headers) != RMQS_OK)
-            goto bad;
-    }
-    if (sqlite3_column_type(s, COL_PROPERTIES) != SQLITE_NULL) {
-        const char *t = (const char *)sqlite3_column_text(s, COL_PROPERTIES);
-        n = sqlite3_column_bytes(s, COL_PROPERTIES);
-        if (store_json_load(t, (size_t)n, out->id, &out->properties) !=
-            RMQS_OK)
-            goto bad;
-    }
+    /* each value first, then its length (the order SQLite asks for) */
+    headers = col_or_null(s, COL_HEADERS);
+    headers_len = (size_t)sqlite3_column_bytes(s, COL_HEADERS);
+    properties = col_or_null(s, COL_PROPERTIES);
+    properties_len = (size_t)sqlite3_column_bytes(s, COL_PROPERTIES);
     body = sqlite3_column_blob(s, COL_BODY);
-    n = sqlite3_column_bytes(s, COL_BODY);
-    /* never NULL, even for an empty body: callers may memcpy from it */
-    out->body = malloc(n > 0 ? (size_t)n : 1);
-    if (!out->body)
-        goto nomem;
-    if (n > 0)
-        memcpy(out->body, body, (size_t)n);
-    out->body_len = (size_t)n;
-    return RMQS_OK;
+    body_len = (size_t)sqlite3_column_bytes(s, COL_BODY);
+    rc = store_job_row_tail(out, headers, headers_len, properties,
+                            properties_len, body, body_len);
+    if (rc != RMQS_OK)
+        job_clear(out);
+    return rc;
 
-bad:
-    job_clear(out);
-    return RMQS_EDB;
 nomem:
     job_clear(out);
     return RMQS_ENOMEM;

@@ -43,7 +43,8 @@ int main(int argc, char **argv)
         if (rc != RMQS_OK) {
             status = rc == RMQS_EINVAL ? 2 : 1;
         } else {
-            while (sigwait(&sigs, &sig) != 0 || (sig != SIGTERM && sig != SIGINT))
+            while (sigwait(&sigs, &sig) != 0 ||
+                   (sig != SIGTERM && sig != SIGINT))
                 ;
             service_stop(svc, sig);
         }

@@ -60,20 +60,20 @@
 #define WRITER_MAX_ROWS 4096
 
 struct service {
-    const config *cfg;  /* borrowed */
-    int lock_fd;        /* the database lock, -1 if not taken */
+    const config *cfg; /* borrowed */
+    int lock_fd;       /* the database lock, -1 if not taken */
     store_t *st;
     janitor_t *janitor;
-    amqpp_t *pub;       /* the AMQP publisher, owned by disp once it exists */
+    amqpp_t *pub; /* the AMQP publisher, owned by disp once it exists */
     disp_t *disp;
     writer_t *writer;
     scheduler_t *scheduler; /* the runs of recurring schedules */
-    ingest_t *ingest;   /* NULL: no --ingest */
-    stats_t *stats;     /* the history of GET /stats */
-    bulk_t *bulk;       /* POST /jobs/bulk's runner */
+    ingest_t *ingest;       /* NULL: no --ingest */
+    stats_t *stats;         /* the history of GET /stats */
+    bulk_t *bulk;           /* POST /jobs/bulk's runner */
     http_api_t *api;
-    pubpol_t *policy;   /* the publish policy: HTTP, ingest and publisher */
-    _Atomic bool serving;      /* HTTP is up: "ready" may be logged */
+    pubpol_t *policy;     /* the publish policy: HTTP, ingest and publisher */
+    _Atomic bool serving; /* HTTP is up: "ready" may be logged */
     _Atomic bool ready_logged; /* the "ready" line was written */
 };
 
@@ -189,14 +189,14 @@ static rmqs_rc open_database(service_t *svc)
         log_error(MOD, "cannot lock the database", "error=\"%s\"", err.message);
         return RMQS_ESYS;
     }
-    if (store_open(cfg->db_path,
-                   &(store_options){.synchronous_full = cfg->sync_full,
-                                    .manual_checkpoint = true,
-                                    .lease_ms = cfg->lease_ms,
-                                    .search_budget_ms = cfg->search_timeout_ms,
-                                    .page_max_bytes =
-                                        (size_t)cfg->page_max_bytes},
-                   &svc->st, &err) != RMQS_OK) {
+    if (store_open(
+            cfg->db_path,
+            &(store_options){.synchronous_full = cfg->sync_full,
+                             .manual_checkpoint = true,
+                             .lease_ms = cfg->lease_ms,
+                             .search_budget_ms = cfg->search_timeout_ms,
+                             .page_max_bytes = (size_t)cfg->page_max_bytes},
+            &svc->st, &err) != RMQS_OK) {
         log_error(MOD, "cannot open the database", "db=\"%s\" error=\"%s\"",
                   file ? cfg->db_path : "(a URL)", err.message);
         return RMQS_EDB;
@@ -207,8 +207,10 @@ static rmqs_rc open_database(service_t *svc)
         return RMQS_EDB;
     }
     if (recovered > 0)
-        log_warn(MOD, "jobs left publishing by a previous run will be "
-                 "published again", "n=%zu", recovered);
+        log_warn(MOD,
+                 "jobs left publishing by a previous run will be "
+                 "published again",
+                 "n=%zu", recovered);
     return RMQS_OK;
 }
 
@@ -236,7 +238,8 @@ static rmqs_rc make_policy(service_t *svc)
             one_user = false;
     }
     amqpc_free(c);
-    svc->policy = pubpol_new(cfg->allow_exchanges, one_user ? login : NULL, &err);
+    svc->policy =
+        pubpol_new(cfg->allow_exchanges, one_user ? login : NULL, &err);
     free(login);
     if (svc->policy == NULL) {
         log_error(MOD, "out of memory", NULL);
@@ -297,17 +300,18 @@ static rmqs_rc start_dispatcher(service_t *svc)
         log_error(MOD, "bad AMQP settings", "error=\"%s\"", err.message);
         return RMQS_EINVAL;
     }
-    svc->disp = disp_new(svc->st, pub, &(disp_options){
-                             .batch_size = (int)cfg->batch_size,
-                             .window = (int)cfg->publish_window,
-                             .lookahead_ms = cfg->dispatch_lookahead_ms,
-                             .rt_priority = (int)cfg->dispatch_rt_priority,
-                             .backoff_base_ms = cfg->backoff_base_ms,
-                             .backoff_cap_ms = cfg->backoff_cap_ms,
-                             .confirm_timeout_ms = (int)cfg->confirm_timeout_ms,
-                             .heartbeat_s = (int)cfg->heartbeat_s,
-                             .on_connected = on_broker_connected,
-                             .connected_cls = svc});
+    svc->disp = disp_new(
+        svc->st, pub,
+        &(disp_options){.batch_size = (int)cfg->batch_size,
+                        .window = (int)cfg->publish_window,
+                        .lookahead_ms = cfg->dispatch_lookahead_ms,
+                        .rt_priority = (int)cfg->dispatch_rt_priority,
+                        .backoff_base_ms = cfg->backoff_base_ms,
+                        .backoff_cap_ms = cfg->backoff_cap_ms,
+                        .confirm_timeout_ms = (int)cfg->confirm_timeout_ms,
+                        .heartbeat_s = (int)cfg->heartbeat_s,
+                        .on_connected = on_broker_connected,
+                        .connected_cls = svc});
     if (svc->disp == NULL) {
         amqpp_free(pub);
         log_error(MOD, "out of memory", NULL);
@@ -326,19 +330,19 @@ static rmqs_rc start_ingest(service_t *svc, const job_limits *limits)
 
     if (cfg->ingest.n == 0)
         return RMQS_OK;
-    svc->ingest = ingest_new(
-        &(ingest_options){.url = cfg->amqp_url,
-                          .heartbeat_s = (int)cfg->heartbeat_s,
-                          .ca_file = cfg->amqp_ca_file,
-                          .cert_file = cfg->amqp_cert_file,
-                          .key_file = cfg->amqp_key_file,
-                          .mappings = cfg->ingest.maps,
-                          .n_mappings = cfg->ingest.n,
-                          .prefetch = (unsigned)cfg->ingest_prefetch,
-                          .invalid_rule = cfg->ingest_invalid,
-                          .dead_letter_exchange = cfg->ingest_dlx,
-                          .limits = *limits},
-        svc->writer, &err);
+    svc->ingest =
+        ingest_new(&(ingest_options){.url = cfg->amqp_url,
+                                     .heartbeat_s = (int)cfg->heartbeat_s,
+                                     .ca_file = cfg->amqp_ca_file,
+                                     .cert_file = cfg->amqp_cert_file,
+                                     .key_file = cfg->amqp_key_file,
+                                     .mappings = cfg->ingest.maps,
+                                     .n_mappings = cfg->ingest.n,
+                                     .prefetch = (unsigned)cfg->ingest_prefetch,
+                                     .invalid_rule = cfg->ingest_invalid,
+                                     .dead_letter_exchange = cfg->ingest_dlx,
+                                     .limits = *limits},
+                   svc->writer, &err);
     if (svc->ingest == NULL) {
         log_error(MOD, "bad ingest settings", "error=\"%s\"", err.message);
         return RMQS_EINVAL;
@@ -429,7 +433,7 @@ static void teardown(service_t *svc)
         log_warn(MOD, "requests still in progress at shutdown", NULL);
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
     http_api_drain(svc->api, 500, false); /* lets those be answered */
-    http_api_stop(svc->api);  /* closes every connection */
+    http_api_stop(svc->api);              /* closes every connection */
     ingest_free(svc->ingest);
     bulk_free(svc->bulk); /* a bulk action ends after its page; wakes disp */
     scheduler_free(svc->scheduler); /* its pass in progress ends; it wakes
@@ -449,10 +453,10 @@ static void teardown(service_t *svc)
 rmqs_rc service_start(const config *cfg, service_t **out)
 {
     /* The one set of job limits, for HTTP and ingest alike. */
-    const job_limits limits = {
-        .default_max_attempts = (int)cfg->max_attempts,
-        .max_max_attempts = CONFIG_MAX_ATTEMPTS_MAX,
-        .max_delay_ms = cfg->max_delay_days * 86400000LL};
+    const job_limits limits = {.default_max_attempts = (int)cfg->max_attempts,
+                               .max_max_attempts = CONFIG_MAX_ATTEMPTS_MAX,
+                               .max_delay_ms =
+                                   cfg->max_delay_days * 86400000LL};
     service_t *svc;
     rmqs_rc rc;
 
@@ -460,11 +464,11 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     json_object_seed(0); /* before any thread uses jansson */
     log_set_level(cfg->log_level);
     log_set_format(cfg->log_format);
-    log_info(MOD, "starting", "version=%s tzdata=%s db=\"%s\" listen=%s sync=%s",
-             RMQS_VERSION, tz_data_version(),
+    log_info(MOD, "starting",
+             "version=%s tzdata=%s db=\"%s\" listen=%s sync=%s", RMQS_VERSION,
+             tz_data_version(),
              store_is_file(cfg->db_path) ? cfg->db_path : "(a URL)",
-             cfg->listen,
-             cfg->sync_full ? "full" : "normal");
+             cfg->listen, cfg->sync_full ? "full" : "normal");
     svc = calloc(1, sizeof(*svc));
     if (svc == NULL) {
         log_error(MOD, "out of memory", NULL);
@@ -478,11 +482,11 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     if (rc != RMQS_OK)
         goto fail;
     svc->janitor = janitor_new(
-        svc->st, &(janitor_options){
-                     .retention_ms = cfg->retention_s * 1000,
-                     .purge_interval_ms = cfg->purge_interval_s * 1000,
-                     .checkpoint_interval_ms = 1000,
-                     .purge_batch = 500});
+        svc->st,
+        &(janitor_options){.retention_ms = cfg->retention_s * 1000,
+                           .purge_interval_ms = cfg->purge_interval_s * 1000,
+                           .checkpoint_interval_ms = 1000,
+                           .purge_batch = 500});
     rc = thread_started(svc->janitor == NULL ? RMQS_ENOMEM
                                              : janitor_start(svc->janitor),
                         "cannot start the janitor thread");
@@ -496,8 +500,8 @@ rmqs_rc service_start(const config *cfg, service_t **out)
         rc = start_dispatcher(svc);
     if (rc != RMQS_OK)
         goto fail;
-    svc->writer = writer_new(svc->st, svc->disp, WRITER_MAX_ROWS,
-                             cfg->min_free_bytes);
+    svc->writer =
+        writer_new(svc->st, svc->disp, WRITER_MAX_ROWS, cfg->min_free_bytes);
     if (svc->writer != NULL)
         writer_set_admission_budget(svc->writer,
                                     (size_t)cfg->write_queue_bytes);
@@ -507,10 +511,10 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     if (rc == RMQS_OK) {
         /* After the dispatcher (it wakes it for each run), before HTTP
          * (which tells it of changes). */
-        svc->scheduler = scheduler_new(
-            svc->st, svc->disp,
-            &(scheduler_options){.lead_ms = cfg->schedule_lead_ms,
-                                 .limits = limits});
+        svc->scheduler =
+            scheduler_new(svc->st, svc->disp,
+                          &(scheduler_options){.lead_ms = cfg->schedule_lead_ms,
+                                               .limits = limits});
         rc = thread_started(svc->scheduler == NULL
                                 ? RMQS_ENOMEM
                                 : scheduler_start(svc->scheduler),
@@ -533,9 +537,10 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     atomic_store(&svc->serving, true);
     log_ready(svc);
     if (!atomic_load(&svc->ready_logged))
-        log_warn(MOD, "serving, not ready: the broker does not answer yet; "
-                 "jobs are accepted and kept", "listen=%s amqp=%s",
-                 cfg->listen, amqpp_safe_url(svc->pub));
+        log_warn(MOD,
+                 "serving, not ready: the broker does not answer yet; "
+                 "jobs are accepted and kept",
+                 "listen=%s amqp=%s", cfg->listen, amqpp_safe_url(svc->pub));
     *out = svc;
     return RMQS_OK;
 fail:
@@ -549,7 +554,8 @@ void service_stop(service_t *svc, int sig)
              sig == SIGTERM ? "SIGTERM" : "SIGINT",
              (long long)svc->cfg->shutdown_grace_s);
     if (worker_thread_start(&grace_wd, "rmqs-grace", grace_watchdog,
-                            (void *)(intptr_t)svc->cfg->shutdown_grace_s) == RMQS_OK)
+                            (void *)(intptr_t)svc->cfg->shutdown_grace_s) ==
+        RMQS_OK)
         worker_thread_detach(&grace_wd);
     else
         log_warn(MOD, "no shutdown watchdog: the stop is not bounded", NULL);

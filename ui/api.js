@@ -53,18 +53,29 @@ export async function call(method, path, body, ok = []) {
     if (token) headers.Authorization = 'Bearer ' + token;
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     const resp = await fetch(path, {
-      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: 'omit', cache: 'no-store', redirect: 'error',
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: 'omit',
+      cache: 'no-store',
+      redirect: 'error',
     });
     if (resp.status === 401) {
-      await askToken(token ? 'That token was refused. Enter the API token again.'
-        : 'This service needs its API token. It is kept in this tab\u2019s memory only.');
+      await askToken(
+        token
+          ? 'That token was refused. Enter the API token again.'
+          : 'This service needs its API token. It is kept in this tab\u2019s memory only.',
+      );
       continue;
     }
     const text = await resp.text();
     let data = null;
     if (text) {
-      try { data = JSON.parse(text); } catch { data = text; }
+      try {
+        data = JSON.parse(text);
+      } catch {
+        data = text;
+      }
     }
     if (resp.status >= 400 && !ok.includes(resp.status)) throw new ApiError(resp.status, data);
     return { status: resp.status, body: data };

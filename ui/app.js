@@ -21,27 +21,56 @@ function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
   const [path, qs] = hash.split('?', 2);
   const params = new URLSearchParams(qs || '');
-  const parts = path.split('/').filter(Boolean).map((p) => {
-    try { return decodeURIComponent(p); } catch { return p; }
-  });
+  const parts = path
+    .split('/')
+    .filter(Boolean)
+    .map((p) => {
+      try {
+        return decodeURIComponent(p);
+      } catch {
+        return p;
+      }
+    });
   // A refresh runs only while its page is shown, and never twice at once.
   const ctx = {
     every(ms, fn) {
       let busy = false;
-      timers.push(setInterval(async () => {
-        if (busy || gen !== generation || document.hidden) return;
-        busy = true;
-        try { await fn(); } finally { busy = false; }
-      }, ms));
+      timers.push(
+        setInterval(async () => {
+          if (busy || gen !== generation || document.hidden) return;
+          busy = true;
+          try {
+            await fn();
+          } finally {
+            busy = false;
+          }
+        }, ms),
+      );
     },
   };
-  let name = 'overview', title = 'Overview';
-  if (parts[0] === 'jobs' && parts.length === 2) { name = 'jobs'; title = 'Job'; job.render(main, ctx, params, parts[1]); }
-  else if (parts[0] === 'jobs') { name = 'jobs'; title = 'Jobs'; jobs.render(main, ctx, params); }
-  else if (parts[0] === 'schedules' && parts.length === 2) { name = 'schedules'; title = 'Schedule'; schedules.renderOne(main, ctx, params, parts[1]); }
-  else if (parts[0] === 'schedules') { name = 'schedules'; title = 'Schedules'; schedules.renderList(main, ctx, params); }
-  else if (parts[0] === 'about') { name = 'about'; title = 'About'; about.render(main); }
-  else overview.render(main, ctx);
+  let name = 'overview',
+    title = 'Overview';
+  if (parts[0] === 'jobs' && parts.length === 2) {
+    name = 'jobs';
+    title = 'Job';
+    job.render(main, ctx, params, parts[1]);
+  } else if (parts[0] === 'jobs') {
+    name = 'jobs';
+    title = 'Jobs';
+    jobs.render(main, ctx, params);
+  } else if (parts[0] === 'schedules' && parts.length === 2) {
+    name = 'schedules';
+    title = 'Schedule';
+    schedules.renderOne(main, ctx, params, parts[1]);
+  } else if (parts[0] === 'schedules') {
+    name = 'schedules';
+    title = 'Schedules';
+    schedules.renderList(main, ctx, params);
+  } else if (parts[0] === 'about') {
+    name = 'about';
+    title = 'About';
+    about.render(main);
+  } else overview.render(main, ctx);
   document.title = title + ' · rmq-scheduler';
   for (const a of document.querySelectorAll('nav a')) {
     if (a.dataset.route === name) a.setAttribute('aria-current', 'page');
@@ -53,12 +82,19 @@ async function start() {
   try {
     await loadConfig();
   } catch (e) {
-    replace(main, h('h1', {}, 'rmq-scheduler'), h('p', { class: 'error', role: 'alert' }, 'Cannot load the dashboard: ' + e.message));
+    replace(
+      main,
+      h('h1', {}, 'rmq-scheduler'),
+      h('p', { class: 'error', role: 'alert' }, 'Cannot load the dashboard: ' + e.message),
+    );
     return;
   }
   const mode = document.getElementById('mode');
   mode.textContent = config.mode === 'on' ? 'v' + config.version : 'read-only · v' + config.version;
-  window.addEventListener('hashchange', () => { route(); main.focus({ preventScroll: true }); });
+  window.addEventListener('hashchange', () => {
+    route();
+    main.focus({ preventScroll: true });
+  });
   route();
   document.body.dataset.ready = 'true';
 }

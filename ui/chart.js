@@ -10,18 +10,26 @@ function s(tag, attrs) {
 // series: [{name, values: [number|null]}], xs: [ms]; returns a <figure>
 // with the chart (an image with a text alternative) and its legend.
 export function lineChart(title, xs, series, unit) {
-  const W = 400, H = 140, L = 40, R = 6, T = 8, B = 18;
+  const W = 400,
+    H = 140,
+    L = 40,
+    R = 6,
+    T = 8,
+    B = 18;
   let max = 0;
   for (const se of series) for (const v of se.values) if (v != null && v > max) max = v;
   if (max === 0) max = 1;
-  const x0 = xs.length ? xs[0] : 0, x1 = xs.length ? xs[xs.length - 1] : 1;
+  const x0 = xs.length ? xs[0] : 0,
+    x1 = xs.length ? xs[xs.length - 1] : 1;
   const px = (x) => L + (x1 === x0 ? 0 : ((x - x0) / (x1 - x0)) * (W - L - R));
   const py = (v) => T + (1 - v / max) * (H - T - B);
   const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img', preserveAspectRatio: 'none' });
-  const last = series.map((se) => {
-    const v = se.values.length ? se.values[se.values.length - 1] : null;
-    return `${se.name} ${v == null ? 'no data' : fmt(v) + (unit || '')}`;
-  }).join(', ');
+  const last = series
+    .map((se) => {
+      const v = se.values.length ? se.values[se.values.length - 1] : null;
+      return `${se.name} ${v == null ? 'no data' : fmt(v) + (unit || '')}`;
+    })
+    .join(', ');
   const label = s('title', {});
   label.textContent = `${title}: last interval ${last}; peak ${fmt(max)}${unit || ''}`;
   svg.appendChild(label);
@@ -43,7 +51,9 @@ export function lineChart(title, xs, series, unit) {
   }
   series.forEach((se, i) => {
     const pts = [];
-    se.values.forEach((v, k) => { if (v != null) pts.push(`${px(xs[k]).toFixed(1)},${py(v).toFixed(1)}`); });
+    se.values.forEach((v, k) => {
+      if (v != null) pts.push(`${px(xs[k]).toFixed(1)},${py(v).toFixed(1)}`);
+    });
     if (pts.length) svg.appendChild(s('polyline', { class: 's' + i, points: pts.join(' ') }));
   });
   const fig = document.createElement('figure');

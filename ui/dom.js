@@ -48,17 +48,36 @@ export function replace(el, ...children) {
 // A table in a focusable, labelled scrolling region (keyboard users can
 // scroll it; screen readers name it).
 export function table(label, head, rows) {
-  return h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': label },
-    h('table', {},
-      h('thead', {}, h('tr', {}, head.map((t) => h('th', { scope: 'col' }, t)))),
-      h('tbody', {}, rows)));
+  return h(
+    'div',
+    { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': label },
+    h(
+      'table',
+      {},
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          head.map((t) => h('th', { scope: 'col' }, t)),
+        ),
+      ),
+      h('tbody', {}, rows),
+    ),
+  );
 }
 
 export function field(id, label, input, hint) {
   input.id = id;
   if (hint) input.setAttribute('aria-describedby', id + '-hint');
-  return h('div', { class: 'field' }, h('label', { for: id }, label), input,
-    hint ? h('span', { class: 'hint', id: id + '-hint' }, hint) : null);
+  return h(
+    'div',
+    { class: 'field' },
+    h('label', { for: id }, label),
+    input,
+    hint ? h('span', { class: 'hint', id: id + '-hint' }, hint) : null,
+  );
 }
 
 export function statusBadge(s) {
@@ -67,7 +86,12 @@ export function statusBadge(s) {
 
 // "2026-12-02T13:00:00.000Z" as UTC and the browser's local time.
 export function utc(ts) {
-  return ts ? ts.replace('T', ' ').replace(/\.\d+Z$/, 'Z').replace(/Z$/, ' UTC') : '—';
+  return ts
+    ? ts
+        .replace('T', ' ')
+        .replace(/\.\d+Z$/, 'Z')
+        .replace(/Z$/, ' UTC')
+    : '—';
 }
 
 export function local(ts) {
@@ -78,8 +102,13 @@ export function local(ts) {
 
 export function when(ts) {
   if (!ts) return '—';
-  return h('span', {}, h('time', { datetime: ts }, utc(ts)), h('br'),
-    h('span', { class: 'hint' }, 'local: ' + local(ts)));
+  return h(
+    'span',
+    {},
+    h('time', { datetime: ts }, utc(ts)),
+    h('br'),
+    h('span', { class: 'hint' }, 'local: ' + local(ts)),
+  );
 }
 
 let toastTimer;
@@ -87,7 +116,9 @@ export function toast(msg) {
   const t = document.getElementById('toast');
   t.textContent = msg;
   clearTimeout(toastTimer);
-  toastTimer = setTimeout(() => { t.textContent = ''; }, 5000);
+  toastTimer = setTimeout(() => {
+    t.textContent = '';
+  }, 5000);
 }
 
 // The confirmation dialog: resolves true (Confirm) or false.
@@ -107,8 +138,14 @@ export function confirmDialog(title, message, yesLabel) {
       if (d.open) d.close();
       resolve(v);
     };
-    const onYes = (e) => { e.preventDefault(); done(true); };
-    const onNo = (e) => { e.preventDefault(); done(false); };
+    const onYes = (e) => {
+      e.preventDefault();
+      done(true);
+    };
+    const onNo = (e) => {
+      e.preventDefault();
+      done(false);
+    };
     form.addEventListener('submit', onYes);
     no.addEventListener('click', onNo);
     d.addEventListener('cancel', onNo);

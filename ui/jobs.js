@@ -7,9 +7,12 @@ import { h, replace, table, field, statusBadge, when, toast, confirmDialog } fro
 export const FILTERS = [
   ['status', 'Status', 'select', ['', 'pending', 'publishing', 'sent', 'failed', 'cancelled']],
   ['source', 'Source', 'select', ['', 'http', 'amqp', 'schedule']],
-  ['exchange', 'Exchange'], ['routing_key', 'Routing key'], ['schedule', 'Schedule'],
+  ['exchange', 'Exchange'],
+  ['routing_key', 'Routing key'],
+  ['schedule', 'Schedule'],
   ['message_id', 'Message id'],
-  ['deliver_from', 'Due from', 'datetime-local'], ['deliver_to', 'Due to', 'datetime-local'],
+  ['deliver_from', 'Due from', 'datetime-local'],
+  ['deliver_to', 'Due to', 'datetime-local'],
   ['id_prefix', 'Id prefix', 'text', null, 'at least 4 hex digits'],
   ['header', 'Header', 'text', null, 'name:value'],
   ['q', 'Body contains', 'search', null, 'at least 3 characters, text bodies'],
@@ -42,32 +45,68 @@ export function render(main, ctx, params) {
   const limit = params.get('limit') || '50';
 
   const inputs = {};
-  const form = h('form', { class: 'filter', role: 'search', 'aria-label': 'Filter jobs', onsubmit: (e) => {
-    e.preventDefault();
-    const q = {};
-    for (const [k] of FILTERS) {
-      const v = inputs[k].value.trim();
-      if (v) q[k] = TIME_KEYS.has(k) ? fromLocalInput(v) : v;
-    }
-    q.limit = inputs.limit.value;
-    location.hash = '#/jobs' + query(q);
-  } },
-  FILTERS.map(([k, label, type, options, hint]) => {
-    let input;
-    if (type === 'select') {
-      input = h('select', { name: k }, options.map((o) => h('option', { value: o, selected: filter[k] === o }, o || 'any')));
-    } else {
-      input = h('input', { name: k, type: type || 'text', step: type === 'datetime-local' ? '1' : null,
-        value: TIME_KEYS.has(k) && filter[k] ? toLocalInput(filter[k]) : (filter[k] || '') });
-    }
-    inputs[k] = input;
-    return field('f-' + k, label, input, hint);
-  }),
-  field('f-limit', 'Per page', inputs.limit = h('select', { name: 'limit' },
-    ['20', '50', '100', '500'].map((n) => h('option', { value: n, selected: n === limit }, n)))),
-  h('div', { class: 'buttons' },
-    h('button', { type: 'submit', id: 'apply' }, 'Search'),
-    h('button', { type: 'button', class: 'secondary', onclick: () => { location.hash = '#/jobs'; } }, 'Clear')));
+  const form = h(
+    'form',
+    {
+      class: 'filter',
+      role: 'search',
+      'aria-label': 'Filter jobs',
+      onsubmit: (e) => {
+        e.preventDefault();
+        const q = {};
+        for (const [k] of FILTERS) {
+          const v = inputs[k].value.trim();
+          if (v) q[k] = TIME_KEYS.has(k) ? fromLocalInput(v) : v;
+        }
+        q.limit = inputs.limit.value;
+        location.hash = '#/jobs' + query(q);
+      },
+    },
+    FILTERS.map(([k, label, type, options, hint]) => {
+      let input;
+      if (type === 'select') {
+        input = h(
+          'select',
+          { name: k },
+          options.map((o) => h('option', { value: o, selected: filter[k] === o }, o || 'any')),
+        );
+      } else {
+        input = h('input', {
+          name: k,
+          type: type || 'text',
+          step: type === 'datetime-local' ? '1' : null,
+          value: TIME_KEYS.has(k) && filter[k] ? toLocalInput(filter[k]) : filter[k] || '',
+        });
+      }
+      inputs[k] = input;
+      return field('f-' + k, label, input, hint);
+    }),
+    field(
+      'f-limit',
+      'Per page',
+      (inputs.limit = h(
+        'select',
+        { name: 'limit' },
+        ['20', '50', '100', '500'].map((n) => h('option', { value: n, selected: n === limit }, n)),
+      )),
+    ),
+    h(
+      'div',
+      { class: 'buttons' },
+      h('button', { type: 'submit', id: 'apply' }, 'Search'),
+      h(
+        'button',
+        {
+          type: 'button',
+          class: 'secondary',
+          onclick: () => {
+            location.hash = '#/jobs';
+          },
+        },
+        'Clear',
+      ),
+    ),
+  );
 
   const count = h('p', { id: 'count', 'aria-live': 'polite' }, 'Counting…');
   const list = h('div', { id: 'list' }, 'Loading…');
@@ -77,23 +116,44 @@ export function render(main, ctx, params) {
   replace(main, h('h1', {}, 'Jobs'), form, count, readOnly() ? null : bulk, progress, list, pager);
 
   const counted = (body) => (body.capped ? 'more than ' : '') + body.count.toLocaleString('en');
-  get('/jobs/count' + query({ ...filter, max: PAGE_COUNT })).then(({ body }) => {
-    const n = counted(body);
-    count.textContent = n[0].toUpperCase() + n.slice(1) + ' matching jobs';
-  }).catch((e) => { count.textContent = 'Count not available: ' + e.message; });
+  get('/jobs/count' + query({ ...filter, max: PAGE_COUNT }))
+    .then(({ body }) => {
+      const n = counted(body);
+      count.textContent = n[0].toUpperCase() + n.slice(1) + ' matching jobs';
+    })
+    .catch((e) => {
+      count.textContent = 'Count not available: ' + e.message;
+    });
 
-  get('/jobs' + query({ ...filter, limit, after })).then(({ body }) => {
-    const rows = body.jobs.map((j) => h('tr', {},
-      h('td', { class: 'mono' }, h('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
-      h('td', {}, statusBadge(j.status)),
-      h('td', {}, j.exchange), h('td', {}, j.routing_key),
-      h('td', {}, when(j.deliver_at)), h('td', {}, String(j.attempts) + ' / ' + j.max_attempts)));
-    replace(list, rows.length ? table('Jobs', ['Id', 'Status', 'Exchange', 'Routing key', 'Due (UTC / local)', 'Attempts'], rows)
-      : h('p', {}, 'No job matches.'));
-    replace(pager,
-      after ? h('a', { href: '#/jobs' + query({ ...filter, limit }) }, 'First page') : null,
-      body.next ? h('a', { id: 'next-page', href: '#/jobs' + query({ ...filter, limit, after: body.next }) }, 'Next page') : null);
-  }).catch((e) => replace(list, h('p', { class: 'error', role: 'alert' }, e.message)));
+  get('/jobs' + query({ ...filter, limit, after }))
+    .then(({ body }) => {
+      const rows = body.jobs.map((j) =>
+        h(
+          'tr',
+          {},
+          h('td', { class: 'mono' }, h('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
+          h('td', {}, statusBadge(j.status)),
+          h('td', {}, j.exchange),
+          h('td', {}, j.routing_key),
+          h('td', {}, when(j.deliver_at)),
+          h('td', {}, String(j.attempts) + ' / ' + j.max_attempts),
+        ),
+      );
+      replace(
+        list,
+        rows.length
+          ? table('Jobs', ['Id', 'Status', 'Exchange', 'Routing key', 'Due (UTC / local)', 'Attempts'], rows)
+          : h('p', {}, 'No job matches.'),
+      );
+      replace(
+        pager,
+        after ? h('a', { href: '#/jobs' + query({ ...filter, limit }) }, 'First page') : null,
+        body.next
+          ? h('a', { id: 'next-page', href: '#/jobs' + query({ ...filter, limit, after: body.next }) }, 'Next page')
+          : null,
+      );
+    })
+    .catch((e) => replace(list, h('p', { class: 'error', role: 'alert' }, e.message)));
 
   if (!readOnly()) {
     const run = async (action) => {
@@ -103,12 +163,22 @@ export function render(main, ctx, params) {
       replace(progress, h('p', {}, 'Counting the matching jobs…'));
       try {
         n = counted((await get('/jobs/count' + query({ ...filter, max: BULK_COUNT }))).body);
-      } catch (e) { /* the confirmation says the number is unknown */ }
+      } catch (e) {
+        /* the confirmation says the number is unknown */
+      }
       replace(progress);
-      const what = action === 'cancel' ? `Cancel ${n} matching jobs (those still pending)?`
-        : `Retry ${n} matching jobs (the failed ones go back to pending, attempts reset)?`;
-      if (!(await confirmDialog(action === 'cancel' ? 'Cancel jobs' : 'Retry jobs', what,
-        action === 'cancel' ? 'Cancel jobs' : 'Retry jobs'))) return;
+      const what =
+        action === 'cancel'
+          ? `Cancel ${n} matching jobs (those still pending)?`
+          : `Retry ${n} matching jobs (the failed ones go back to pending, attempts reset)?`;
+      if (
+        !(await confirmDialog(
+          action === 'cancel' ? 'Cancel jobs' : 'Retry jobs',
+          what,
+          action === 'cancel' ? 'Cancel jobs' : 'Retry jobs',
+        ))
+      )
+        return;
       const body = { action, filter: f };
       if (!Object.keys(f).length) body.all = true;
       try {
@@ -118,16 +188,33 @@ export function render(main, ctx, params) {
         replace(progress, h('p', { class: 'error', role: 'alert' }, e.message));
       }
     };
-    replace(bulk,
-      h('button', { type: 'button', class: 'danger', id: 'bulk-cancel', onclick: () => run('cancel') }, 'Cancel all matching…'),
-      h('button', { type: 'button', class: 'secondary', id: 'bulk-retry', onclick: () => run('retry') }, 'Retry failed matching…'));
+    replace(
+      bulk,
+      h(
+        'button',
+        { type: 'button', class: 'danger', id: 'bulk-cancel', onclick: () => run('cancel') },
+        'Cancel all matching…',
+      ),
+      h(
+        'button',
+        { type: 'button', class: 'secondary', id: 'bulk-retry', onclick: () => run('retry') },
+        'Retry failed matching…',
+      ),
+    );
   }
 }
 
 function showBulk(el, b) {
   const total = b.matched_so_far || 0;
-  replace(el, h('p', {}, `Bulk ${b.action}: ${b.state}; ${b.done} done, ${b.skipped} skipped, ${b.errors} errors of ${total} matched so far`),
-    h('progress', { max: Math.max(total, 1), value: b.done + b.skipped + b.errors, 'aria-label': 'Bulk progress' }));
+  replace(
+    el,
+    h(
+      'p',
+      {},
+      `Bulk ${b.action}: ${b.state}; ${b.done} done, ${b.skipped} skipped, ${b.errors} errors of ${total} matched so far`,
+    ),
+    h('progress', { max: Math.max(total, 1), value: b.done + b.skipped + b.errors, 'aria-label': 'Bulk progress' }),
+  );
   el.dataset.state = b.state;
 }
 

@@ -20,30 +20,57 @@ export function render(main, ctx) {
   const health = h('ul', { class: 'cards', 'aria-label': 'Health' });
   const rates = h('div', {});
   const charts = h('div', { class: 'charts' });
-  const win = h('select', { onchange: () => refresh() },
-    ['15m', '1h', '6h'].map((w) => h('option', { value: w, selected: w === '1h' }, w)));
+  const win = h(
+    'select',
+    { onchange: () => refresh() },
+    ['15m', '1h', '6h'].map((w) => h('option', { value: w, selected: w === '1h' }, w)),
+  );
   win.id = 'window';
   const updated = h('p', { class: 'hint', 'aria-live': 'off' });
-  replace(main,
+  replace(
+    main,
     h('h1', {}, 'Overview'),
     h('section', { 'aria-labelledby': 'h-status' }, h('h2', { id: 'h-status' }, 'Jobs by status'), cards),
     h('section', { 'aria-labelledby': 'h-health' }, h('h2', { id: 'h-health' }, 'Health'), health),
-    h('section', { 'aria-labelledby': 'h-rates' }, h('h2', { id: 'h-rates' }, 'Rates and lateness'),
-      h('div', { class: 'field' }, h('label', { for: 'window' }, 'Window'), win), rates, charts),
-    updated);
+    h(
+      'section',
+      { 'aria-labelledby': 'h-rates' },
+      h('h2', { id: 'h-rates' }, 'Rates and lateness'),
+      h('div', { class: 'field' }, h('label', { for: 'window' }, 'Window'), win),
+      rates,
+      charts,
+    ),
+    updated,
+  );
 
   async function refresh() {
     try {
       const [m, ready] = await Promise.all([text('/metrics'), get('/readyz', [503])]);
       const counts = countsFromMetrics(m);
-      replace(cards, STATUSES.map((s) => h('li', { class: 'card' },
-        h('div', { class: 'label' }, h('a', { href: '#/jobs?status=' + s }, s)),
-        h('div', { class: 'value', 'data-status': s }, counts[s] ?? '—'))));
+      replace(
+        cards,
+        STATUSES.map((s) =>
+          h(
+            'li',
+            { class: 'card' },
+            h('div', { class: 'label' }, h('a', { href: '#/jobs?status=' + s }, s)),
+            h('div', { class: 'value', 'data-status': s }, counts[s] ?? '—'),
+          ),
+        ),
+      );
       const r = ready.body || {};
       const comps = ['database', 'broker'].concat(r.ingest ? ['ingest'] : []);
-      replace(health, comps.map((k) => h('li', { class: 'card' },
-        h('div', { class: 'label' }, k),
-        h('div', { class: 'value ' + (r[k] === 'up' ? 'up' : 'down'), 'data-health': k }, r[k] || '?'))));
+      replace(
+        health,
+        comps.map((k) =>
+          h(
+            'li',
+            { class: 'card' },
+            h('div', { class: 'label' }, k),
+            h('div', { class: 'value ' + (r[k] === 'up' ? 'up' : 'down'), 'data-health': k }, r[k] || '?'),
+          ),
+        ),
+      );
     } catch (e) {
       replace(cards, h('li', { class: 'error' }, 'Cannot read the counts: ' + e.message));
     }
@@ -57,21 +84,52 @@ export function render(main, ctx) {
       // An interval without a send has null percentiles: show the latest
       // interval that had sends.
       const lastLate = samples.findLast((s) => s.late_p50_ms != null) || {};
-      replace(rates, h('ul', { class: 'cards', 'aria-label': 'Totals over the window' },
-        [['scheduled', sum('scheduled')], ['sent', sum('sent')], ['failed', sum('failed')],
-          ['late p50', lastLate.late_p50_ms, ' ms'], ['late p90', lastLate.late_p90_ms, ' ms'],
-          ['late p99', lastLate.late_p99_ms, ' ms']].map(([k, v, u]) => h('li', { class: 'card' },
-          h('div', { class: 'label' }, k), h('div', { class: 'value' }, v == null ? '—' : v + (u || ''))))));
-      replace(charts,
-        lineChart('Jobs per minute', xs, [
-          { name: 'scheduled', values: col('scheduled', per) },
-          { name: 'sent', values: col('sent', per) },
-          { name: 'failed', values: col('failed', per) }], '/min'),
-        lineChart('Lateness (ms)', xs, [
-          { name: 'p50', values: col('late_p50_ms') },
-          { name: 'p90', values: col('late_p90_ms') },
-          { name: 'p99', values: col('late_p99_ms') }], ' ms'),
-        lineChart('Pending jobs', xs, [{ name: 'pending', values: col('pending') }]));
+      replace(
+        rates,
+        h(
+          'ul',
+          { class: 'cards', 'aria-label': 'Totals over the window' },
+          [
+            ['scheduled', sum('scheduled')],
+            ['sent', sum('sent')],
+            ['failed', sum('failed')],
+            ['late p50', lastLate.late_p50_ms, ' ms'],
+            ['late p90', lastLate.late_p90_ms, ' ms'],
+            ['late p99', lastLate.late_p99_ms, ' ms'],
+          ].map(([k, v, u]) =>
+            h(
+              'li',
+              { class: 'card' },
+              h('div', { class: 'label' }, k),
+              h('div', { class: 'value' }, v == null ? '—' : v + (u || '')),
+            ),
+          ),
+        ),
+      );
+      replace(
+        charts,
+        lineChart(
+          'Jobs per minute',
+          xs,
+          [
+            { name: 'scheduled', values: col('scheduled', per) },
+            { name: 'sent', values: col('sent', per) },
+            { name: 'failed', values: col('failed', per) },
+          ],
+          '/min',
+        ),
+        lineChart(
+          'Lateness (ms)',
+          xs,
+          [
+            { name: 'p50', values: col('late_p50_ms') },
+            { name: 'p90', values: col('late_p90_ms') },
+            { name: 'p99', values: col('late_p99_ms') },
+          ],
+          ' ms',
+        ),
+        lineChart('Pending jobs', xs, [{ name: 'pending', values: col('pending') }]),
+      );
     } catch (e) {
       replace(rates, h('p', { class: 'hint' }, 'Rates are not available: ' + e.message));
       replace(charts);

@@ -68,7 +68,7 @@ typedef struct url {
 } url;
 
 struct amqpc {
-    url *urls;                    /* immutable after amqpc_new */
+    url *urls; /* immutable after amqpc_new */
     size_t n_urls;
     /* Index of the URL in use: moved only by the owner thread (open), read
      * by others too (the safe URL in logs and /readyz), hence atomic. */
@@ -112,8 +112,8 @@ static void pct_append(char *out, size_t cap, const char *s)
 /* amqp[s]://user:***@host:port/vhost from the parsed parts. */
 static char *make_safe_url(const url *u)
 {
-    size_t cap = 3 * (strlen(u->user) + strlen(u->vhost)) + strlen(u->host) +
-                 64;
+    size_t cap =
+        3 * (strlen(u->user) + strlen(u->vhost)) + strlen(u->host) + 64;
     char *out = malloc(cap);
     bool v6 = strchr(u->host, ':') != NULL;
 
@@ -163,7 +163,8 @@ static rmqs_rc parse_one(const char *text, size_t len, size_t no, size_t of,
     if (amqp_parse_url(buf, &ci) != AMQP_STATUS_OK) {
         rc = rmqs_fail(err, RMQS_EINVAL, "amqp_url",
                        "invalid AMQP URL%s (expected "
-                       "amqp[s]://user:password@host:port/vhost)", which);
+                       "amqp[s]://user:password@host:port/vhost)",
+                       which);
         goto out;
     }
     if (!*ci.host) {
@@ -376,12 +377,8 @@ void amqpc_reply_text(char *out, size_t cap, unsigned code, amqp_bytes_t text)
 void amqpc_rpc_text(amqp_rpc_reply_t r, char *out, size_t cap)
 {
     switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        snprintf(out, cap, "ok");
-        return;
-    case AMQP_RESPONSE_NONE:
-        snprintf(out, cap, "no RPC reply");
-        return;
+    case AMQP_RESPONSE_NORMAL: snprintf(out, cap, "ok"); return;
+    case AMQP_RESPONSE_NONE: snprintf(out, cap, "no RPC reply"); return;
     case AMQP_RESPONSE_LIBRARY_EXCEPTION:
         snprintf(out, cap, "%s", amqp_error_string2(r.library_error));
         return;
@@ -426,8 +423,7 @@ static bool is_ip_literal(const char *host)
 
 /* The socket for the URL's scheme (see DESIGN, TLS). */
 static amqp_socket_t *new_socket(const amqpc_t *c, const url *u,
-                                 amqp_connection_state_t conn,
-                                 rmqs_error *err)
+                                 amqp_connection_state_t conn, rmqs_error *err)
 {
     amqp_socket_t *s;
     SSL_CTX *ctx;
@@ -509,10 +505,9 @@ static amqp_rpc_reply_t login(const amqpc_t *c, const url *u,
     props[3].value.value.table.entries = caps;
     props_table.num_entries = 4;
     props_table.entries = props;
-    return amqp_login_with_properties(conn, u->vhost, 0,
-                                      AMQP_DEFAULT_FRAME_SIZE, c->heartbeat_s,
-                                      &props_table, AMQP_SASL_METHOD_PLAIN,
-                                      u->user, u->password);
+    return amqp_login_with_properties(
+        conn, u->vhost, 0, AMQP_DEFAULT_FRAME_SIZE, c->heartbeat_s,
+        &props_table, AMQP_SASL_METHOD_PLAIN, u->user, u->password);
 }
 
 static void set_user_timeout(amqp_connection_state_t conn)

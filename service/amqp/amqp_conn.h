@@ -48,11 +48,11 @@ typedef struct amqpc_options {
 
 /* One URL's parts, for logs and tests; never the password (borrowed). */
 typedef struct amqpc_url_parts {
-    const char *host;  /* without brackets for IPv6 */
+    const char *host; /* without brackets for IPv6 */
     int port;
     const char *vhost; /* decoded; "/" when the URL names none or "" */
     const char *user;
-    bool tls;          /* amqps:// */
+    bool tls; /* amqps:// */
 } amqpc_url_parts;
 
 /* Parse the options into a closed connection, or NULL with err:

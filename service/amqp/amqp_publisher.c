@@ -152,9 +152,9 @@ struct amqpp {
     char return_reason[256]; /* "312 NO_ROUTE" */
     char lost_reason[256];   /* why the connection was last dropped */
 
-    cwin_t *win;             /* owned; publishes not yet confirmed */
+    cwin_t *win; /* owned; publishes not yet confirmed */
     size_t sent_since_poll;
-    bool corked;             /* TCP_CORK set: sends are held until flushed */
+    bool corked; /* TCP_CORK set: sends are held until flushed */
     int confirm_timeout_ms;
     amqpp_report_fn on_report;
     void *report_cls;
@@ -167,12 +167,11 @@ struct amqpp {
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
 
-static void set_result(amqpp_result *r, amqpp_result_kind kind,
-                       const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void set_result(amqpp_result *r, amqpp_result_kind kind, const char *fmt,
+                       ...) __attribute__((format(printf, 3, 4)));
 
-static void set_result(amqpp_result *r, amqpp_result_kind kind,
-                       const char *fmt, ...)
+static void set_result(amqpp_result *r, amqpp_result_kind kind, const char *fmt,
+                       ...)
 {
     va_list ap;
 
@@ -250,9 +249,11 @@ static void on_confirm(amqpp_t *p, uint64_t tag, bool multiple, bool ack)
     }
     p->nack_dropped_ms = now;
     p->hold_until_ms = now + NACK_HOLD_MS;
-    drop(p, "the broker nacked a publish (tag %llu); a new connection, "
-            "as a channel opened during a quorum leader election can nack "
-            "everything", (unsigned long long)tag);
+    drop(p,
+         "the broker nacked a publish (tag %llu); a new connection, "
+         "as a channel opened during a quorum leader election can nack "
+         "everything",
+         (unsigned long long)tag);
 }
 
 /* Hold (TCP_CORK) or push out what was sent. A message is three writes
@@ -385,7 +386,8 @@ rmqs_rc amqpp_connect(amqpp_t *p, rmqs_error *err)
     if (tu_mono_ms() < p->hold_until_ms) { /* see DESIGN, nacks */
         return rmqs_fail(err, RMQS_EBROKER, NULL,
                          "holding off for %d ms after a nack before the "
-                         "next connection", NACK_HOLD_MS);
+                         "next connection",
+                         NACK_HOLD_MS);
     }
     rc = amqpc_open(p->link, &e);
     if (rc == RMQS_OK) {
@@ -492,14 +494,15 @@ static void on_channel_method(amqpp_t *p, const amqp_method_t *m)
         amqpc_reply_text(reason, sizeof reason, c->reply_code, c->reply_text);
         res = amqp_send_method(p->conn, CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD,
                                &ok);
-        log_warn(MOD, "channel closed by the broker", "channel=%d reason=\"%s\"",
-                 CHANNEL, reason);
+        log_warn(MOD, "channel closed by the broker",
+                 "channel=%d reason=\"%s\"", CHANNEL, reason);
         if (p->win) {
             cwin_channel_closed(p->win, reason);
             if (cwin_probing(p->win) > 0)
-                log_warn(MOD, "the close named no job: publishing one at a "
-                         "time to find it", "probe=%zu",
-                         cwin_probing(p->win));
+                log_warn(MOD,
+                         "the close named no job: publishing one at a "
+                         "time to find it",
+                         "probe=%zu", cwin_probing(p->win));
         }
         if (res != AMQP_STATUS_OK) {
             drop(p, "sending channel.close-ok failed: %s",
@@ -664,7 +667,8 @@ static int send_message(amqpp_t *p, const job_t *job,
 
     memset(&m, 0, sizeof m);
     m.exchange = amqp_cstring_bytes(job->exchange ? job->exchange : "");
-    m.routing_key = amqp_cstring_bytes(job->routing_key ? job->routing_key : "");
+    m.routing_key =
+        amqp_cstring_bytes(job->routing_key ? job->routing_key : "");
     m.mandatory = 1;
     m.immediate = 0;
     res = amqp_send_method(p->conn, CHANNEL, AMQP_BASIC_PUBLISH_METHOD, &m);
@@ -709,8 +713,8 @@ rmqs_rc amqpp_set_window(amqpp_t *p, size_t window, int confirm_timeout_ms,
     }
     cwin_free(p->win); /* disconnected: empty */
     p->win = win;
-    p->confirm_timeout_ms = confirm_timeout_ms > 0 ? confirm_timeout_ms
-                                                   : DEFAULT_CONFIRM_MS;
+    p->confirm_timeout_ms =
+        confirm_timeout_ms > 0 ? confirm_timeout_ms : DEFAULT_CONFIRM_MS;
     p->on_report = fn;
     p->report_cls = cls;
     return RMQS_OK;
@@ -743,18 +747,21 @@ static bool refused(const amqpp_t *p, const job_t *job, rmqs_error *err)
 
     if (!pubpol_exchange_allowed(p->policy, job->exchange)) {
         rmqs_fail(err, RMQS_EINVAL, "exchange",
-                  "exchange '%.200s' is not in --allow-exchanges", job->exchange);
+                  "exchange '%.200s' is not in --allow-exchanges",
+                  job->exchange);
         return true;
     }
     if (job->headers != NULL) {
         const char *key;
         json_t *v;
-        json_object_foreach(job->headers, key, v) {
+        json_object_foreach(job->headers, key, v)
+        {
             (void)v;
             if (amqpm_broker_refused_header(key)) {
                 rmqs_fail(err, RMQS_EINVAL, "headers",
                           "header '%s' is not a list, which RabbitMQ refuses "
-                          "by closing the channel", key);
+                          "by closing the channel",
+                          key);
                 return true;
             }
         }
@@ -774,9 +781,9 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
 
     if (!amqpp_can_send(p)) {
         set_result(&r, AMQPP_UNSENT, "not published: %s",
-                   !p->conn      ? "not connected to the broker"
-                   : p->blocked  ? BLOCKED_REASON
-                                 : "too many unconfirmed publishes");
+                   !p->conn     ? "not connected to the broker"
+                   : p->blocked ? BLOCKED_REASON
+                                : "too many unconfirmed publishes");
         p->on_report(p->report_cls, ctx, &r);
         return p->conn ? RMQS_OK : RMQS_EBROKER;
     }
@@ -806,8 +813,8 @@ rmqs_rc amqpp_send(amqpp_t *p, const job_t *job, void *ctx)
     }
     if (rc != RMQS_OK) {
         /* Retrying cannot help; let the attempt fail like a nack. */
-        log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"",
-                 job->id, err.message);
+        log_warn(MOD, "job not publishable", "job_id=%s reason=\"%s\"", job->id,
+                 err.message);
         set_result(&r, AMQPP_NACKED, "not publishable: %s", err.message);
         p->on_report(p->report_cls, ctx, &r);
         return RMQS_OK;

@@ -56,7 +56,7 @@ struct cwin {
      * flight (copies), each until it is answered, and how many answers
      * the window still takes one publish at a time for them (a bound, in
      * case one never comes back: cancelled, expired...). */
-    char **suspects;        /* cap entries, NULL when unused */
+    char **suspects; /* cap entries, NULL when unused */
     size_t n_suspects;
     size_t probe_budget;
     cwin_report_fn on_report;
@@ -207,8 +207,7 @@ static size_t settle_one(cwin_t *w, slot *s, bool ack)
         report(w, s, ack ? CWIN_RETURNED : CWIN_NACKED,
                ack ? s->reason : NACK_REASON);
         return 1;
-    default:
-        return 0;
+    default: return 0;
     }
 }
 
@@ -250,8 +249,7 @@ size_t cwin_nack(cwin_t *w, uint64_t tag, bool multiple)
     return settle(w, tag, multiple, false);
 }
 
-bool cwin_return(cwin_t *w, const void *id, size_t id_len,
-                 const char *reason)
+bool cwin_return(cwin_t *w, const void *id, size_t id_len, const char *reason)
 {
     uint64_t span = w->next_tag - w->low_tag, c, t;
 

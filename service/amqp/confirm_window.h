@@ -103,8 +103,7 @@ size_t cwin_nack(cwin_t *w, uint64_t tag, bool multiple);
  * order) and wrapping around; it is reported when its ack comes. Returns
  * whether a publish matched (never for id_len 0).
  */
-bool cwin_return(cwin_t *w, const void *id, size_t id_len,
-                 const char *reason);
+bool cwin_return(cwin_t *w, const void *id, size_t id_len, const char *reason);
 
 /*
  * The broker closed the channel with reason ("404 NOT_FOUND - no exchange

@@ -36,7 +36,7 @@ struct bulk {
     store_t *st; /* borrowed */
     disp_t *d;   /* borrowed */
     int64_t pause_ms;
-    worker_t w;  /* w.mu guards ops and todo */
+    worker_t w; /* w.mu guards ops and todo */
     bulk_op ops[BULK_KEEP];
     bulk_op *todo;    /* submitted, not yet taken by the runner */
     bulk_op *running; /* taken, not yet finished */
@@ -55,8 +55,7 @@ static char *filter_text(const json_t *f)
 
 /* One page: apply the action to the jobs in the right status. False when
  * the operation must end (a database failure). */
-static bool run_page(bulk_t *b, bulk_op *op, job_t *jobs, size_t n,
-                     int64_t now)
+static bool run_page(bulk_t *b, bulk_op *op, job_t *jobs, size_t n, int64_t now)
 {
     const char *ids[STORE_BATCH_MAX];
     bool changed[STORE_BATCH_MAX];
@@ -136,8 +135,8 @@ static void run_op(bulk_t *b, bulk_op *op)
         op->errors += op->errors == 0 ? 1 : 0; /* a failure is never silent */
     log_info(MOD, ok && !stopped ? "finished" : "ended early",
              "bulk_id=%s action=%s filter=%s matched=%llu done=%llu "
-             "skipped=%llu errors=%llu stopping=%s", op->id,
-             action_name(op->action), text ? text : "?",
+             "skipped=%llu errors=%llu stopping=%s",
+             op->id, action_name(op->action), text ? text : "?",
              (unsigned long long)op->matched, (unsigned long long)op->done,
              (unsigned long long)op->skipped, (unsigned long long)op->errors,
              stopped ? "true" : "false");
@@ -228,8 +227,12 @@ rmqs_rc bulk_submit(bulk_t *b, bulk_action a, json_t *filter_json,
             if (!b->ops[i].used || b->ops[i].finished_at < slot->finished_at)
                 slot = &b->ops[i];
         json_decref(slot->filter_json);
-        *slot = (bulk_op){.used = true, .action = a, .filter_json = filter_json,
-                          .f = *f, .state = BULK_RUNNING, .started_at = now,
+        *slot = (bulk_op){.used = true,
+                          .action = a,
+                          .filter_json = filter_json,
+                          .f = *f,
+                          .state = BULK_RUNNING,
+                          .started_at = now,
                           .finished_at = -1};
         filter_json = NULL;
         memcpy(slot->id, id, sizeof(id));
@@ -262,15 +265,14 @@ json_t *bulk_get_json(bulk_t *b, const char *id)
         bulk_op *op = &b->ops[i];
         if (!op->used || strcmp(op->id, id) != 0)
             continue;
-        out = json_pack("{s:s, s:s, s:O, s:s, s:I, s:I, s:I, s:I, s:o, s:o}",
-                        "id", op->id, "action", action_name(op->action),
-                        "filter", op->filter_json, "state", states[op->state],
-                        "matched_so_far", (json_int_t)op->matched,
-                        "done", (json_int_t)op->done,
-                        "skipped", (json_int_t)op->skipped,
-                        "errors", (json_int_t)op->errors,
-                        "started_at", time_or_null(op->started_at),
-                        "finished_at", time_or_null(op->finished_at));
+        out = json_pack(
+            "{s:s, s:s, s:O, s:s, s:I, s:I, s:I, s:I, s:o, s:o}", "id", op->id,
+            "action", action_name(op->action), "filter", op->filter_json,
+            "state", states[op->state], "matched_so_far",
+            (json_int_t)op->matched, "done", (json_int_t)op->done, "skipped",
+            (json_int_t)op->skipped, "errors", (json_int_t)op->errors,
+            "started_at", time_or_null(op->started_at), "finished_at",
+            time_or_null(op->finished_at));
         break;
     }
     pthread_mutex_unlock(&b->w.mu);

@@ -18,7 +18,7 @@
 
 #define MOD "dispatcher"
 
-#define CLAIM_RETRY_MS 50           /* after a failed read: soon, no spin */
+#define CLAIM_RETRY_MS 50 /* after a failed read: soon, no spin */
 
 /* dispatcher_int.h; disp_notify()'s work, from any thread (the writer,
  * the store's wake-up, the recorder for a job pending again): the
@@ -73,8 +73,7 @@ static long feed(disp_t *d, size_t room, bool *more)
     rc = store_claim_ahead(d->st, now + d->opt.lookahead_ms, now, room, &jobs,
                            &n);
     if (rc != RMQS_OK) {
-        log_error(MOD, "cannot claim due jobs", "error=%s",
-                  rmqs_rc_name(rc));
+        log_error(MOD, "cannot claim due jobs", "error=%s", rmqs_rc_name(rc));
         return -1;
     }
     if (n == 0)
@@ -117,8 +116,7 @@ static long feed(disp_t *d, size_t room, bool *more)
             store_settle(d->st, &o, 1, now);
             job_clear(&jobs[i]);
         }
-        log_error(MOD, "out of memory; jobs released", "n=%zu",
-                  n - k);
+        log_error(MOD, "out of memory; jobs released", "n=%zu", n - k);
         n = k;
     }
     if (n > 0)

@@ -28,7 +28,8 @@
 
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
-#define LEASE_MARGIN_MS 250         /* a claim this close to its lease's end
+#define LEASE_MARGIN_MS \
+    250 /* a claim this close to its lease's end
                                        is released, not published */
 
 /* dispatcher_int.h; the delay of a retry (disp_on_report below). */
@@ -115,9 +116,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
                   j->id, j->exchange, j->routing_key,
                   (long long)(it->sent_ms - j->due_at));
         break;
-    case AMQPP_UNSENT:
-        it->out.kind = STORE_OUT_RELEASE;
-        break;
+    case AMQPP_UNSENT: it->out.kind = STORE_OUT_RELEASE; break;
     case AMQPP_REFUSED:
         /* not an attempt at the broker, and never will be: failed now */
         metrics_job_failed();
@@ -137,9 +136,9 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
         snprintf(it->reason, sizeof(it->reason), "%s", r->reason);
         it->out.kind = STORE_OUT_RETRY;
         it->out.error = it->reason;
-        it->out.retry_at = now + disp_backoff_ms(j->attempts,
-                                                 d->opt.backoff_base_ms,
-                                                 d->opt.backoff_cap_ms);
+        it->out.retry_at =
+            now + disp_backoff_ms(j->attempts, d->opt.backoff_base_ms,
+                                  d->opt.backoff_cap_ms);
         if (j->attempts >= j->max_attempts)
             log_job_failed(j, r->reason);
         else
@@ -255,13 +254,14 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
             if (claimed_expired(&it->job)) {
                 log_warn(MOD, "run expired; not published",
                          "job_id=%s schedule=\"%s\" fire_at=%lld "
-                         "expires_at=%lld claimed_at=%lld", it->job.id,
-                         it->job.schedule ? it->job.schedule : "",
+                         "expires_at=%lld claimed_at=%lld",
+                         it->job.id, it->job.schedule ? it->job.schedule : "",
                          (long long)it->job.fire_at,
                          (long long)it->job.expires_at,
                          (long long)it->job.updated_at);
                 it->out = (store_outcome){
-                    .id = it->job.id, .kind = STORE_OUT_EXPIRE,
+                    .id = it->job.id,
+                    .kind = STORE_OUT_EXPIRE,
                     .error = "missed its fire time by more than "
                              "misfire_grace_ms"};
                 metrics_jobs_cancelled(1);
@@ -271,8 +271,9 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
             if (lease_lapsing(d, &it->job, now)) {
                 log_warn(MOD, "claim lease lapsed; not published",
                          "job_id=%s lease_until=%lld now=%lld note=\"another "
-                         "instance may have taken it over\"", it->job.id,
-                         (long long)it->job.lease_until, (long long)now);
+                         "instance may have taken it over\"",
+                         it->job.id, (long long)it->job.lease_until,
+                         (long long)now);
                 metrics_lease_lapsed();
                 pthread_mutex_lock(&d->w.mu);
                 (void)dueq_release(d->q, it, tu_now_ms());
@@ -334,7 +335,8 @@ void *disp_publisher_main(void *arg)
             /* disp_stop() writes the eventfd: no waiting out the delay. */
             (void)wait_events(d, INT64_MAX, tu_jitter_ms(reconnect_ms));
             reconnect_ms = reconnect_ms * 2 < RECONNECT_MAX_MS
-                               ? reconnect_ms * 2 : RECONNECT_MAX_MS;
+                               ? reconnect_ms * 2
+                               : RECONNECT_MAX_MS;
             continue;
         }
         if (was_down_logged)

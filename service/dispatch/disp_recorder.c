@@ -34,8 +34,8 @@ static bool done_ready_locked(const disp_t *d, int64_t now)
  * (jobs left pending or publishing are published again at the next
  * start). Frees the claims and the list. Returns the earliest due time of
  * the jobs it made pending again (a retry or a release), INT64_MAX if none. */
-static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
-                           size_t nc, dueq_item *list, size_t n)
+static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1], size_t nc,
+                           dueq_item *list, size_t n)
 {
     store_outcome *out = NULL;
     const char **cl = NULL;
@@ -57,15 +57,18 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         free(cl);
         out = NULL;
         cl = NULL;
-        log_error(MOD, "cannot record claims and publish results; "
-                  "retrying", "claims=%zu n=%zu error=\"out of memory\"", nc, n);
+        log_error(MOD,
+                  "cannot record claims and publish results; "
+                  "retrying",
+                  "claims=%zu n=%zu error=\"out of memory\"", nc, n);
         if (worker_sleep(&d->w, 100))
             break;
     }
     if ((n && out == NULL) || (nc && cl == NULL)) { /* stopping */
         log_error(MOD, "stopping with unrecorded results",
                   "claims=%zu n=%zu note=\"jobs are published again at the "
-                  "next start\"", nc, n);
+                  "next start\"",
+                  nc, n);
         free(out);
         free(cl);
         free(claims);
@@ -90,9 +93,10 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         rc = store_record(d->st, cl, nc, out, n, now);
         if (rc == RMQS_OK)
             break;
-        log_error(MOD, "cannot record claims and publish results; "
-                  "retrying", "claims=%zu n=%zu error=%s", nc, n,
-                  rmqs_rc_name(rc));
+        log_error(MOD,
+                  "cannot record claims and publish results; "
+                  "retrying",
+                  "claims=%zu n=%zu error=%s", nc, n, rmqs_rc_name(rc));
         pthread_mutex_lock(&d->w.mu);
         if (!d->w.stop)
             (void)worker_cond_wait_ms(&d->rec_cv, &d->w.mu, wait);
@@ -101,7 +105,8 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1],
         if (stop) {
             log_error(MOD, "stopping with unrecorded results",
                       "n=%zu note=\"jobs stay publishing and are published "
-                      "again at the next start\"", n);
+                      "again at the next start\"",
+                      n);
             break;
         }
     }
@@ -117,7 +122,7 @@ void *disp_recorder_main(void *arg)
     disp_t *d = arg;
 
     for (;;) {
-        char (*claims)[JOB_ID_LEN + 1] = NULL;
+        char(*claims)[JOB_ID_LEN + 1] = NULL;
         dueq_item *list = NULL;
         size_t nc = 0, n = 0;
         int64_t now = tu_now_ms();

@@ -13,16 +13,16 @@
 typedef struct disp disp_t;
 
 typedef struct disp_options {
-    int batch_size;            /* most jobs claimed ahead at a time */
-    int window;                /* most unconfirmed publishes; 0: twice
+    int batch_size;          /* most jobs claimed ahead at a time */
+    int window;              /* most unconfirmed publishes; 0: twice
                                   batch_size */
-    int64_t lookahead_ms;      /* claim jobs due within this much time */
-    int64_t backoff_base_ms;   /* first retry delay after a failed attempt */
-    int64_t backoff_cap_ms;    /* retry delay never exceeds this */
-    int confirm_timeout_ms;    /* a publish not confirmed by then:
+    int64_t lookahead_ms;    /* claim jobs due within this much time */
+    int64_t backoff_base_ms; /* first retry delay after a failed attempt */
+    int64_t backoff_cap_ms;  /* retry delay never exceeds this */
+    int confirm_timeout_ms;  /* a publish not confirmed by then:
                                   connection presumed dead */
-    int heartbeat_s;           /* to bound idle sleeps (service heartbeats) */
-    int rt_priority;           /* SCHED_FIFO priority of the publisher
+    int heartbeat_s;         /* to bound idle sleeps (service heartbeats) */
+    int rt_priority;         /* SCHED_FIFO priority of the publisher
                                   thread, best effort; 0: normal */
     /* Called on the dispatcher's thread each time the broker connection
      * is (re)made (service.c logs "ready" the first time); NULL: none. */

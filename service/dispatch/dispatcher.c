@@ -123,8 +123,8 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
     if (d->q == NULL || d->wake_fd < 0 ||
-        amqpp_set_window(pub, window, d->opt.confirm_timeout_ms,
-                         disp_on_report, d) != RMQS_OK) {
+        amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, disp_on_report,
+                         d) != RMQS_OK) {
         d->pub = NULL; /* still the caller's on failure */
         disp_free(d);
         return NULL;

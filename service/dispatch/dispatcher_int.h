@@ -31,13 +31,13 @@
 #include "timeutil.h"
 #include "worker.h"
 
-#define IDLE_CAP_MS 1000            /* longest sleep without looking again */
-#define SETTLE_BATCH 256            /* outcomes that are recorded at once */
-#define SETTLE_DELAY_MS 10          /* ... or once the oldest waited this */
+#define IDLE_CAP_MS 1000   /* longest sleep without looking again */
+#define SETTLE_BATCH 256   /* outcomes that are recorded at once */
+#define SETTLE_DELAY_MS 10 /* ... or once the oldest waited this */
 
 struct disp {
-    store_t *st;            /* borrowed */
-    amqpp_t *pub;           /* owned; used only by the publisher thread */
+    store_t *st;  /* borrowed */
+    amqpp_t *pub; /* owned; used only by the publisher thread */
     disp_options opt;
 
     /* The feeder's worker: its mu (priority inheritance: the publisher
@@ -45,18 +45,18 @@ struct disp {
      * flag stops all three threads; its cv wakes the feeder. */
     worker_t w;
     worker_thread publisher, recorder;
-    int wake_fd;            /* eventfd: wakes the publisher thread */
+    int wake_fd; /* eventfd: wakes the publisher thread */
 
-    pthread_cond_t rec_cv;  /* CLOCK_MONOTONIC; wakes the recorder */
-    bool publisher_done;    /* the publisher thread has handed back all */
-    bool feeder_done;       /* the feeder thread claims no more */
+    pthread_cond_t rec_cv; /* CLOCK_MONOTONIC; wakes the recorder */
+    bool publisher_done;   /* the publisher thread has handed back all */
+    bool feeder_done;      /* the feeder thread claims no more */
     char (*claims)[JOB_ID_LEN + 1]; /* claimed ahead, claim not yet written */
     size_t claims_n, claims_cap;
-    bool kicked;            /* a job wants claiming before next_claim_at */
-    int64_t next_claim_at;  /* wall ms the feeder plans to claim at */
-    int64_t notified_due;   /* earliest due time notified since the claim */
-    bool can_claim;         /* the publisher is connected and unblocked */
-    due_queue_t *q;         /* claimed, not yet published (`ahead`, by
+    bool kicked;           /* a job wants claiming before next_claim_at */
+    int64_t next_claim_at; /* wall ms the feeder plans to claim at */
+    int64_t notified_due;  /* earliest due time notified since the claim */
+    bool can_claim;        /* the publisher is connected and unblocked */
+    due_queue_t *q;        /* claimed, not yet published (`ahead`, by
                                due time), and answered, waiting to be
                                recorded (`done`); a dueq_item is owned by
                                the dispatcher from claim to record */
@@ -81,9 +81,9 @@ static inline void wake_publisher(disp_t *d)
 
 /* The three threads (worker.c's thread functions; arg: the disp_t),
  * started by disp_start(). */
-void *disp_feeder_main(void *arg);       /* disp_feeder.c */
-void *disp_publisher_main(void *arg);    /* disp_publisher.c */
-void *disp_recorder_main(void *arg);     /* disp_recorder.c */
+void *disp_feeder_main(void *arg);    /* disp_feeder.c */
+void *disp_publisher_main(void *arg); /* disp_publisher.c */
+void *disp_recorder_main(void *arg);  /* disp_recorder.c */
 
 /* amqpp's report (disp_new() hands it to amqpp_set_window): what the broker
  * said about one job; runs on the publisher thread. disp_publisher.c */

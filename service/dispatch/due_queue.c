@@ -16,11 +16,11 @@
 #include <string.h>
 
 struct due_queue {
-    dueq_item **ahead;      /* by due time: ahead[head .. head + n) */
+    dueq_item **ahead; /* by due time: ahead[head .. head + n) */
     size_t head, n, cap;
     dueq_item *done_head, *done_tail; /* answered, arrival order */
     size_t done_n;
-    int64_t done_since;     /* wall ms the oldest of them arrived */
+    int64_t done_since; /* wall ms the oldest of them arrived */
 };
 
 due_queue_t *dueq_new(size_t cap)

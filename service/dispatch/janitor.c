@@ -38,8 +38,8 @@ static bool purge_round(janitor_t *j)
             return true;
     } while (n == j->opt.purge_batch);
     if (total > 0)
-        log_info(MOD, "purged finished jobs", "n=%zu retention_s=%lld",
-                 total, (long long)(j->opt.retention_ms / 1000));
+        log_info(MOD, "purged finished jobs", "n=%zu retention_s=%lld", total,
+                 (long long)(j->opt.retention_ms / 1000));
     return false;
 }
 

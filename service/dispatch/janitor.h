@@ -14,11 +14,11 @@
 typedef struct janitor janitor_t;
 
 typedef struct janitor_options {
-    int64_t retention_ms;     /* finished jobs older than this are purged;
+    int64_t retention_ms;      /* finished jobs older than this are purged;
                                  0: keep them forever */
     int64_t purge_interval_ms; /* how often to look for old jobs */
     int64_t checkpoint_interval_ms;
-    size_t purge_batch;        /* rows per purge transaction */
+    size_t purge_batch; /* rows per purge transaction */
 } janitor_options;
 
 /* st is borrowed. NULL on ENOMEM. */

@@ -19,7 +19,7 @@
 /* ---- ring ---------------------------------------------------------------- */
 
 struct stats_ring {
-    stats_sample *s; /* cap slots */
+    stats_sample *s;       /* cap slots */
     size_t cap, head, len; /* head: the next slot written */
 };
 
@@ -137,9 +137,9 @@ void stats_sample_between(const metrics_snapshot *prev,
 /* ---- sampler ------------------------------------------------------------- */
 
 struct stats {
-    store_t *st;          /* borrowed */
+    store_t *st; /* borrowed */
     int64_t interval_ms;
-    worker_t w;           /* the sampler thread; w.mu guards only stop */
+    worker_t w;              /* the sampler thread; w.mu guards only stop */
     pthread_mutex_t ring_mu; /* the ring: sampler pushes, readers copy */
     stats_ring *ring;
 };

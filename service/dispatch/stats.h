@@ -31,7 +31,7 @@
 typedef struct stats_sample {
     int64_t t_ms;
     uint64_t scheduled, sent, failed, cancelled; /* jobs, in the interval */
-    int64_t pending;  /* pending jobs at t_ms; -1 if the store did not say */
+    int64_t pending; /* pending jobs at t_ms; -1 if the store did not say */
     /* publish lateness of the jobs sent in the interval (from histogram
      * bucket differences, interpolated inside a bucket); -1: none sent */
     double late_p50_ms, late_p90_ms, late_p99_ms;

@@ -21,20 +21,20 @@
 #define MOD "writer"
 
 struct writer {
-    store_t *st;   /* borrowed */
-    disp_t *disp;  /* borrowed */
+    store_t *st;  /* borrowed */
+    disp_t *disp; /* borrowed */
     size_t max_rows;
     int64_t min_free_bytes;
     atomic_bool disk_full; /* below the reserve at the last check */
 
-    worker_t wk;         /* the thread; wk.mu guards wk.stop,
+    worker_t wk; /* the thread; wk.mu guards wk.stop,
                             head, tail and admission; wk.cv wakes it */
     writer_req *head, *tail;
 
-    size_t budget;       /* request bytes admitted at once; 0 = any */
-    size_t admitted;     /* bytes admitted and not yet released */
+    size_t budget;   /* request bytes admitted at once; 0 = any */
+    size_t admitted; /* bytes admitted and not yet released */
     writer_waiter *wait_head, *wait_tail; /* not admitted yet, FIFO */
-    writer_waiter *granted;  /* admitted, to be woken by the thread */
+    writer_waiter *granted; /* admitted, to be woken by the thread */
 };
 
 writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
@@ -106,9 +106,11 @@ static bool below_reserve(writer_t *w)
     if (full != atomic_load(&w->disk_full)) {
         atomic_store(&w->disk_full, full);
         if (full)
-            log_error(MOD, "disk nearly full: refusing new jobs; stored "
-                      "jobs are still delivered", "free_bytes=%lld reserve=%lld",
-                      (long long)free_bytes, (long long)w->min_free_bytes);
+            log_error(MOD,
+                      "disk nearly full: refusing new jobs; stored "
+                      "jobs are still delivered",
+                      "free_bytes=%lld reserve=%lld", (long long)free_bytes,
+                      (long long)w->min_free_bytes);
         else
             log_info(MOD, "disk space back: accepting new jobs",
                      "free_bytes=%lld", (long long)free_bytes);
@@ -270,8 +272,8 @@ static void *writer_main(void *arg)
         }
         /* How full transactions are is the point of group commit: with
          * --log-level debug, one line per commit shows it. */
-        log_debug(MOD, "group commit", "requests=%zu rows=%zu scheduled=%zu",
-                  n, rows, scheduled);
+        log_debug(MOD, "group commit", "requests=%zu rows=%zu scheduled=%zu", n,
+                  rows, scheduled);
         if (scheduled > 0)
             metrics_jobs_scheduled(scheduled);
         if (earliest != INT64_MAX)

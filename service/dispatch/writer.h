@@ -28,10 +28,10 @@ typedef struct writer_req writer_req;
 typedef void (*writer_done_fn)(writer_req *req, void *cls);
 
 struct writer_req {
-    store_insert_req ins;  /* in: jobs and key; out: outcome (see store.h) */
+    store_insert_req ins; /* in: jobs and key; out: outcome (see store.h) */
     writer_done_fn done;
     void *cls;
-    writer_req *next;      /* the writer's queue link */
+    writer_req *next; /* the writer's queue link */
 };
 
 /* A writer over st and d (both borrowed); max_rows bounds one transaction.
@@ -70,10 +70,10 @@ rmqs_rc writer_submit(writer_t *w, writer_req *req);
 typedef struct writer_waiter writer_waiter;
 struct writer_waiter {
     size_t bytes;
-    bool granted;              /* out: admitted by a writer_release */
+    bool granted; /* out: admitted by a writer_release */
     void (*wake)(void *cls);
     void *cls;
-    writer_waiter *next;       /* the writer's queue link */
+    writer_waiter *next; /* the writer's queue link */
 };
 void writer_set_admission_budget(writer_t *w, size_t bytes);
 bool writer_admit(writer_t *w, size_t bytes, writer_waiter *waiter);

@@ -88,8 +88,10 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
     json_t *j;
 
     j = json_pack("{s:s, s:s, s:s}", "status", "ready", "database",
-                  !db ? "down" : full ? "full" : "up", "broker",
-                  broker ? "up" : "down");
+                  !db    ? "down"
+                  : full ? "full"
+                         : "up",
+                  "broker", broker ? "up" : "down");
     if (j == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (has_ingest)
@@ -102,8 +104,9 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
              broker ? "" : " broker",
              !has_ingest || ingest ? "" : " ingest consumer");
     json_object_set_new(j, "status", json_string("unavailable"));
-    json_object_set_new(j, "error", json_pack("{s:s, s:s}", "code", "unavailable",
-                                              "message", msg));
+    json_object_set_new(
+        j, "error",
+        json_pack("{s:s, s:s}", "code", "unavailable", "message", msg));
     return http_reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
 }
 
@@ -133,8 +136,9 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 static enum MHD_Result method_not_allowed(struct MHD_Connection *c,
                                           const char *allow)
 {
-    return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                              NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW, allow);
+    return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                              "method_not_allowed", NULL, "method not allowed",
+                              MHD_HTTP_HEADER_ALLOW, allow);
 }
 
 static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
@@ -143,8 +147,9 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 
     if (rq->too_large) /* the connection is not worth keeping */
-        return http_reply_error_h(c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
-                                  NULL, "request body is over the configured limit",
+        return http_reply_error_h(c, MHD_HTTP_CONTENT_TOO_LARGE,
+                                  "payload_too_large", NULL,
+                                  "request body is over the configured limit",
                                   MHD_HTTP_HEADER_CONNECTION, "close");
     if (http_ui_handles(api, c, url))
         return http_ui_serve(api, c, url, method);
@@ -156,8 +161,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
     if (strcmp(url, "/healthz") == 0) {
         if (!get)
             return method_not_allowed(c, "GET");
-        return http_reply_json(c, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"),
-                               NULL, NULL);
+        return http_reply_json(c, MHD_HTTP_OK,
+                               json_pack("{s:s}", "status", "ok"), NULL, NULL);
     }
     if (strcmp(url, "/readyz") == 0)
         return get ? h_readyz(api, c) : method_not_allowed(c, "GET");
@@ -195,7 +200,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? http_schedules_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/schedules/", 11) == 0 && strchr(url + 11, '/') == NULL)
         return http_schedules_one(api, c, method, url + 11, rq);
-    return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no such route");
+    return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,
+                            "no such route");
 }
 
 /* The body is over the limit: what was kept of it goes, the rest will be
@@ -212,12 +218,12 @@ static void refuse_body(http_req *rq)
 /* A chunk of a refused body (413 or 401): dropped, never kept. Past bound
  * bytes, or longer than the connection timeout since the refusal, the
  * sender is endless or slow and the connection is closed instead. */
-static enum MHD_Result drop_chunk(const http_api_t *api, http_req *rq,
-                                  size_t n, size_t bound)
+static enum MHD_Result drop_chunk(const http_api_t *api, http_req *rq, size_t n,
+                                  size_t bound)
 {
     rq->dropped += n;
-    if (rq->dropped > bound ||
-        tu_mono_us() - rq->refused_us > (int64_t)api->opt.conn_timeout_s * 1000000)
+    if (rq->dropped > bound || tu_mono_us() - rq->refused_us >
+                                   (int64_t)api->opt.conn_timeout_s * 1000000)
         return MHD_NO;
     return MHD_YES;
 }
@@ -234,13 +240,12 @@ enum { SITE_OK, SITE_HOST, SITE_ORIGIN, SITE_FORM };
 static int site_check(http_api_t *api, struct MHD_Connection *c,
                       const char *method)
 {
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                   MHD_HTTP_HEADER_HOST);
+    const char *host =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     const char *origin, *ct;
 
     if (!http_origins_host_ok(api->origins, host)) {
-        log_warn(MOD, "request for another host refused", "host=%.128s",
-                 host);
+        log_warn(MOD, "request for another host refused", "host=%.128s", host);
         return SITE_HOST;
     }
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0 ||
@@ -266,15 +271,16 @@ static enum MHD_Result reply_site_refused(struct MHD_Connection *c, int why)
 {
     if (why == SITE_HOST)
         return http_reply_error_h(c, MHD_HTTP_FORBIDDEN, "host_not_allowed",
-                                  NULL, "this Host is not served here: use "
+                                  NULL,
+                                  "this Host is not served here: use "
                                   "the listen address, localhost, an IP "
                                   "address or a --public-origin",
                                   MHD_HTTP_HEADER_CONNECTION, "close");
     if (why == SITE_ORIGIN)
         return http_reply_error_h(c, MHD_HTTP_FORBIDDEN, "cross_origin", NULL,
                                   "changes from pages of another origin are "
-                                  "refused", MHD_HTTP_HEADER_CONNECTION,
-                                  "close");
+                                  "refused",
+                                  MHD_HTTP_HEADER_CONNECTION, "close");
     return http_reply_error_h(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                               "unsupported_media_type", NULL,
                               "a change takes application/json or no body, "
@@ -286,23 +292,25 @@ static enum MHD_Result reply_site_refused(struct MHD_Connection *c, int why)
  * a 100 (libmicrohttpd sends it unless an answer is queued first). */
 static bool expects_continue(struct MHD_Connection *c, const char *version)
 {
-    const char *e = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                MHD_HTTP_HEADER_EXPECT);
+    const char *e =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
     return e != NULL && strcmp(version, MHD_HTTP_VERSION_1_1) == 0 &&
            strcasecmp(e, "100-continue") == 0;
 }
 
 static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
-                                  const char *url, const char *method,
-                                  const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls)
+                                        const char *url, const char *method,
+                                        const char *version,
+                                        const char *upload_data,
+                                        size_t *upload_data_size,
+                                        void **con_cls)
 {
     http_api_t *api = cls;
     http_req *rq = *con_cls;
 
     if (rq == NULL) { /* first call: headers only */
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl = MHD_lookup_connection_value(
+            c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         rq = calloc(1, sizeof(*rq));
         if (rq == NULL)
             return MHD_NO;
@@ -358,7 +366,8 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
                 refuse_body(rq);
             /* the whole body counts: the first call admitted bodies up
              * to DISCARD_MAX past the limit */
-            return drop_chunk(api, rq, n, api->opt.max_body_bytes + DISCARD_MAX);
+            return drop_chunk(api, rq, n,
+                              api->opt.max_body_bytes + DISCARD_MAX);
         }
         if (rq->len + n + 1 > rq->cap) {
             size_t cap = rq->cap ? rq->cap : 1024;
@@ -426,7 +435,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
  * Each gets its deadline entry in *socket_ctx, from its socket; the
  * library tells of the close before it closes the socket (0.9.75's
  * MHD_connection_close_), so the entry goes first. */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_ctx,
                           enum MHD_ConnectionNotificationCode code)
 {
     http_api_t *api = cls;
@@ -435,9 +445,9 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         atomic_fetch_add(&api->conns, 1);
-        *socket_ctx = ci != NULL ? http_deadline_open(api->deadline,
-                                                      ci->connect_fd)
-                                 : NULL;
+        *socket_ctx = ci != NULL
+                          ? http_deadline_open(api->deadline, ci->connect_fd)
+                          : NULL;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         atomic_fetch_sub(&api->conns, 1);
         http_deadline_close(api->deadline, *socket_ctx);
@@ -473,7 +483,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static int64_t window;   /* second of the current window */
+    static int64_t window; /* second of the current window */
     static unsigned in_window, suppressed;
     unsigned dropped = 0;
     int64_t now = tu_mono_ms() / 1000;
@@ -546,8 +556,9 @@ static char *read_file(const char *path)
 
     if (f == NULL)
         return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len < (1L << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL) {
+    if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 &&
+        len < (1L << 20) && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)len + 1)) != NULL) {
         if (fread(buf, 1, (size_t)len, f) != (size_t)len) {
             free(buf);
             buf = NULL;
@@ -570,7 +581,7 @@ static void api_free(http_api_t *api)
     http_origins_free(api->origins);
     http_deadline_free(api->deadline); /* after the daemon: it has closed
                                           every connection */
-    taskpool_free(api->searches); /* NULL after http_api_stop */
+    taskpool_free(api->searches);      /* NULL after http_api_stop */
     free(api->tls_cert);
     free(api->ui_broker_urls);
     if (api->tls_key != NULL) {
@@ -641,8 +652,10 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
             goto fail;
         }
         flags |= MHD_USE_TLS;
-        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, api->tls_cert};
-        tls[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, api->tls_key};
+        tls[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0,
+                                         api->tls_cert};
+        tls[1] =
+            (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, api->tls_key};
         /* TLS 1.2 at least, as on the AMQP side. */
         tls[2] = (struct MHD_OptionItem){
             MHD_OPTION_HTTPS_PRIORITIES, 0,
@@ -668,21 +681,20 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         goto fail;
     }
     api->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, api,
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, api, /* first, to catch all */
+        flags, 0, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, api, /* first, to catch all */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, opt->conn_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, api,
-        MHD_OPTION_ARRAY, tls,
-        MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, api, MHD_OPTION_NOTIFY_CONNECTION, on_connection, api,
+        MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
     if (api->daemon == NULL) {
         rc = rmqs_fail(err, RMQS_ESYS, "listen",
                        "cannot listen on %s (address in use or not available, "
-                       "or a bad TLS certificate/key?)", opt->listen);
+                       "or a bad TLS certificate/key?)",
+                       opt->listen);
         goto fail;
     }
     info = MHD_get_daemon_info(api->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -720,9 +732,8 @@ bool http_api_drain(http_api_t *api, int64_t timeout_ms, bool conns_too)
 
     if (api == NULL)
         return true;
-    for (int64_t waited = 0;
-         atomic_load(&api->inflight) > 0 ||
-         (conns_too && atomic_load(&api->conns) > 0);
+    for (int64_t waited = 0; atomic_load(&api->inflight) > 0 ||
+                             (conns_too && atomic_load(&api->conns) > 0);
          waited += 10) {
         if (waited >= timeout_ms)
             return false;

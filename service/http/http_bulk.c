@@ -44,12 +44,14 @@ static enum MHD_Result h_submit(http_api_t *api, struct MHD_Connection *c,
     root = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES,
                       &jerr);
     if (root == NULL || !json_is_object(root)) {
-        rmqs_fail(&err, RMQS_EINVAL, "", root == NULL
-                  ? "invalid JSON" : "request body must be a JSON object");
+        rmqs_fail(&err, RMQS_EINVAL, "",
+                  root == NULL ? "invalid JSON"
+                               : "request body must be a JSON object");
         json_decref(root);
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    json_object_foreach(root, key, value) {
+    json_object_foreach(root, key, value)
+    {
         if (strcmp(key, "action") != 0 && strcmp(key, "filter") != 0 &&
             strcmp(key, "all") != 0) {
             rmqs_fail(&err, RMQS_EINVAL, key, "unknown field");
@@ -62,10 +64,12 @@ static enum MHD_Result h_submit(http_api_t *api, struct MHD_Connection *c,
     if (!json_is_string(action) ||
         (strcmp(json_string_value(action), "cancel") != 0 &&
          strcmp(json_string_value(action), "retry") != 0)) {
-        rmqs_fail(&err, RMQS_EINVAL, "action", "action: \"cancel\" or \"retry\"");
+        rmqs_fail(&err, RMQS_EINVAL, "action",
+                  "action: \"cancel\" or \"retry\"");
         goto invalid;
     }
-    a = strcmp(json_string_value(action), "cancel") == 0 ? BULK_CANCEL : BULK_RETRY;
+    a = strcmp(json_string_value(action), "cancel") == 0 ? BULK_CANCEL
+                                                         : BULK_RETRY;
     if (filter != NULL && !json_is_object(filter)) {
         rmqs_fail(&err, RMQS_EINVAL, "filter", "filter: an object");
         goto invalid;
@@ -113,7 +117,8 @@ static enum MHD_Result h_submit(http_api_t *api, struct MHD_Connection *c,
     if (op == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     snprintf(loc, sizeof(loc), "/jobs/bulk/%s", id);
-    ret = http_reply_json(c, MHD_HTTP_ACCEPTED, op, MHD_HTTP_HEADER_LOCATION, loc);
+    ret = http_reply_json(c, MHD_HTTP_ACCEPTED, op, MHD_HTTP_HEADER_LOCATION,
+                          loc);
     return ret;
 invalid:
     json_decref(root);
@@ -128,16 +133,15 @@ enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
 
     if (id == NULL) {
         if (strcmp(method, "POST") != 0)
-            return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-                                      "method_not_allowed", NULL,
-                                      "method not allowed",
-                                      MHD_HTTP_HEADER_ALLOW, "POST");
+            return http_reply_error_h(
+                c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", NULL,
+                "method not allowed", MHD_HTTP_HEADER_ALLOW, "POST");
         return h_submit(api, c, rq);
     }
     if (!get)
-        return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-                                  "method_not_allowed", NULL, "method not allowed",
-                                  MHD_HTTP_HEADER_ALLOW, "GET");
+        return http_reply_error_h(
+            c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", NULL,
+            "method not allowed", MHD_HTTP_HEADER_ALLOW, "GET");
     op = api->opt.bulk != NULL ? bulk_get_json(api->opt.bulk, id) : NULL;
     if (op == NULL)
         return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,

@@ -49,14 +49,14 @@ struct http_deadline_conn {
 };
 
 struct http_deadline {
-    worker_t w;               /* w.mu guards everything below */
+    worker_t w; /* w.mu guards everything below */
     int64_t header_ms, body_ms;
     http_deadline_conn *head;
     /* cuts not yet logged, by reason (metrics_cut), and the address of
      * the last one */
     uint64_t unlogged[MC_COUNT];
     char last_peer[INET6_ADDRSTRLEN];
-    int64_t logged_ms;        /* when the last line was written */
+    int64_t logged_ms; /* when the last line was written */
 };
 
 static void peer_text(int fd, char *out, size_t n)
@@ -94,11 +94,12 @@ static void log_cuts(http_deadline *d, int64_t now)
 {
     uint64_t *n = d->unlogged;
 
-    if (n[MC_HEADER_TIMEOUT] + n[MC_BODY_TIMEOUT] + n[MC_KEEPALIVE_TIMEOUT] == 0 ||
+    if (n[MC_HEADER_TIMEOUT] + n[MC_BODY_TIMEOUT] + n[MC_KEEPALIVE_TIMEOUT] ==
+            0 ||
         now - d->logged_ms < DEADLINE_LOG_EVERY_MS)
         return;
     log_write(n[MC_HEADER_TIMEOUT] + n[MC_BODY_TIMEOUT] > 0 ? LOG_WARN
-                                                              : LOG_DEBUG,
+                                                            : LOG_DEBUG,
               MOD, "slow connections cut",
               "header_timeout=%llu body_timeout=%llu keepalive_timeout=%llu "
               "last_peer=%s header_timeout_ms=%lld body_timeout_ms=%lld",
@@ -120,8 +121,8 @@ static void *sweeper_main(void *arg)
         int64_t now = tu_mono_ms();
         for (http_deadline_conn *c = d->head; c != NULL; c = c->next) {
             if (c->phase == PH_HEADERS && now - c->since_ms >= d->header_ms)
-                cut(d, c, c->kept_alive ? MC_KEEPALIVE_TIMEOUT
-                                        : MC_HEADER_TIMEOUT);
+                cut(d, c,
+                    c->kept_alive ? MC_KEEPALIVE_TIMEOUT : MC_HEADER_TIMEOUT);
             else if (c->phase == PH_BODY && now - c->since_ms >= d->body_ms)
                 cut(d, c, MC_BODY_TIMEOUT);
         }

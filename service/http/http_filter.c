@@ -19,8 +19,10 @@
 typedef const char *(*lookup_fn)(void *ctx, const char *name);
 
 static const char *const params[] = {
-    "status", "source", "message_id", "schedule", "exchange", "routing_key",
-    "deliver_from", "deliver_to", "id_prefix", "header", "q", NULL};
+    "status",       "source",     "message_id",
+    "schedule",     "exchange",   "routing_key",
+    "deliver_from", "deliver_to", "id_prefix",
+    "header",       "q",          NULL};
 
 bool http_filter_is_param(const char *name)
 {
@@ -102,8 +104,8 @@ static long utf8_chars(const char *s, size_t n)
 }
 
 /* The fields the search adds (issue 14), after the first four. */
-static rmqs_rc parse_search(lookup_fn get, void *ctx, bool json, store_filter *f,
-                            rmqs_error *err)
+static rmqs_rc parse_search(lookup_fn get, void *ctx, bool json,
+                            store_filter *f, rmqs_error *err)
 {
     const char *from = get(ctx, "deliver_from"), *to = get(ctx, "deliver_to");
     const char *idp = get(ctx, "id_prefix"), *header = get(ctx, "header");
@@ -117,26 +119,25 @@ static rmqs_rc parse_search(lookup_fn get, void *ctx, bool json, store_filter *f
                          field_of(json, "deliver_from", field),
                          "deliver_from: an RFC 3339 instant");
     if (parse_time(to, &f->has_deliver_to, &f->deliver_to) != RMQS_OK)
-        return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "deliver_to", field),
+        return rmqs_fail(err, RMQS_EINVAL, field_of(json, "deliver_to", field),
                          "deliver_to: an RFC 3339 instant");
     if (idp != NULL && parse_id_prefix(idp, f->id_prefix) != RMQS_OK)
-        return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "id_prefix", field),
+        return rmqs_fail(err, RMQS_EINVAL, field_of(json, "id_prefix", field),
                          "id_prefix: %d to %d hex digits of a job id (dashes "
-                         "allowed)", ID_PREFIX_MIN, STORE_ID_PREFIX_MAX);
+                         "allowed)",
+                         ID_PREFIX_MIN, STORE_ID_PREFIX_MAX);
     if (header != NULL && parse_header(header, f) != RMQS_OK)
-        return rmqs_fail(err, RMQS_EINVAL,
-                         field_of(json, "header", field),
-                         "header: name:value (the name not empty; valid UTF-8)");
+        return rmqs_fail(
+            err, RMQS_EINVAL, field_of(json, "header", field),
+            "header: name:value (the name not empty; valid UTF-8)");
     if (q != NULL) {
         size_t n = strlen(q);
         long chars = utf8_chars(q, n);
         if (chars < Q_MIN_CHARS || n > Q_MAX_BYTES)
-            return rmqs_fail(err, RMQS_EINVAL,
-                             field_of(json, "q", field),
+            return rmqs_fail(err, RMQS_EINVAL, field_of(json, "q", field),
                              "q: %d characters at least, %d bytes at most, "
-                             "of valid UTF-8", Q_MIN_CHARS, Q_MAX_BYTES);
+                             "of valid UTF-8",
+                             Q_MIN_CHARS, Q_MAX_BYTES);
         f->q = q;
     }
     return RMQS_OK;
@@ -154,9 +155,10 @@ static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
     if (status != NULL) {
         job_status s;
         if (job_status_parse(status, &s) != RMQS_OK)
-            return rmqs_fail(err, RMQS_EINVAL, field_of(json, "status", field),
-                             "status: one of pending, publishing, sent, failed, "
-                             "cancelled");
+            return rmqs_fail(
+                err, RMQS_EINVAL, field_of(json, "status", field),
+                "status: one of pending, publishing, sent, failed, "
+                "cancelled");
         f->status = (int)s;
     }
     if (source != NULL) {
@@ -189,7 +191,8 @@ static const char *from_json(void *ctx, const char *name)
     return json_string_value(json_object_get(ctx, name));
 }
 
-rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f, rmqs_error *err)
+rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f,
+                              rmqs_error *err)
 {
     const char *key;
     json_t *v;
@@ -205,7 +208,8 @@ rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f, rmqs_error *er
     if (key != NULL)
         return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
                          "not a filter parameter");
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         if (!json_is_string(v))
             return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
                              "a filter value is a string, as in the query");

@@ -35,6 +35,7 @@ rmqs_rc http_filter_from_query(struct MHD_Connection *c, store_filter *f,
  * RMQS_EINVAL for a member that is not a filter parameter or not a string,
  * with err->field "filter.<name>".
  */
-rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f, rmqs_error *err);
+rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f,
+                              rmqs_error *err);
 
 #endif

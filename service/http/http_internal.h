@@ -49,16 +49,16 @@
 
 struct http_api {
     struct MHD_Daemon *daemon;
-    store_t *st;       /* borrowed */
-    disp_t *disp;      /* borrowed */
-    writer_t *writer;  /* borrowed */
+    store_t *st;      /* borrowed */
+    disp_t *disp;     /* borrowed */
+    writer_t *writer; /* borrowed */
     http_api_options opt;
-    atomic_long inflight; /* requests begun and not yet completed */
-    atomic_long conns;    /* connections open (accepted, not yet closed) */
-    atomic_bool stopping; /* quiesced: answers say Connection: close */
-    char *token;          /* owned copy of opt.api_token, or NULL */
-    const pubpol_t *policy; /* borrowed (service.c): exchanges, user_id */
-    http_origins *origins; /* owned: which Host and Origin are let in */
+    atomic_long inflight;     /* requests begun and not yet completed */
+    atomic_long conns;        /* connections open (accepted, not yet closed) */
+    atomic_bool stopping;     /* quiesced: answers say Connection: close */
+    char *token;              /* owned copy of opt.api_token, or NULL */
+    const pubpol_t *policy;   /* borrowed (service.c): exchanges, user_id */
+    http_origins *origins;    /* owned: which Host and Origin are let in */
     char *tls_cert, *tls_key; /* owned PEM contents, or NULL */
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
     http_deadline *deadline;  /* owned: cuts slow headers and bodies */
@@ -68,11 +68,11 @@ struct http_api {
 };
 
 typedef enum rq_state {
-    RQ_READING, /* headers and body arriving */
-    RQ_WAITING, /* suspended: the writer holds wr */
-    RQ_WRITTEN, /* resumed: wr.ins holds the outcome */
+    RQ_READING,   /* headers and body arriving */
+    RQ_WAITING,   /* suspended: the writer holds wr */
+    RQ_WRITTEN,   /* resumed: wr.ins holds the outcome */
     RQ_SEARCHING, /* suspended: the search pool runs rq->search */
-    RQ_SEARCHED /* resumed: rq->search holds the outcome */
+    RQ_SEARCHED   /* resumed: rq->search holds the outcome */
 } rq_state;
 
 typedef struct http_search http_search; /* http_jobs.c */
@@ -80,29 +80,29 @@ typedef struct http_search http_search; /* http_jobs.c */
 /* Per-request state, owned by libmicrohttpd's *con_cls slot. */
 typedef struct http_req {
     struct MHD_Connection *conn;
-    char *body;        /* accumulated body (NUL-terminated), owned */
+    char *body; /* accumulated body (NUL-terminated), owned */
     size_t len, cap;
-    bool too_large;    /* the body passed max_body_bytes: answer 413 */
-    bool unauthorized; /* no valid token: drop the body, answer 401 */
-    int site_refused;  /* http_api.c's site check said no (its reason):
+    bool too_large;     /* the body passed max_body_bytes: answer 413 */
+    bool unauthorized;  /* no valid token: drop the body, answer 401 */
+    int site_refused;   /* http_api.c's site check said no (its reason):
                           drop the body, answer 403 or 415 */
-    size_t dropped;    /* body bytes dropped since then */
+    size_t dropped;     /* body bytes dropped since then */
     int64_t refused_us; /* monotonic, when the body was refused (401 or 413) */
     rq_state state;
-    bool batch;        /* POST /schedule/batch */
-    bool minimal;      /* Prefer: return=minimal (POST /schedule[/batch]) */
-    writer_req wr;     /* the insert handed to the writer */
-    bool writer_gone;  /* the writer had stopped (shutdown): nothing stored */
+    bool batch;       /* POST /schedule/batch */
+    bool minimal;     /* Prefer: return=minimal (POST /schedule[/batch]) */
+    writer_req wr;    /* the insert handed to the writer */
+    bool writer_gone; /* the writer had stopped (shutdown): nothing stored */
     writer_waiter waiter; /* queued for admission (see writer.h) */
-    size_t admitted;   /* body bytes admitted by the writer; given back
+    size_t admitted;      /* body bytes admitted by the writer; given back
                           when the request completes */
-    job_t *jobs;       /* owned; what wr.ins.jobs points to */
+    job_t *jobs;          /* owned; what wr.ins.jobs points to */
     size_t njobs;
-    char *canonical;   /* owned; the Idempotency-Key fingerprint */
-    char *idem_key;    /* owned copy of the header */
+    char *canonical; /* owned; the Idempotency-Key fingerprint */
+    char *idem_key;  /* owned copy of the header */
     metrics_route route;
-    unsigned status;   /* of the response queued, 0 until then */
-    int64_t start_us;  /* monotonic, when the headers arrived */
+    unsigned status;     /* of the response queued, 0 until then */
+    int64_t start_us;    /* monotonic, when the headers arrived */
     http_search *search; /* owned: GET /jobs or /jobs/count's search */
 } http_req;
 

@@ -40,13 +40,13 @@ struct http_search {
     http_api_t *api;
     http_req *rq;
     bool count;
-    bool refused;          /* the pool's queue was full: 503 */
-    store_filter filter;   /* its strings point into the request's query
+    bool refused;        /* the pool's queue was full: 503 */
+    store_filter filter; /* its strings point into the request's query
                               arguments, which outlive the search */
     size_t limit;
     const char *after;
     int64_t cap;
-    rmqs_rc rc;            /* the outcome, and what it found */
+    rmqs_rc rc; /* the outcome, and what it found */
     job_t *jobs;
     size_t n;
     char *next;
@@ -79,7 +79,8 @@ void http_jobs_release(http_req *rq)
 
 /* One job; flags as job_write_json (JOB_WRITE_MINIMAL is announced). */
 static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
-                                 const job_t *job, bool location, unsigned flags)
+                                 const job_t *job, bool location,
+                                 unsigned flags)
 {
     job_buf b = {0};
 
@@ -151,7 +152,8 @@ static bool admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
 static enum MHD_Result submit(http_api_t *api, struct MHD_Connection *c,
                               http_req *rq)
 {
-    rq->wr = (writer_req){.ins = {.jobs = rq->jobs, .n = rq->njobs,
+    rq->wr = (writer_req){.ins = {.jobs = rq->jobs,
+                                  .n = rq->njobs,
                                   .idem_key = rq->idem_key,
                                   .idem_request = rq->canonical},
                           .done = on_written,
@@ -176,20 +178,22 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
     job_buf b = {0};
 
     if (ins->rc == RMQS_ECONFLICT && rq->idem_key != NULL)
-        return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
-                                "Idempotency-Key was used before with a different "
-                                "request");
+        return http_reply_error(
+            c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
+            "Idempotency-Key was used before with a different "
+            "request");
     if (rq->writer_gone)
         return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
-                                NULL, "the service is stopping; nothing was "
+                                NULL,
+                                "the service is stopping; nothing was "
                                 "stored");
     if (ins->rc != RMQS_OK) {
         if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
             ins->rc != RMQS_EFULL) /* the writer logs those */
             log_error(MOD, "cannot store job", "jobs=%zu error=%s", rq->njobs,
                       rmqs_rc_name(ins->rc));
-        return http_reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc, NULL,
-                             "cannot store the job");
+        return http_reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc,
+                             NULL, "cannot store the job");
     }
     if (ins->existed) /* stored by an earlier request: read back */
         return reply_job(c, MHD_HTTP_OK, &ins->existing, true, minimal);
@@ -256,8 +260,8 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
     if (rq->jobs == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     rc = job_from_request(rq->body ? rq->body : "", rq->len, &api->opt.limits,
-                          now, &rq->jobs[0], key != NULL ? &rq->canonical : NULL,
-                          &err);
+                          now, &rq->jobs[0],
+                          key != NULL ? &rq->canonical : NULL, &err);
     if (rc == RMQS_OK) {
         rq->njobs = 1; /* the request's to free from here on */
         rc = pubpol_check_user_id(api->policy, rq->jobs[0].properties, NULL,
@@ -275,8 +279,8 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
 
 /* POST /schedule/batch: a JSON array of up to BATCH_MAX jobs, stored all or
  * nothing; a 400 lists every invalid item (up to BATCH_ERRORS_MAX). */
-static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *c,
-                                        http_req *rq)
+static enum MHD_Result h_schedule_batch(http_api_t *api,
+                                        struct MHD_Connection *c, http_req *rq)
 {
     json_error_t jerr;
     json_t *root = NULL, *errors = NULL;
@@ -286,9 +290,9 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
     size_t n, bad = 0;
 
     if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")) {
-        return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
-                                "Idempotency-Key",
-                                "Idempotency-Key is only supported on POST /schedule");
+        return http_reply_error(
+            c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "Idempotency-Key",
+            "Idempotency-Key is only supported on POST /schedule");
     }
     if (rq->len > 0 && memchr(rq->body, '\0', rq->len) != NULL) {
         rmqs_fail(&err, RMQS_EINVAL, "", "request body contains a NUL byte");
@@ -297,14 +301,17 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
     root = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES,
                       &jerr);
     if (root == NULL) {
-        rmqs_fail(&err, RMQS_EINVAL, "", "invalid JSON: %s (line %d, column %d)",
-                  jerr.text, jerr.line, jerr.column);
+        rmqs_fail(&err, RMQS_EINVAL, "",
+                  "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
+                  jerr.column);
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
     n = json_is_array(root) ? json_array_size(root) : 0;
     if (!json_is_array(root) || n == 0 || n > BATCH_MAX) {
-        rmqs_fail(&err, RMQS_EINVAL, "", "request body must be a JSON array of "
-                  "1 to %d jobs", BATCH_MAX);
+        rmqs_fail(&err, RMQS_EINVAL, "",
+                  "request body must be a JSON array of "
+                  "1 to %d jobs",
+                  BATCH_MAX);
         ret = http_reply_rc(c, RMQS_EINVAL, &err, NULL);
         goto out;
     }
@@ -318,19 +325,21 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
     }
     rq->njobs = n;
     for (size_t i = 0; i < n; i++) {
-        rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits, now,
-                                   &rq->jobs[i], NULL, &err);
+        rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits,
+                                   now, &rq->jobs[i], NULL, &err);
         if (rc == RMQS_OK)
-            rc = pubpol_check_user_id(api->policy, rq->jobs[i].properties,
-                                      NULL, &err);
+            rc = pubpol_check_user_id(api->policy, rq->jobs[i].properties, NULL,
+                                      &err);
         if (rc == RMQS_OK)
             rc = job_id_generate(now, rq->jobs[i].id);
         if (rc == RMQS_EINVAL) {
             if (++bad <= BATCH_ERRORS_MAX) {
-                json_t *item = json_pack("{s:I, s:o}", "index", (json_int_t)i,
-                                         "message", http_safe_string(err.message));
+                json_t *item =
+                    json_pack("{s:I, s:o}", "index", (json_int_t)i, "message",
+                              http_safe_string(err.message));
                 if (item != NULL && err.field[0] != '\0')
-                    json_object_set_new(item, "field", http_safe_string(err.field));
+                    json_object_set_new(item, "field",
+                                        http_safe_string(err.field));
                 json_array_append_new(errors, item);
             }
         } else if (rc != RMQS_OK) {
@@ -346,12 +355,12 @@ static enum MHD_Result h_schedule_batch(http_api_t *api, struct MHD_Connection *
     }
     if (bad > 0) {
         char msg[128];
-        snprintf(msg, sizeof(msg), "%zu of %zu jobs are invalid; none was stored",
-                 bad, n);
+        snprintf(msg, sizeof(msg),
+                 "%zu of %zu jobs are invalid; none was stored", bad, n);
         ret = http_reply_json(c, MHD_HTTP_BAD_REQUEST,
-                              json_pack("{s:{s:s, s:s, s:s}, s:o}", "error", "code",
-                                   "invalid_argument", "message", msg, "field",
-                                   "jobs", "errors", errors),
+                              json_pack("{s:{s:s, s:s, s:s}, s:o}", "error",
+                                        "code", "invalid_argument", "message",
+                                        msg, "field", "jobs", "errors", errors),
                               NULL, NULL);
         errors = NULL;
         goto out;
@@ -379,8 +388,8 @@ static void run_search(void *arg)
         s->rc = store_count(s->api->st, &s->filter, s->cap, &s->counted,
                             &s->capped);
     else
-        s->rc = store_list(s->api->st, &s->filter, s->limit, s->after,
-                           &s->jobs, &s->n, &s->next);
+        s->rc = store_list(s->api->st, &s->filter, s->limit, s->after, &s->jobs,
+                           &s->n, &s->next);
     s->rq->state = RQ_SEARCHED;
     MHD_resume_connection(s->rq->conn); /* thread-safe; handler runs again */
 }
@@ -422,8 +431,8 @@ static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
 {
     static const char *const list_allowed[] = {"limit", "after", NULL};
     static const char *const count_allowed[] = {"max", NULL};
-    const char *unknown = http_query_unknown_filter(c, count ? count_allowed
-                                                             : list_allowed);
+    const char *unknown =
+        http_query_unknown_filter(c, count ? count_allowed : list_allowed);
     const char *key = count ? "max" : "limit";
     int64_t hi = count ? COUNT_MAX_LIMIT : LIST_LIMIT_MAX;
     int64_t v = count ? STORE_COUNT_CAP_DEFAULT : LIST_LIMIT_DEFAULT;
@@ -448,7 +457,8 @@ static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
         s->cap = v;
     } else {
         s->limit = (size_t)v;
-        s->after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+        s->after =
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     }
     return search_submit(api, c, rq);
 }
@@ -474,20 +484,23 @@ enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
 
     (void)api;
     if (s->refused)
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "search_timeout",
-                                NULL, "too many searches are running or "
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                "search_timeout", NULL,
+                                "too many searches are running or "
                                 "waiting: try again in a moment, or narrow "
                                 "the search");
     if (s->count) {
         if (s->rc != RMQS_OK)
             return http_reply_rc(c, s->rc, NULL, "cannot count jobs");
         return http_reply_json(c, MHD_HTTP_OK,
-                               json_pack("{sIsb}", "count", (json_int_t)s->counted,
-                                         "capped", s->capped),
+                               json_pack("{sIsb}", "count",
+                                         (json_int_t)s->counted, "capped",
+                                         s->capped),
                                NULL, NULL);
     }
     if (s->rc == RMQS_EINVAL) {
-        rmqs_fail(&err, RMQS_EINVAL, "after", "after: not a cursor from this API");
+        rmqs_fail(&err, RMQS_EINVAL, "after",
+                  "after: not a cursor from this API");
         return http_reply_rc(c, s->rc, &err, NULL);
     }
     if (s->rc != RMQS_OK)
@@ -514,15 +527,17 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
         /* on a conflict the store returns the job as it is */
         rc = store_update(api->st, id, &cancel, now, &job);
         if (rc == RMQS_ECONFLICT) {
-            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be cancelled",
+            rmqs_fail(&err, rc, NULL,
+                      "the job is %s and can no longer be cancelled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
         } else if (rc == RMQS_OK && job.updated_at == now) {
             /* (a job cancelled before keeps its earlier updated_at) */
             metrics_jobs_cancelled(1);
             log_info(MOD, "cancelled", "job_id=%s", job.id);
         }
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : http_reply_rc(c, rc, &err, "cannot cancel the job");
+        ret = rc == RMQS_OK
+                  ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
+                  : http_reply_rc(c, rc, &err, "cannot cancel the job");
     } else if (strcmp(method, "PATCH") == 0) {
         int64_t now = tu_now_ms(), deliver_at, delay_ms;
         if (!http_is_json_content(c)) {
@@ -536,12 +551,14 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                                   &err);
         if (rc == RMQS_OK) {
             store_change to = {.kind = STORE_CHANGE_RESCHEDULE,
-                               .deliver_at = deliver_at, .delay_ms = delay_ms};
+                               .deliver_at = deliver_at,
+                               .delay_ms = delay_ms};
             /* on a conflict the store returns the job as it is */
             rc = store_update(api->st, id, &to, now, &job);
         }
         if (rc == RMQS_ECONFLICT) {
-            rmqs_fail(&err, rc, NULL, "the job is %s and can no longer be rescheduled",
+            rmqs_fail(&err, rc, NULL,
+                      "the job is %s and can no longer be rescheduled",
                       job.id[0] ? job_status_name(job.status) : "not pending");
         }
         if (rc == RMQS_OK) {
@@ -549,12 +566,13 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
                      (long long)job.deliver_at);
             disp_notify(api->disp, job.due_at);
         }
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : http_reply_rc(c, rc, &err, "cannot reschedule the job");
+        ret = rc == RMQS_OK
+                  ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
+                  : http_reply_rc(c, rc, &err, "cannot reschedule the job");
     } else {
-        ret = http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                                 NULL, "method not allowed", MHD_HTTP_HEADER_ALLOW,
-                                 "GET, PATCH, DELETE");
+        ret = http_reply_error_h(
+            c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", NULL,
+            "method not allowed", MHD_HTTP_HEADER_ALLOW, "GET, PATCH, DELETE");
     }
 out:
     job_clear(&job);
@@ -574,16 +592,17 @@ enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
     rmqs_rc rc = RMQS_OK;
 
     if (strcmp(method, "POST") != 0)
-        return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-                                  "method_not_allowed", NULL, "method not allowed",
-                                  MHD_HTTP_HEADER_ALLOW, "POST");
+        return http_reply_error_h(
+            c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", NULL,
+            "method not allowed", MHD_HTTP_HEADER_ALLOW, "POST");
     if (retry && rq->len > 0 && !http_is_json_content(c))
         return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                 "unsupported_media_type", NULL,
                                 "Content-Type must be application/json");
     if (retry)
-        rc = job_parse_retry(rq->body ? rq->body : "", rq->len, &api->opt.limits,
-                             now, &ch.deliver_at, &ch.delay_ms, &err);
+        rc =
+            job_parse_retry(rq->body ? rq->body : "", rq->len, &api->opt.limits,
+                            now, &ch.deliver_at, &ch.delay_ms, &err);
     if (rc == RMQS_OK && pubpol_has_list(api->policy)) {
         /* A job stored before --allow-exchanges closed its exchange is
          * not sent off again (the publisher would fail it anyway). */

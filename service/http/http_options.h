@@ -23,21 +23,21 @@
 typedef struct http_api http_api_t;
 
 typedef struct http_api_options {
-    const char *listen;         /* "host:port", "[::1]:port" */
+    const char *listen; /* "host:port", "[::1]:port" */
     size_t max_body_bytes;
     unsigned threads;
     unsigned conn_timeout_s;
     unsigned max_conns;
-    unsigned max_conns_per_ip;  /* 0: a tenth of max_conns (at least 1) */
-    unsigned header_timeout_s;  /* headers in by then (http_deadline.h) */
-    unsigned body_timeout_s;    /* body in by then after its headers */
+    unsigned max_conns_per_ip; /* 0: a tenth of max_conns (at least 1) */
+    unsigned header_timeout_s; /* headers in by then (http_deadline.h) */
+    unsigned body_timeout_s;   /* body in by then after its headers */
     job_limits limits;
-    const char *api_token;       /* NULL: no authentication (borrowed) */
-    const pubpol_t *policy;      /* borrowed: --allow-exchanges, the login */
-    int64_t max_schedules;       /* a PUT creating one more is refused */
-    const char *public_origins;  /* --public-origin (http_origin.h); NULL:
+    const char *api_token;      /* NULL: no authentication (borrowed) */
+    const pubpol_t *policy;     /* borrowed: --allow-exchanges, the login */
+    int64_t max_schedules;      /* a PUT creating one more is refused */
+    const char *public_origins; /* --public-origin (http_origin.h); NULL:
                                     none (copied) */
-    const char *tls_cert_file;   /* both set: serve HTTPS */
+    const char *tls_cert_file;  /* both set: serve HTTPS */
     const char *tls_key_file;
     /* Optional readiness of the AMQP ingest consumer for /readyz (NULL: no
      * ingest configured). */

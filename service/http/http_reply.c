@@ -108,8 +108,8 @@ enum MHD_Result http_reply_json(struct MHD_Connection *c, unsigned status,
     if (resp_json != NULL)
         text = json_dumps(resp_json, JSON_COMPACT);
     json_decref(resp_json);
-    return respond(c, status, CONTENT_JSON, text, text != NULL ? strlen(text) : 0,
-                   hdrs);
+    return respond(c, status, CONTENT_JSON, text,
+                   text != NULL ? strlen(text) : 0, hdrs);
 }
 
 json_t *http_safe_string(const char *s)
@@ -167,14 +167,15 @@ enum MHD_Result http_reply_rc(struct MHD_Connection *c, rmqs_rc rc,
         return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
     case RMQS_EFULL:
         return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "storage_full",
-                                NULL, "the database is full; nothing was stored");
+                                NULL,
+                                "the database is full; nothing was stored");
     case RMQS_EDB:
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
-                                NULL,
-                                "the database is unavailable; nothing was stored");
+        return http_reply_error(
+            c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable", NULL,
+            "the database is unavailable; nothing was stored");
     case RMQS_ETIMEDOUT:
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "search_timeout",
-                                NULL,
+        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                                "search_timeout", NULL,
                                 "the search ran past its time budget "
                                 "(--search-timeout-ms): narrow it (a status, "
                                 "an exchange, a due range, a shorter page)");
@@ -289,7 +290,7 @@ static enum MHD_Result query_visit(void *cls, enum MHD_ValueKind kind,
 }
 
 const char *http_query_unknown(struct MHD_Connection *c,
-                                 const char *const *allowed)
+                               const char *const *allowed)
 {
     query_check q = {allowed, false, NULL};
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, query_visit, &q);

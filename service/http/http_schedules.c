@@ -57,8 +57,8 @@ static const char *state_name(const store_schedule *row)
 
 /* The stored spec of row as a schedule, with the every_ms phase the row
  * carries (its next fire time, else its last one). */
-static rmqs_rc parse_row(http_api_t *api, const store_schedule *row, int64_t now,
-                         schedule_t *s, rmqs_error *err)
+static rmqs_rc parse_row(http_api_t *api, const store_schedule *row,
+                         int64_t now, schedule_t *s, rmqs_error *err)
 {
     rmqs_rc rc = schedule_from_request(row->name, row->spec, strlen(row->spec),
                                        &api->opt.limits, now, s, NULL, err);
@@ -82,28 +82,34 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
     int64_t after;
 
     if (parse_row(api, row, now, &s, &err) != RMQS_OK) {
-        log_error(MOD, "stored schedule spec does not parse", "schedule=\"%s\" "
-                  "error=\"%s\"", row->name, err.message);
+        log_error(MOD, "stored schedule spec does not parse",
+                  "schedule=\"%s\" "
+                  "error=\"%s\"",
+                  row->name, err.message);
         return NULL;
     }
     o = schedule_spec_json(&s);
     if (o != NULL) {
         json_object_set_new(o, "state", json_string(state_name(row)));
         json_object_set_new(o, "generation", json_integer(row->generation));
-        json_object_set_new(o, "created_at", schedule_time_json(row->created_at));
-        json_object_set_new(o, "updated_at", schedule_time_json(row->updated_at));
-        json_object_set_new(o, "last_run_at", schedule_time_json(row->last_fire_at));
-        json_object_set_new(o, "last_job_id", row->last_job_id[0]
-                                                  ? json_string(row->last_job_id)
-                                                  : json_null());
+        json_object_set_new(o, "created_at",
+                            schedule_time_json(row->created_at));
+        json_object_set_new(o, "updated_at",
+                            schedule_time_json(row->updated_at));
+        json_object_set_new(o, "last_run_at",
+                            schedule_time_json(row->last_fire_at));
+        json_object_set_new(o, "last_job_id",
+                            row->last_job_id[0] ? json_string(row->last_job_id)
+                                                : json_null());
         /* Active: from now on (runs created ahead included), or from the
          * next fire time if that is overdue. Paused: what would fire if
          * resumed now. Ended: none. */
         if (row->next_fire_at < 0) {
             json_object_set_new(o, "next_runs", json_array());
         } else {
-            after = !row->paused && row->next_fire_at <= now ? row->next_fire_at - 1
-                                                             : now;
+            after = !row->paused && row->next_fire_at <= now
+                        ? row->next_fire_at - 1
+                        : now;
             json_object_set_new(o, "next_runs",
                                 schedule_next_runs_json(&s, after, count));
         }
@@ -113,8 +119,8 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
 }
 
 static enum MHD_Result reply_schedule(http_api_t *api, struct MHD_Connection *c,
-                                      unsigned status, const store_schedule *row,
-                                      size_t count)
+                                      unsigned status,
+                                      const store_schedule *row, size_t count)
 {
     json_t *o = schedule_json(api, row, count, tu_now_ms());
 
@@ -156,15 +162,16 @@ static void cancel_runs_page(http_api_t *api, const char *name,
     }
 }
 
-static void cancel_future_runs(http_api_t *api, const char *name, int64_t keep_gen,
-                               int64_t now, int64_t *kept_max)
+static void cancel_future_runs(http_api_t *api, const char *name,
+                               int64_t keep_gen, int64_t now, int64_t *kept_max)
 {
     static const int statuses[] = {JOB_PENDING, JOB_PUBLISHING};
     size_t cancelled = 0;
 
     *kept_max = -1;
     for (size_t k = 0; k < sizeof statuses / sizeof statuses[0]; k++) {
-        store_filter f = {.status = statuses[k], .source = JOB_SOURCE_SCHEDULE,
+        store_filter f = {.status = statuses[k],
+                          .source = JOB_SOURCE_SCHEDULE,
                           .schedule = name};
         char *after = NULL;
 
@@ -192,9 +199,10 @@ static void cancel_future_runs(http_api_t *api, const char *name, int64_t keep_g
         free(after);
     }
     if (cancelled > 0 || *kept_max >= 0)
-        log_info(MOD, "future runs of a changed schedule", "schedule=\"%s\" "
-                 "cancelled=%zu held_until=%lld", name, cancelled,
-                 (long long)*kept_max);
+        log_info(MOD, "future runs of a changed schedule",
+                 "schedule=\"%s\" "
+                 "cancelled=%zu held_until=%lld",
+                 name, cancelled, (long long)*kept_max);
 }
 
 /*
@@ -248,7 +256,8 @@ static int64_t spec_every_ms(const char *spec)
 {
     json_t *o = json_loads(spec, 0, NULL);
     int64_t v = json_is_integer(json_object_get(o, "every_ms"))
-                    ? json_integer_value(json_object_get(o, "every_ms")) : 0;
+                    ? json_integer_value(json_object_get(o, "every_ms"))
+                    : 0;
     json_decref(o);
     return v;
 }
@@ -259,7 +268,8 @@ static rmqs_rc check_template_user(const http_api_t *api, const schedule_t *s,
 {
     rmqs_error e = {0};
 
-    if (pubpol_check_user_id(api->policy, s->tmpl.properties, NULL, &e) == RMQS_OK)
+    if (pubpol_check_user_id(api->policy, s->tmpl.properties, NULL, &e) ==
+        RMQS_OK)
         return RMQS_OK;
     return rmqs_fail(err, RMQS_EINVAL, "job.properties.user_id", "job.%s",
                      e.message);
@@ -287,10 +297,11 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
     }
     if (!http_exchange_allowed(api, s.tmpl.exchange)) {
         char msg[320];
-        snprintf(msg, sizeof msg, "exchange '%.255s' is not in the allowed list",
+        snprintf(msg, sizeof msg,
+                 "exchange '%.255s' is not in the allowed list",
                  s.tmpl.exchange);
-        ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", "job.exchange",
-                               msg);
+        ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden",
+                               "job.exchange", msg);
         goto out;
     }
     rc = store_schedule_get(api->st, name, &old);
@@ -311,7 +322,8 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
         }
         if (by_state[0] + by_state[1] + by_state[2] >= api->opt.max_schedules) {
             char msg[200];
-            snprintf(msg, sizeof msg, "the service keeps %lld schedules, its "
+            snprintf(msg, sizeof msg,
+                     "the service keeps %lld schedules, its "
                      "--max-schedules: delete one or raise the limit",
                      (long long)api->opt.max_schedules);
             ret = http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, msg);
@@ -343,8 +355,8 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
         else
             settle_change(api, &stored, now);
     }
-    ret = reply_schedule(api, c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, &stored,
-                         NEXT_RUNS_DEFAULT);
+    ret = reply_schedule(api, c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK,
+                         &stored, NEXT_RUNS_DEFAULT);
 out:
     schedule_clear(&s);
     free(spec);
@@ -390,8 +402,10 @@ static enum MHD_Result h_patch(http_api_t *api, struct MHD_Connection *c,
         }
         if (!http_exchange_allowed(api, s.tmpl.exchange)) {
             char msg[320];
-            snprintf(msg, sizeof msg, "exchange '%.255s' is not in the allowed "
-                     "list", s.tmpl.exchange);
+            snprintf(msg, sizeof msg,
+                     "exchange '%.255s' is not in the allowed "
+                     "list",
+                     s.tmpl.exchange);
             schedule_clear(&s);
             free(merged);
             ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden",
@@ -420,9 +434,11 @@ static enum MHD_Result h_patch(http_api_t *api, struct MHD_Connection *c,
         schedule_clear(&s);
         free(merged);
         if (rc == RMQS_OK) {
-            log_info(MOD, "schedule changed", "schedule=\"%s\" generation=%lld "
-                     "next_fire_at=%lld paused=%s", name,
-                     (long long)stored.generation, (long long)stored.next_fire_at,
+            log_info(MOD, "schedule changed",
+                     "schedule=\"%s\" generation=%lld "
+                     "next_fire_at=%lld paused=%s",
+                     name, (long long)stored.generation,
+                     (long long)stored.next_fire_at,
                      stored.paused ? "true" : "false");
             settle_change(api, &stored, now);
         }
@@ -488,12 +504,13 @@ enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
     if (!put && !patch && strcmp(method, "GET") != 0 &&
         strcmp(method, "HEAD") != 0 && strcmp(method, "DELETE") != 0)
         return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-                                  "method_not_allowed", NULL, "method not allowed",
-                                  MHD_HTTP_HEADER_ALLOW,
+                                  "method_not_allowed", NULL,
+                                  "method not allowed", MHD_HTTP_HEADER_ALLOW,
                                   "PUT, GET, PATCH, DELETE");
     if (!schedule_name_valid(name))
-        return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "name",
-                                "name: 1 to 200 characters of A-Z a-z 0-9 . _ : -");
+        return http_reply_error(
+            c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "name",
+            "name: 1 to 200 characters of A-Z a-z 0-9 . _ : -");
     if ((put || patch) && !http_is_json_content(c))
         return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                 "unsupported_media_type", NULL,
@@ -511,7 +528,8 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
 {
     static const char *const allowed[] = {"limit", "after", NULL};
     const char *unknown = http_query_unknown(c, allowed);
-    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    const char *after =
+        MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     store_schedule *rows = NULL;
     size_t n = 0;
     int64_t limit = LIST_LIMIT_DEFAULT;
@@ -541,11 +559,11 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
     if (list == NULL)
         ret = http_reply_rc(c, RMQS_ENOMEM, NULL, "cannot list schedules");
     else
-        ret = http_reply_json(c, MHD_HTTP_OK,
-                              json_pack("{s:o, s:o}", "schedules", list, "next",
-                                        next != NULL ? json_string(next)
-                                                     : json_null()),
-                              NULL, NULL);
+        ret = http_reply_json(
+            c, MHD_HTTP_OK,
+            json_pack("{s:o, s:o}", "schedules", list, "next",
+                      next != NULL ? json_string(next) : json_null()),
+            NULL, NULL);
     for (size_t i = 0; i < n; i++)
         store_schedule_clear(&rows[i]);
     free(rows);

@@ -37,7 +37,8 @@ static int64_t parse_window(const char *w)
 /* A percentile, or null when nothing was sent in the interval. */
 static json_t *ms_or_null(double v)
 {
-    return v < 0 ? json_null() : json_real((double)(int64_t)(v * 10 + 0.5) / 10);
+    return v < 0 ? json_null()
+                 : json_real((double)(int64_t)(v * 10 + 0.5) / 10);
 }
 
 static json_t *sample_json(const stats_sample *s)
@@ -45,16 +46,13 @@ static json_t *sample_json(const stats_sample *s)
     char t[TU_RFC3339_LEN + 1];
 
     tu_format_rfc3339(s->t_ms, t);
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "t", t,
-                     "scheduled", (json_int_t)s->scheduled,
-                     "sent", (json_int_t)s->sent,
-                     "failed", (json_int_t)s->failed,
-                     "cancelled", (json_int_t)s->cancelled,
-                     "pending", s->pending < 0 ? json_null()
-                                               : json_integer(s->pending),
-                     "late_p50_ms", ms_or_null(s->late_p50_ms),
-                     "late_p90_ms", ms_or_null(s->late_p90_ms),
-                     "late_p99_ms", ms_or_null(s->late_p99_ms));
+    return json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s:o}", "t", t, "scheduled",
+        (json_int_t)s->scheduled, "sent", (json_int_t)s->sent, "failed",
+        (json_int_t)s->failed, "cancelled", (json_int_t)s->cancelled, "pending",
+        s->pending < 0 ? json_null() : json_integer(s->pending), "late_p50_ms",
+        ms_or_null(s->late_p50_ms), "late_p90_ms", ms_or_null(s->late_p90_ms),
+        "late_p99_ms", ms_or_null(s->late_p99_ms));
 }
 
 enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c)
@@ -86,7 +84,8 @@ enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c)
     if (api->opt.stats == NULL)
         return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,
                                 "no such route");
-    if (stats_window(api->opt.stats, now, window_s * 1000, &samples, &n) != RMQS_OK)
+    if (stats_window(api->opt.stats, now, window_s * 1000, &samples, &n) !=
+        RMQS_OK)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     metrics_read(&totals);
     tu_format_rfc3339(now, t);
@@ -99,13 +98,12 @@ enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c)
     for (size_t i = 0; arr != NULL && i < n; i++)
         json_array_append_new(arr, sample_json(&samples[i]));
     free(samples);
-    root = json_pack("{s:f, s:I, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:o}}",
-                     "interval_s",
-                     (double)stats_interval_ms(api->opt.stats) / 1000.0,
-                     "window_s", (json_int_t)window_s, "now", t, "samples", arr,
-                     "totals", "scheduled", (json_int_t)totals.scheduled,
-                     "sent", (json_int_t)totals.sent,
-                     "failed", (json_int_t)totals.failed,
-                     "cancelled", (json_int_t)totals.cancelled, "jobs", jobs);
+    root = json_pack(
+        "{s:f, s:I, s:s, s:o, s:{s:I, s:I, s:I, s:I, s:o}}", "interval_s",
+        (double)stats_interval_ms(api->opt.stats) / 1000.0, "window_s",
+        (json_int_t)window_s, "now", t, "samples", arr, "totals", "scheduled",
+        (json_int_t)totals.scheduled, "sent", (json_int_t)totals.sent, "failed",
+        (json_int_t)totals.failed, "cancelled", (json_int_t)totals.cancelled,
+        "jobs", jobs);
     return http_reply_json(c, MHD_HTTP_OK, root, NULL, NULL);
 }

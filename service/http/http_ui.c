@@ -43,9 +43,10 @@
 #define UI_CONFIG "/ui/config.json"
 
 /* On every answer under /ui/ (and the redirects to it). */
-#define CSP "default-src 'none'; script-src 'self'; style-src 'self'; " \
-            "img-src 'self' data:; connect-src 'self'; font-src 'self'; " \
-            "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+#define CSP                                                       \
+    "default-src 'none'; script-src 'self'; style-src 'self'; "   \
+    "img-src 'self' data:; connect-src 'self'; font-src 'self'; " \
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 #define SECURITY_HEADERS                                                 \
     "Content-Security-Policy", CSP, "X-Content-Type-Options", "nosniff", \
         "Referrer-Policy", "no-referrer", "X-Frame-Options", "DENY",     \
@@ -68,8 +69,8 @@ const char *http_ui_content_type(const char *path)
 {
     const char *dot = strrchr(path, '.');
 
-    for (size_t i = 0; dot && i < sizeof(content_types) / sizeof(content_types[0]);
-         i++)
+    for (size_t i = 0;
+         dot && i < sizeof(content_types) / sizeof(content_types[0]); i++)
         if (strcmp(dot, content_types[i].ext) == 0)
             return content_types[i].type;
     return "application/octet-stream";
@@ -92,14 +93,16 @@ static bool ui_enabled(const http_api_t *api)
 
 static const char *mode_name(ui_mode m)
 {
-    return m == UI_MODE_ON ? "on" : m == UI_MODE_READ_ONLY ? "read-only" : "off";
+    return m == UI_MODE_ON          ? "on"
+           : m == UI_MODE_READ_ONLY ? "read-only"
+                                    : "off";
 }
 
 /* Whether a request for url is a browser asking for a page at "/". */
 static bool wants_page(struct MHD_Connection *c)
 {
-    const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_ACCEPT);
+    const char *accept =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
     return accept != NULL && strstr(accept, "text/html") != NULL;
 }
 
@@ -136,8 +139,8 @@ static enum MHD_Result ui_error(struct MHD_Connection *c, unsigned status,
                                 const char *code, const char *message,
                                 const char *h1, const char *v1)
 {
-    json_t *j = json_pack("{s:{s:s,s:s}}", "error", "code", code, "message",
-                          message);
+    json_t *j =
+        json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", message);
     char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
 
     json_decref(j);
@@ -161,29 +164,27 @@ static json_t *settings_json(const config *cfg)
     json_t *s;
 
     for (size_t i = 0; ingest && i < cfg->ingest.n; i++)
-        json_array_append_new(ingest,
-                              json_pack("{s:s,s:s}", "ingest",
-                                        cfg->ingest.maps[i].ingest_exchange,
-                                        "target",
-                                        cfg->ingest.maps[i].target_exchange));
-    s = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
-                  " s:s, s:I, s:I, s:b, s:o}",
-                  "listen", cfg->listen,
-                  "schedule_lead_ms", (json_int_t)cfg->schedule_lead_ms,
-                  "dispatch_lookahead_ms", (json_int_t)cfg->dispatch_lookahead_ms,
-                  "max_attempts", (json_int_t)cfg->max_attempts,
-                  "backoff_base_ms", (json_int_t)cfg->backoff_base_ms,
-                  "backoff_cap_ms", (json_int_t)cfg->backoff_cap_ms,
-                  "max_body_bytes", (json_int_t)cfg->max_body_bytes,
-                  "max_delay_days", (json_int_t)cfg->max_delay_days,
-                  "retention_s", (json_int_t)cfg->retention_s,
-                  "batch_size", (json_int_t)cfg->batch_size,
-                  "publish_window", (json_int_t)cfg->publish_window,
-                  "sync", cfg->sync_full ? "full" : "normal",
-                  "http_threads", (json_int_t)cfg->http_threads,
-                  "heartbeat_s", (json_int_t)cfg->heartbeat_s,
-                  "https", cfg->tls_cert_file != NULL,
-                  "ingest", ingest ? ingest : json_null());
+        json_array_append_new(
+            ingest, json_pack("{s:s,s:s}", "ingest",
+                              cfg->ingest.maps[i].ingest_exchange, "target",
+                              cfg->ingest.maps[i].target_exchange));
+    s = json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I,"
+        " s:s, s:I, s:I, s:b, s:o}",
+        "listen", cfg->listen, "schedule_lead_ms",
+        (json_int_t)cfg->schedule_lead_ms, "dispatch_lookahead_ms",
+        (json_int_t)cfg->dispatch_lookahead_ms, "max_attempts",
+        (json_int_t)cfg->max_attempts, "backoff_base_ms",
+        (json_int_t)cfg->backoff_base_ms, "backoff_cap_ms",
+        (json_int_t)cfg->backoff_cap_ms, "max_body_bytes",
+        (json_int_t)cfg->max_body_bytes, "max_delay_days",
+        (json_int_t)cfg->max_delay_days, "retention_s",
+        (json_int_t)cfg->retention_s, "batch_size", (json_int_t)cfg->batch_size,
+        "publish_window", (json_int_t)cfg->publish_window, "sync",
+        cfg->sync_full ? "full" : "normal", "http_threads",
+        (json_int_t)cfg->http_threads, "heartbeat_s",
+        (json_int_t)cfg->heartbeat_s, "https", cfg->tls_cert_file != NULL,
+        "ingest", ingest ? ingest : json_null());
     if (s != NULL)
         json_object_set_new(s, "allow_exchanges",
                             cfg->allow_exchanges
@@ -228,8 +229,9 @@ static enum MHD_Result ui_config(http_api_t *api, struct MHD_Connection *c)
             json_pack("{s:s, s:o}", "kind",
                       store_is_file(cfg->db_path) ? "sqlite" : "postgres",
                       "target", http_safe_string(target)));
-        json_object_set_new(j, "broker",
-                            json_pack("{s:o}", "urls", urls_json(api->ui_broker_urls)));
+        json_object_set_new(
+            j, "broker",
+            json_pack("{s:o}", "urls", urls_json(api->ui_broker_urls)));
         json_object_set_new(j, "settings", settings_json(cfg));
     }
     text = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -249,7 +251,8 @@ enum MHD_Result http_ui_serve(http_api_t *api, struct MHD_Connection *c,
 
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return ui_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed",
-                        "method not allowed", MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+                        "method not allowed", MHD_HTTP_HEADER_ALLOW,
+                        "GET, HEAD");
     if (strcmp(url, "/") == 0 || strcmp(url, "/ui") == 0)
         return ui_redirect(c);
     if (strcmp(url, UI_CONFIG) == 0)
@@ -268,8 +271,8 @@ enum MHD_Result http_ui_serve(http_api_t *api, struct MHD_Connection *c,
     if (text != NULL)
         memcpy(text, a->data, a->len);
     return ui_reply(c, MHD_HTTP_OK, http_ui_content_type(a->path), text, a->len,
-                    MHD_HTTP_HEADER_ETAG, a->etag, MHD_HTTP_HEADER_CACHE_CONTROL,
-                    "no-cache");
+                    MHD_HTTP_HEADER_ETAG, a->etag,
+                    MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
 }
 
 bool http_ui_refused(http_api_t *api, struct MHD_Connection *c,

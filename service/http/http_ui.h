@@ -16,7 +16,7 @@ typedef struct http_ui_asset {
     const char *path;          /* "/ui/app.js" */
     const unsigned char *data; /* len bytes (static) */
     size_t len;
-    const char *etag;          /* quoted: "\"0123456789abcdef\"" */
+    const char *etag; /* quoted: "\"0123456789abcdef\"" */
 } http_ui_asset;
 
 /* The generated table (ui_embedded.c in the build tree), sorted by path. */

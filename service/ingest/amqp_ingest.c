@@ -106,9 +106,9 @@
 
 #define MOD "ingest"
 #define CHANNEL 1
-#define POLL_MS 250           /* longest idle read: bounds the stop latency */
-#define COLLECT_GAP_MS 2      /* a batch closes after this much silence */
-#define COLLECT_MAX_MS 20     /* or this long after its first delivery */
+#define POLL_MS 250       /* longest idle read: bounds the stop latency */
+#define COLLECT_GAP_MS 2  /* a batch closes after this much silence */
+#define COLLECT_MAX_MS 20 /* or this long after its first delivery */
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
 #define DB_PAUSE_MIN_MS 100
@@ -136,9 +136,9 @@ static struct timeval tv_ms(int64_t ms)
 
 static rmqs_rc check_options(const ingest_options *opt, rmqs_error *err)
 {
-    rmqs_rc rc = ingest_map_check(opt->mappings, opt->n_mappings,
-                                  opt->invalid_rule, opt->dead_letter_exchange,
-                                  err);
+    rmqs_rc rc =
+        ingest_map_check(opt->mappings, opt->n_mappings, opt->invalid_rule,
+                         opt->dead_letter_exchange, err);
 
     if (rc != RMQS_OK) {
         return rc;
@@ -454,7 +454,8 @@ lost:
     if (in->n > 0) {
         log_warn(MOD, "connection lost while reading a batch",
                  "n=%zu note=\"nothing was stored or acknowledged; the broker "
-                 "delivers them again\"", in->n);
+                 "delivers them again\"",
+                 in->n);
     }
     ingest_batch_clear(in);
     return RMQS_EBROKER;
@@ -499,8 +500,10 @@ static void store_batch(ingest_t *in, bool retry)
             pthread_mutex_unlock(&in->wk.mu);
             waited += beat_ms(in);
             if (waited % 10000 < beat_ms(in)) {
-                log_warn(MOD, "still waiting for the database", "n=%zu "
-                         "waited_ms=%lld", want, (long long)waited);
+                log_warn(MOD, "still waiting for the database",
+                         "n=%zu "
+                         "waited_ms=%lld",
+                         want, (long long)waited);
             }
             send_heartbeat(in);
             pthread_mutex_lock(&in->wk.mu);
@@ -539,7 +542,8 @@ static size_t settle(ingest_t *in)
             ack_to = d->tag > ack_to ? d->tag : ack_to;
             break;
         case ACT_REJECT:
-            ingest_batch_log_invalid(in, d, in->dlx ? "dead-lettered" : "rejected");
+            ingest_batch_log_invalid(in, d,
+                                     in->dlx ? "dead-lettered" : "rejected");
             rejected++;
             if (in->conn) {
                 res = amqp_basic_reject(in->conn, CHANNEL, d->tag, 0);
@@ -569,25 +573,28 @@ static size_t settle(ingest_t *in)
         log_warn(MOD, "connection lost before the acknowledgement",
                  "stored=%zu note=\"the broker delivers them again; copies "
                  "with a message_id are recognised, others are stored "
-                 "twice\"", stored + dup);
+                 "twice\"",
+                 stored + dup);
     }
     if (requeued > 0) {
         log_warn(MOD, "messages not stored; returned to the inbox",
                  "n=%zu exchange=\"%s\" message_id=\"%s\" reason=\"%s\" "
-                 "shown=%s", requeued,
-                 in->maps[first_requeued->map].ingest_exchange,
+                 "shown=%s",
+                 requeued, in->maps[first_requeued->map].ingest_exchange,
                  first_requeued->message_id, first_requeued->reason,
                  requeued > 1 ? "the_first" : "the_only");
     }
     if (unkeyed > 0) {
         log_warn(MOD, "redelivered messages without message_id stored",
                  "n=%zu note=\"if an earlier delivery was stored before a "
-                 "crash, these are duplicates\"", unkeyed);
+                 "crash, these are duplicates\"",
+                 unkeyed);
     }
     log_debug(MOD, "batch settled",
               "n=%zu stored=%zu duplicates=%zu rejected=%zu requeued=%zu "
-              "read_ms=%lld store_ms=%lld", in->n, stored, dup, rejected,
-              requeued, (long long)(in->t_read - in->t_first),
+              "read_ms=%lld store_ms=%lld",
+              in->n, stored, dup, rejected, requeued,
+              (long long)(in->t_read - in->t_first),
               (long long)(in->t_stored - in->t_read));
     return requeued;
 }
@@ -610,8 +617,9 @@ static void run_batch(ingest_t *in)
     }
     /* What went back to the inbox comes straight back: do not spin. */
     if (requeued > 0) {
-        log_warn(MOD, db_trouble ? "database trouble; pausing the inbox"
-                                 : "messages returned to the inbox; pausing",
+        log_warn(MOD,
+                 db_trouble ? "database trouble; pausing the inbox"
+                            : "messages returned to the inbox; pausing",
                  "pause_ms=%lld", (long long)in->db_pause_ms);
         (void)pause_ms(in, in->db_pause_ms);
         in->db_pause_ms = in->db_pause_ms * 2 < DB_PAUSE_MAX_MS

@@ -31,16 +31,16 @@ typedef struct ingest ingest_t;
  * parse into them, and the options take them as they are. */
 
 typedef struct ingest_options {
-    const char *url;           /* AMQP URL (copied; holds a credential) */
+    const char *url; /* AMQP URL (copied; holds a credential) */
     int heartbeat_s;
     const char *ca_file, *cert_file, *key_file; /* amqps, as amqpp_options */
     const ingest_mapping *mappings; /* n_mappings entries (copied) */
     size_t n_mappings;
-    unsigned prefetch;         /* unacknowledged deliveries per ingest
+    unsigned prefetch; /* unacknowledged deliveries per ingest
                                   exchange (basic.qos is per consumer) */
     ingest_invalid_rule invalid_rule;
     const char *dead_letter_exchange; /* for INGEST_INVALID_DEAD_LETTER */
-    job_limits limits;         /* horizon and default max_attempts */
+    job_limits limits;                /* horizon and default max_attempts */
 } ingest_options;
 
 /* NULL with err on a bad URL or option, or ENOMEM. w is borrowed (it

@@ -74,8 +74,8 @@ void ingest_batch_take(ingest_t *in, const amqp_envelope_t *env)
         return;
     }
 
-    rc = ingest_map_job(env, m->target_exchange, received, &in->limits,
-                        &d->job, &err);
+    rc = ingest_map_job(env, m->target_exchange, received, &in->limits, &d->job,
+                        &err);
     d->act = ACT_STORE;
     if (rc == RMQS_EINVAL) {
         d->invalid = true;
@@ -95,8 +95,8 @@ void ingest_batch_take(ingest_t *in, const amqp_envelope_t *env)
         snprintf(d->reason, sizeof d->reason, "no randomness for a job id");
         return;
     }
-    if (ingest_map_idempotency(env, &d->job, m->ingest_exchange,
-                               &d->idem_key, d->idem_request) != RMQS_OK) {
+    if (ingest_map_idempotency(env, &d->job, m->ingest_exchange, &d->idem_key,
+                               d->idem_request) != RMQS_OK) {
         d->act = ACT_REQUEUE;
         snprintf(d->reason, sizeof d->reason, "out of memory");
         return;
@@ -119,8 +119,9 @@ size_t ingest_batch_judge(ingest_t *in, bool retry, bool *db_trouble)
             continue;
         }
         if (d->req.ins.rc == RMQS_ECONFLICT && d->req.ins.idem_key) {
-            log_warn(MOD, "message_id reused by a different message; "
-                          "stored without duplicate protection",
+            log_warn(MOD,
+                     "message_id reused by a different message; "
+                     "stored without duplicate protection",
                      "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\"",
                      in->maps[d->map].ingest_exchange, d->routing_key,
                      d->message_id);
@@ -132,8 +133,7 @@ size_t ingest_batch_judge(ingest_t *in, bool retry, bool *db_trouble)
             continue;
         }
         switch (d->req.ins.rc) {
-        case RMQS_OK:
-            break;
+        case RMQS_OK: break;
         case RMQS_ECONFLICT: /* without a key: not expected */
         case RMQS_EINVAL:
         case RMQS_ENOTFOUND:
@@ -153,8 +153,7 @@ size_t ingest_batch_judge(ingest_t *in, bool retry, bool *db_trouble)
     return conflicts;
 }
 
-void ingest_batch_log_invalid(ingest_t *in, const delivery *d,
-                              const char *what)
+void ingest_batch_log_invalid(ingest_t *in, const delivery *d, const char *what)
 {
     in->invalid_total++;
     log_warn(MOD, "invalid message",

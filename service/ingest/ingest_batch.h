@@ -26,21 +26,21 @@
 
 /* What settling does with a delivery. */
 typedef enum action {
-    ACT_STORE,   /* handed to the writer: its rc decides */
-    ACT_REJECT,  /* basic.reject requeue=false: dead-lettered or dropped */
-    ACT_REQUEUE  /* basic.nack requeue=true: local trouble, try later */
+    ACT_STORE,  /* handed to the writer: its rc decides */
+    ACT_REJECT, /* basic.reject requeue=false: dead-lettered or dropped */
+    ACT_REQUEUE /* basic.nack requeue=true: local trouble, try later */
 } action;
 
 typedef struct delivery {
-    writer_req req;           /* ins.jobs points at job */
+    writer_req req; /* ins.jobs points at job */
     job_t job;
     uint64_t tag;
-    size_t map;               /* index into in->maps */
+    size_t map; /* index into in->maps */
     action act;
-    bool invalid;             /* counted as invalid (routed or rejected) */
+    bool invalid; /* counted as invalid (routed or rejected) */
     bool redelivered;
-    bool retry;               /* store again without the key (conflict) */
-    char *idem_key;           /* malloc'd, or NULL */
+    bool retry;     /* store again without the key (conflict) */
+    char *idem_key; /* malloc'd, or NULL */
     char idem_request[INGEST_MAP_REQUEST_LEN + 1];
     char routing_key[INGEST_MAP_LOG_TEXT + 4]; /* printable copies, for logs */
     char message_id[INGEST_MAP_LOG_TEXT + 4];
@@ -51,22 +51,22 @@ typedef struct ingest ingest_t; /* as amqp_ingest.h names it */
 
 struct ingest {
     /* configuration, fixed after ingest_new */
-    amqpc_t *link;            /* URL, TLS, login (amqp_conn.h); its
+    amqpc_t *link; /* URL, TLS, login (amqp_conn.h); its
                                  connection belongs to the thread */
     int heartbeat_s;
-    ingest_inbox *maps;       /* one per --ingest mapping */
+    ingest_inbox *maps; /* one per --ingest mapping */
     size_t n_maps;
     unsigned prefetch;
     ingest_invalid_rule rule;
     char *dlx;
     job_limits limits;
-    writer_t *writer;         /* borrowed; it wakes the dispatcher after
+    writer_t *writer; /* borrowed; it wakes the dispatcher after
                                  commits */
 
-    worker_t wk;              /* the thread; wk.mu guards wk.stop and
+    worker_t wk;            /* the thread; wk.mu guards wk.stop and
                                  outstanding */
-    pthread_cond_t done_cv;   /* outstanding reached 0 (CLOCK_MONOTONIC) */
-    size_t outstanding;       /* writer requests of the batch not done */
+    pthread_cond_t done_cv; /* outstanding reached 0 (CLOCK_MONOTONIC) */
+    size_t outstanding;     /* writer requests of the batch not done */
     atomic_bool connected;
 
     /* owned by the thread */
@@ -77,7 +77,7 @@ struct ingest {
     int64_t db_pause_ms;
     int64_t t_first, t_read, t_stored; /* mono ms: the batch's timeline */
     uint64_t invalid_total;
-    char last_error[300];     /* last connect failure, to log changes only */
+    char last_error[300]; /* last connect failure, to log changes only */
 };
 
 /* Release what delivery d owns and zero it. */

@@ -28,8 +28,8 @@
 rmqs_rc ingest_inbox_init(ingest_inbox *b, const ingest_mapping *m,
                           size_t index)
 {
-    size_t qlen = strlen(INGEST_MAP_INBOX_PREFIX) +
-                  strlen(m->ingest_exchange) + 1;
+    size_t qlen =
+        strlen(INGEST_MAP_INBOX_PREFIX) + strlen(m->ingest_exchange) + 1;
 
     memset(b, 0, sizeof *b);
     b->ingest_exchange = strdup(m->ingest_exchange);
@@ -99,7 +99,8 @@ static rmqs_rc exchange_exists(amqp_connection_state_t conn, amqp_channel_t ch,
     if (amqp_send_method(conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) !=
             AMQP_STATUS_OK ||
         !amqp_channel_open(conn, ch)) {
-        return rmqs_fail(err, RMQS_EBROKER, NULL, "reopening the channel failed");
+        return rmqs_fail(err, RMQS_EBROKER, NULL,
+                         "reopening the channel failed");
     }
     *exists = false;
     return RMQS_OK;
@@ -121,8 +122,8 @@ static rmqs_rc ensure_dlx(amqp_connection_state_t conn, amqp_channel_t ch,
                                amqp_empty_table)) {
         return rpc_failed(conn, err, "exchange.declare", dlx);
     }
-    log_info(MOD, "dead-letter exchange declared", "exchange=\"%s\" type=fanout",
-             dlx);
+    log_info(MOD, "dead-letter exchange declared",
+             "exchange=\"%s\" type=fanout", dlx);
     return RMQS_OK;
 }
 
@@ -156,7 +157,8 @@ static rmqs_rc inbox_as_it_is(amqp_connection_state_t conn, amqp_channel_t ch,
     }
     log_info(MOD, "inbox exists with its own arguments; used as it is",
              "queue=\"%s\" note=\"a dead-letter exchange must then be "
-             "its own x-dead-letter-exchange\"", queue);
+             "its own x-dead-letter-exchange\"",
+             queue);
     return RMQS_OK;
 }
 
@@ -166,17 +168,18 @@ static rmqs_rc declare_one(amqp_connection_state_t conn, amqp_channel_t ch,
                            rmqs_error *err)
 {
     bool exists = true; /* the default exchange always exists */
-    rmqs_rc rc = *b->target_exchange
-                     ? exchange_exists(conn, ch, b->target_exchange, &exists,
-                                       err)
-                     : RMQS_OK;
+    rmqs_rc rc =
+        *b->target_exchange
+            ? exchange_exists(conn, ch, b->target_exchange, &exists, err)
+            : RMQS_OK;
 
     if (rc != RMQS_OK) {
         return rc;
     }
     if (!exists) { /* not ours to declare: its type and bindings */
-        log_warn(MOD, "target exchange does not exist (yet); due "
-                      "messages will fail until it does",
+        log_warn(MOD,
+                 "target exchange does not exist (yet); due "
+                 "messages will fail until it does",
                  "exchange=\"%s\" target=\"%s\"", b->ingest_exchange,
                  b->target_exchange);
     }

@@ -89,8 +89,7 @@ void ingest_map_printable(char *out, size_t cap, const void *p, size_t len)
             n += 3;
             break;
         }
-        out[n++] = (s[i] < 0x20 || s[i] >= 0x7F || s[i] == '"' ||
-                    s[i] == '\\')
+        out[n++] = (s[i] < 0x20 || s[i] >= 0x7F || s[i] == '"' || s[i] == '\\')
                        ? '?'
                        : (char)s[i];
     }
@@ -113,12 +112,11 @@ static char *dup_bytes(amqp_bytes_t b)
 /* ------------------------------------------------------------------ */
 /* From a delivery to a job (pure)                                     */
 
-static rmqs_rc cannot_carry(rmqs_error *err, const char *field,
-                            const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static rmqs_rc cannot_carry(rmqs_error *err, const char *field, const char *fmt,
+                            ...) __attribute__((format(printf, 3, 4)));
 
-static rmqs_rc cannot_carry(rmqs_error *err, const char *field,
-                            const char *fmt, ...)
+static rmqs_rc cannot_carry(rmqs_error *err, const char *field, const char *fmt,
+                            ...)
 {
     char msg[200];
     va_list ap;
@@ -136,33 +134,18 @@ static bool field_integer(const amqp_field_value_t *v, int64_t *out,
 {
     *above = false;
     switch (v->kind) {
-    case AMQP_FIELD_KIND_I8:
-        *out = v->value.i8;
-        return true;
-    case AMQP_FIELD_KIND_U8:
-        *out = v->value.u8;
-        return true;
-    case AMQP_FIELD_KIND_I16:
-        *out = v->value.i16;
-        return true;
-    case AMQP_FIELD_KIND_U16:
-        *out = v->value.u16;
-        return true;
-    case AMQP_FIELD_KIND_I32:
-        *out = v->value.i32;
-        return true;
-    case AMQP_FIELD_KIND_U32:
-        *out = v->value.u32;
-        return true;
-    case AMQP_FIELD_KIND_I64:
-        *out = v->value.i64;
-        return true;
+    case AMQP_FIELD_KIND_I8: *out = v->value.i8; return true;
+    case AMQP_FIELD_KIND_U8: *out = v->value.u8; return true;
+    case AMQP_FIELD_KIND_I16: *out = v->value.i16; return true;
+    case AMQP_FIELD_KIND_U16: *out = v->value.u16; return true;
+    case AMQP_FIELD_KIND_I32: *out = v->value.i32; return true;
+    case AMQP_FIELD_KIND_U32: *out = v->value.u32; return true;
+    case AMQP_FIELD_KIND_I64: *out = v->value.i64; return true;
     case AMQP_FIELD_KIND_U64:
         *above = v->value.u64 > (uint64_t)INT64_MAX;
         *out = *above ? INT64_MAX : (int64_t)v->value.u64;
         return true;
-    default:
-        return false;
+    default: return false;
     }
 }
 
@@ -197,8 +180,10 @@ static rmqs_rc header_value(const amqp_field_value_t *v, const char *field,
     *out = NULL;
     if (field_integer(v, &i, &above)) {
         if (above) {
-            return cannot_carry(err, field, "%s: an unsigned 64-bit integer "
-                                            "above 2^63-1", field);
+            return cannot_carry(err, field,
+                                "%s: an unsigned 64-bit integer "
+                                "above 2^63-1",
+                                field);
         }
         *out = json_integer(i);
     } else {
@@ -226,9 +211,10 @@ static rmqs_rc header_value(const amqp_field_value_t *v, const char *field,
         case AMQP_FIELD_KIND_UTF8:
         case AMQP_FIELD_KIND_BYTES:
             if (!utf8_valid(v->value.bytes.bytes, v->value.bytes.len)) {
-                return cannot_carry(err, field, "%s: %s that is not valid "
-                                                "UTF-8", field,
-                                    kind_name(v->kind));
+                return cannot_carry(err, field,
+                                    "%s: %s that is not valid "
+                                    "UTF-8",
+                                    field, kind_name(v->kind));
             }
             *out = json_stringn(v->value.bytes.len ? v->value.bytes.bytes : "",
                                 v->value.bytes.len);
@@ -238,8 +224,7 @@ static rmqs_rc header_value(const amqp_field_value_t *v, const char *field,
                                 kind_name(v->kind));
         }
     }
-    return *out ? RMQS_OK
-                : rmqs_fail(err, RMQS_ENOMEM, field, "out of memory");
+    return *out ? RMQS_OK : rmqs_fail(err, RMQS_ENOMEM, field, "out of memory");
 }
 
 /*
@@ -278,8 +263,9 @@ static rmqs_rc convert_headers(const amqp_table_t *t, json_t **out,
         }
         ingest_map_printable(field, sizeof field, e->key.bytes, e->key.len);
         if (e->key.len == 0 || !plain_text(e->key)) {
-            rc = cannot_carry(err, "headers", "a header name that is empty, "
-                                              "not UTF-8 or holds NUL");
+            rc = cannot_carry(err, "headers",
+                              "a header name that is empty, "
+                              "not UTF-8 or holds NUL");
             goto fail;
         }
         rc = header_value(&e->value, field, &v, err);
@@ -329,9 +315,9 @@ static rmqs_rc convert_properties(const amqp_basic_properties_t *p,
             return cannot_carry(err, field, "%s: not UTF-8 text without NUL",
                                 field);
         }
-        ok = json_object_set_new(obj, amqpm_str_props[i].name,
-                                 json_stringn(b->len ? b->bytes : "",
-                                              b->len)) == 0;
+        ok = json_object_set_new(
+                 obj, amqpm_str_props[i].name,
+                 json_stringn(b->len ? b->bytes : "", b->len)) == 0;
     }
     if (ok && (p->_flags & AMQP_BASIC_PRIORITY_FLAG)) {
         ok = json_object_set_new(obj, AMQPM_PROP_PRIORITY,
@@ -432,9 +418,9 @@ static bool delay_value(const amqp_field_value_t *v, int64_t *out, bool *above,
  * invalid (the caller then makes the job due at received_ms).
  */
 static rmqs_rc convert_timing(const amqp_field_value_t *delay,
-                              const amqp_field_value_t *at,
-                              int64_t received_ms, const job_limits *lim,
-                              int64_t *deliver_at, rmqs_error *err)
+                              const amqp_field_value_t *at, int64_t received_ms,
+                              const job_limits *lim, int64_t *deliver_at,
+                              rmqs_error *err)
 {
     int64_t v, t;
     bool above = false;
@@ -466,9 +452,10 @@ static rmqs_rc convert_timing(const amqp_field_value_t *delay,
         }
         if (above || v > lim->max_delay_ms ||
             __builtin_add_overflow(received_ms, v, deliver_at)) {
-            return rmqs_fail(err, RMQS_EINVAL, "headers.x-delay",
-                             "x-delay: beyond the scheduling horizon of %lld ms",
-                             (long long)lim->max_delay_ms);
+            return rmqs_fail(
+                err, RMQS_EINVAL, "headers.x-delay",
+                "x-delay: beyond the scheduling horizon of %lld ms",
+                (long long)lim->max_delay_ms);
         }
         return RMQS_OK;
     }
@@ -490,7 +477,8 @@ static rmqs_rc convert_timing(const amqp_field_value_t *delay,
     } else {
         return rmqs_fail(err, RMQS_EINVAL, "headers.x-deliver-at",
                          "x-deliver-at: must be an RFC 3339 string or integer "
-                         "ms since the epoch, not %s", kind_name(at->kind));
+                         "ms since the epoch, not %s",
+                         kind_name(at->kind));
     }
     /* The past, however far, is due at once; only the future has a bound. */
     if (t > received_ms &&
@@ -581,8 +569,10 @@ static rmqs_rc check_name(const char *name, size_t max, const char *field,
     size_t len = name ? strlen(name) : 0;
 
     if (!name || (!allow_empty && len == 0)) {
-        return rmqs_fail(err, RMQS_EINVAL, field, "%s: an exchange name is "
-                                                  "required", what);
+        return rmqs_fail(err, RMQS_EINVAL, field,
+                         "%s: an exchange name is "
+                         "required",
+                         what);
     }
     if (len > max) {
         return rmqs_fail(err, RMQS_EINVAL, field,
@@ -618,7 +608,8 @@ rmqs_rc ingest_map_check(const ingest_mapping *maps, size_t n,
         if (strncmp(m->ingest_exchange, "amq.", 4) == 0) {
             return rmqs_fail(err, RMQS_EINVAL, "ingest",
                              "ingest exchange %s: names starting with amq. "
-                             "are reserved by the broker", m->ingest_exchange);
+                             "are reserved by the broker",
+                             m->ingest_exchange);
         }
         for (size_t k = 0; k < n; k++) {
             if (k != i &&
@@ -631,7 +622,8 @@ rmqs_rc ingest_map_check(const ingest_mapping *maps, size_t n,
             if (strcmp(m->target_exchange, maps[k].ingest_exchange) == 0) {
                 return rmqs_fail(err, RMQS_EINVAL, "ingest",
                                  "target exchange %s is also an ingest "
-                                 "exchange (a loop)", m->target_exchange);
+                                 "exchange (a loop)",
+                                 m->target_exchange);
             }
         }
     }
@@ -646,7 +638,8 @@ rmqs_rc ingest_map_check(const ingest_mapping *maps, size_t n,
                 return rmqs_fail(err, RMQS_EINVAL,
                                  "ingest-dead-letter-exchange",
                                  "dead-letter exchange %s is an ingest "
-                                 "exchange (a loop)", dlx);
+                                 "exchange (a loop)",
+                                 dlx);
             }
         }
     } else if (rule != INGEST_INVALID_ROUTE) {
@@ -690,8 +683,8 @@ static void fingerprint(const amqp_envelope_t *env, const job_t *job,
     ok = ok && EVP_DigestUpdate(ctx, &len, sizeof len) == 1 &&
          (len == 0 || EVP_DigestUpdate(ctx, env->message.body.bytes, len) == 1);
     ok = ok && EVP_DigestUpdate(ctx, h ? h : "-", strlen(h ? h : "-") + 1) == 1;
-    ok = ok && EVP_DigestUpdate(ctx, pr ? pr : "-", strlen(pr ? pr : "-") + 1) ==
-                   1;
+    ok = ok &&
+         EVP_DigestUpdate(ctx, pr ? pr : "-", strlen(pr ? pr : "-") + 1) == 1;
     /* The timing headers as sent (they are not in job->headers), by value
      * only: the rest of the field union is not initialised. */
     for (int i = 0; ok && (p->_flags & AMQP_BASIC_HEADERS_FLAG) &&
@@ -737,8 +730,8 @@ static void fingerprint(const amqp_envelope_t *env, const job_t *job,
                   EVP_DigestUpdate(ctx, v->value.bytes.bytes, len) == 1);
         }
     }
-    ok = ok && EVP_DigestFinal_ex(ctx, md, &md_len) == 1 && md_len * 2 <=
-                                                              FINGERPRINT_LEN;
+    ok = ok && EVP_DigestFinal_ex(ctx, md, &md_len) == 1 &&
+         md_len * 2 <= FINGERPRINT_LEN;
     if (ok) {
         for (unsigned int i = 0; i < md_len; i++) {
             out[2 * i] = hex[md[i] >> 4];
@@ -758,9 +751,8 @@ rmqs_rc ingest_map_idempotency(const amqp_envelope_t *env, const job_t *job,
                                const char *ingest_exchange, char **key_out,
                                char request[INGEST_MAP_REQUEST_LEN + 1])
 {
-    json_t *mid = job->properties
-                      ? json_object_get(job->properties, "message_id")
-                      : NULL;
+    json_t *mid =
+        job->properties ? json_object_get(job->properties, "message_id") : NULL;
     char fp[FINGERPRINT_LEN + 1];
     size_t len;
 
@@ -769,8 +761,8 @@ rmqs_rc ingest_map_idempotency(const amqp_envelope_t *env, const job_t *job,
     if (json_string_length(mid) == 0) {
         return RMQS_OK;
     }
-    len = strlen("amqp::") + strlen(ingest_exchange) +
-          json_string_length(mid) + 1;
+    len = strlen("amqp::") + strlen(ingest_exchange) + json_string_length(mid) +
+          1;
     fingerprint(env, job, fp);
     if (!fp[0] || !(*key_out = malloc(len))) {
         return RMQS_ENOMEM;

@@ -45,9 +45,9 @@
 
 /* One short-string basic property, by its name in a job's "properties". */
 typedef struct amqpm_str_prop {
-    const char *name;   /* "content_type", ... */
-    amqp_flags_t flag;  /* AMQP_BASIC_..._FLAG */
-    size_t offset;      /* of its amqp_bytes_t in amqp_basic_properties_t */
+    const char *name;  /* "content_type", ... */
+    amqp_flags_t flag; /* AMQP_BASIC_..._FLAG */
+    size_t offset;     /* of its amqp_bytes_t in amqp_basic_properties_t */
 } amqpm_str_prop;
 
 /* Every short-string property a job carries; expiration is the last entry

@@ -16,8 +16,8 @@
 #include "job.h"
 #include "timeutil.h"
 
-#define HEADER_PAYLOAD_FIXED 14  /* class, weight, body size, flags */
-#define MAX_HEADER_DEPTH 8       /* nested tables/arrays in headers */
+#define HEADER_PAYLOAD_FIXED 14 /* class, weight, body size, flags */
+#define MAX_HEADER_DEPTH 8      /* nested tables/arrays in headers */
 
 static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
                            amqp_field_value_t *out, int depth, rmqs_error *err);
@@ -40,7 +40,8 @@ static rmqs_rc build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
     if (!out->entries) {
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     }
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         size_t klen = strlen(key);
         if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
             return rmqs_fail(err, RMQS_EINVAL, NULL,
@@ -64,7 +65,8 @@ static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
 
     if (depth > MAX_HEADER_DEPTH) {
         return rmqs_fail(err, RMQS_EINVAL, NULL,
-                         "headers nested deeper than %d levels", MAX_HEADER_DEPTH);
+                         "headers nested deeper than %d levels",
+                         MAX_HEADER_DEPTH);
     }
     switch (json_typeof(v)) {
     case JSON_STRING:
@@ -85,9 +87,7 @@ static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
         out->kind = AMQP_FIELD_KIND_BOOLEAN;
         out->value.boolean = json_is_true(v);
         return RMQS_OK;
-    case JSON_NULL:
-        out->kind = AMQP_FIELD_KIND_VOID;
-        return RMQS_OK;
+    case JSON_NULL: out->kind = AMQP_FIELD_KIND_VOID; return RMQS_OK;
     case JSON_OBJECT:
         out->kind = AMQP_FIELD_KIND_TABLE;
         return build_table(pool, v, &out->value.table, depth, err);
@@ -105,9 +105,9 @@ static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
             return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         }
         for (i = 0; i < n; i++) {
-            rmqs_rc rc = build_value(pool, json_array_get(v, i),
-                                     &out->value.array.entries[i], depth + 1,
-                                     err);
+            rmqs_rc rc =
+                build_value(pool, json_array_get(v, i),
+                            &out->value.array.entries[i], depth + 1, err);
             if (rc != RMQS_OK) {
                 return rc;
             }
@@ -119,7 +119,8 @@ static rmqs_rc build_value(amqp_pool_t *pool, json_t *v,
 
 /* A header entry whose value is the text s (borrowed: it must outlive the
  * publish). */
-static void put_text_header(amqp_table_entry_t *e, const char *key, const char *s)
+static void put_text_header(amqp_table_entry_t *e, const char *key,
+                            const char *s)
 {
     e->key = amqp_cstring_bytes(key);
     e->value.kind = AMQP_FIELD_KIND_UTF8;
@@ -213,7 +214,8 @@ rmqs_rc amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     }
     if (job->headers) {
-        json_object_foreach(job->headers, key, v) {
+        json_object_foreach(job->headers, key, v)
+        {
             size_t klen = strlen(key);
             if (amqpm_reserved_header(key)) {
                 continue;
@@ -260,10 +262,12 @@ rmqs_rc amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
     /* The content header must fit in one frame, or the encoder fails after
      * the publish method went out (and the connection is unusable). */
     size = amqpm_encoded_size(job->headers, props, strlen(job->id));
-    if (size + HEADER_PAYLOAD_FIXED + AMQPM_FRAME_OVERHEAD > (size_t)frame_max) {
+    if (size + HEADER_PAYLOAD_FIXED + AMQPM_FRAME_OVERHEAD >
+        (size_t)frame_max) {
         return rmqs_fail(err, RMQS_EINVAL, NULL,
                          "headers and properties take %zu bytes, more than "
-                         "the frame size %d allows", size, frame_max);
+                         "the frame size %d allows",
+                         size, frame_max);
     }
     return RMQS_OK;
 }

@@ -266,7 +266,8 @@ static rmqs_rc check_short_string(json_t *v, const char *field, bool required,
         return RMQS_OK;
     }
     if (!json_is_string(v))
-        return rmqs_fail(err, RMQS_EINVAL, field, "%s: must be a string", field);
+        return rmqs_fail(err, RMQS_EINVAL, field, "%s: must be a string",
+                         field);
     size_t len = json_string_length(v);
     if (len > JOB_MAX_SHORTSTR)
         return rmqs_fail(err, RMQS_EINVAL, field, "%s: longer than %d bytes",
@@ -363,14 +364,16 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
     if (v == NULL)
         return RMQS_OK;
     if (!json_is_object(v))
-        return rmqs_fail(err, RMQS_EINVAL, "headers", "headers: must be an object");
+        return rmqs_fail(err, RMQS_EINVAL, "headers",
+                         "headers: must be an object");
     if (json_object_size(v) > JOB_MAX_HEADERS)
         return rmqs_fail(err, RMQS_EINVAL, "headers",
                          "headers: more than %d entries", JOB_MAX_HEADERS);
     if (json_object_size(v) == 0)
         return RMQS_OK;
 
-    json_object_foreach(v, key, val) {
+    json_object_foreach(v, key, val)
+    {
         keys[n++] = key;
     }
     qsort(keys, n, sizeof keys[0], cmp_str);
@@ -390,7 +393,8 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
                              "%s: RabbitMQ takes CC and BCC only as lists of "
                              "routing keys, which job headers cannot carry; "
                              "any other value makes it close the publish "
-                             "channel", field);
+                             "channel",
+                             field);
         for (size_t r = 0; r < sizeof reserved / sizeof reserved[0]; r++)
             if (strcasecmp(keys[i], reserved[r]) == 0)
                 return rmqs_fail(err, RMQS_EINVAL, field, "%s: reserved header",
@@ -444,9 +448,10 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
         json_t *p = json_object_get(v, AMQPM_PROP_PRIORITY);
         if (p != NULL && (!json_is_integer(p) || json_integer_value(p) < 0 ||
                           json_integer_value(p) > AMQPM_PRIORITY_MAX))
-            return rmqs_fail(err, RMQS_EINVAL, "properties.priority",
-                             "properties.priority: must be an integer from 0 to %d",
-                             AMQPM_PRIORITY_MAX);
+            return rmqs_fail(
+                err, RMQS_EINVAL, "properties.priority",
+                "properties.priority: must be an integer from 0 to %d",
+                AMQPM_PRIORITY_MAX);
         json_t *e = json_object_get(v, "expiration");
         if (e != NULL && !amqpm_expiration_valid(e))
             return rmqs_fail(err, RMQS_EINVAL, "properties.expiration",
@@ -495,12 +500,14 @@ static bool nested_deeper_than(json_t *v, int max)
     if (max <= 0)
         return true;
     if (json_is_array(v)) {
-        json_array_foreach(v, i, x) {
+        json_array_foreach(v, i, x)
+        {
             if (nested_deeper_than(x, max - 1))
                 return true;
         }
     } else {
-        json_object_foreach(v, key, x) {
+        json_object_foreach(v, key, x)
+        {
             if (nested_deeper_than(x, max - 1))
                 return true;
         }
@@ -546,7 +553,8 @@ static rmqs_rc check_body(json_t *root, job_t *job, rmqs_error *err)
         if (nested_deeper_than(body, JOB_MAX_BODY_DEPTH))
             return rmqs_fail(err, RMQS_EINVAL, "body",
                              "body: too deeply nested (more than %d levels of "
-                             "arrays and objects)", JOB_MAX_BODY_DEPTH);
+                             "arrays and objects)",
+                             JOB_MAX_BODY_DEPTH);
         char *text = json_dumps(body, JSON_COMPACT);
         if (text == NULL)
             return rp_fail_nomem(err);
@@ -585,8 +593,8 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
                       job_t *out, char **canonical_out, rmqs_error *err)
 {
     static const char *const allowed[] = {
-        "exchange", "routing_key", "body",       "body_base64", "delay_ms",
-        "deliver_at", "headers",   "properties", "max_attempts"};
+        "exchange",   "routing_key", "body",       "body_base64", "delay_ms",
+        "deliver_at", "headers",     "properties", "max_attempts"};
     job_t job = {0};
     char *canonical = NULL;
     const char *exchange, *routing_key;
@@ -640,8 +648,8 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
     if (props_bytes > JOB_MAX_PROPS_BYTES) {
         rc = rmqs_fail(err, RMQS_EINVAL, "headers",
                        "headers: headers and properties take %zu bytes in the "
-                       "AMQP message, more than %d", props_bytes,
-                       JOB_MAX_PROPS_BYTES);
+                       "AMQP message, more than %d",
+                       props_bytes, JOB_MAX_PROPS_BYTES);
         goto out;
     }
 

@@ -20,9 +20,9 @@
 
 #include "rmqs.h"
 
-#define JOB_ID_LEN 36          /* canonical UUID text, without NUL */
-#define JOB_ID_BYTES 16        /* binary UUID as stored */
-#define JOB_MAX_SHORTSTR 255   /* AMQP short string limit (routing key, names) */
+#define JOB_ID_LEN 36        /* canonical UUID text, without NUL */
+#define JOB_ID_BYTES 16      /* binary UUID as stored */
+#define JOB_MAX_SHORTSTR 255 /* AMQP short string limit (routing key, names) */
 
 typedef enum job_status {
     JOB_PENDING = 0,    /* waiting for due_at */
@@ -33,51 +33,51 @@ typedef enum job_status {
 } job_status;
 
 typedef enum job_body_kind {
-    JOB_BODY_TEXT = 0,   /* "body" was a JSON string: its UTF-8 bytes are sent */
-    JOB_BODY_JSON = 1,   /* "body" was an object/array: sent as compact JSON */
-    JOB_BODY_BINARY = 2  /* "body_base64": the decoded bytes are sent */
+    JOB_BODY_TEXT = 0,  /* "body" was a JSON string: its UTF-8 bytes are sent */
+    JOB_BODY_JSON = 1,  /* "body" was an object/array: sent as compact JSON */
+    JOB_BODY_BINARY = 2 /* "body_base64": the decoded bytes are sent */
 } job_body_kind;
 
 typedef enum job_source {
-    JOB_SOURCE_HTTP = 0, /* POST /schedule or /schedule/batch */
-    JOB_SOURCE_AMQP = 1, /* a message to an ingest exchange (amqp_ingest) */
+    JOB_SOURCE_HTTP = 0,    /* POST /schedule or /schedule/batch */
+    JOB_SOURCE_AMQP = 1,    /* a message to an ingest exchange (amqp_ingest) */
     JOB_SOURCE_SCHEDULE = 2 /* a run of a recurring schedule (scheduler) */
 } job_source;
 
 typedef struct job {
-    char id[JOB_ID_LEN + 1];  /* UUIDv7 text; "" until assigned */
+    char id[JOB_ID_LEN + 1]; /* UUIDv7 text; "" until assigned */
     job_status status;
     job_source source;
-    char *exchange;           /* owned; "" is the default exchange */
-    char *routing_key;        /* owned; <= 255 bytes */
-    int64_t deliver_at;       /* ms since the Unix epoch (UTC): requested time */
-    int64_t due_at;           /* ms: when the dispatcher next tries it; the
+    char *exchange;      /* owned; "" is the default exchange */
+    char *routing_key;   /* owned; <= 255 bytes */
+    int64_t deliver_at;  /* ms since the Unix epoch (UTC): requested time */
+    int64_t due_at;      /* ms: when the dispatcher next tries it; the
                                  later of deliver_at and acceptance (or
                                  reschedule) until a failed attempt backs off */
-    int64_t delay_ms;         /* requested delay (deliver_at - creation, >= 0),
+    int64_t delay_ms;    /* requested delay (deliver_at - creation, >= 0),
                                  published negated as x-delay */
-    int64_t created_at;       /* ms */
-    int64_t updated_at;       /* ms */
-    int64_t sent_at;          /* ms; -1 until sent */
-    int64_t lease_until;      /* ms, database clock: until when this instance's
+    int64_t created_at;  /* ms */
+    int64_t updated_at;  /* ms */
+    int64_t sent_at;     /* ms; -1 until sent */
+    int64_t lease_until; /* ms, database clock: until when this instance's
                                  claim holds (a store shared by instances); 0
                                  if the claim has no lease (SQLite) */
-    int attempts;             /* publish attempts that failed or are in flight */
-    int max_attempts;         /* >= 1 */
-    char *last_error;         /* owned; NULL if none */
-    json_t *headers;          /* owned reference; object or NULL */
-    json_t *properties;       /* owned reference; object or NULL */
+    int attempts;        /* publish attempts that failed or are in flight */
+    int max_attempts;    /* >= 1 */
+    char *last_error;    /* owned; NULL if none */
+    json_t *headers;     /* owned reference; object or NULL */
+    json_t *properties;  /* owned reference; object or NULL */
     job_body_kind body_kind;
-    unsigned char *body;      /* owned; the bytes to publish (may be NULL if
+    unsigned char *body; /* owned; the bytes to publish (may be NULL if
                                  body_len == 0) */
     size_t body_len;
     /* Runs of a recurring schedule (source JOB_SOURCE_SCHEDULE); the
      * stores keep them for every job: */
-    char *schedule;           /* owned; the schedule's name, NULL for other
+    char *schedule;     /* owned; the schedule's name, NULL for other
                                  jobs */
-    int64_t fire_at;          /* ms: the fire time this run is for (with
+    int64_t fire_at;    /* ms: the fire time this run is for (with
                                  schedule, its key); -1 for other jobs */
-    int64_t expires_at;       /* ms: a job claimed after this is not
+    int64_t expires_at; /* ms: a job claimed after this is not
                                  published but settled STORE_OUT_EXPIRE
                                  (cancelled); 0: never */
 } job_t;

@@ -103,7 +103,7 @@ static void put_string(job_buf *b, const char *s, size_t len)
         job_buf_append(b, s + run, i - run);
         run = i + 1;
         switch (c) {
-        case '"':  e = "\\\""; break;
+        case '"': e = "\\\""; break;
         case '\\': e = "\\\\"; break;
         case '\b': e = "\\b"; break;
         case '\f': e = "\\f"; break;
@@ -273,8 +273,8 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
  * about 420 plus its body as written (a binary one in base64), so a page
  * of large jobs is one allocation too, not a doubling chain whose copies
  * would hold the page twice over while it grows. */
-static void reserve_for(job_buf *b, const job_t *jobs, size_t n,
-                        unsigned flags, size_t extra)
+static void reserve_for(job_buf *b, const job_t *jobs, size_t n, unsigned flags,
+                        size_t extra)
 {
     size_t per = (flags & JOB_WRITE_MINIMAL) ? 110 : 420, need;
 
@@ -312,7 +312,8 @@ rmqs_rc job_write_batch(job_buf *b, const job_t *jobs, size_t n, unsigned flags)
     return b->oom ? RMQS_ENOMEM : RMQS_OK;
 }
 
-rmqs_rc job_write_page(job_buf *b, const job_t *jobs, size_t n, const char *next)
+rmqs_rc job_write_page(job_buf *b, const job_t *jobs, size_t n,
+                       const char *next)
 {
     reserve_for(b, jobs, n, 0, 32 + (next != NULL ? strlen(next) : 0));
     PUT_LIT(b, "{\"jobs\":");

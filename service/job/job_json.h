@@ -38,8 +38,9 @@ rmqs_rc job_buf_append(job_buf *b, const char *s, size_t n);
 void job_buf_free(job_buf *b);
 
 /* Flags of the job_write_* functions. */
-#define JOB_WRITE_MINIMAL 0x1u  /* only "id", "status" and "deliver_at" */
-#define JOB_WRITE_OWN_BODY 0x2u /* the job was made by job_from_json in this
+#define JOB_WRITE_MINIMAL 0x1u /* only "id", "status" and "deliver_at" */
+#define JOB_WRITE_OWN_BODY \
+    0x2u /* the job was made by job_from_json in this
                                    process, so a JSON body is the compact
                                    text jansson wrote: copied as it is
                                    rather than parsed and written again */
@@ -60,10 +61,12 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags);
 
 /* Append {"jobs":[job,...]}, each job as job_write_json with flags: the
  * answer to POST /schedule/batch. RMQS_OK or RMQS_ENOMEM. */
-rmqs_rc job_write_batch(job_buf *b, const job_t *jobs, size_t n, unsigned flags);
+rmqs_rc job_write_batch(job_buf *b, const job_t *jobs, size_t n,
+                        unsigned flags);
 
 /* Append {"jobs":[job,...],"next":next}, the full form of each job and
  * next as a string (null when NULL): a GET /jobs page. */
-rmqs_rc job_write_page(job_buf *b, const job_t *jobs, size_t n, const char *next);
+rmqs_rc job_write_page(job_buf *b, const job_t *jobs, size_t n,
+                       const char *next);
 
 #endif

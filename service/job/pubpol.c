@@ -107,7 +107,8 @@ bool pubpol_exchange_allowed(const pubpol_t *p, const char *exchange)
 rmqs_rc pubpol_check_user_id(const pubpol_t *p, const json_t *properties,
                              const char *login, rmqs_error *err)
 {
-    const json_t *v = properties ? json_object_get(properties, "user_id") : NULL;
+    const json_t *v =
+        properties ? json_object_get(properties, "user_id") : NULL;
     const char *user;
 
     if (login == NULL)

@@ -30,7 +30,8 @@ const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n,
 {
     const char *key, *found = NULL;
     json_t *v;
-    json_object_foreach(obj, key, v) {
+    json_object_foreach(obj, key, v)
+    {
         if (!in_list(key, allowed, n) && (known == NULL || !known(key)) &&
             (found == NULL || strcmp(key, found) < 0))
             found = key;
@@ -91,9 +92,10 @@ rmqs_rc rp_parse_object(const char *buf, size_t len, json_t **root_out,
     const char *nul = len > 0 ? memchr(buf, '\0', len) : NULL;
     if (nul != NULL)
         return rmqs_fail(err, RMQS_EINVAL, "",
-                         "invalid JSON: NUL byte at offset %zu", (size_t)(nul - buf));
-    json_t *root = json_loadb(buf != NULL ? buf : "", len,
-                              JSON_REJECT_DUPLICATES, &jerr);
+                         "invalid JSON: NUL byte at offset %zu",
+                         (size_t)(nul - buf));
+    json_t *root =
+        json_loadb(buf != NULL ? buf : "", len, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         if (json_error_code(&jerr) == json_error_out_of_memory)
             return rp_fail_nomem(err);

@@ -22,7 +22,7 @@
 #include "rmqs.h"
 
 /* What rmqs_error.field holds, without its NUL. */
-#define RP_FIELD_MAX (sizeof ((rmqs_error *)0)->field - 1)
+#define RP_FIELD_MAX (sizeof((rmqs_error *)0)->field - 1)
 
 /* RMQS_ENOMEM with field "" and "out of memory". */
 rmqs_rc rp_fail_nomem(rmqs_error *err);

@@ -31,10 +31,10 @@
 #include "timeutil.h"
 
 #define DAY_S 86400LL
-#define CYCLE_S (146097LL * DAY_S)          /* 400 Gregorian years */
-#define MIN_MS (-62135596800000LL)          /* 0001-01-01T00:00:00Z */
-#define MAX_MS 253402300799999LL            /* 9999-12-31T23:59:59.999Z */
-#define EVER_START_S 946684800LL            /* 2000-01-01T00:00:00Z */
+#define CYCLE_S (146097LL * DAY_S) /* 400 Gregorian years */
+#define MIN_MS (-62135596800000LL) /* 0001-01-01T00:00:00Z */
+#define MAX_MS 253402300799999LL   /* 9999-12-31T23:59:59.999Z */
+#define EVER_START_S 946684800LL   /* 2000-01-01T00:00:00Z */
 
 enum { F_SEC, F_MIN, F_HOUR, F_DOM, F_MON, F_DOW, F_COUNT };
 
@@ -49,13 +49,15 @@ struct cron_expr {
     uint8_t dow_nth[5];      /* [n-1] bit x: "x#n", the n-th weekday x */
 };
 
-static const char *const FIELD_NAME[F_COUNT] = {"second", "minute", "hour",
-                                                "day-of-month", "month", "day-of-week"};
+static const char *const FIELD_NAME[F_COUNT] = {
+    "second", "minute", "hour", "day-of-month", "month", "day-of-week"};
 static const int FIELD_MIN[F_COUNT] = {0, 0, 0, 1, 1, 0};
 static const int FIELD_MAX[F_COUNT] = {59, 59, 23, 31, 12, 7};
-static const char *const MONTHS[12] = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN",
-                                       "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"};
-static const char *const DAYS[7] = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"};
+static const char *const MONTHS[12] = {"JAN", "FEB", "MAR", "APR",
+                                       "MAY", "JUN", "JUL", "AUG",
+                                       "SEP", "OCT", "NOV", "DEC"};
+static const char *const DAYS[7] = {"SUN", "MON", "TUE", "WED",
+                                    "THU", "FRI", "SAT"};
 
 /* ---- parsing ---------------------------------------------------------- */
 
@@ -104,14 +106,15 @@ static rmqs_rc parse_value(parser *ps, int *out)
         *out = v;
         return RMQS_OK;
     }
-    if (ps->end - ps->p >= 3 && is_alpha(ps->p[0]) && is_alpha(ps->p[1]) && is_alpha(ps->p[2]) &&
-        (ps->field == F_MON || ps->field == F_DOW)) {
+    if (ps->end - ps->p >= 3 && is_alpha(ps->p[0]) && is_alpha(ps->p[1]) &&
+        is_alpha(ps->p[2]) && (ps->field == F_MON || ps->field == F_DOW)) {
         const char *const *names = ps->field == F_MON ? MONTHS : DAYS;
         int n = ps->field == F_MON ? 12 : 7;
         for (int i = 0; i < n; i++) {
-            bool alone = ps->end - ps->p == 3 || !is_alpha(ps->p[3]) ||
-                         (ps->field == F_DOW && (ps->p[3] == 'L' || ps->p[3] == 'l') &&
-                          (ps->end - ps->p == 4 || !is_alpha(ps->p[4])));
+            bool alone =
+                ps->end - ps->p == 3 || !is_alpha(ps->p[3]) ||
+                (ps->field == F_DOW && (ps->p[3] == 'L' || ps->p[3] == 'l') &&
+                 (ps->end - ps->p == 4 || !is_alpha(ps->p[4])));
             if (strncasecmp(ps->p, names[i], 3) == 0 && alone) {
                 ps->p += 3;
                 *out = ps->field == F_MON ? i + 1 : i;
@@ -191,7 +194,8 @@ static rmqs_rc parse_item(parser *ps, cron_expr *e)
         return perr(ps, start, "an empty list item");
     if (*ps->p == '?') {
         if (f != F_DOM && f != F_DOW)
-            return perr(ps, start, "? is only allowed in day-of-month and day-of-week");
+            return perr(ps, start,
+                        "? is only allowed in day-of-month and day-of-week");
         ps->p++;
         set_range(e, f, lo, f == F_DOW ? 6 : hi, 1);
         return RMQS_OK;
@@ -292,8 +296,9 @@ static rmqs_rc parse_field(parser *ps, cron_expr *e)
 static const struct {
     const char *name, *expr;
 } MACROS[] = {
-    {"@yearly", "0 0 1 1 *"}, {"@annually", "0 0 1 1 *"}, {"@monthly", "0 0 1 * *"},
-    {"@weekly", "0 0 * * 0"}, {"@daily", "0 0 * * *"},    {"@midnight", "0 0 * * *"},
+    {"@yearly", "0 0 1 1 *"},  {"@annually", "0 0 1 1 *"},
+    {"@monthly", "0 0 1 * *"}, {"@weekly", "0 0 * * 0"},
+    {"@daily", "0 0 * * *"},   {"@midnight", "0 0 * * *"},
     {"@hourly", "0 * * * *"},
 };
 
@@ -306,7 +311,8 @@ rmqs_rc cron_parse(const char *text, cron_expr **out, rmqs_error *err)
 {
     *out = NULL;
     if (text == NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "cron", "a cron expression is required");
+        return rmqs_fail(err, RMQS_EINVAL, "cron",
+                         "a cron expression is required");
     const char *s = text;
     while (is_space(*s))
         s++;
@@ -318,13 +324,15 @@ rmqs_rc cron_parse(const char *text, cron_expr **out, rmqs_error *err)
         while (is_space(*rest))
             rest++;
         for (size_t i = 0; i < sizeof MACROS / sizeof MACROS[0]; i++) {
-            if (strlen(MACROS[i].name) == len && strncasecmp(s, MACROS[i].name, len) == 0 &&
-                *rest == '\0')
+            if (strlen(MACROS[i].name) == len &&
+                strncasecmp(s, MACROS[i].name, len) == 0 && *rest == '\0')
                 return cron_parse(MACROS[i].expr, out, err);
         }
         return rmqs_fail(err, RMQS_EINVAL, "cron",
-                         "position %d: unknown macro (@yearly, @annually, @monthly, @weekly, "
-                         "@daily, @midnight or @hourly)", (int)(s - text) + 1);
+                         "position %d: unknown macro (@yearly, @annually, "
+                         "@monthly, @weekly, "
+                         "@daily, @midnight or @hourly)",
+                         (int)(s - text) + 1);
     }
 
     const char *starts[7], *ends[7];
@@ -340,11 +348,12 @@ rmqs_rc cron_parse(const char *text, cron_expr **out, rmqs_error *err)
             s++;
     }
     if (n != 5 && n != 6)
-        return rmqs_fail(err, RMQS_EINVAL, "cron",
-                         "position %d: expected 5 fields (minute hour day-of-month month "
-                         "day-of-week) or 6 (second first), found %s%d",
-                         n == 7 ? (int)(starts[6] - text) + 1 : (int)(s - text) + 1,
-                         n == 7 ? "more than " : "", n == 7 ? 6 : n);
+        return rmqs_fail(
+            err, RMQS_EINVAL, "cron",
+            "position %d: expected 5 fields (minute hour day-of-month month "
+            "day-of-week) or 6 (second first), found %s%d",
+            n == 7 ? (int)(starts[6] - text) + 1 : (int)(s - text) + 1,
+            n == 7 ? "more than " : "", n == 7 ? 6 : n);
 
     cron_expr *e = calloc(1, sizeof *e);
     if (e == NULL)
@@ -403,12 +412,14 @@ static int nearest_weekday(int64_t y, int m, int n, int dim)
     int wd = weekday(tu_days_from_civil(y, m, n));
     if (wd == 6) /* Saturday: the Friday before, or the Monday after the 1st */
         return n == 1 ? 3 : n - 1;
-    if (wd == 0) /* Sunday: the Monday after, or the Friday before the last day */
+    if (wd ==
+        0) /* Sunday: the Monday after, or the Friday before the last day */
         return n == dim ? n - 2 : n + 1;
     return n;
 }
 
-static bool day_matches(const cron_expr *e, int64_t y, int m, int d, int64_t days)
+static bool day_matches(const cron_expr *e, int64_t y, int m, int d,
+                        int64_t days)
 {
     int dim = tu_days_in_month(y, m);
     int wd = weekday(days);
@@ -508,7 +519,8 @@ static bool find_wall(const cron_expr *e, int64_t lo, int64_t hi, int64_t *w)
     return false;
 }
 
-bool cron_next(const cron_expr *e, const tz_t *z, cron_dst dst, int64_t after_ms, int64_t *next_ms)
+bool cron_next(const cron_expr *e, const tz_t *z, cron_dst dst,
+               int64_t after_ms, int64_t *next_ms)
 {
     if (after_ms < MIN_MS || after_ms > MAX_MS)
         return false;
@@ -522,8 +534,8 @@ bool cron_next(const cron_expr *e, const tz_t *z, cron_dst dst, int64_t after_ms
             T = limit, oa = o, has_next = false;
         int64_t lo = t + o;
         /* After a fall-back, the walls [P + pa, P + pb) were shown before. */
-        if (dst.repeated == CRON_REPEATED_FIRST && tz_prev_transition(z, t, &P, &pb, &pa) &&
-            pb > pa && lo < P + pb)
+        if (dst.repeated == CRON_REPEATED_FIRST &&
+            tz_prev_transition(z, t, &P, &pb, &pa) && pb > pa && lo < P + pb)
             lo = P + pb;
         int64_t w;
         if (lo < T + o && find_wall(e, lo, T + o, &w)) {
@@ -532,7 +544,8 @@ bool cron_next(const cron_expr *e, const tz_t *z, cron_dst dst, int64_t after_ms
         }
         if (!has_next)
             return false;
-        if (oa > o && dst.skipped == CRON_SKIPPED_NEXT && find_wall(e, T + o, T + oa, &w)) {
+        if (oa > o && dst.skipped == CRON_SKIPPED_NEXT &&
+            find_wall(e, T + o, T + oa, &w)) {
             *next_ms = T * 1000;
             return true;
         }

@@ -20,7 +20,10 @@
 
 typedef struct cron_expr cron_expr; /* opaque, immutable after parse */
 typedef enum cron_skipped { CRON_SKIPPED_NEXT, CRON_SKIPPED_SKIP } cron_skipped;
-typedef enum cron_repeated { CRON_REPEATED_FIRST, CRON_REPEATED_BOTH } cron_repeated;
+typedef enum cron_repeated {
+    CRON_REPEATED_FIRST,
+    CRON_REPEATED_BOTH
+} cron_repeated;
 typedef struct cron_dst {
     cron_skipped skipped;
     cron_repeated repeated;
@@ -38,7 +41,8 @@ cron_dst cron_default_dst(const cron_expr *e);
 /* The first fire instant strictly after after_ms (ms since the epoch, UTC; fire instants are
  * whole seconds), in zone z with rules dst. false if none within 400 years (an expression that
  * never fires, e.g. "0 0 30 2 *"), or after_ms outside years 0001-9999. */
-bool cron_next(const cron_expr *e, const tz_t *z, cron_dst dst, int64_t after_ms, int64_t *next_ms);
+bool cron_next(const cron_expr *e, const tz_t *z, cron_dst dst,
+               int64_t after_ms, int64_t *next_ms);
 /* Whether it ever fires (cron_next from a fixed start over 400 years; for validation). */
 bool cron_ever_fires(const cron_expr *e, const tz_t *z, cron_dst dst);
 

@@ -80,8 +80,8 @@ static rmqs_rc parse_time_field(json_t *root, const char *name, int64_t *out,
     if (!json_is_string(v) ||
         tu_parse_rfc3339(json_string_value(v), json_string_length(v), out) !=
             RMQS_OK)
-        return rmqs_fail(err, RMQS_EINVAL, name, "%s: not an RFC 3339 timestamp",
-                         name);
+        return rmqs_fail(err, RMQS_EINVAL, name,
+                         "%s: not an RFC 3339 timestamp", name);
     return RMQS_OK;
 }
 
@@ -144,11 +144,13 @@ static rmqs_rc parse_template(json_t *v, const job_limits *lim, int64_t now_ms,
         json_object_get(v, "delay_ms") != NULL)
         return rmqs_fail(err, RMQS_EINVAL,
                          json_object_get(v, "deliver_at") != NULL
-                             ? "job.deliver_at" : "job.delay_ms",
+                             ? "job.deliver_at"
+                             : "job.delay_ms",
                          "job: a run is due at its fire time; deliver_at and "
                          "delay_ms are not allowed");
     copy = json_copy(v);
-    if (copy == NULL || json_object_set_new(copy, "delay_ms", json_integer(0)) != 0) {
+    if (copy == NULL ||
+        json_object_set_new(copy, "delay_ms", json_integer(0)) != 0) {
         json_decref(copy);
         return rp_fail_nomem(err);
     }
@@ -161,9 +163,9 @@ static rmqs_rc parse_template(json_t *v, const job_limits *lim, int64_t now_ms,
     return rc;
 }
 
-rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim,
-                           int64_t now_ms, schedule_t *out, char **spec_out,
-                           rmqs_error *err)
+rmqs_rc schedule_from_json(const char *name, json_t *root,
+                           const job_limits *lim, int64_t now_ms,
+                           schedule_t *out, char **spec_out, rmqs_error *err)
 {
     static const char *const allowed[] = {
         "cron",   "every_ms",         "timezone", "start_at", "end_at",
@@ -184,7 +186,8 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
                          "name: 1 to %d characters of A-Z a-z 0-9 . _ : -",
                          SCHEDULE_NAME_MAX);
     if (!json_is_object(root))
-        return rmqs_fail(err, RMQS_EINVAL, "", "request body must be a JSON object");
+        return rmqs_fail(err, RMQS_EINVAL, "",
+                         "request body must be a JSON object");
     rc = rp_known_keys(root, "", allowed, sizeof allowed / sizeof allowed[0],
                        err);
     if (rc != RMQS_OK)
@@ -201,8 +204,8 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
             json_integer_value(every) > SCHEDULE_EVERY_MAX_MS)
             return rmqs_fail(err, RMQS_EINVAL, "every_ms",
                              "every_ms: an integer from %lld (1 s) to %lld "
-                             "(366 days)", SCHEDULE_EVERY_MIN_MS,
-                             SCHEDULE_EVERY_MAX_MS);
+                             "(366 days)",
+                             SCHEDULE_EVERY_MIN_MS, SCHEDULE_EVERY_MAX_MS);
         s.every_ms = json_integer_value(every);
     }
 
@@ -238,7 +241,8 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
     if (rc != RMQS_OK)
         goto out;
     if (s.start_at >= 0 && s.end_at >= 0 && s.end_at <= s.start_at) {
-        rc = rmqs_fail(err, RMQS_EINVAL, "end_at", "end_at: must be after start_at");
+        rc = rmqs_fail(err, RMQS_EINVAL, "end_at",
+                       "end_at: must be after start_at");
         goto out;
     }
 
@@ -247,9 +251,10 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
     if (v != NULL) {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > SCHEDULE_GRACE_MAX_MS) {
-            rc = rmqs_fail(err, RMQS_EINVAL, "misfire_grace_ms",
-                           "misfire_grace_ms: an integer from 0 to %lld (7 days)",
-                           SCHEDULE_GRACE_MAX_MS);
+            rc = rmqs_fail(
+                err, RMQS_EINVAL, "misfire_grace_ms",
+                "misfire_grace_ms: an integer from 0 to %lld (7 days)",
+                SCHEDULE_GRACE_MAX_MS);
             goto out;
         }
         s.misfire_grace_ms = json_integer_value(v);
@@ -257,12 +262,14 @@ rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim
 
     v = json_object_get(root, "paused");
     if (v != NULL && !json_is_boolean(v)) {
-        rc = rmqs_fail(err, RMQS_EINVAL, "paused", "paused: must be true or false");
+        rc = rmqs_fail(err, RMQS_EINVAL, "paused",
+                       "paused: must be true or false");
         goto out;
     }
     s.paused = v != NULL && json_is_true(v);
 
-    rc = parse_template(json_object_get(root, "job"), lim, now_ms, &s.tmpl, err);
+    rc =
+        parse_template(json_object_get(root, "job"), lim, now_ms, &s.tmpl, err);
     if (rc != RMQS_OK)
         goto out;
 
@@ -329,11 +336,13 @@ rmqs_rc schedule_patch(const char *name, const char *spec, const char *buf,
         return rc;
     merged = json_loads(spec != NULL ? spec : "", 0, NULL);
     if (!json_is_object(merged)) {
-        rc = rmqs_fail(err, RMQS_EINVAL, "", "internal: the stored spec is not "
+        rc = rmqs_fail(err, RMQS_EINVAL, "",
+                       "internal: the stored spec is not "
                        "a JSON object");
         goto out;
     }
-    json_object_foreach(patch, key, v) {
+    json_object_foreach(patch, key, v)
+    {
         if (json_is_null(v))
             json_object_del(merged, key);
         else if (json_object_set(merged, key, v) != 0) {
@@ -367,7 +376,8 @@ bool schedule_next(const schedule_t *s, int64_t after_ms, int64_t *next_ms)
     if (s->every_ms > 0) {
         int64_t k = floor_div(after_ms - s->anchor, s->every_ms) + 1;
         t = s->anchor + k * s->every_ms;
-    } else if (s->cron == NULL || !cron_next(s->cron, s->tz, s->dst, after_ms, &t)) {
+    } else if (s->cron == NULL ||
+               !cron_next(s->cron, s->tz, s->dst, after_ms, &t)) {
         return false;
     }
     if (s->end_at >= 0 && t > s->end_at)
@@ -391,7 +401,8 @@ bool schedule_latest(const schedule_t *s, int64_t from_ms, int64_t now_ms,
         *skipped = count;
         return true;
     }
-    while (count < LATEST_ENUM_CAP && schedule_next(s, prev, &n) && n <= limit) {
+    while (count < LATEST_ENUM_CAP && schedule_next(s, prev, &n) &&
+           n <= limit) {
         prev = n;
         count++;
     }
@@ -440,7 +451,9 @@ void schedule_run_id(const char *name, int64_t generation, int64_t fire_ms,
     char text[SCHEDULE_NAME_MAX + 48];
     int n = snprintf(text, sizeof text, "%s\n%lld\n%lld", name,
                      (long long)generation, (long long)fire_ms);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
+    size_t len = n < 0                     ? 0
+                 : (size_t)n < sizeof text ? (size_t)n
+                                           : sizeof text - 1;
     uint64_t h1 = fnv1a64(0xcbf29ce484222325ULL, text, len);
     uint64_t h2 = fnv1a64(0x84222325cbf29ce4ULL ^ h1, text, len);
     uint64_t t = (uint64_t)fire_ms;
@@ -528,7 +541,8 @@ json_t *schedule_spec_json(const schedule_t *s)
     json_object_set_new(o, "start_at", schedule_time_json(s->start_at));
     json_object_set_new(o, "end_at", schedule_time_json(s->end_at));
     json_object_set_new(o, "paused", json_boolean(s->paused));
-    json_object_set_new(o, "misfire_grace_ms", json_integer(s->misfire_grace_ms));
+    json_object_set_new(o, "misfire_grace_ms",
+                        json_integer(s->misfire_grace_ms));
     json_object_set_new(
         o, "dst",
         json_pack("{s:s, s:s}", "skipped",
@@ -556,8 +570,8 @@ json_t *schedule_next_runs_json(const schedule_t *s, int64_t after_ms,
             break;
         tu_format_rfc3339(n, utc);
         tz_format_local(s->tz, n, local);
-        if (json_array_append_new(a, json_pack("{s:s, s:s}", "utc", utc, "local",
-                                               local)) != 0) {
+        if (json_array_append_new(
+                a, json_pack("{s:s, s:s}", "utc", utc, "local", local)) != 0) {
             json_decref(a);
             return NULL;
         }

@@ -33,22 +33,22 @@
 #define SCHEDULE_NEXT_RUNS_MAX 1000
 
 typedef struct schedule {
-    char *name;              /* owned */
-    char *cron_text;         /* owned; NULL for an every_ms schedule */
-    cron_expr *cron;         /* owned; NULL for an every_ms schedule */
-    int64_t every_ms;        /* 0 for a cron schedule */
-    int64_t anchor;          /* every_ms: a fire instant of the series
+    char *name;       /* owned */
+    char *cron_text;  /* owned; NULL for an every_ms schedule */
+    cron_expr *cron;  /* owned; NULL for an every_ms schedule */
+    int64_t every_ms; /* 0 for a cron schedule */
+    int64_t anchor;   /* every_ms: a fire instant of the series
                                 (start_at, else the time of the PUT; the
                                 caller may move it to keep the phase) */
-    tz_t *tz;                /* owned; "UTC" when not given */
-    int64_t start_at;        /* ms; -1: none (no fire before it) */
-    int64_t end_at;          /* ms; -1: none (no fire after it) */
+    tz_t *tz;         /* owned; "UTC" when not given */
+    int64_t start_at; /* ms; -1: none (no fire before it) */
+    int64_t end_at;   /* ms; -1: none (no fire after it) */
     bool paused;
     int64_t misfire_grace_ms;
-    cron_dst dst;            /* resolved: the expression's defaults with the
+    cron_dst dst;     /* resolved: the expression's defaults with the
                                 body's "dst" parts over them */
-    json_t *job_json;        /* owned: the template as given */
-    job_t tmpl;              /* owned: the template validated by job.c
+    json_t *job_json; /* owned: the template as given */
+    job_t tmpl;       /* owned: the template validated by job.c
                                 (its timing fields unused) */
 } schedule_t;
 
@@ -67,14 +67,15 @@ bool schedule_name_valid(const char *name);
  * "job.routing_key", ...) and message (a cron error names its position),
  * and *out zeroed.
  */
-rmqs_rc schedule_from_json(const char *name, json_t *root, const job_limits *lim,
-                           int64_t now_ms, schedule_t *out, char **spec_out,
-                           rmqs_error *err);
+rmqs_rc schedule_from_json(const char *name, json_t *root,
+                           const job_limits *lim, int64_t now_ms,
+                           schedule_t *out, char **spec_out, rmqs_error *err);
 
 /* As schedule_from_json from the body's bytes (a JSON object). */
 rmqs_rc schedule_from_request(const char *name, const char *buf, size_t len,
                               const job_limits *lim, int64_t now_ms,
-                              schedule_t *out, char **spec_out, rmqs_error *err);
+                              schedule_t *out, char **spec_out,
+                              rmqs_error *err);
 
 /*
  * A PATCH: merge the top-level members of patch (a JSON object; a member

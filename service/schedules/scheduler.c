@@ -54,17 +54,17 @@
 #include "timeutil.h"
 #include "worker.h"
 
-#define BATCH 1000          /* schedules per advance transaction */
-#define IDLE_CAP_MS 1000    /* longest sleep without looking again */
-#define MIN_SLEEP_MS 20     /* a row another instance holds: not a spin */
-#define OVERDUE_MS 1000     /* a fire time this far past needs a catch-up */
-#define STUCK_MS 500        /* a run pending this far past: not publishing */
+#define BATCH 1000       /* schedules per advance transaction */
+#define IDLE_CAP_MS 1000 /* longest sleep without looking again */
+#define MIN_SLEEP_MS 20  /* a row another instance holds: not a spin */
+#define OVERDUE_MS 1000  /* a fire time this far past needs a catch-up */
+#define STUCK_MS 500     /* a run pending this far past: not publishing */
 #define MOD "scheduler"
 
 struct scheduler {
-    worker_t w;            /* w.mu guards notified */
-    store_t *st;           /* borrowed */
-    disp_t *disp;          /* borrowed */
+    worker_t w;   /* w.mu guards notified */
+    store_t *st;  /* borrowed */
+    disp_t *disp; /* borrowed */
     scheduler_options opt;
     bool notified;
 };
@@ -117,8 +117,10 @@ static bool earlier_run_overdue(scheduler_t *sc, const char *name, int64_t now)
     static const int statuses[] = {JOB_PENDING, JOB_PUBLISHING};
     bool overdue = false;
 
-    for (size_t k = 0; k < sizeof statuses / sizeof statuses[0] && !overdue; k++) {
-        store_filter f = {.status = statuses[k], .source = JOB_SOURCE_SCHEDULE,
+    for (size_t k = 0; k < sizeof statuses / sizeof statuses[0] && !overdue;
+         k++) {
+        store_filter f = {.status = statuses[k],
+                          .source = JOB_SOURCE_SCHEDULE,
                           .schedule = name};
         job_t *jobs = NULL;
         size_t n = 0;
@@ -150,8 +152,10 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
 
     memset(job, 0, sizeof *job);
     *p = (plan){0};
-    *a = (store_advance){.name = row->name, .generation = row->generation,
-                         .old_next = next, .new_next = -1};
+    *a = (store_advance){.name = row->name,
+                         .generation = row->generation,
+                         .old_next = next,
+                         .new_next = -1};
     if (row->last_job_id[0] != '\0' &&
         (row->last_job_status == JOB_PENDING ||
          row->last_job_status == JOB_PUBLISHING) &&
@@ -159,7 +163,8 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
          earlier_run_overdue(sc, row->name, now)))
         return false; /* one outstanding run: wait for it */
     if (schedule_from_request(row->name, row->spec, strlen(row->spec),
-                              &sc->opt.limits, now, &s, NULL, &err) != RMQS_OK) {
+                              &sc->opt.limits, now, &s, NULL,
+                              &err) != RMQS_OK) {
         /* Accepted once, refused now (a limit lowered since): ended, said. */
         log_error(MOD, "schedule spec no longer valid; schedule ended",
                   "schedule=\"%s\" field=%s error=\"%s\"", row->name, err.field,
@@ -182,10 +187,12 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
         p->skipped = skipped;
         if (!schedule_next(&s, now, &a->new_next))
             a->new_next = -1;
-        log_info(MOD, "catch-up", "schedule=\"%s\" missed_since=%lld latest=%lld "
-                 "skipped=%lld fired_late=%s next_fire_at=%lld", row->name,
-                 (long long)next, (long long)latest, (long long)skipped,
-                 p->has_run ? "yes" : "no", (long long)a->new_next);
+        log_info(MOD, "catch-up",
+                 "schedule=\"%s\" missed_since=%lld latest=%lld "
+                 "skipped=%lld fired_late=%s next_fire_at=%lld",
+                 row->name, (long long)next, (long long)latest,
+                 (long long)skipped, p->has_run ? "yes" : "no",
+                 (long long)a->new_next);
     } else {
         fire = due = next;
         p->has_run = true;
@@ -193,8 +200,8 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
         if (!schedule_next(&s, next, &a->new_next))
             a->new_next = -1;
     }
-    if (p->has_run &&
-        schedule_make_run(&s, row->generation, fire, due, now, job) != RMQS_OK) {
+    if (p->has_run && schedule_make_run(&s, row->generation, fire, due, now,
+                                        job) != RMQS_OK) {
         log_error(MOD, "out of memory; run not created now", "schedule=\"%s\"",
                   row->name);
         ok = false;
@@ -224,7 +231,8 @@ static long pass(scheduler_t *sc, size_t *blocked)
     *blocked = 0;
     rc = store_schedule_due(sc->st, now + sc->opt.lead_ms, BATCH, &rows, &n);
     if (rc != RMQS_OK) {
-        log_error(MOD, "cannot read due schedules", "error=%s", rmqs_rc_name(rc));
+        log_error(MOD, "cannot read due schedules", "error=%s",
+                  rmqs_rc_name(rc));
         return -1;
     }
     if (n == 0)

@@ -29,7 +29,8 @@ typedef struct scheduler_options {
 
 /* A scheduler over st that wakes d for each run it creates (both borrowed,
  * outliving it). Not started. NULL on ENOMEM. */
-scheduler_t *scheduler_new(store_t *st, disp_t *d, const scheduler_options *opt);
+scheduler_t *scheduler_new(store_t *st, disp_t *d,
+                           const scheduler_options *opt);
 
 /* Start the thread. RMQS_ESYS if it cannot. */
 rmqs_rc scheduler_start(scheduler_t *s);

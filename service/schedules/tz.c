@@ -31,9 +31,9 @@
 
 typedef struct tz_table {
     char *name;
-    size_t n;           /* transitions */
-    int64_t *at;        /* at[i]: the instant the offset becomes off[i + 1] */
-    int32_t *off;       /* n + 1 offsets; off[0] before at[0] */
+    size_t n;     /* transitions */
+    int64_t *at;  /* at[i]: the instant the offset becomes off[i + 1] */
+    int32_t *off; /* n + 1 offsets; off[0] before at[0] */
     struct tz_table *next;
 } tz_table;
 
@@ -176,7 +176,8 @@ rmqs_rc tz_open(const char *iana, tz_t **out, rmqs_error *err)
 {
     *out = NULL;
     if (!iana_name_ok(iana))
-        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"",
+        return rmqs_fail(err, RMQS_EINVAL, "timezone",
+                         "unknown time zone \"%.64s\"",
                          iana != NULL ? iana : "");
     tz_t *z = malloc(sizeof *z);
     if (z == NULL)
@@ -198,7 +199,8 @@ rmqs_rc tz_open(const char *iana, tz_t **out, rmqs_error *err)
         free(z);
         if (rc == RMQS_ENOMEM)
             return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
-        return rmqs_fail(err, RMQS_EINVAL, "timezone", "unknown time zone \"%.64s\"", iana);
+        return rmqs_fail(err, RMQS_EINVAL, "timezone",
+                         "unknown time zone \"%.64s\"", iana);
     }
     z->t = t;
     *out = z;
@@ -234,8 +236,8 @@ int32_t tz_offset_at(const tz_t *z, int64_t utc_s)
     return z->t->off[count_upto(z->t, utc_s)];
 }
 
-bool tz_next_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *before,
-                        int32_t *after)
+bool tz_next_transition(const tz_t *z, int64_t utc_s, int64_t *at,
+                        int32_t *before, int32_t *after)
 {
     const tz_table *t = z->t;
     size_t i = count_upto(t, utc_s);
@@ -247,8 +249,8 @@ bool tz_next_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *befo
     return true;
 }
 
-bool tz_prev_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *before,
-                        int32_t *after)
+bool tz_prev_transition(const tz_t *z, int64_t utc_s, int64_t *at,
+                        int32_t *before, int32_t *after)
 {
     const tz_table *t = z->t;
     size_t i = count_upto(t, utc_s);
@@ -273,9 +275,10 @@ void tz_format_local(const tz_t *z, int64_t utc_ms, char buf[40])
     tu_civil_from_days(days, &y, &m, &d);
     int32_t a = off < 0 ? -off : off;
     /* Offsets with seconds (LMT before 1900) are shown to the minute. */
-    snprintf(buf, 40, "%04lld-%02d-%02dT%02d:%02d:%02d.%03d%c%02d:%02d", (long long)y, m, d,
-             (int)(sod / 3600), (int)(sod / 60 % 60), (int)(sod % 60), ms, off < 0 ? '-' : '+',
-             (int)(a / 3600), (int)(a / 60 % 60));
+    snprintf(buf, 40, "%04lld-%02d-%02dT%02d:%02d:%02d.%03d%c%02d:%02d",
+             (long long)y, m, d, (int)(sod / 3600), (int)(sod / 60 % 60),
+             (int)(sod % 60), ms, off < 0 ? '-' : '+', (int)(a / 3600),
+             (int)(a / 60 % 60));
 }
 
 const char *tz_data_version(void)

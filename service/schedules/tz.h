@@ -34,10 +34,10 @@ const char *tz_data_version(void);
 /* The first instant > utc_s at which the offset changes: true with *at, the
  * offset before it (*before) and from it on (*after); false if none in the
  * modelled range. */
-bool tz_next_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *before,
-                        int32_t *after);
+bool tz_next_transition(const tz_t *z, int64_t utc_s, int64_t *at,
+                        int32_t *before, int32_t *after);
 /* The last instant <= utc_s at which the offset changed, likewise. */
-bool tz_prev_transition(const tz_t *z, int64_t utc_s, int64_t *at, int32_t *before,
-                        int32_t *after);
+bool tz_prev_transition(const tz_t *z, int64_t utc_s, int64_t *at,
+                        int32_t *before, int32_t *after);
 
 #endif

@@ -123,7 +123,8 @@ static void idset_del(idset *s, const unsigned char *id)
      * their home slot is not between the hole and them */
     for (j = (i + 1) & mask; s->used[j]; j = (j + 1) & mask) {
         size_t home = id_hash(s->slot[j]) & mask;
-        bool movable = i <= j ? (home <= i || home > j) : (home <= i && home > j);
+        bool movable =
+            i <= j ? (home <= i || home > j) : (home <= i && home > j);
         if (movable) {
             memcpy(s->slot[i], s->slot[j], JOB_ID_BYTES);
             s->used[i] = true;

@@ -99,8 +99,9 @@ rmqs_rc store_open_with(const char *path, const store_options *opt,
     rc = st->ops->open(path, opt, migrations, n, &st->b, err);
     if (rc != RMQS_OK)
         goto fail;
-    st->page_max_bytes = opt && opt->page_max_bytes ? opt->page_max_bytes
-                                                    : STORE_PAGE_MAX_BYTES_DEFAULT;
+    st->page_max_bytes = opt && opt->page_max_bytes
+                             ? opt->page_max_bytes
+                             : STORE_PAGE_MAX_BYTES_DEFAULT;
     *out = st;
     return RMQS_OK;
 
@@ -178,7 +179,9 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n)
 rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
                      const char *idem_request, bool *existed, job_t *existing)
 {
-    store_insert_req r = {.jobs = job, .n = 1, .idem_key = idem_key,
+    store_insert_req r = {.jobs = job,
+                          .n = 1,
+                          .idem_key = idem_key,
                           .idem_request = idem_request};
     rmqs_rc out;
 
@@ -288,8 +291,8 @@ rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
 
     *count = 0;
     *capped = false;
-    if (cap < 1 || (f && (f->status > JOB_CANCELLED ||
-                          f->source > JOB_SOURCE_SCHEDULE)))
+    if (cap < 1 ||
+        (f && (f->status > JOB_CANCELLED || f->source > JOB_SOURCE_SCHEDULE)))
         return RMQS_EINVAL;
     if (!status_only(f))
         return st->ops->count(st->b, f, cap, count, capped);
@@ -326,12 +329,12 @@ rmqs_rc store_update(store_t *st, const char *id_text, const store_change *ch,
         return RMQS_ENOTFOUND;
     if (!ch || (ch->kind != STORE_CHANGE_RESCHEDULE &&
                 ch->kind != STORE_CHANGE_CANCEL &&
-                ch->kind != STORE_CHANGE_RUN &&
-                ch->kind != STORE_CHANGE_RETRY))
+                ch->kind != STORE_CHANGE_RUN && ch->kind != STORE_CHANGE_RETRY))
         return RMQS_EINVAL;
     if (ch->kind == STORE_CHANGE_RUN) { /* a reschedule to now, for backends */
         now_ch = (store_change){.kind = STORE_CHANGE_RESCHEDULE,
-                                .deliver_at = now_ms, .delay_ms = 0};
+                                .deliver_at = now_ms,
+                                .delay_ms = 0};
         ch = &now_ch;
     }
 
@@ -356,15 +359,16 @@ rmqs_rc store_update_batch(store_t *st, const char *const *ids, size_t n,
                            const store_change *ch, int64_t now_ms,
                            bool *changed, size_t *n_changed)
 {
-    unsigned char (*bin)[JOB_ID_BYTES] = NULL;
+    unsigned char(*bin)[JOB_ID_BYTES] = NULL;
     size_t *slot = NULL, m = 0;
     rmqs_rc rc = RMQS_OK;
 
     *n_changed = 0;
     for (size_t i = 0; i < n; i++)
         changed[i] = false;
-    if (!ch || (ch->kind != STORE_CHANGE_CANCEL &&
-                ch->kind != STORE_CHANGE_RETRY) || n > STORE_BATCH_MAX)
+    if (!ch ||
+        (ch->kind != STORE_CHANGE_CANCEL && ch->kind != STORE_CHANGE_RETRY) ||
+        n > STORE_BATCH_MAX)
         return RMQS_EINVAL;
     if (n == 0)
         return RMQS_OK;
@@ -387,8 +391,9 @@ rmqs_rc store_update_batch(store_t *st, const char *const *ids, size_t n,
     }
     if (rc == RMQS_OK || rc == RMQS_ECONFLICT) {
         bool *ch_m = calloc(m > 0 ? m : 1, sizeof(*ch_m));
-        rc = ch_m == NULL ? RMQS_ENOMEM
-                          : st->ops->update_batch(st->b, bin, m, ch, now_ms, ch_m);
+        rc = ch_m == NULL
+                 ? RMQS_ENOMEM
+                 : st->ops->update_batch(st->b, bin, m, ch, now_ms, ch_m);
         for (size_t k = 0; ch_m != NULL && rc == RMQS_OK && k < m; k++) {
             changed[slot[k]] = ch_m[k];
             *n_changed += ch_m[k] ? 1 : 0;
@@ -407,7 +412,8 @@ rmqs_rc store_reschedule(store_t *st, const char *id_text, int64_t deliver_at,
                          int64_t delay_ms, int64_t now_ms, job_t *out)
 {
     store_change ch = {.kind = STORE_CHANGE_RESCHEDULE,
-                       .deliver_at = deliver_at, .delay_ms = delay_ms};
+                       .deliver_at = deliver_at,
+                       .delay_ms = delay_ms};
 
     return store_update(st, id_text, &ch, now_ms, out);
 }
@@ -452,16 +458,17 @@ static void give_back(store_t *st, const store_claimed *c, size_t n,
             o[m].kind = STORE_OUT_RELEASE;
             m++;
         }
-        if (m > 0 &&
-            st->ops->record(st->b, NULL, 0, o,
-                            (const unsigned char(*)[JOB_ID_BYTES])ids, m,
-                            now_ms) == RMQS_OK) {
+        if (m > 0 && st->ops->record(st->b, NULL, 0, o,
+                                     (const unsigned char(*)[JOB_ID_BYTES])ids,
+                                     m, now_ms) == RMQS_OK) {
             m = 0;
         }
     }
     if (ids == NULL || o == NULL || m > 0)
-        log_warn(MOD, "claimed jobs not kept could not be given back; "
-                 "their lease brings them back", "n=%zu", n);
+        log_warn(MOD,
+                 "claimed jobs not kept could not be given back; "
+                 "their lease brings them back",
+                 "n=%zu", n);
     free(ids);
     free(o);
 }
@@ -489,7 +496,7 @@ rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
         long kept;
 
         out = st->ops->read_due(st->b, st->held, due_by_ms, limit - got, &c,
-                                 &cap, &n);
+                                &cap, &n);
         if (out != RMQS_OK || n == 0)
             break;
         if (n > idcap) {
@@ -506,9 +513,8 @@ rmqs_rc store_claim_ahead(store_t *st, int64_t due_by_ms, int64_t now_ms,
         }
         for (size_t i = 0; i < n; i++)
             (void)job_id_parse(c[i].job.id, ids[i]);
-        kept = claimset_take(st->held, gen,
-                             (const unsigned char(*)[JOB_ID_BYTES])ids,
-                             n, keep);
+        kept = claimset_take(
+            st->held, gen, (const unsigned char(*)[JOB_ID_BYTES])ids, n, keep);
         if (kept < 0) {
             out = RMQS_ENOMEM;
             goto drop;
@@ -592,10 +598,9 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
             return RMQS_EINVAL;
         }
     }
-    out = st->ops->record(st->b, (const unsigned char(*)[JOB_ID_BYTES])ids,
-                          n_claims, o,
-                          (const unsigned char(*)[JOB_ID_BYTES])ids + n_claims,
-                          n, now_ms);
+    out = st->ops->record(
+        st->b, (const unsigned char(*)[JOB_ID_BYTES])ids, n_claims, o,
+        (const unsigned char(*)[JOB_ID_BYTES])ids + n_claims, n, now_ms);
     /* Settled and committed: the dispatcher no longer holds them. (A read
      * snapshot older than this commit may still show them pending: the
      * release is what tells store_claim_ahead to drop them.) */
@@ -643,9 +648,8 @@ rmqs_rc store_search_index(store_t *st, size_t limit, size_t *indexed)
 
 int64_t store_search_index_lag(store_t *st)
 {
-    return st->ops->search_index_lag != NULL
-               ? st->ops->search_index_lag(st->b)
-               : 0;
+    return st->ops->search_index_lag != NULL ? st->ops->search_index_lag(st->b)
+                                             : 0;
 }
 
 int64_t store_lease_renewed_until(store_t *st)
@@ -674,8 +678,7 @@ const char *store__sql(const char *name)
 int store__synchronous(store_t *st);
 int store__synchronous(store_t *st)
 {
-    return st->ops == &store_sqlite_ops ? store_sqlite__synchronous(st->b)
-                                        : -1;
+    return st->ops == &store_sqlite_ops ? store_sqlite__synchronous(st->b) : -1;
 }
 
 /* PRAGMA max_page_count on this store's connection (the limit is per

@@ -309,9 +309,8 @@ int64_t store_lease_renewed_until(store_t *st);
  * NULL spec. A replace computed from a row read earlier races the
  * scheduler's advances: the store takes s as it is (the caller cancels
  * runs and recomputes next_fire_at). */
-rmqs_rc store_schedule_put(store_t *st, const store_schedule *s,
-                           bool *created, bool *unchanged,
-                           store_schedule *out);
+rmqs_rc store_schedule_put(store_t *st, const store_schedule *s, bool *created,
+                           bool *unchanged, store_schedule *out);
 
 /* Compare-and-set update of spec, paused, next_fire_at and updated_at (from
  * s; s->name names the row) for PATCH: only if the stored generation is
@@ -323,8 +322,7 @@ rmqs_rc store_schedule_update(store_t *st, const store_schedule *s,
                               int64_t expect_generation, store_schedule *out);
 
 /* Load one by name into *out (caller clears). RMQS_ENOTFOUND. */
-rmqs_rc store_schedule_get(store_t *st, const char *name,
-                           store_schedule *out);
+rmqs_rc store_schedule_get(store_t *st, const char *name, store_schedule *out);
 
 /* A page of at most limit (>= 1, else RMQS_EINVAL) schedules in name order
  * (bytewise) after the name `after` (NULL: from the first), within
@@ -333,8 +331,7 @@ rmqs_rc store_schedule_get(store_t *st, const char *name,
  * malloc'd array of *n (store_schedules_free); *next_out a malloc'd name
  * cursor (the last name of this page) or NULL on the last page. */
 rmqs_rc store_schedule_list(store_t *st, size_t limit, const char *after,
-                            store_schedule **rows, size_t *n,
-                            char **next_out);
+                            store_schedule **rows, size_t *n, char **next_out);
 
 /* Delete one (durable); its jobs stay. RMQS_ENOTFOUND. */
 rmqs_rc store_schedule_delete(store_t *st, const char *name);

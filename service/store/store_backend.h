@@ -94,8 +94,7 @@ typedef struct store_ops {
     int64_t (*size_bytes)(store_backend *b);
     rmqs_rc (*ping)(store_backend *b);
 
-    rmqs_rc (*insert_batch)(store_backend *b, store_insert_req *reqs,
-                            size_t n);
+    rmqs_rc (*insert_batch)(store_backend *b, store_insert_req *reqs, size_t n);
     rmqs_rc (*get)(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                    job_t *out);
     /* A page of at most limit (>= 1) jobs matching f (checked by the

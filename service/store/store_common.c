@@ -111,8 +111,8 @@ rmqs_rc store_job_row_tail(job_t *out, const char *headers, size_t headers_len,
                            const char *properties, size_t properties_len,
                            const void *body, size_t body_len)
 {
-    if (headers != NULL &&
-        store_json_load(headers, headers_len, out->id, &out->headers) != RMQS_OK)
+    if (headers != NULL && store_json_load(headers, headers_len, out->id,
+                                           &out->headers) != RMQS_OK)
         return RMQS_EDB;
     if (properties != NULL &&
         store_json_load(properties, properties_len, out->id,
@@ -129,9 +129,8 @@ rmqs_rc store_job_row_tail(job_t *out, const char *headers, size_t headers_len,
 
 const char *store_job_message_id(const job_t *job)
 {
-    json_t *mid = job->properties
-                      ? json_object_get(job->properties, "message_id")
-                      : NULL;
+    json_t *mid =
+        job->properties ? json_object_get(job->properties, "message_id") : NULL;
 
     return json_is_string(mid) ? json_string_value(mid) : NULL;
 }
@@ -210,8 +209,8 @@ rmqs_rc store_migrations_check(const store_migration *m, size_t n,
         if (m[i].version < 1 || !m[i].name || !m[i].sql)
             return rmqs_fail(err, RMQS_EINVAL, NULL,
                              "migration #%zu (%s) is malformed: needs version "
-                             ">= 1, a name and SQL", i,
-                             m[i].name ? m[i].name : "?");
+                             ">= 1, a name and SQL",
+                             i, m[i].name ? m[i].name : "?");
         if (i > 0 && m[i].version <= m[i - 1].version)
             return rmqs_fail(err, RMQS_EINVAL, NULL,
                              "migration list is not strictly ascending: %s "
@@ -252,7 +251,8 @@ bool store_id_prefix_range(const char *prefix, unsigned char lo[JOB_ID_BYTES],
         n = 2 * JOB_ID_BYTES;
     memset(lo, 0, JOB_ID_BYTES);
     for (size_t i = 0; i < n; i++)
-        lo[i / 2] |= (unsigned char)(prefix_digit(prefix[i]) << (i % 2 ? 0 : 4));
+        lo[i / 2] |=
+            (unsigned char)(prefix_digit(prefix[i]) << (i % 2 ? 0 : 4));
     memcpy(hi, lo, JOB_ID_BYTES);
     /* + 1 at the last digit given, carrying towards the first */
     for (size_t i = n; i-- > 0 && carry;) {
@@ -260,7 +260,8 @@ bool store_id_prefix_range(const char *prefix, unsigned char lo[JOB_ID_BYTES],
         unsigned d = ((unsigned)hi[i / 2] >> shift) & 0xfu;
         d = (d + 1) & 0xfu;
         carry = d == 0;
-        hi[i / 2] = (unsigned char)((hi[i / 2] & ~(0xfu << shift)) | (d << shift));
+        hi[i / 2] =
+            (unsigned char)((hi[i / 2] & ~(0xfu << shift)) | (d << shift));
     }
     return !carry;
 }
@@ -302,30 +303,30 @@ fail:
 void store_page_init(store_page *p, size_t limit, size_t max_bytes)
 {
     *p = (store_page){.limit = limit,
-                      .max_bytes = max_bytes ? max_bytes
-                                             : STORE_PAGE_MAX_BYTES_DEFAULT};
+                      .max_bytes =
+                          max_bytes ? max_bytes : STORE_PAGE_MAX_BYTES_DEFAULT};
 }
 
 bool store_page_take(store_page *p, size_t item_bytes)
 {
     if (p->n >= p->limit ||
-        (p->n > 0 && (item_bytes > p->max_bytes ||
-                      p->bytes > p->max_bytes - item_bytes))) {
+        (p->n > 0 &&
+         (item_bytes > p->max_bytes || p->bytes > p->max_bytes - item_bytes))) {
         p->more = true;
         return false;
     }
     p->n++;
-    p->bytes = item_bytes > SIZE_MAX - p->bytes ? SIZE_MAX
-                                                : p->bytes + item_bytes;
+    p->bytes =
+        item_bytes > SIZE_MAX - p->bytes ? SIZE_MAX : p->bytes + item_bytes;
     return true;
 }
 
 size_t store_item_bytes(int body_kind, size_t body_len, size_t texts_len)
 {
     /* base64: 4 characters per 3 bytes, the last group padded */
-    size_t body = body_kind == JOB_BODY_BINARY ? body_len / 3 * 4 +
-                                                 (body_len % 3 ? 4 : 0)
-                                               : body_len;
+    size_t body = body_kind == JOB_BODY_BINARY
+                      ? body_len / 3 * 4 + (body_len % 3 ? 4 : 0)
+                      : body_len;
     size_t sum = STORE_ITEM_OVERHEAD;
 
     sum = body > SIZE_MAX - sum ? SIZE_MAX : sum + body;

@@ -23,7 +23,7 @@
 #include "rmqs.h"
 #include "store_types.h"
 
-#define STORE_N_STATUS 5 /* job_status values 0..4, the rows of job_counts */
+#define STORE_N_STATUS 5    /* job_status values 0..4, the rows of job_counts */
 #define STORE_CURSOR_MAX 48 /* "<int64>.<int64>" + NUL */
 
 /*

@@ -19,7 +19,7 @@
 #include "worker.h"
 
 typedef struct store_ix_ops {
-    const char *name;  /* the thread's name (at most 15 characters) */
+    const char *name; /* the thread's name (at most 15 characters) */
     /* One batch of at most limit jobs: *n indexed, *more whether to run
      * another at once. A failure (logged by the backend) waits retry_ms. */
     rmqs_rc (*batch)(void *arg, size_t limit, size_t *n, bool *more);

@@ -32,9 +32,8 @@ static void zero_out(store_schedule *out)
     }
 }
 
-rmqs_rc store_schedule_put(store_t *st, const store_schedule *s,
-                           bool *created, bool *unchanged,
-                           store_schedule *out)
+rmqs_rc store_schedule_put(store_t *st, const store_schedule *s, bool *created,
+                           bool *unchanged, store_schedule *out)
 {
     bool c = false, u = false;
     rmqs_rc rc;
@@ -86,8 +85,8 @@ rmqs_rc store_schedule_list(store_t *st, size_t limit, const char *after,
     *next_out = NULL;
     if (limit == 0)
         return RMQS_EINVAL;
-    rc = st->ops->sched->list(st->b, limit, st->page_max_bytes, after, &r,
-                              &got, &more);
+    rc = st->ops->sched->list(st->b, limit, st->page_max_bytes, after, &r, &got,
+                              &more);
     if (rc != RMQS_OK)
         return rc;
     if (more && got > 0) {
@@ -146,7 +145,8 @@ rmqs_rc store_schedule_advance(store_t *st, store_advance *a, size_t n,
         a[i].applied = a[i].job_existed = false;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!name_ok(a[i].name) || (a[i].job != NULL && a[i].job->id[0] == '\0'))
+        if (!name_ok(a[i].name) ||
+            (a[i].job != NULL && a[i].job->id[0] == '\0'))
             return RMQS_EINVAL;
     }
     return st->ops->sched->advance(st->b, a, n, now_ms);

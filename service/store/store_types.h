@@ -24,17 +24,17 @@ typedef struct store_migration {
 } store_migration;
 
 typedef struct store_options {
-    bool synchronous_full; /* true: fsync every commit (default) */
-    bool manual_checkpoint; /* true: no automatic WAL checkpoints in commits;
+    bool synchronous_full;    /* true: fsync every commit (default) */
+    bool manual_checkpoint;   /* true: no automatic WAL checkpoints in commits;
                                the owner calls store_checkpoint() */
-    int64_t lease_ms;       /* PostgreSQL: how long a claim holds without
+    int64_t lease_ms;         /* PostgreSQL: how long a claim holds without
                                renewal (0: 10000; at least 500) */
-    bool index_manual;      /* SQLite: no search indexer thread; the owner
+    bool index_manual;        /* SQLite: no search indexer thread; the owner
                                calls store_search_index() (tests) */
     int64_t search_budget_ms; /* a list, count or search ends after this
                                  (RMQS_ETIMEDOUT; a count: capped); 0:
                                  unbounded */
-    size_t page_max_bytes;  /* a page of store_list or store_schedule_list
+    size_t page_max_bytes;    /* a page of store_list or store_schedule_list
                                stops at this many bytes of its items (0:
                                4 MiB; see store_common.h's page budgets) */
 } store_options;
@@ -61,16 +61,16 @@ typedef struct store_insert_req {
  * matches every job. Strings are borrowed from the request.
  */
 typedef struct store_filter {
-    int status;             /* a job_status, or -1 */
-    int source;             /* a job_source, or -1 */
-    const char *message_id; /* the message_id property, or NULL */
-    const char *schedule;   /* runs of this schedule (job_t.schedule), or
+    int status;              /* a job_status, or -1 */
+    int source;              /* a job_source, or -1 */
+    const char *message_id;  /* the message_id property, or NULL */
+    const char *schedule;    /* runs of this schedule (job_t.schedule), or
                                NULL (GET /jobs?schedule=) */
-    const char *exchange;   /* exact, or NULL ("" is the default exchange) */
+    const char *exchange;    /* exact, or NULL ("" is the default exchange) */
     const char *routing_key; /* exact, or NULL */
-    bool has_deliver_from;  /* deliver_at >= deliver_from (inclusive) */
+    bool has_deliver_from;   /* deliver_at >= deliver_from (inclusive) */
     int64_t deliver_from;
-    bool has_deliver_to;    /* deliver_at < deliver_to (exclusive) */
+    bool has_deliver_to; /* deliver_at < deliver_to (exclusive) */
     int64_t deliver_to;
     /* the id's first hex digits, lowercase, no dashes (4 to
      * STORE_ID_PREFIX_MAX of them), or "" */
@@ -104,9 +104,9 @@ typedef enum store_change_kind {
 
 typedef struct store_change {
     store_change_kind kind;
-    int64_t deliver_at; /* RESCHEDULE, RETRY: the new time (due_at: not
+    int64_t deliver_at;   /* RESCHEDULE, RETRY: the new time (due_at: not
                            before now) */
-    int64_t delay_ms;   /* RESCHEDULE, RETRY: as requested, for the x-delay
+    int64_t delay_ms;     /* RESCHEDULE, RETRY: as requested, for the x-delay
                            header */
     bool keep_deliver_at; /* RETRY: keep each job's deliver_at (due now
                              all the same), as a bulk retry does */
@@ -128,10 +128,10 @@ typedef enum store_outcome_kind {
 } store_outcome_kind;
 
 typedef struct store_outcome {
-    const char *id;        /* job id text (borrowed) */
+    const char *id; /* job id text (borrowed) */
     store_outcome_kind kind;
-    const char *error;     /* RETRY, EXPIRE, FAIL: why (borrowed), else NULL */
-    int64_t retry_at;      /* RETRY: next due_at */
+    const char *error; /* RETRY, EXPIRE, FAIL: why (borrowed), else NULL */
+    int64_t retry_at;  /* RETRY: next due_at */
 } store_outcome;
 
 typedef enum store_schedule_state {
@@ -141,18 +141,18 @@ typedef enum store_schedule_state {
 } store_schedule_state;
 
 typedef struct store_schedule {
-    char *name;            /* owned */
-    char *spec;            /* owned: canonical JSON of the accepted PUT body
+    char *name;         /* owned */
+    char *spec;         /* owned: canonical JSON of the accepted PUT body
                               (compact, sorted keys) */
-    int64_t generation;    /* 1 at creation, +1 at every effective change
+    int64_t generation; /* 1 at creation, +1 at every effective change
                               (PUT with another body, PATCH) */
     int64_t created_at, updated_at; /* ms */
     bool paused;
-    int64_t next_fire_at;  /* the next fire time whose run is NOT yet
+    int64_t next_fire_at; /* the next fire time whose run is NOT yet
                               created; -1: none (ended) */
-    int64_t last_fire_at;  /* fire time of the last run created, -1 if none */
+    int64_t last_fire_at; /* fire time of the last run created, -1 if none */
     char last_job_id[JOB_ID_LEN + 1]; /* "" if none */
-    int last_job_status;   /* filled by store_schedule_due only: the
+    int last_job_status;              /* filled by store_schedule_due only: the
                               job_status of last_job_id as store_get would
                               show it (a run the dispatcher holds is
                               publishing), -1 if none or gone (purged);
@@ -166,11 +166,11 @@ void store_schedules_free(store_schedule *rows, size_t n);
 
 /* One advance of store_schedule_advance (store.h). */
 typedef struct store_advance {
-    const char *name;     /* borrowed */
+    const char *name; /* borrowed */
     int64_t generation;
-    int64_t old_next;     /* the next_fire_at the caller read */
-    int64_t new_next;     /* the one to store; -1: ended */
-    const job_t *job;     /* borrowed, id assigned (schedule_run_id), or
+    int64_t old_next;          /* the next_fire_at the caller read */
+    int64_t new_next;          /* the one to store; -1: ended */
+    const job_t *job;          /* borrowed, id assigned (schedule_run_id), or
                              NULL (a fire time skipped) */
     bool applied, job_existed; /* out */
 } store_advance;

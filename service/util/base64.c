@@ -43,7 +43,8 @@ char *base64_encode(const unsigned char *in, size_t len)
         return NULL;
     size_t i = 0, o = 0;
     for (; i + 3 <= len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        uint32_t v =
+            (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
         out[o++] = b64_alphabet[v >> 18];
         out[o++] = b64_alphabet[v >> 12 & 63];
         out[o++] = b64_alphabet[v >> 6 & 63];
@@ -120,4 +121,3 @@ invalid:
     free(buf);
     return RMQS_EINVAL;
 }
-

@@ -21,11 +21,11 @@
 #include "netaddr.h"
 
 typedef enum {
-    OPT_STR,      /* a string; the last one given wins */
-    OPT_INGEST,   /* INGEST=TARGET mappings; a repeated flag appends */
+    OPT_STR,    /* a string; the last one given wins */
+    OPT_INGEST, /* INGEST=TARGET mappings; a repeated flag appends */
     OPT_INT,
-    OPT_ENUM,     /* one of choices, stored as its value in an enum field */
-    OPT_BOOL      /* one of choices, stored as a bool */
+    OPT_ENUM, /* one of choices, stored as its value in an enum field */
+    OPT_BOOL  /* one of choices, stored as a bool */
 } opt_type;
 
 /* An allowed value of an OPT_ENUM / OPT_BOOL setting and what it maps to. */
@@ -35,13 +35,13 @@ typedef struct opt_choice {
 } opt_choice;
 
 typedef struct opt_def {
-    const char *flag;     /* without the leading "--"; NULL: environment only
+    const char *flag; /* without the leading "--"; NULL: environment only
                              (secrets must not show in ps) */
     const char *env;
     opt_type type;
-    size_t offset;        /* of the field in struct config */
-    const char *def;      /* default, as text; NULL: unset */
-    int64_t min, max;     /* bounds for OPT_INT */
+    size_t offset;    /* of the field in struct config */
+    const char *def;  /* default, as text; NULL: unset */
+    int64_t min, max; /* bounds for OPT_INT */
     const char *help;
     const opt_choice *choices; /* OPT_ENUM / OPT_BOOL: ends with a NULL name */
 } opt_def;
@@ -56,19 +56,24 @@ _Static_assert(sizeof(ingest_invalid_rule) == sizeof(int),
 
 _Static_assert(sizeof(ui_mode) == sizeof(int), "ui_mode is an int");
 
-static const opt_choice ui_choices[] = {
-    {"auto", UI_MODE_AUTO}, {"off", UI_MODE_OFF},
-    {"read-only", UI_MODE_READ_ONLY}, {"on", UI_MODE_ON}, {NULL, 0}};
+static const opt_choice ui_choices[] = {{"auto", UI_MODE_AUTO},
+                                        {"off", UI_MODE_OFF},
+                                        {"read-only", UI_MODE_READ_ONLY},
+                                        {"on", UI_MODE_ON},
+                                        {NULL, 0}};
 static const opt_choice sync_choices[] = {
     {"full", true}, {"normal", false}, {NULL, 0}};
-static const opt_choice log_level_choices[] = {
-    {"debug", LOG_DEBUG}, {"info", LOG_INFO}, {"warn", LOG_WARN},
-    {"error", LOG_ERROR}, {NULL, 0}};
+static const opt_choice log_level_choices[] = {{"debug", LOG_DEBUG},
+                                               {"info", LOG_INFO},
+                                               {"warn", LOG_WARN},
+                                               {"error", LOG_ERROR},
+                                               {NULL, 0}};
 static const opt_choice log_format_choices[] = {
     {"text", LOG_FORMAT_TEXT}, {"json", LOG_FORMAT_JSON}, {NULL, 0}};
 static const opt_choice ingest_invalid_choices[] = {
     {"route", INGEST_INVALID_ROUTE},
-    {"dead-letter", INGEST_INVALID_DEAD_LETTER}, {NULL, 0}};
+    {"dead-letter", INGEST_INVALID_DEAD_LETTER},
+    {NULL, 0}};
 
 static const opt_def opt_table[] = {
     {"listen", "RMQS_LISTEN", OPT_STR, F(listen), "127.0.0.1:8080", 0, 0,
@@ -77,16 +82,18 @@ static const opt_def opt_table[] = {
      "SQLite database file (its folder is created), or a PostgreSQL URL "
      "postgres://user:pass@host:port/db (several instances may share it; "
      "host1:port1,host2:port2 with target_session_attrs=read-write follows "
-     "failover)", NULL},
+     "failover)",
+     NULL},
     {"amqp-url", "RMQS_AMQP_URL", OPT_STR, F(amqp_url),
      "amqp://guest:guest@localhost:5672/", 0, 0,
      "RabbitMQ URL, amqp://user:pass@host:port/vhost; several separated by "
-     "commas are tried in turn", NULL},
+     "commas are tried in turn",
+     NULL},
     {"max-attempts", "RMQS_MAX_ATTEMPTS", OPT_INT, F(max_attempts), "10", 1,
      CONFIG_MAX_ATTEMPTS_MAX, "default max_attempts of a job", NULL},
     {"backoff-base-ms", "RMQS_BACKOFF_BASE_MS", OPT_INT, F(backoff_base_ms),
-     "1000", 1, 86400000, "retry delay after the first failed attempt (doubles)",
-     NULL},
+     "1000", 1, 86400000,
+     "retry delay after the first failed attempt (doubles)", NULL},
     {"backoff-cap-ms", "RMQS_BACKOFF_CAP_MS", OPT_INT, F(backoff_cap_ms),
      "300000", 1, 86400000, "longest retry delay", NULL},
     {"max-body-bytes", "RMQS_MAX_BODY_BYTES", OPT_INT, F(max_body_bytes),
@@ -111,10 +118,13 @@ static const opt_def opt_table[] = {
     {"stats-interval-ms", "RMQS_STATS_INTERVAL_MS", OPT_INT,
      F(stats_interval_ms), "10000", 100, 60000,
      "GET /stats keeps a sample of the job counters this often (2,160 "
-     "samples: 6 h at the default)", NULL},
+     "samples: 6 h at the default)",
+     NULL},
     {"bulk-pause-ms", "RMQS_BULK_PAUSE_MS", OPT_INT, F(bulk_pause_ms), "0", 0,
-     10000, "pause between the 500-job transactions of a bulk action "
-     "(POST /jobs/bulk), leaving the database more to the dispatcher", NULL},
+     10000,
+     "pause between the 500-job transactions of a bulk action "
+     "(POST /jobs/bulk), leaving the database more to the dispatcher",
+     NULL},
     {"dispatch-rt-priority", "RMQS_DISPATCH_RT_PRIORITY", OPT_INT,
      F(dispatch_rt_priority), "1", 0, 99,
      "SCHED_FIFO priority of the publisher thread, so a busy CPU does not "
@@ -127,53 +137,70 @@ static const opt_def opt_table[] = {
     {"http-max-conns", "RMQS_HTTP_MAX_CONNS", OPT_INT, F(http_max_conns),
      "1000", 1, 100000, "concurrent HTTP connections", NULL},
     {"http-header-timeout-s", "RMQS_HTTP_HEADER_TIMEOUT_S", OPT_INT,
-     F(http_header_timeout_s), "10", 1, 3600, "a request's headers must be "
+     F(http_header_timeout_s), "10", 1, 3600,
+     "a request's headers must be "
      "in within this of its start (the connection, or the previous answer on "
      "a kept-alive one), however they trickle: else the connection is cut",
      NULL},
     {"http-body-timeout-s", "RMQS_HTTP_BODY_TIMEOUT_S", OPT_INT,
-     F(http_body_timeout_s), "60", 1, 3600, "a request's body must be in "
+     F(http_body_timeout_s), "60", 1, 3600,
+     "a request's body must be in "
      "within this of its headers, however it trickles: else the connection "
-     "is cut", NULL},
+     "is cut",
+     NULL},
     {"http-max-conns-per-ip", "RMQS_HTTP_MAX_CONNS_PER_IP", OPT_INT,
-     F(http_max_conns_per_ip), "0", 0, 100000, "concurrent HTTP connections "
+     F(http_max_conns_per_ip), "0", 0, 100000,
+     "concurrent HTTP connections "
      "from one IP address; 0: a tenth of --http-max-conns, at least 1 (raise "
-     "it behind a proxy, where every client has the proxy's address)", NULL},
+     "it behind a proxy, where every client has the proxy's address)",
+     NULL},
     {"shutdown-grace-s", "RMQS_SHUTDOWN_GRACE_S", OPT_INT, F(shutdown_grace_s),
      "10", 0, 3600, "on SIGTERM, time allowed to finish work in flight", NULL},
     {"retention-s", "RMQS_RETENTION_S", OPT_INT, F(retention_s), "604800", 0,
-     3650LL * 86400, "finished jobs (sent, failed, cancelled) are deleted after "
-     "this many seconds (604800 = 7 days); 0 keeps them", NULL},
+     3650LL * 86400,
+     "finished jobs (sent, failed, cancelled) are deleted after "
+     "this many seconds (604800 = 7 days); 0 keeps them",
+     NULL},
     {"purge-interval-s", "RMQS_PURGE_INTERVAL_S", OPT_INT, F(purge_interval_s),
      "60", 1, 86400, "how often to look for finished jobs to delete", NULL},
     {"write-queue-bytes", "RMQS_WRITE_QUEUE_BYTES", OPT_INT,
      F(write_queue_bytes), "4194304", 0, (int64_t)1 << 40,
      "request bytes parsed and waiting for the database at once; more wait "
-     "unparsed (bounds memory; 0: no bound)", NULL},
+     "unparsed (bounds memory; 0: no bound)",
+     NULL},
     {"page-max-bytes", "RMQS_PAGE_MAX_BYTES", OPT_INT, F(page_max_bytes),
-     "4194304", 65536, (int64_t)1 << 30, "a page of GET /jobs or GET "
+     "4194304", 65536, (int64_t)1 << 30,
+     "a page of GET /jobs or GET "
      "/schedules stops at this many bytes of jobs (bodies, headers...) and "
      "gives its next cursor, whatever limit asks; a larger job comes out "
-     "alone (bounds each answer's memory)", NULL},
+     "alone (bounds each answer's memory)",
+     NULL},
     {"min-free-bytes", "RMQS_MIN_FREE_BYTES", OPT_INT, F(min_free_bytes),
-     "16777216", 0, INT64_MAX, "new jobs get 503 storage_full while less than "
+     "16777216", 0, INT64_MAX,
+     "new jobs get 503 storage_full while less than "
      "this is free on the database's disk; the rest is kept for delivering "
-     "stored jobs (0: no reserve)", NULL},
-    {"lease-ms", "RMQS_LEASE_MS", OPT_INT, F(lease_ms), "10000", 500,
-     3600000, "PostgreSQL: a job claimed by an instance that stops renewing "
+     "stored jobs (0: no reserve)",
+     NULL},
+    {"lease-ms", "RMQS_LEASE_MS", OPT_INT, F(lease_ms), "10000", 500, 3600000,
+     "PostgreSQL: a job claimed by an instance that stops renewing "
      "it (crashed, frozen) is published again by another after this long",
      NULL},
-    {"max-schedules", "RMQS_MAX_SCHEDULES", OPT_INT, F(max_schedules),
-     "10000", 1, 10000000, "recurring schedules the service keeps; a PUT "
-     "that would create one more is 409", NULL},
+    {"max-schedules", "RMQS_MAX_SCHEDULES", OPT_INT, F(max_schedules), "10000",
+     1, 10000000,
+     "recurring schedules the service keeps; a PUT "
+     "that would create one more is 409",
+     NULL},
     {"search-timeout-ms", "RMQS_SEARCH_TIMEOUT_MS", OPT_INT,
-     F(search_timeout_ms), "2000", 10, 600000, "a job list, count or search "
+     F(search_timeout_ms), "2000", 10, 600000,
+     "a job list, count or search "
      "ends after this (503 search_timeout; a count answers what it counted, "
      "capped); it runs on a connection of its own, never holding a write",
      NULL},
     {"schedule-lead-ms", "RMQS_SCHEDULE_LEAD_MS", OPT_INT, F(schedule_lead_ms),
-     "2000", 1000, 600000, "the run of a recurring schedule is stored this long "
-     "before its fire time (so it is published on time like any job)", NULL},
+     "2000", 1000, 600000,
+     "the run of a recurring schedule is stored this long "
+     "before its fire time (so it is published on time like any job)",
+     NULL},
     {"sync", "RMQS_SYNC", OPT_BOOL, F(sync_full), "full", 0, 0,
      "full: fsync every accepted job; normal: survive process crashes only",
      sync_choices},
@@ -187,10 +214,13 @@ static const opt_def opt_table[] = {
     {"api-token-file", "RMQS_API_TOKEN_FILE", OPT_STR, F(api_token_file), NULL,
      0, 0, "file holding the bearer token (instead of RMQS_API_TOKEN)", NULL},
     {"allow-exchanges", "RMQS_ALLOW_EXCHANGES", OPT_STR, F(allow_exchanges),
-     NULL, 0, 0, "comma-separated exchanges jobs may target; 'prefix*' "
-     "matches a prefix; unset: all", NULL},
+     NULL, 0, 0,
+     "comma-separated exchanges jobs may target; 'prefix*' "
+     "matches a prefix; unset: all",
+     NULL},
     {"public-origin", "RMQS_PUBLIC_ORIGIN", OPT_STR, F(public_origin), NULL, 0,
-     0, "comma-separated origins (https://host[:port]) browsers and proxies "
+     0,
+     "comma-separated origins (https://host[:port]) browsers and proxies "
      "reach the service by, besides its listen address, localhost and IP "
      "literals: other Host headers get 403 host_not_allowed, changes from "
      "other Origins 403 cross_origin; '*': any (a proxy in front checks)",
@@ -213,15 +243,18 @@ static const opt_def opt_table[] = {
      "500", 1, 65535, "unacknowledged messages per ingest exchange at most",
      NULL},
     {"ingest-invalid", "RMQS_INGEST_INVALID", OPT_ENUM, F(ingest_invalid),
-     "route", 0, 0, "messages without a valid x-delay: route (publish at once, "
-     "like the plugin) or dead-letter", ingest_invalid_choices},
+     "route", 0, 0,
+     "messages without a valid x-delay: route (publish at once, "
+     "like the plugin) or dead-letter",
+     ingest_invalid_choices},
     {"ingest-dead-letter-exchange", "RMQS_INGEST_DEAD_LETTER_EXCHANGE", OPT_STR,
      F(ingest_dlx), NULL, 0, 0, "where --ingest-invalid=dead-letter sends them",
      NULL},
     {"ui", "RMQS_UI", OPT_ENUM, F(ui), "auto", 0, 0,
      "the dashboard at /ui/: auto (on with an API token, read-only without), "
      "off (404), read-only (no actions: changes sent by a browser get 403 "
-     "ui_read_only; other API clients are unaffected) or on", ui_choices},
+     "ui_read_only; other API clients are unaffected) or on",
+     ui_choices},
 };
 
 #define OPT_COUNT (sizeof(opt_table) / sizeof(opt_table[0]))
@@ -262,20 +295,19 @@ static rmqs_rc opt_set(config *cfg, const opt_def *o, const char *value,
             config_ingest_list_clear(list);
         return config_parse_ingest(value, list, err);
     }
-    case OPT_STR:
-        return opt_set_str((char **)(void *)base, value, name, err);
+    case OPT_STR: return opt_set_str((char **)(void *)base, value, name, err);
     case OPT_INT: {
         char *end = NULL;
         long long v;
         errno = 0;
         v = strtoll(value, &end, 10);
         if (errno != 0 || end == value || *end != '\0')
-            return rmqs_fail(err, RMQS_EINVAL, name,
-                             "%s %s: not an integer", source, name);
+            return rmqs_fail(err, RMQS_EINVAL, name, "%s %s: not an integer",
+                             source, name);
         if (v < o->min || v > o->max)
             return rmqs_fail(err, RMQS_EINVAL, name,
-                             "%s %s: %lld is outside %lld..%lld", source,
-                             name, v, (long long)o->min, (long long)o->max);
+                             "%s %s: %lld is outside %lld..%lld", source, name,
+                             v, (long long)o->min, (long long)o->max);
         *(int64_t *)(void *)base = v;
         return RMQS_OK;
     }
@@ -330,13 +362,14 @@ static rmqs_rc read_token_file(config *cfg, rmqs_error *err)
     FILE *f;
 
     if (cfg->api_token != NULL)
-        return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
-                         "give RMQS_API_TOKEN or RMQS_API_TOKEN_FILE, not both");
+        return rmqs_fail(
+            err, RMQS_EINVAL, "api-token-file",
+            "give RMQS_API_TOKEN or RMQS_API_TOKEN_FILE, not both");
     f = fopen(cfg->api_token_file, "r");
     if (f == NULL)
         return rmqs_fail(err, RMQS_EINVAL, "api-token-file",
-                         "cannot read the token file %s: %s", cfg->api_token_file,
-                         strerror(errno));
+                         "cannot read the token file %s: %s",
+                         cfg->api_token_file, strerror(errno));
     n = getline(&line, &cap, f);
     fclose(f);
     if (n < 0) {
@@ -368,8 +401,8 @@ void config_usage(FILE *out)
                          sizeof(names) - strlen(names) - 1);
             strcat(names, ")");
         }
-        fprintf(out, "  %-29s %-32s %s%s%s%s%s\n", flag, o->env, o->help,
-                names, o->def ? " (default: " : "", o->def ? o->def : "",
+        fprintf(out, "  %-29s %-32s %s%s%s%s%s\n", flag, o->env, o->help, names,
+                o->def ? " (default: " : "", o->def ? o->def : "",
                 o->def ? ")" : "");
     }
     fprintf(out, "  %-29s %-32s %s\n", "--help", "", "print this and exit");
@@ -391,7 +424,8 @@ rmqs_rc config_parse_ingest(const char *text, config_ingest_list *list,
         if (eq == NULL || eq == m || eq == m + len - 1)
             return rmqs_fail(err, RMQS_EINVAL, "ingest",
                              "ingest '%.*s': expected INGEST_EXCHANGE="
-                             "TARGET_EXCHANGE", (int)len, m);
+                             "TARGET_EXCHANGE",
+                             (int)len, m);
         n++;
         m += len;
         if (*m == ',')
@@ -451,8 +485,8 @@ void config_clear(config *cfg)
     }
 }
 
-rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
-                    FILE *out, config_action *action, rmqs_error *err)
+rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp, FILE *out,
+                    config_action *action, rmqs_error *err)
 {
     bool flag_seen[OPT_COUNT] = {false};
     rmqs_rc rc;
@@ -520,10 +554,10 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
             return rc;
     }
     if (cfg->backoff_cap_ms < cfg->backoff_base_ms)
-        return rmqs_fail(err, RMQS_EINVAL, "backoff-cap-ms",
-                         "backoff-cap-ms (%lld) is below backoff-base-ms (%lld)",
-                         (long long)cfg->backoff_cap_ms,
-                         (long long)cfg->backoff_base_ms);
+        return rmqs_fail(
+            err, RMQS_EINVAL, "backoff-cap-ms",
+            "backoff-cap-ms (%lld) is below backoff-base-ms (%lld)",
+            (long long)cfg->backoff_cap_ms, (long long)cfg->backoff_base_ms);
     if (cfg->api_token_file != NULL) {
         rc = read_token_file(cfg, err);
         if (rc != RMQS_OK)
@@ -541,9 +575,8 @@ rmqs_rc config_load(config *cfg, int argc, char **argv, char **envp,
                                   {"amqp-key-file", cfg->amqp_key_file}};
         for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
             if (files[i][1] != NULL && access(files[i][1], R_OK) != 0)
-                return rmqs_fail(err, RMQS_EINVAL, files[i][0],
-                                 "--%s %s: %s", files[i][0], files[i][1],
-                                 strerror(errno));
+                return rmqs_fail(err, RMQS_EINVAL, files[i][0], "--%s %s: %s",
+                                 files[i][0], files[i][1], strerror(errno));
     }
     {
         char host[NETADDR_HOST_MAX + 1];

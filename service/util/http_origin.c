@@ -20,11 +20,11 @@
 #define ORIGIN_MAX (NETADDR_HOST_MAX + 32)
 
 struct http_origins {
-    bool any;                      /* "*": a proxy in front checks */
-    bool tls;                      /* the service's own scheme is https */
+    bool any; /* "*": a proxy in front checks */
+    bool tls; /* the service's own scheme is https */
     char listen_host[NETADDR_HOST_MAX + 1];
     size_t n;
-    char (*origin)[ORIGIN_MAX];    /* normal form */
+    char (*origin)[ORIGIN_MAX];         /* normal form */
     char (*host)[NETADDR_HOST_MAX + 1]; /* their hosts, lower case */
 };
 
@@ -159,10 +159,11 @@ rmqs_rc http_origins_new(const char *public_origins, const char *listen,
                 (memcpy(item, s, (size_t)(e - s)), item[e - s] = '\0',
                  !normal_origin(item, o->origin[o->n], o->host[o->n]))) {
                 http_origins_free(o);
-                return rmqs_fail(err, RMQS_EINVAL, "public_origin",
-                                 "--public-origin: %.*s is not "
-                                 "scheme://host[:port] with scheme http or https",
-                                 (int)(e - s > 80 ? 80 : e - s), s);
+                return rmqs_fail(
+                    err, RMQS_EINVAL, "public_origin",
+                    "--public-origin: %.*s is not "
+                    "scheme://host[:port] with scheme http or https",
+                    (int)(e - s > 80 ? 80 : e - s), s);
             }
             o->n++;
         }

@@ -236,7 +236,8 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
                     fb_put(b, " ", 1);
             continue;
         }
-        case 'd': case 'i':
+        case 'd':
+        case 'i':
             if (strcmp(len, "ll") == 0)
                 n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long long));
             else if (strcmp(len, "l") == 0)
@@ -250,7 +251,10 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
             else
                 n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, int));
             break;
-        case 'o': case 'u': case 'x': case 'X':
+        case 'o':
+        case 'u':
+        case 'x':
+        case 'X':
             if (strcmp(len, "ll") == 0)
                 n = snprintf(tmp, sizeof(tmp), spec,
                              va_arg(ap, unsigned long long));
@@ -265,8 +269,14 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
             else
                 n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, unsigned));
             break;
-        case 'e': case 'E': case 'f': case 'F':
-        case 'g': case 'G': case 'a': case 'A':
+        case 'e':
+        case 'E':
+        case 'f':
+        case 'F':
+        case 'g':
+        case 'G':
+        case 'a':
+        case 'A':
             if (len[0] == 'L')
                 n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, long double));
             else
@@ -281,16 +291,14 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
         case 'p':
             n = snprintf(tmp, sizeof(tmp), spec, va_arg(ap, void *));
             break;
-        case 'n':
-            (void)va_arg(ap, int *);
-            continue;
+        case 'n': (void)va_arg(ap, int *); continue;
         default: /* not a conversion: keep the text */
             fb_put(b, start, (size_t)(p - start));
             continue;
         }
         if (n > 0)
-            fb_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n
-                                                   : sizeof(tmp) - 1);
+            fb_put(b, tmp,
+                   (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
     }
 }
 #pragma GCC diagnostic pop
@@ -298,8 +306,8 @@ static void fields_format(fieldbuf *b, const char *fmt, va_list ap)
 /* The keys every JSON line has: a field may not replace one. */
 static bool reserved_key(const char *k)
 {
-    static const char *const keys[] = {"time", "level", "module", "message",
-                                       "truncated", "extra"};
+    static const char *const keys[] = {"time",    "level",     "module",
+                                       "message", "truncated", "extra"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (strcmp(k, keys[i]) == 0)
             return true;
@@ -338,9 +346,18 @@ static void fields_to_json(json_t *obj, char *f)
                 }
                 f++;
                 switch (*f) {
-                case 'n': *w++ = '\n'; f++; break;
-                case 'r': *w++ = '\r'; f++; break;
-                case 't': *w++ = '\t'; f++; break;
+                case 'n':
+                    *w++ = '\n';
+                    f++;
+                    break;
+                case 'r':
+                    *w++ = '\r';
+                    f++;
+                    break;
+                case 't':
+                    *w++ = '\t';
+                    f++;
+                    break;
                 case 'x':
                     hi = hex_digit(f[1]);
                     lo = hi < 0 ? -1 : hex_digit(f[2]);
@@ -367,8 +384,8 @@ static void fields_to_json(json_t *obj, char *f)
         if (reserved_key(key)) { /* short names: they fit */
             size_t kl = strlen(key);
             rkey[0] = '_';
-            memcpy(rkey + 1, key, kl + 1 < sizeof(rkey) - 1 ? kl + 1
-                                                            : sizeof(rkey) - 1);
+            memcpy(rkey + 1, key,
+                   kl + 1 < sizeof(rkey) - 1 ? kl + 1 : sizeof(rkey) - 1);
             rkey[sizeof(rkey) - 1] = '\0';
             key = rkey;
         }
@@ -391,12 +408,12 @@ static void fields_to_json(json_t *obj, char *f)
  * over-long event is one JSON line.
  */
 static size_t json_line(char *line, size_t cap, const char *ts, log_level lv,
-                        const char *module, const char *msg,
-                        const char *fields, bool truncated)
+                        const char *module, const char *msg, const char *fields,
+                        bool truncated)
 {
     char part[LOG_LINE_MAX]; /* fields_to_json cuts its input up */
-    size_t all = strlen(fields), keep = all < sizeof(part) ? all
-                                                         : sizeof(part) - 1;
+    size_t all = strlen(fields),
+           keep = all < sizeof(part) ? all : sizeof(part) - 1;
 
     for (;;) {
         json_t *o = json_object();

@@ -15,7 +15,12 @@
 
 #include "rmqs.h"
 
-typedef enum log_level { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
+typedef enum log_level {
+    LOG_DEBUG = 0,
+    LOG_INFO,
+    LOG_WARN,
+    LOG_ERROR
+} log_level;
 
 typedef enum log_format {
     LOG_FORMAT_TEXT = 0, /* time level=... module=... msg="..." fields */

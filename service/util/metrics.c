@@ -14,9 +14,9 @@
 #include <string.h>
 
 /* Dispatch lateness buckets, seconds: 1 ms to 60 s. */
-static const double late_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                     0.1,   0.25,   0.5,   1,    2.5,   5,
-                                     10,    30,     60};
+static const double late_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05,  0.1,    0.25,  0.5,  1,
+                                     2.5,   5,      10,    30,   60};
 #define LATE_N (sizeof(late_bounds) / sizeof(late_bounds[0]))
 _Static_assert(LATE_N + 1 == METRICS_LATE_BUCKETS, "the +Inf bucket last");
 
@@ -26,18 +26,30 @@ static const double http_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
 #define HTTP_N (sizeof(http_bounds) / sizeof(http_bounds[0]))
 
 /* Status codes the API answers with; anything else counts as "other". */
-static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404, 405,
-                                      409, 413, 415, 500, 503};
+static const unsigned http_codes[] = {200, 201, 204, 400, 401, 403, 404,
+                                      405, 409, 413, 415, 500, 503};
 #define CODES_N (sizeof(http_codes) / sizeof(http_codes[0]))
 
-static const char *const route_names[MR_COUNT] = {
-    "/schedule", "/schedule/batch", "/jobs", "/jobs/count", "/jobs/{id}",
-    "/schedules", "/schedules/{name}", "/healthz", "/readyz", "/metrics",
-    "/jobs/{id}/run", "/jobs/{id}/retry", "/stats", "/jobs/bulk",
-    "/jobs/bulk/{id}", "other"};
+static const char *const route_names[MR_COUNT] = {"/schedule",
+                                                  "/schedule/batch",
+                                                  "/jobs",
+                                                  "/jobs/count",
+                                                  "/jobs/{id}",
+                                                  "/schedules",
+                                                  "/schedules/{name}",
+                                                  "/healthz",
+                                                  "/readyz",
+                                                  "/metrics",
+                                                  "/jobs/{id}/run",
+                                                  "/jobs/{id}/retry",
+                                                  "/stats",
+                                                  "/jobs/bulk",
+                                                  "/jobs/bulk/{id}",
+                                                  "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
-static const char *const schedule_state_names[3] = {"active", "paused", "ended"};
+static const char *const schedule_state_names[3] = {"active", "paused",
+                                                    "ended"};
 static const char *const failure_names[MF_COUNT] = {
     "returned", "nacked", "channel_closed", "connection_lost"};
 static const char *const cut_names[MC_COUNT] = {
@@ -46,9 +58,10 @@ static const char *const status_names[5] = {"pending", "publishing", "sent",
                                             "failed", "cancelled"};
 
 typedef struct histogram {
-    atomic_uint_fast64_t buckets[16]; /* per bucket, not cumulative; last: +Inf */
+    atomic_uint_fast64_t
+        buckets[16]; /* per bucket, not cumulative; last: +Inf */
     atomic_uint_fast64_t count;
-    atomic_uint_fast64_t sum_us;      /* microseconds, to stay integral */
+    atomic_uint_fast64_t sum_us; /* microseconds, to stay integral */
 } histogram;
 
 static struct {
@@ -82,10 +95,22 @@ static void hist_observe(histogram *h, const double *bounds, size_t n,
     atomic_fetch_add(&h->sum_us, (uint_fast64_t)us);
 }
 
-void metrics_jobs_scheduled(uint64_t n) { atomic_fetch_add(&m.scheduled, n); }
-void metrics_publish_attempts(uint64_t n) { atomic_fetch_add(&m.attempts, n); }
-void metrics_job_failed(void) { atomic_fetch_add(&m.failed, 1); }
-void metrics_jobs_cancelled(uint64_t n) { atomic_fetch_add(&m.cancelled, n); }
+void metrics_jobs_scheduled(uint64_t n)
+{
+    atomic_fetch_add(&m.scheduled, n);
+}
+void metrics_publish_attempts(uint64_t n)
+{
+    atomic_fetch_add(&m.attempts, n);
+}
+void metrics_job_failed(void)
+{
+    atomic_fetch_add(&m.failed, 1);
+}
+void metrics_jobs_cancelled(uint64_t n)
+{
+    atomic_fetch_add(&m.cancelled, n);
+}
 
 void metrics_read(metrics_snapshot *out)
 {
@@ -99,14 +124,20 @@ void metrics_read(metrics_snapshot *out)
 
 const double *metrics_late_bounds_ms(size_t *n)
 {
-    static const double ms[] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500,
-                                1000, 2500, 5000, 10000, 30000, 60000};
+    static const double ms[] = {1,   2.5,  5,    10,   25,    50,    100,  250,
+                                500, 1000, 2500, 5000, 10000, 30000, 60000};
     _Static_assert(sizeof(ms) / sizeof(ms[0]) == LATE_N, "as late_bounds");
     *n = LATE_N;
     return ms;
 }
-void metrics_broker_reconnect(void) { atomic_fetch_add(&m.reconnects, 1); }
-void metrics_lease_lapsed(void) { atomic_fetch_add(&m.leases_lapsed, 1); }
+void metrics_broker_reconnect(void)
+{
+    atomic_fetch_add(&m.reconnects, 1);
+}
+void metrics_lease_lapsed(void)
+{
+    atomic_fetch_add(&m.leases_lapsed, 1);
+}
 
 void metrics_schedule_runs(metrics_run_result r, uint64_t n)
 {
@@ -230,8 +261,8 @@ static void sb_printf(sbuf *b, const char *fmt, ...)
     }
 }
 
-static void sb_hist(sbuf *b, const char *name, const char *labels,
-                    histogram *h, const double *bounds, size_t n)
+static void sb_hist(sbuf *b, const char *name, const char *labels, histogram *h,
+                    const double *bounds, size_t n)
 {
     uint64_t cum = 0;
     const char *sep = labels[0] ? "," : "";
@@ -268,23 +299,30 @@ char *metrics_render(const metrics_sources *src)
 {
     sbuf b = {0};
 
-    sb_printf(&b, "# HELP rmqs_jobs_scheduled_total Jobs accepted and stored.\n"
-                  "# TYPE rmqs_jobs_scheduled_total counter\n"
-                  "rmqs_jobs_scheduled_total %llu\n", U(m.scheduled));
-    sb_printf(&b, "# HELP rmqs_jobs_published_total Jobs that reached a final "
-                  "publish result.\n"
-                  "# TYPE rmqs_jobs_published_total counter\n"
-                  "rmqs_jobs_published_total{result=\"sent\"} %llu\n"
-                  "rmqs_jobs_published_total{result=\"failed\"} %llu\n",
+    sb_printf(&b,
+              "# HELP rmqs_jobs_scheduled_total Jobs accepted and stored.\n"
+              "# TYPE rmqs_jobs_scheduled_total counter\n"
+              "rmqs_jobs_scheduled_total %llu\n",
+              U(m.scheduled));
+    sb_printf(&b,
+              "# HELP rmqs_jobs_published_total Jobs that reached a final "
+              "publish result.\n"
+              "# TYPE rmqs_jobs_published_total counter\n"
+              "rmqs_jobs_published_total{result=\"sent\"} %llu\n"
+              "rmqs_jobs_published_total{result=\"failed\"} %llu\n",
               U(m.sent), U(m.failed));
-    sb_printf(&b, "# HELP rmqs_jobs_cancelled_total Pending jobs cancelled "
-                  "(DELETE, bulk cancel, or expired before publishing).\n"
-                  "# TYPE rmqs_jobs_cancelled_total counter\n"
-                  "rmqs_jobs_cancelled_total %llu\n", U(m.cancelled));
-    sb_printf(&b, "# HELP rmqs_publish_attempts_total Messages published to "
-                  "the broker (each try of each job).\n"
-                  "# TYPE rmqs_publish_attempts_total counter\n"
-                  "rmqs_publish_attempts_total %llu\n", U(m.attempts));
+    sb_printf(&b,
+              "# HELP rmqs_jobs_cancelled_total Pending jobs cancelled "
+              "(DELETE, bulk cancel, or expired before publishing).\n"
+              "# TYPE rmqs_jobs_cancelled_total counter\n"
+              "rmqs_jobs_cancelled_total %llu\n",
+              U(m.cancelled));
+    sb_printf(&b,
+              "# HELP rmqs_publish_attempts_total Messages published to "
+              "the broker (each try of each job).\n"
+              "# TYPE rmqs_publish_attempts_total counter\n"
+              "rmqs_publish_attempts_total %llu\n",
+              U(m.attempts));
     sb_counters(&b, "rmqs_publish_failures_total",
                 "Publish attempts that failed, by reason.", "reason",
                 failure_names, m.failures, MF_COUNT);
@@ -295,10 +333,11 @@ char *metrics_render(const metrics_sources *src)
             sb_printf(&b, "rmqs_jobs{status=\"%s\"} %lld\n", status_names[i],
                       (long long)src->jobs_by_status[i]);
     }
-    sb_printf(&b, "# HELP rmqs_dispatch_lateness_seconds Publish time of sent "
-                  "jobs minus when the attempt was due: the later of deliver_at "
-                  "and the job's acceptance or reschedule, or the retry time.\n"
-                  "# TYPE rmqs_dispatch_lateness_seconds histogram\n");
+    sb_printf(&b,
+              "# HELP rmqs_dispatch_lateness_seconds Publish time of sent "
+              "jobs minus when the attempt was due: the later of deliver_at "
+              "and the job's acceptance or reschedule, or the retry time.\n"
+              "# TYPE rmqs_dispatch_lateness_seconds histogram\n");
     sb_hist(&b, "rmqs_dispatch_lateness_seconds", "", &m.lateness, late_bounds,
             LATE_N);
     sb_printf(&b, "# HELP rmqs_http_requests_total HTTP requests by route and "
@@ -309,10 +348,14 @@ char *metrics_render(const metrics_sources *src)
             if (v == 0)
                 continue;
             if (c < CODES_N)
-                sb_printf(&b, "rmqs_http_requests_total{route=\"%s\",status=\"%u\"} %llu\n",
+                sb_printf(&b,
+                          "rmqs_http_requests_total{route=\"%s\",status=\"%u\"}"
+                          " %llu\n",
                           route_names[r], http_codes[c], (unsigned long long)v);
             else
-                sb_printf(&b, "rmqs_http_requests_total{route=\"%s\",status=\"other\"} %llu\n",
+                sb_printf(&b,
+                          "rmqs_http_requests_total{route=\"%s\",status="
+                          "\"other\"} %llu\n",
                           route_names[r], (unsigned long long)v);
         }
     }
@@ -330,25 +373,32 @@ char *metrics_render(const metrics_sources *src)
     sb_counters(&b, "rmqs_http_connections_cut_total",
                 "HTTP connections shut down because a request's headers or "
                 "body came too slowly, or a kept-alive one's next request "
-                "did.", "reason", cut_names, m.http_cut, MC_COUNT);
-    sb_printf(&b, "# HELP rmqs_broker_connected Whether the AMQP connection is "
-                  "up.\n# TYPE rmqs_broker_connected gauge\n"
-                  "rmqs_broker_connected %d\n",
+                "did.",
+                "reason", cut_names, m.http_cut, MC_COUNT);
+    sb_printf(&b,
+              "# HELP rmqs_broker_connected Whether the AMQP connection is "
+              "up.\n# TYPE rmqs_broker_connected gauge\n"
+              "rmqs_broker_connected %d\n",
               src != NULL && src->broker_connected ? 1 : 0);
-    sb_printf(&b, "# HELP rmqs_http_requests_waiting POST requests waiting, "
-                  "unparsed, for room in the write queue "
-                  "(--write-queue-bytes).\n"
-                  "# TYPE rmqs_http_requests_waiting gauge\n"
-                  "rmqs_http_requests_waiting %lld\n",
+    sb_printf(&b,
+              "# HELP rmqs_http_requests_waiting POST requests waiting, "
+              "unparsed, for room in the write queue "
+              "(--write-queue-bytes).\n"
+              "# TYPE rmqs_http_requests_waiting gauge\n"
+              "rmqs_http_requests_waiting %lld\n",
               (long long)(src != NULL ? src->requests_waiting : 0));
-    sb_printf(&b, "# HELP rmqs_broker_reconnects_total AMQP connections made "
-                  "after the first.\n# TYPE rmqs_broker_reconnects_total counter\n"
-                  "rmqs_broker_reconnects_total %llu\n", U(m.reconnects));
-    sb_printf(&b, "# HELP rmqs_claims_lapsed_total Claimed jobs released "
-                  "unpublished because their lease was ending (another "
-                  "instance may take them over).\n"
-                  "# TYPE rmqs_claims_lapsed_total counter\n"
-                  "rmqs_claims_lapsed_total %llu\n", U(m.leases_lapsed));
+    sb_printf(&b,
+              "# HELP rmqs_broker_reconnects_total AMQP connections made "
+              "after the first.\n# TYPE rmqs_broker_reconnects_total counter\n"
+              "rmqs_broker_reconnects_total %llu\n",
+              U(m.reconnects));
+    sb_printf(&b,
+              "# HELP rmqs_claims_lapsed_total Claimed jobs released "
+              "unpublished because their lease was ending (another "
+              "instance may take them over).\n"
+              "# TYPE rmqs_claims_lapsed_total counter\n"
+              "rmqs_claims_lapsed_total %llu\n",
+              U(m.leases_lapsed));
     sb_counters(&b, "rmqs_schedule_runs_total",
                 "Fire times of recurring schedules, by what became of them.",
                 "result", run_result_names, m.schedule_runs, MRR_COUNT);
@@ -360,22 +410,26 @@ char *metrics_render(const metrics_sources *src)
                       schedule_state_names[i],
                       (long long)src->schedules_by_state[i]);
     }
-    sb_printf(&b, "# HELP rmqs_build_info The running build: version, and "
-                  "the tzdata release the time zones come from.\n"
-                  "# TYPE rmqs_build_info gauge\n"
-                  "rmqs_build_info{version=\"%s\",tzdata=\"%s\"} 1\n",
+    sb_printf(&b,
+              "# HELP rmqs_build_info The running build: version, and "
+              "the tzdata release the time zones come from.\n"
+              "# TYPE rmqs_build_info gauge\n"
+              "rmqs_build_info{version=\"%s\",tzdata=\"%s\"} 1\n",
               RMQS_VERSION,
               src != NULL && src->tzdata_version != NULL ? src->tzdata_version
                                                          : "unknown");
     if (src != NULL && src->db_bytes >= 0)
-        sb_printf(&b, "# HELP rmqs_database_size_bytes Database file plus "
-                      "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"
-                      "rmqs_database_size_bytes %lld\n", (long long)src->db_bytes);
+        sb_printf(&b,
+                  "# HELP rmqs_database_size_bytes Database file plus "
+                  "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"
+                  "rmqs_database_size_bytes %lld\n",
+                  (long long)src->db_bytes);
     if (src != NULL && src->search_index_lag >= 0)
-        sb_printf(&b, "# HELP rmqs_search_index_lag_jobs Jobs stored but not "
-                      "yet in the search indexes (searched directly until "
-                      "they are).\n# TYPE rmqs_search_index_lag_jobs gauge\n"
-                      "rmqs_search_index_lag_jobs %lld\n",
+        sb_printf(&b,
+                  "# HELP rmqs_search_index_lag_jobs Jobs stored but not "
+                  "yet in the search indexes (searched directly until "
+                  "they are).\n# TYPE rmqs_search_index_lag_jobs gauge\n"
+                  "rmqs_search_index_lag_jobs %lld\n",
                   (long long)src->search_index_lag);
     if (b.failed) {
         free(b.buf);

@@ -15,10 +15,23 @@
 #include <stdint.h>
 
 typedef enum metrics_route {
-    MR_SCHEDULE, MR_SCHEDULE_BATCH, MR_JOBS, MR_JOBS_COUNT, MR_JOB, MR_SCHEDULES,
-    MR_SCHEDULE_ONE, MR_HEALTHZ, MR_READYZ, MR_METRICS,
-    MR_JOB_RUN, MR_JOB_RETRY, MR_STATS, MR_JOBS_BULK, MR_JOBS_BULK_ONE,
-    MR_OTHER, MR_COUNT
+    MR_SCHEDULE,
+    MR_SCHEDULE_BATCH,
+    MR_JOBS,
+    MR_JOBS_COUNT,
+    MR_JOB,
+    MR_SCHEDULES,
+    MR_SCHEDULE_ONE,
+    MR_HEALTHZ,
+    MR_READYZ,
+    MR_METRICS,
+    MR_JOB_RUN,
+    MR_JOB_RETRY,
+    MR_STATS,
+    MR_JOBS_BULK,
+    MR_JOBS_BULK_ONE,
+    MR_OTHER,
+    MR_COUNT
 } metrics_route;
 
 typedef enum metrics_failure {
@@ -39,8 +52,8 @@ typedef enum metrics_run_result {
 
 /* Why a slow connection was cut (http_deadline.c). */
 typedef enum metrics_cut {
-    MC_HEADER_TIMEOUT,  /* headers not in by --http-header-timeout-s */
-    MC_BODY_TIMEOUT,    /* body not ended by --http-body-timeout-s */
+    MC_HEADER_TIMEOUT,    /* headers not in by --http-header-timeout-s */
+    MC_BODY_TIMEOUT,      /* body not ended by --http-body-timeout-s */
     MC_KEEPALIVE_TIMEOUT, /* kept alive: the next request's headers not in
                              by --http-header-timeout-s (idle or slow) */
     MC_COUNT
@@ -53,7 +66,7 @@ void metrics_publish_failure(metrics_failure reason);
 /* publish time - when this attempt was due: max(deliver_at, accepted or
  * rescheduled) for a first attempt, the backoff's time for a retry */
 void metrics_job_sent(int64_t lateness_ms);
-void metrics_job_failed(void);              /* max_attempts exhausted */
+void metrics_job_failed(void); /* max_attempts exhausted */
 /* pending jobs cancelled (DELETE, bulk cancel, expired unpublished) */
 void metrics_jobs_cancelled(uint64_t n);
 void metrics_broker_reconnect(void);
@@ -71,7 +84,7 @@ typedef struct metrics_sources {
     int64_t jobs_by_status[5]; /* indexed by job_status */
     int64_t db_bytes;          /* database file + WAL, -1 if unknown */
     bool broker_connected;
-    int64_t requests_waiting;  /* POSTs waiting for write-queue room */
+    int64_t requests_waiting; /* POSTs waiting for write-queue room */
     bool have_schedule_counts;
     int64_t schedules_by_state[3]; /* active, paused, ended */
     const char *tzdata_version;    /* for rmqs_build_info; NULL: "unknown" */

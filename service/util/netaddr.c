@@ -48,5 +48,6 @@ rmqs_rc netaddr_split(const char *text, const char *field,
 bad:
     return rmqs_fail(err, RMQS_EINVAL, field,
                      "%s '%s': expected host:port or [ipv6]:port with a port "
-                     "from 0 to 65535", field, text);
+                     "from 0 to 65535",
+                     field, text);
 }

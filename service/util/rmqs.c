@@ -37,15 +37,15 @@ rmqs_rc rmqs_fail(rmqs_error *err, rmqs_rc rc, const char *field,
 const char *rmqs_rc_name(rmqs_rc rc)
 {
     switch (rc) {
-    case RMQS_OK:        return "ok";
-    case RMQS_EINVAL:    return "invalid_argument";
+    case RMQS_OK: return "ok";
+    case RMQS_EINVAL: return "invalid_argument";
     case RMQS_ENOTFOUND: return "not_found";
     case RMQS_ECONFLICT: return "conflict";
-    case RMQS_ENOMEM:    return "out_of_memory";
-    case RMQS_EDB:       return "database_error";
-    case RMQS_EFULL:     return "storage_full";
-    case RMQS_EBROKER:   return "broker_error";
-    case RMQS_ESYS:      return "system_error";
+    case RMQS_ENOMEM: return "out_of_memory";
+    case RMQS_EDB: return "database_error";
+    case RMQS_EFULL: return "storage_full";
+    case RMQS_EBROKER: return "broker_error";
+    case RMQS_ESYS: return "system_error";
     case RMQS_ETIMEDOUT: return "timed_out";
     }
     return "unknown_error";

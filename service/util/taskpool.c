@@ -22,13 +22,13 @@ typedef struct task {
 } task;
 
 struct taskpool {
-    worker_t w;               /* w.mu guards the rest; w.cv wakes takers */
+    worker_t w; /* w.mu guards the rest; w.cv wakes takers */
     worker_thread extra[MAX_THREADS - 1]; /* threads 2..n */
     int threads;
-    task *ring;               /* max_queued slots */
-    size_t cap, head, n;      /* oldest at head, n queued */
+    task *ring;          /* max_queued slots */
+    size_t cap, head, n; /* oldest at head, n queued */
     size_t running;
-    bool stopping;            /* no new tasks */
+    bool stopping; /* no new tasks */
 };
 
 static void *run(void *arg)
@@ -62,8 +62,10 @@ taskpool_t *taskpool_new(const char *name, int threads, size_t max_queued,
     char tname[16];
 
     if (threads < 1 || threads > MAX_THREADS || max_queued == 0) {
-        rmqs_fail(err, RMQS_EINVAL, NULL, "a task pool needs 1 to %d threads "
-                  "and room for a task", MAX_THREADS);
+        rmqs_fail(err, RMQS_EINVAL, NULL,
+                  "a task pool needs 1 to %d threads "
+                  "and room for a task",
+                  MAX_THREADS);
         return NULL;
     }
     p = calloc(1, sizeof(*p));

@@ -91,10 +91,10 @@ int64_t tu_days_from_civil(int64_t y, int m, int d)
 {
     y -= m <= 2;
     int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;                          /* [0, 399] */
-    int64_t mp = m > 2 ? m - 3 : m + 9;                   /* March = 0 */
-    int64_t doy = (153 * mp + 2) / 5 + d - 1;             /* [0, 365] */
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;  /* [0, 146096] */
+    int64_t yoe = y - era * 400;                         /* [0, 399] */
+    int64_t mp = m > 2 ? m - 3 : m + 9;                  /* March = 0 */
+    int64_t doy = (153 * mp + 2) / 5 + d - 1;            /* [0, 365] */
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy; /* [0, 146096] */
     return era * 146097 + doe - 719468;
 }
 
@@ -102,10 +102,10 @@ void tu_civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {
     z += 719468;
     int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    int64_t doe = z - era * 146097;                                  /* [0, 146096] */
+    int64_t doe = z - era * 146097; /* [0, 146096] */
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);           /* [0, 365] */
-    int64_t mp = (5 * doy + 2) / 153;                                /* [0, 11] */
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100); /* [0, 365] */
+    int64_t mp = (5 * doy + 2) / 153;                      /* [0, 11] */
     *d = (int)(doy - (153 * mp + 2) / 5 + 1);
     *m = (int)(mp < 10 ? mp + 3 : mp - 9);
     *y = yoe + era * 400 + (*m <= 2);
@@ -173,9 +173,8 @@ rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out)
         p++;
     } else if (s[p] == '+' || s[p] == '-') {
         int oh, om;
-        if (len - p < 6 || !read_digits(s + p + 1, 2, &oh) ||
-            s[p + 3] != ':' || !read_digits(s + p + 4, 2, &om) ||
-            oh > 23 || om > 59)
+        if (len - p < 6 || !read_digits(s + p + 1, 2, &oh) || s[p + 3] != ':' ||
+            !read_digits(s + p + 4, 2, &om) || oh > 23 || om > 59)
             return RMQS_EINVAL;
         offset_min = (int64_t)oh * 60 + om;
         if (s[p] == '-')
@@ -193,9 +192,9 @@ rmqs_rc tu_parse_rfc3339(const char *s, size_t len, int64_t *ms_out)
     }
 
     int64_t days = tu_days_from_civil(year, mon, day);
-    int64_t local_ms = days * MS_PER_DAY +
-                       ((int64_t)hour * 3600 + (int64_t)min * 60 + sec) * MS_PER_SEC +
-                       frac_ms;
+    int64_t local_ms =
+        days * MS_PER_DAY +
+        ((int64_t)hour * 3600 + (int64_t)min * 60 + sec) * MS_PER_SEC + frac_ms;
     /* local time = UTC + offset */
     int64_t utc_ms = local_ms - offset_min * 60 * MS_PER_SEC;
     /* The year range applies to the instant, not only to the local text: an

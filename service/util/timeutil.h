@@ -46,8 +46,9 @@ void tu_format_rfc3339(int64_t ms, char out[TU_RFC3339_LEN + 1]);
 
 /* Proleptic Gregorian calendar arithmetic (shared with cron.c and tz.c). */
 bool tu_is_leap(int64_t y);
-int tu_days_in_month(int64_t y, int m);                      /* m 1-12 */
-int64_t tu_days_from_civil(int64_t y, int m, int d);         /* days since 1970-01-01 */
-void tu_civil_from_days(int64_t days, int64_t *y, int *m, int *d); /* its inverse */
+int tu_days_in_month(int64_t y, int m);              /* m 1-12 */
+int64_t tu_days_from_civil(int64_t y, int m, int d); /* days since 1970-01-01 */
+void tu_civil_from_days(int64_t days, int64_t *y, int *m,
+                        int *d); /* its inverse */
 
 #endif

@@ -33,7 +33,7 @@ typedef void *(*worker_fn)(void *arg);
 typedef struct worker_thread {
     pthread_t id;
     bool started;
-    char name[16];     /* private: for the thread to name itself */
+    char name[16]; /* private: for the thread to name itself */
     worker_fn fn;
     void *arg;
 } worker_thread;
@@ -64,9 +64,9 @@ rmqs_rc worker_cond_init(pthread_cond_t *cv);
 bool worker_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 
 typedef struct worker {
-    pthread_mutex_t mu;   /* guards stop, and whatever the owner adds */
-    pthread_cond_t cv;    /* CLOCK_MONOTONIC; broadcast at stop */
-    bool stop;            /* set once, by worker_stop(_locked) */
+    pthread_mutex_t mu; /* guards stop, and whatever the owner adds */
+    pthread_cond_t cv;  /* CLOCK_MONOTONIC; broadcast at stop */
+    bool stop;          /* set once, by worker_stop(_locked) */
     worker_thread thread;
 } worker_t;
 

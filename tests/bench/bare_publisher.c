@@ -54,7 +54,7 @@ typedef struct plan_item {
     char *routing_key;
     char *expiration; /* NULL, "N" or "@T" */
     char *body;
-    size_t seq;       /* input order, for a stable sort */
+    size_t seq; /* input order, for a stable sort */
 } plan_item;
 
 typedef struct opts {
@@ -95,18 +95,18 @@ static int64_t now_ns(clockid_t c)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int64_t wall_ms(void) { return now_ns(CLOCK_REALTIME) / 1000000; }
+static int64_t wall_ms(void)
+{
+    return now_ns(CLOCK_REALTIME) / 1000000;
+}
 
 static void check_rpc(amqp_rpc_reply_t r, const char *what)
 {
     char buf[160];
 
     switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL:
-        return;
-    case AMQP_RESPONSE_NONE:
-        die(what, "missing RPC reply");
-        break;
+    case AMQP_RESPONSE_NORMAL: return;
+    case AMQP_RESPONSE_NONE: die(what, "missing RPC reply"); break;
     case AMQP_RESPONSE_LIBRARY_EXCEPTION:
         die(what, amqp_error_string2(r.library_error));
         break;
@@ -176,9 +176,7 @@ static bool read_frame(state *s, long timeout_us)
         settle(s, n->delivery_tag, n->multiple, false);
         break;
     }
-    case AMQP_BASIC_RETURN_METHOD:
-        s->returned++;
-        break;
+    case AMQP_BASIC_RETURN_METHOD: s->returned++; break;
     case AMQP_CHANNEL_CLOSE_METHOD: {
         amqp_channel_close_t *m = f.payload.method.decoded;
         char buf[300];
@@ -190,8 +188,7 @@ static bool read_frame(state *s, long timeout_us)
     case AMQP_CONNECTION_CLOSE_METHOD:
         die("connection closed by the broker", NULL);
         break;
-    default:
-        break;
+    default: break;
     }
     amqp_maybe_release_buffers(s->conn);
     return true;
@@ -252,7 +249,9 @@ static void wait_window(state *s, long window, bool stop_and_wait,
     uint64_t limit = (uint64_t)window;
 
     if (stop_and_wait)
-        limit = s->published > 0 && s->published % (uint64_t)window == 0 ? 1 : UINT64_MAX;
+        limit = s->published > 0 && s->published % (uint64_t)window == 0
+                    ? 1
+                    : UINT64_MAX;
     while (s->published - s->settled_n >= limit) {
         if (now_ns(CLOCK_MONOTONIC) > deadline_mono)
             die("timed out waiting for confirms", NULL);
@@ -320,10 +319,18 @@ static void usage(void)
 
 static void parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){.host = "127.0.0.1", .port = 0, .user = "guest",
-                .password = "guest", .vhost = "/", .exchange = NULL,
-                .routing_key = NULL, .count = 10000, .window = 1000,
-                .body_size = 64, .at_ms = 0, .timeout_s = 120};
+    *o = (opts){.host = "127.0.0.1",
+                .port = 0,
+                .user = "guest",
+                .password = "guest",
+                .vhost = "/",
+                .exchange = NULL,
+                .routing_key = NULL,
+                .count = 10000,
+                .window = 1000,
+                .body_size = 64,
+                .at_ms = 0,
+                .timeout_s = 120};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -338,23 +345,38 @@ static void parse_args(int argc, char **argv, opts *o)
         if (v == NULL)
             usage();
         i++;
-        if (strcmp(a, "--host") == 0) o->host = v;
-        else if (strcmp(a, "--port") == 0) o->port = atoi(v);
-        else if (strcmp(a, "--user") == 0) o->user = v;
-        else if (strcmp(a, "--password") == 0) o->password = v;
-        else if (strcmp(a, "--vhost") == 0) o->vhost = v;
-        else if (strcmp(a, "--exchange") == 0) o->exchange = v;
-        else if (strcmp(a, "--routing-key") == 0) o->routing_key = v;
-        else if (strcmp(a, "--count") == 0) o->count = atol(v);
-        else if (strcmp(a, "--window") == 0) o->window = atol(v);
-        else if (strcmp(a, "--body-size") == 0) o->body_size = atol(v);
-        else if (strcmp(a, "--at") == 0) o->at_ms = strtoll(v, NULL, 10);
-        else if (strcmp(a, "--publish-log") == 0) o->publish_log = v;
-        else if (strcmp(a, "--timeout-s") == 0) o->timeout_s = atoi(v);
-        else usage();
+        if (strcmp(a, "--host") == 0)
+            o->host = v;
+        else if (strcmp(a, "--port") == 0)
+            o->port = atoi(v);
+        else if (strcmp(a, "--user") == 0)
+            o->user = v;
+        else if (strcmp(a, "--password") == 0)
+            o->password = v;
+        else if (strcmp(a, "--vhost") == 0)
+            o->vhost = v;
+        else if (strcmp(a, "--exchange") == 0)
+            o->exchange = v;
+        else if (strcmp(a, "--routing-key") == 0)
+            o->routing_key = v;
+        else if (strcmp(a, "--count") == 0)
+            o->count = atol(v);
+        else if (strcmp(a, "--window") == 0)
+            o->window = atol(v);
+        else if (strcmp(a, "--body-size") == 0)
+            o->body_size = atol(v);
+        else if (strcmp(a, "--at") == 0)
+            o->at_ms = strtoll(v, NULL, 10);
+        else if (strcmp(a, "--publish-log") == 0)
+            o->publish_log = v;
+        else if (strcmp(a, "--timeout-s") == 0)
+            o->timeout_s = atoi(v);
+        else
+            usage();
     }
     if (o->port <= 0 || o->window < 1 || o->count < 1 || o->body_size < 1 ||
-        o->body_size > 1 << 20 || (!o->plan && (!o->exchange || !o->routing_key)))
+        o->body_size > 1 << 20 ||
+        (!o->plan && (!o->exchange || !o->routing_key)))
         usage();
 }
 
@@ -472,9 +494,10 @@ int main(int argc, char **argv)
             fprintf(plog, "%s %" PRId64 "\n", plan[i].body, pub_ns[i]);
         fclose(plog);
     }
-    printf("{\"published\":%" PRIu64 ",\"acked\":%" PRIu64 ",\"nacked\":%" PRIu64
-           ",\"returned\":%" PRIu64 ",\"first_publish_ms\":%" PRId64
-           ",\"last_ack_ms\":%" PRId64 ",\"seconds\":%.6f,\"msgs_per_s\":%.1f,"
+    printf("{\"published\":%" PRIu64 ",\"acked\":%" PRIu64
+           ",\"nacked\":%" PRIu64 ",\"returned\":%" PRIu64
+           ",\"first_publish_ms\":%" PRId64 ",\"last_ack_ms\":%" PRId64
+           ",\"seconds\":%.6f,\"msgs_per_s\":%.1f,"
            "\"window\":%ld,\"stop_and_wait\":%s}\n",
            s.published, s.acked, s.nacked, s.returned, t0_wall, s.last_ack_ms,
            secs, secs > 0 ? (double)s.published / secs : 0.0, o.window,

@@ -34,7 +34,11 @@
 
 static volatile sig_atomic_t stop_flag;
 
-static void on_signal(int sig) { (void)sig; stop_flag = 1; }
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
 
 static void die(const char *what, const char *detail)
 {
@@ -67,20 +71,28 @@ int main(int argc, char **argv)
     amqp_connection_state_t conn;
     amqp_socket_t *sock;
     int64_t *recv_ns;
-    char (*ids)[ID_MAX];
+    char(*ids)[ID_MAX];
     long got = 0;
     int64_t deadline;
     FILE *f;
 
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--host") == 0) host = argv[i + 1];
-        else if (strcmp(argv[i], "--port") == 0) port = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--queue") == 0) queue = argv[i + 1];
-        else if (strcmp(argv[i], "--count") == 0) count = atol(argv[i + 1]);
-        else if (strcmp(argv[i], "--out") == 0) out = argv[i + 1];
-        else if (strcmp(argv[i], "--timeout-s") == 0) timeout_s = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--prefetch") == 0) prefetch = atoi(argv[i + 1]);
-        else die("unknown option", argv[i]);
+        if (strcmp(argv[i], "--host") == 0)
+            host = argv[i + 1];
+        else if (strcmp(argv[i], "--port") == 0)
+            port = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--queue") == 0)
+            queue = argv[i + 1];
+        else if (strcmp(argv[i], "--count") == 0)
+            count = atol(argv[i + 1]);
+        else if (strcmp(argv[i], "--out") == 0)
+            out = argv[i + 1];
+        else if (strcmp(argv[i], "--timeout-s") == 0)
+            timeout_s = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--prefetch") == 0)
+            prefetch = atoi(argv[i + 1]);
+        else
+            die("unknown option", argv[i]);
     }
     if (port <= 0 || queue == NULL || out == NULL || count < 1)
         die("usage", "bench_consumer --port P --queue Q --count N --out FILE "
@@ -105,8 +117,9 @@ int main(int argc, char **argv)
         amqp_basic_qos(conn, CHANNEL, 0, (uint16_t)prefetch, 0);
         check_rpc(amqp_get_rpc_reply(conn), "basic.qos");
     }
-    amqp_basic_consume(conn, CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes,
-                       0, 1 /* no_ack */, 0, amqp_empty_table);
+    amqp_basic_consume(conn, CHANNEL, amqp_cstring_bytes(queue),
+                       amqp_empty_bytes, 0, 1 /* no_ack */, 0,
+                       amqp_empty_table);
     check_rpc(amqp_get_rpc_reply(conn), "basic.consume");
     printf("consuming\n");
     fflush(stdout);

@@ -33,11 +33,14 @@ int main(int argc, char **argv)
 {
     int calls = argc > 1 ? atoi(argv[1]) : 20000;
     int runs = argc > 2 ? atoi(argv[2]) : 7;
-    static const char *const exprs[] = {"* * * * * *", "*/15 * * * *", "30 2 * * *",
-                                        "0 9 * * 1-5", "0 0 LW * *", "0 0 29 2 *"};
-    static const char *const zones[] = {"UTC", "Europe/Berlin", "Australia/Lord_Howe"};
+    static const char *const exprs[] = {"* * * * * *", "*/15 * * * *",
+                                        "30 2 * * *",  "0 9 * * 1-5",
+                                        "0 0 LW * *",  "0 0 29 2 *"};
+    static const char *const zones[] = {"UTC", "Europe/Berlin",
+                                        "Australia/Lord_Howe"};
     if (calls < 1 || runs < 1 || runs > 101) {
-        fprintf(stderr, "usage: %s [calls_per_run >= 1] [runs 1-101]\n", argv[0]);
+        fprintf(stderr, "usage: %s [calls_per_run >= 1] [runs 1-101]\n",
+                argv[0]);
         return 2;
     }
     for (size_t zi = 0; zi < sizeof zones / sizeof zones[0]; zi++) {
@@ -51,8 +54,8 @@ int main(int argc, char **argv)
         if (tz_open(zones[zi], &z, NULL) != RMQS_OK)
             return 1;
         double t3 = now_ns();
-        printf("tz_open %-20s first %.2f ms, again %.0f ns\n", zones[zi], (t1 - t0) / 1e6,
-               t3 - t2);
+        printf("tz_open %-20s first %.2f ms, again %.0f ns\n", zones[zi],
+               (t1 - t0) / 1e6, t3 - t2);
         for (size_t ei = 0; ei < sizeof exprs / sizeof exprs[0]; ei++) {
             cron_expr *e;
             if (cron_parse(exprs[ei], &e, NULL) != RMQS_OK)
@@ -63,13 +66,16 @@ int main(int argc, char **argv)
                 int64_t at = 1798761600000; /* 2027-01-01T00:00:00Z */
                 double a = now_ns();
                 for (int i = 0; i < calls; i++)
-                    if (!cron_next(e, z, dst, at, &at)) /* past year 9999: again */
+                    if (!cron_next(e, z, dst, at,
+                                   &at)) /* past year 9999: again */
                         at = 1798761600000;
                 per[r] = (now_ns() - a) / calls;
             }
             qsort(per, (size_t)runs, sizeof per[0], cmp_double);
-            printf("cron_next %-14s %-20s median %8.0f ns/call (min %.0f, max %.0f; %d runs x %d)\n",
-                   exprs[ei], zones[zi], per[runs / 2], per[0], per[runs - 1], runs, calls);
+            printf("cron_next %-14s %-20s median %8.0f ns/call (min %.0f, max "
+                   "%.0f; %d runs x %d)\n",
+                   exprs[ei], zones[zi], per[runs / 2], per[0], per[runs - 1],
+                   runs, calls);
             cron_free(e);
         }
         tz_free(z);

@@ -58,10 +58,14 @@ test('retry by click: a failed job goes back to pending, attempts reset, and is 
   // Its queue does not exist yet: 312 NO_ROUTE, failed after its 1 attempt.
   const name = 'rmqs-retry-' + process.pid + '-' + Date.now();
   const j = await svc.schedule({ exchange: '', routing_key: name, delay_ms: 0, max_attempts: 1, body: 'f' });
-  const failed = await waitFor('failed', async () => {
-    const now = await svc.job(j.id);
-    return now.status === 'failed' ? now : null;
-  }, 20000);
+  const failed = await waitFor(
+    'failed',
+    async () => {
+      const now = await svc.job(j.id);
+      return now.status === 'failed' ? now : null;
+    },
+    20000,
+  );
   assert.ok(failed.last_error, 'the failure is recorded');
   const late = await queue(name);
   try {
@@ -69,10 +73,14 @@ test('retry by click: a failed job goes back to pending, attempts reset, and is 
     await page.locator('#job-status').getByText('failed').waitFor();
     assert.equal(await page.getByRole('button', { name: 'Run now' }).count(), 0, 'no run-now on a failed job');
     await page.getByRole('button', { name: 'Retry' }).click();
-    const sent = await waitFor('sent after the retry', async () => {
-      const now = await svc.job(j.id);
-      return now.status === 'sent' ? now : null;
-    }, 20000);
+    const sent = await waitFor(
+      'sent after the retry',
+      async () => {
+        const now = await svc.job(j.id);
+        return now.status === 'sent' ? now : null;
+      },
+      20000,
+    );
     assert.equal(sent.attempts, 1, 'attempts were reset before the new one');
     // Documented: last_error is kept for history after a successful
     // publish (only a new failed attempt replaces it).

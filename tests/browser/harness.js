@@ -44,8 +44,10 @@ function freePort() {
 }
 
 function psql(conninfo, sql) {
-  execFileSync('/usr/lib/postgresql/15/bin/psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', conninfo, '-c', sql],
-    { stdio: ['ignore', 'ignore', 'pipe'], timeout: 30000 });
+  execFileSync('/usr/lib/postgresql/15/bin/psql', ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', conninfo, '-c', sql], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    timeout: 30000,
+  });
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -88,20 +90,32 @@ export class Service {
     if (this.token) e.RMQS_API_TOKEN = this.token;
     this.logPath = path.join(this.dir, 'service.log');
     const log = fs.openSync(this.logPath, 'a');
-    this.proc = spawn(env('RMQS_BIN'), ['--listen', `127.0.0.1:${this.port}`, '--db', this.db,
-      '--amqp-url', env('RMQS_TEST_AMQP_URL'), ...this.args], { env: e, stdio: ['ignore', log, log] });
+    this.proc = spawn(
+      env('RMQS_BIN'),
+      ['--listen', `127.0.0.1:${this.port}`, '--db', this.db, '--amqp-url', env('RMQS_TEST_AMQP_URL'), ...this.args],
+      { env: e, stdio: ['ignore', log, log] },
+    );
     fs.closeSync(log);
     this.exited = new Promise((resolve) => this.proc.once('exit', (code, sig) => resolve({ code, sig })));
-    await waitFor('the service to be ready', async () => {
-      if (this.proc.exitCode !== null) throw new Error('the service exited: ' + this.log());
-      const r = await this.api('GET', '/readyz');
-      return r.status === 200;
-    }, 30000, 50);
+    await waitFor(
+      'the service to be ready',
+      async () => {
+        if (this.proc.exitCode !== null) throw new Error('the service exited: ' + this.log());
+        const r = await this.api('GET', '/readyz');
+        return r.status === 200;
+      },
+      30000,
+      50,
+    );
     return this;
   }
 
   log() {
-    try { return fs.readFileSync(this.logPath, 'utf8').slice(-4000); } catch { return ''; }
+    try {
+      return fs.readFileSync(this.logPath, 'utf8').slice(-4000);
+    } catch {
+      return '';
+    }
   }
 
   // The API as a script (no Origin, no Sec-Fetch-Site): what curl does.
@@ -109,10 +123,18 @@ export class Service {
     const h = { ...headers };
     if (this.token && !h.Authorization) h.Authorization = 'Bearer ' + this.token;
     if (body !== undefined) h['Content-Type'] = 'application/json';
-    const resp = await fetch(this.url + p, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
+    const resp = await fetch(this.url + p, {
+      method,
+      headers: h,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     const text = await resp.text();
     let json = null;
-    try { json = text ? JSON.parse(text) : null; } catch { json = text; }
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = text;
+    }
     return { status: resp.status, body: json, headers: resp.headers };
   }
 
@@ -134,19 +156,26 @@ export class Service {
       const batch = [];
       for (let k = i; k < Math.min(n, i + 1000); k++) batch.push(make(k));
       const r = await this.api('POST', '/schedule/batch', batch, { Prefer: 'return=minimal' });
-      if (r.status !== 201) throw new Error(`POST /schedule/batch: ${r.status} ${JSON.stringify(r.body).slice(0, 500)}`);
+      if (r.status !== 201)
+        throw new Error(`POST /schedule/batch: ${r.status} ${JSON.stringify(r.body).slice(0, 500)}`);
     }
   }
 
   async stop() {
     if (this.proc && this.proc.exitCode === null) {
       process.kill(this.proc.pid, 'SIGTERM');
-      const t = setTimeout(() => { if (this.proc.exitCode === null) process.kill(this.proc.pid, 'SIGKILL'); }, 15000);
+      const t = setTimeout(() => {
+        if (this.proc.exitCode === null) process.kill(this.proc.pid, 'SIGKILL');
+      }, 15000);
       await this.exited;
       clearTimeout(t);
     }
     if (this.pgName) {
-      try { psql(env('RMQS_TEST_PG_ADMIN'), `DROP DATABASE IF EXISTS ${this.pgName} WITH (FORCE)`); } catch { /* the server goes at the end */ }
+      try {
+        psql(env('RMQS_TEST_PG_ADMIN'), `DROP DATABASE IF EXISTS ${this.pgName} WITH (FORCE)`);
+      } catch {
+        /* the server goes at the end */
+      }
     }
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
@@ -184,9 +213,14 @@ export async function openPage(browser, svc, { viewport = DESKTOP, bypassCSP = f
   const rec = { console: [], errors: [], dialogs: [], requests: [], documents: [] };
   page.on('console', (m) => rec.console.push(`${m.type()}: ${m.text()}`));
   page.on('pageerror', (e) => rec.errors.push(String(e)));
-  page.on('dialog', (d) => { rec.dialogs.push(d.message()); d.dismiss().catch(() => {}); });
+  page.on('dialog', (d) => {
+    rec.dialogs.push(d.message());
+    d.dismiss().catch(() => {});
+  });
   page.on('request', (r) => rec.requests.push(r.url()));
-  page.on('response', (r) => { if (r.request().resourceType() === 'document') rec.documents.push(r); });
+  page.on('response', (r) => {
+    if (r.request().resourceType() === 'document') rec.documents.push(r);
+  });
   return { context, page, rec };
 }
 
@@ -204,7 +238,11 @@ export async function axe(page) {
   const res = await page.evaluate(async () => {
     // eslint-disable-next-line no-undef
     const r = await axe.run(document, { resultTypes: ['violations'] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5) }));
+    return r.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5),
+    }));
   });
   return res;
 }
@@ -214,7 +252,8 @@ export function report(line) {
   console.log(line);
   if (process.env.RMQS_TEST_REPORT) fs.appendFileSync(process.env.RMQS_TEST_REPORT, line + '\n');
 }
-export const seriousOrCritical = (violations) => violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+export const seriousOrCritical = (violations) =>
+  violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 
 export async function screenshot(page, name) {
   const dir = process.env.RMQS_TEST_ARTIFACTS || path.join(os.tmpdir(), 'rmqs-browser-artifacts');
@@ -223,6 +262,7 @@ export async function screenshot(page, name) {
   if (process.env.RMQS_UI_SCREENSHOTS === 'docs' && store() === 'sqlite') {
     const docs = path.join(repo, 'docs', 'screenshots');
     fs.mkdirSync(docs, { recursive: true });
-    if (!name.endsWith('-phone') || name === 'overview-phone') await page.screenshot({ path: path.join(docs, `${name}.png`), fullPage: false });
+    if (!name.endsWith('-phone') || name === 'overview-phone')
+      await page.screenshot({ path: path.join(docs, `${name}.png`), fullPage: false });
   }
 }

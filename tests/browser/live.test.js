@@ -37,7 +37,12 @@ test('the overview counts follow the store', async () => {
   await pending.waitFor();
   const before = Number(await pending.textContent());
   await svc.schedule({ exchange: '', routing_key: q.name, delay_ms: 600000, body: 'later' });
-  await waitFor('the pending count to go up', async () => Number(await pending.textContent()) === before + 1, 20000, 200);
+  await waitFor(
+    'the pending count to go up',
+    async () => Number(await pending.textContent()) === before + 1,
+    20000,
+    200,
+  );
   assert.equal(await page.locator('[data-health="database"]').textContent(), 'up');
   assert.equal(await page.locator('[data-health="broker"]').textContent(), 'up');
 });

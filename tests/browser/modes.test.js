@@ -38,11 +38,19 @@ test('read-only (the default without a token): no action shown, browser changes 
   // The server refuses too: a change sent from the page itself.
   const answers = await page.evaluate(async (id) => {
     const out = [];
-    for (const [m, p, b] of [['DELETE', '/jobs/' + id], ['PATCH', '/jobs/' + id, { deliver_at: new Date(Date.now() + 7200000).toISOString() }],
+    for (const [m, p, b] of [
+      ['DELETE', '/jobs/' + id],
+      ['PATCH', '/jobs/' + id, { deliver_at: new Date(Date.now() + 7200000).toISOString() }],
       ['POST', '/schedule', { exchange: 'amq.direct', routing_key: 'x', delay_ms: 60000, body: 'y' }],
-      ['POST', '/jobs/' + id + '/run'], ['POST', '/jobs/' + id + '/retry'],
-      ['POST', '/jobs/bulk', { action: 'cancel', filter: { routing_key: 'ro' } }]]) {
-      const r = await fetch(p, { method: m, headers: { 'Content-Type': 'application/json' }, body: b ? JSON.stringify(b) : undefined });
+      ['POST', '/jobs/' + id + '/run'],
+      ['POST', '/jobs/' + id + '/retry'],
+      ['POST', '/jobs/bulk', { action: 'cancel', filter: { routing_key: 'ro' } }],
+    ]) {
+      const r = await fetch(p, {
+        method: m,
+        headers: { 'Content-Type': 'application/json' },
+        body: b ? JSON.stringify(b) : undefined,
+      });
       out.push([r.status, (await r.json()).error.code]);
     }
     return out;
@@ -56,7 +64,10 @@ test('read-only (the default without a token): no action shown, browser changes 
   assert.equal(del.status, 200, JSON.stringify(del.body));
   assert.equal((await svc.job(j.id)).status, 'cancelled');
   // And a change from a page of another origin is refused in every mode.
-  const cross = await svc.api('DELETE', '/jobs/' + j.id, undefined, { 'Sec-Fetch-Site': 'cross-site', Origin: 'http://evil.example' });
+  const cross = await svc.api('DELETE', '/jobs/' + j.id, undefined, {
+    'Sec-Fetch-Site': 'cross-site',
+    Origin: 'http://evil.example',
+  });
   assert.equal(cross.status, 403);
   assert.equal(cross.body.error.code, 'cross_origin');
 });
@@ -83,7 +94,12 @@ test('the token prompt: a wrong token asks again, the right one works, and it is
   await page.waitForSelector('body[data-ready="true"]');
   await page.locator('[data-field="store"]').waitFor();
   assert.match(await page.locator('[data-field="API token"]').textContent(), /required/);
-  const kept = await page.evaluate(() => ({ cookie: document.cookie, local: localStorage.length, session: sessionStorage.length, url: location.href }));
+  const kept = await page.evaluate(() => ({
+    cookie: document.cookie,
+    local: localStorage.length,
+    session: sessionStorage.length,
+    url: location.href,
+  }));
   assert.deepEqual({ ...kept, url: undefined }, { cookie: '', local: 0, session: 0, url: undefined });
   assert.ok(!kept.url.includes(TOKEN));
   assert.deepEqual(await context.cookies(), []);

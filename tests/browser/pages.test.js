@@ -4,7 +4,22 @@
 // viewport, and is kept as a screenshot.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Service, launch, openPage, visit, axe, seriousOrCritical, report, screenshot, store, inMinutes, queue, waitFor, PHONE, DESKTOP } from './harness.js';
+import {
+  Service,
+  launch,
+  openPage,
+  visit,
+  axe,
+  seriousOrCritical,
+  report,
+  screenshot,
+  store,
+  inMinutes,
+  queue,
+  waitFor,
+  PHONE,
+  DESKTOP,
+} from './harness.js';
 
 let svc, browser, jobId, sink;
 const ROUTES = () => [
@@ -19,13 +34,26 @@ const ROUTES = () => [
 before(async () => {
   // Samples every 500 ms, so the Overview's charts have real data to draw.
   svc = await new Service({ args: ['--ui', 'on', '--stats-interval-ms', '500'] }).start();
-  const j = await svc.schedule({ exchange: 'amq.direct', routing_key: 'reports.daily', deliver_at: inMinutes(30),
-    body: JSON.stringify({ report: 'daily', pages: [1, 2, 3] }), headers: { tenant: 'acme' },
-    properties: { message_id: 'm-1', content_type: 'application/json' } });
+  const j = await svc.schedule({
+    exchange: 'amq.direct',
+    routing_key: 'reports.daily',
+    deliver_at: inMinutes(30),
+    body: JSON.stringify({ report: 'daily', pages: [1, 2, 3] }),
+    headers: { tenant: 'acme' },
+    properties: { message_id: 'm-1', content_type: 'application/json' },
+  });
   jobId = j.id;
-  await svc.seed(40, (i) => ({ exchange: 'amq.direct', routing_key: `orders.${i % 4}`, deliver_at: inMinutes(60 + i), body: `order ${i}` }));
-  const r = await svc.api('PUT', '/schedules/nightly-report', { cron: '0 2 * * *', timezone: 'Europe/Berlin',
-    job: { exchange: 'amq.direct', routing_key: 'reports.nightly', body: 'run' } });
+  await svc.seed(40, (i) => ({
+    exchange: 'amq.direct',
+    routing_key: `orders.${i % 4}`,
+    deliver_at: inMinutes(60 + i),
+    body: `order ${i}`,
+  }));
+  const r = await svc.api('PUT', '/schedules/nightly-report', {
+    cron: '0 2 * * *',
+    timezone: 'Europe/Berlin',
+    job: { exchange: 'amq.direct', routing_key: 'reports.nightly', body: 'run' },
+  });
   assert.ok(r.status === 201 || r.status === 200, JSON.stringify(r.body));
   // Traffic over several stats intervals: jobs sent to a real queue (spread
   // over each interval), one failed now and then (no queue: NO_ROUTE, 1
@@ -34,18 +62,38 @@ before(async () => {
   const samples = async () => (await svc.api('GET', '/stats?window=15m')).body.samples;
   for (let k = 0; k < 6; k++) {
     const seen = (await samples()).length;
-    await svc.seed(4 + 3 * (k % 3), (i) => ({ exchange: '', routing_key: sink.name, delay_ms: i * 40, body: `tick ${k}.${i}` }));
+    await svc.seed(4 + 3 * (k % 3), (i) => ({
+      exchange: '',
+      routing_key: sink.name,
+      delay_ms: i * 40,
+      body: `tick ${k}.${i}`,
+    }));
     if (k % 2 === 1) {
-      await svc.schedule({ exchange: '', routing_key: `rmqs-nowhere-${process.pid}`, delay_ms: 0, max_attempts: 1, body: 'lost' });
+      await svc.schedule({
+        exchange: '',
+        routing_key: `rmqs-nowhere-${process.pid}`,
+        delay_ms: 0,
+        max_attempts: 1,
+        body: 'lost',
+      });
     }
-    const c = await svc.schedule({ exchange: 'amq.direct', routing_key: 'orders.cancelled', deliver_at: inMinutes(90), body: 'c' });
+    const c = await svc.schedule({
+      exchange: 'amq.direct',
+      routing_key: 'orders.cancelled',
+      deliver_at: inMinutes(90),
+      body: 'c',
+    });
     assert.equal((await svc.api('DELETE', '/jobs/' + c.id)).status, 200);
     await waitFor('the next stats sample', async () => (await samples()).length > seen + 1, 15000);
   }
-  await waitFor('sent and failed jobs in the samples', async () => {
-    const s = await samples();
-    return s.some((x) => x.sent > 0) && s.some((x) => x.failed > 0) && s.some((x) => x.late_p50_ms != null);
-  }, 15000);
+  await waitFor(
+    'sent and failed jobs in the samples',
+    async () => {
+      const s = await samples();
+      return s.some((x) => x.sent > 0) && s.some((x) => x.failed > 0) && s.some((x) => x.late_p50_ms != null);
+    },
+    15000,
+  );
   browser = await launch();
 });
 
@@ -63,16 +111,21 @@ test('each page loads with the CSP enforced, no console message and no other ori
     await page.waitForSelector(ready, { timeout: 15000 });
     await page.waitForLoadState('networkidle');
     await screenshot(page, name);
-    const check = (ok, what) => { if (!ok) problems.push(`${name}: ${what}`); };
+    const check = (ok, what) => {
+      if (!ok) problems.push(`${name}: ${what}`);
+    };
     check(rec.console.length === 0, 'console: ' + rec.console.join(' | '));
     check(rec.errors.length === 0, 'uncaught errors: ' + rec.errors.join(' | '));
     check(rec.dialogs.length === 0, 'dialogs: ' + rec.dialogs.join(' | '));
     const foreign = rec.requests.filter((u) => !u.startsWith(svc.url + '/'));
     check(foreign.length === 0, 'requests to another origin: ' + foreign.join(' '));
-    check(rec.requests.length > 3, 'the page\'s requests were not recorded');
+    check(rec.requests.length > 3, "the page's requests were not recorded");
     const h = await rec.documents[0].allHeaders();
     const csp = h['content-security-policy'] || '';
-    check(/default-src 'none'/.test(csp) && /script-src 'self'(;|$)/.test(csp) && /frame-ancestors 'none'/.test(csp), 'CSP: ' + csp);
+    check(
+      /default-src 'none'/.test(csp) && /script-src 'self'(;|$)/.test(csp) && /frame-ancestors 'none'/.test(csp),
+      'CSP: ' + csp,
+    );
     check(h['x-content-type-options'] === 'nosniff', 'nosniff');
     check(h['referrer-policy'] === 'no-referrer', 'referrer-policy');
     check(h['x-frame-options'] === 'DENY', 'x-frame-options');
@@ -92,7 +145,10 @@ test('the CSP blocks what the page does not need (proved by an inline script it 
   });
   assert.equal(await page.evaluate(() => window.__inline_ran), undefined);
   await page.waitForTimeout(200);
-  assert.ok(rec.console.some((m) => /Content Security Policy/.test(m)), rec.console.join('\n'));
+  assert.ok(
+    rec.console.some((m) => /Content Security Policy/.test(m)),
+    rec.console.join('\n'),
+  );
   await context.close();
 });
 
@@ -119,12 +175,18 @@ test('axe-core: no serious or critical finding on any page, desktop and phone', 
       await context.close();
     }
   }
-  report(`browser.pages (${store()}): axe-core on ${seen.pages} page views (${ROUTES().length} pages at ` +
-    `${DESKTOP.width} and ${PHONE.width} px): ${seen.findings} findings of any impact, ${seen.serious} serious or critical`);
+  report(
+    `browser.pages (${store()}): axe-core on ${seen.pages} page views (${ROUTES().length} pages at ` +
+      `${DESKTOP.width} and ${PHONE.width} px): ${seen.findings} findings of any impact, ${seen.serious} serious or critical`,
+  );
 });
 
 test('the files: content types, ETag revalidation, no token needed, /ui/config.json keeps secrets', async () => {
-  for (const [p, type] of [['/ui/', /^text\/html/], ['/ui/app.js', /^text\/javascript/], ['/ui/style.css', /^text\/css/]]) {
+  for (const [p, type] of [
+    ['/ui/', /^text\/html/],
+    ['/ui/app.js', /^text\/javascript/],
+    ['/ui/style.css', /^text\/css/],
+  ]) {
     const r = await svc.api('GET', p);
     assert.equal(r.status, 200, p);
     assert.match(r.headers.get('content-type'), type);

@@ -15,8 +15,11 @@ after(async () => {
 });
 
 test('a schedule appears with its next runs; pause, resume and delete by click', async () => {
-  const r = await svc.api('PUT', '/schedules/hourly-sync', { cron: '15 * * * *', timezone: 'America/New_York',
-    job: { exchange: 'amq.direct', routing_key: 'sync', body: 'go' } });
+  const r = await svc.api('PUT', '/schedules/hourly-sync', {
+    cron: '15 * * * *',
+    timezone: 'America/New_York',
+    job: { exchange: 'amq.direct', routing_key: 'sync', body: 'go' },
+  });
   assert.ok(r.status === 201 || r.status === 200, JSON.stringify(r.body));
   const { page } = await openPage(browser, svc);
   await visit(page, svc, '#/schedules');
@@ -40,7 +43,11 @@ test('a schedule appears with its next runs; pause, resume and delete by click',
   await page.getByRole('button', { name: 'Delete…' }).click();
   const dialog = page.getByRole('dialog', { name: 'Delete schedule' });
   await dialog.getByRole('button', { name: 'Cancel' }).click();
-  assert.equal((await svc.api('GET', '/schedules/hourly-sync')).status, 200, 'not deleted when the confirmation is cancelled');
+  assert.equal(
+    (await svc.api('GET', '/schedules/hourly-sync')).status,
+    200,
+    'not deleted when the confirmation is cancelled',
+  );
   await page.getByRole('button', { name: 'Delete…' }).click();
   await dialog.getByRole('button', { name: 'Delete' }).click();
   await waitFor('deleted', async () => (await svc.api('GET', '/schedules/hourly-sync')).status === 404);

@@ -7,20 +7,27 @@ import { Service, launch, openPage, visit, inMinutes } from './harness.js';
 
 const N = 100000;
 let svc, browser, needle;
-before(async () => {
-  // This file proves what the filters find and what the page shows; the
-  // search budget (--search-timeout-ms, 2 s by default) is
-  // integration.search_budget's. Under ASan, on PostgreSQL, beside the other
-  // lane's test, counting by three filters among 100,000 can take longer
-  // than 2 s, and the page then rightly says "More than N": a budget of
-  // 30 s keeps this file about the filters.
-  svc = await new Service({ args: ['--ui', 'on', '--search-timeout-ms', '30000'] }).start();
-  await svc.seed(N, (i) => ({ exchange: i % 10 === 0 ? 'amq.topic' : 'amq.direct', routing_key: `r.${i % 100}`,
-    deliver_at: inMinutes(60 + (i % 600)), headers: { tenant: `t${i % 50}` },
-    body: i === 4242 ? 'the unique needle-4242 text' : `order number ${i}` }));
-  needle = (await svc.api('GET', '/jobs?q=needle-4242')).body.jobs[0];
-  browser = await launch();
-}, { timeout: 300000 });
+before(
+  async () => {
+    // This file proves what the filters find and what the page shows; the
+    // search budget (--search-timeout-ms, 2 s by default) is
+    // integration.search_budget's. Under ASan, on PostgreSQL, beside the other
+    // lane's test, counting by three filters among 100,000 can take longer
+    // than 2 s, and the page then rightly says "More than N": a budget of
+    // 30 s keeps this file about the filters.
+    svc = await new Service({ args: ['--ui', 'on', '--search-timeout-ms', '30000'] }).start();
+    await svc.seed(N, (i) => ({
+      exchange: i % 10 === 0 ? 'amq.topic' : 'amq.direct',
+      routing_key: `r.${i % 100}`,
+      deliver_at: inMinutes(60 + (i % 600)),
+      headers: { tenant: `t${i % 50}` },
+      body: i === 4242 ? 'the unique needle-4242 text' : `order number ${i}`,
+    }));
+    needle = (await svc.api('GET', '/jobs?q=needle-4242')).body.jobs[0];
+    browser = await launch();
+  },
+  { timeout: 300000 },
+);
 after(async () => {
   await browser?.close();
   await svc?.stop();
@@ -34,9 +41,15 @@ async function search(page, fields) {
     else await f.fill(value);
   }
   await page.getByRole('button', { name: 'Search' }).click();
-  await page.locator('#count').getByText(/matching jobs/).waitFor({ timeout: 20000 });
+  await page
+    .locator('#count')
+    .getByText(/matching jobs/)
+    .waitFor({ timeout: 20000 });
   await page.locator('#list').locator('table, p').first().waitFor();
-  return { count: await page.locator('#count').textContent(), ids: await page.locator('#list tbody a').allTextContents() };
+  return {
+    count: await page.locator('#count').textContent(),
+    ids: await page.locator('#list tbody a').allTextContents(),
+  };
 }
 
 test('body substring finds the one job among 100,000', async () => {

@@ -13,15 +13,26 @@ let svc, browser, id;
 before(async () => {
   svc = await new Service({ args: ['--ui', 'on'] }).start();
   browser = await launch();
-  id = (await svc.schedule({ exchange: 'amq.direct', routing_key: SCRIPT, deliver_at: inMinutes(30),
-    body: `${SCRIPT} ${IMG} ${JS}`, headers: { [IMG]: JS, 'x-link': JS }, properties: { message_id: IMG, type: SCRIPT } })).id;
+  id = (
+    await svc.schedule({
+      exchange: 'amq.direct',
+      routing_key: SCRIPT,
+      deliver_at: inMinutes(30),
+      body: `${SCRIPT} ${IMG} ${JS}`,
+      headers: { [IMG]: JS, 'x-link': JS },
+      properties: { message_id: IMG, type: SCRIPT },
+    })
+  ).id;
 });
 after(async () => {
   await browser?.close();
   await svc?.stop();
 });
 
-for (const [name, route] of [['list', '#/jobs'], ['detail', () => '#/jobs/' + id]]) {
+for (const [name, route] of [
+  ['list', '#/jobs'],
+  ['detail', () => '#/jobs/' + id],
+]) {
   test(`hostile strings are inert text in the ${name}`, async () => {
     const { page, rec } = await openPage(browser, svc);
     await visit(page, svc, typeof route === 'function' ? route() : route);
@@ -37,9 +48,16 @@ for (const [name, route] of [['list', '#/jobs'], ['detail', () => '#/jobs/' + id
     assert.equal(await page.locator('main img').count(), 0, 'no <img> came of the data');
     assert.equal(await page.locator('main script').count(), 0, 'no <script> came of the data');
     const hrefs = await page.locator('a').evaluateAll((as) => as.map((a) => a.getAttribute('href')));
-    assert.ok(hrefs.every((h) => h.startsWith('#/')), hrefs.join(' '));
+    assert.ok(
+      hrefs.every((h) => h.startsWith('#/')),
+      hrefs.join(' '),
+    );
     assert.deepEqual(rec.errors, []);
-    assert.deepEqual(rec.requests.filter((u) => !u.startsWith(svc.url + '/')), [], 'no request for x');
+    assert.deepEqual(
+      rec.requests.filter((u) => !u.startsWith(svc.url + '/')),
+      [],
+      'no request for x',
+    );
     assert.ok(!rec.requests.some((u) => u.endsWith('/x')), 'the img src was never fetched');
   });
 }

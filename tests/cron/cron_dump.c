@@ -34,15 +34,18 @@ static void answer(char *line)
     rmqs_error err = {0};
     cron_expr *e = NULL;
     tz_t *z = NULL;
-    if (cron_parse(fields[0], &e, &err) != RMQS_OK || tz_open(fields[1], &z, &err) != RMQS_OK) {
+    if (cron_parse(fields[0], &e, &err) != RMQS_OK ||
+        tz_open(fields[1], &z, &err) != RMQS_OK) {
         printf("ERR %s: %s\n", err.field, err.message);
         cron_free(e);
         return;
     }
     cron_dst dst = cron_default_dst(e);
     if (n == 5) {
-        dst.skipped = strncmp(fields[4], "skip", 4) == 0 ? CRON_SKIPPED_SKIP : CRON_SKIPPED_NEXT;
-        dst.repeated = strstr(fields[4], "both") != NULL ? CRON_REPEATED_BOTH : CRON_REPEATED_FIRST;
+        dst.skipped = strncmp(fields[4], "skip", 4) == 0 ? CRON_SKIPPED_SKIP
+                                                         : CRON_SKIPPED_NEXT;
+        dst.repeated = strstr(fields[4], "both") != NULL ? CRON_REPEATED_BOTH
+                                                         : CRON_REPEATED_FIRST;
     }
     long long at = strtoll(fields[2], NULL, 10);
     int count = atoi(fields[3]);

@@ -25,20 +25,22 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const ZONES[] = {"UTC", "Europe/Berlin", "Australia/Lord_Howe",
-                                    "Pacific/Apia", "America/Havana"};
+static const char *const ZONES[] = {"UTC", "Europe/Berlin",
+                                    "Australia/Lord_Howe", "Pacific/Apia",
+                                    "America/Havana"};
 static const int64_t STARTS[] = {
-    1806019200000,  /* 2027-03-27T00:00:00Z, before Berlin's spring forward */
-    1824854400500,  /* 2027-10-30T00:00:00.5Z, before Berlin's fall back */
-    1325116800000,  /* 2011-12-29T00:00:00Z, before Apia's skipped day */
-    1806969600000,  /* 2027-04-03T00:00:00Z, before Lord Howe's fall back */
+    1806019200000, /* 2027-03-27T00:00:00Z, before Berlin's spring forward */
+    1824854400500, /* 2027-10-30T00:00:00.5Z, before Berlin's fall back */
+    1325116800000, /* 2011-12-29T00:00:00Z, before Apia's skipped day */
+    1806969600000, /* 2027-04-03T00:00:00Z, before Lord Howe's fall back */
 };
 
-static void fail(const char *what, const uint8_t *data, size_t size, const char *zone,
-                 int64_t at, int64_t next)
+static void fail(const char *what, const uint8_t *data, size_t size,
+                 const char *zone, int64_t at, int64_t next)
 {
-    fprintf(stderr, "fuzz_cron: %s: \"%.*s\" zone %s after %lld: %lld\n", what, (int)size,
-            (const char *)data, zone, (long long)at, (long long)next);
+    fprintf(stderr, "fuzz_cron: %s: \"%.*s\" zone %s after %lld: %lld\n", what,
+            (int)size, (const char *)data, zone, (long long)at,
+            (long long)next);
     abort();
 }
 
@@ -46,7 +48,8 @@ static bool is_gap_end(const tz_t *z, int64_t s)
 {
     int64_t at;
     int32_t before, after;
-    return tz_prev_transition(z, s, &at, &before, &after) && at == s && after > before;
+    return tz_prev_transition(z, s, &at, &before, &after) && at == s &&
+           after > before;
 }
 
 static void walk(const cron_expr *e, const tz_t *z, cron_dst dst, int64_t at,
@@ -63,7 +66,8 @@ static void walk(const cron_expr *e, const tz_t *z, cron_dst dst, int64_t at,
         int64_t s = next / 1000;
         if (!cron_matches_wall(e, s + tz_offset_at(z, s)) &&
             !(dst.skipped == CRON_SKIPPED_NEXT && is_gap_end(z, s)))
-            fail("wall time does not match the fields", data, size, tz_name(z), at, next);
+            fail("wall time does not match the fields", data, size, tz_name(z),
+                 at, next);
         at = next;
     }
 }
@@ -88,8 +92,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fail("error without a position", data, size, "-", 0, 0);
         return 0;
     }
-    cron_dst pick = {size > 0 && (data[size - 1] & 1) ? CRON_SKIPPED_SKIP : CRON_SKIPPED_NEXT,
-                     size > 0 && (data[size - 1] & 2) ? CRON_REPEATED_BOTH : CRON_REPEATED_FIRST};
+    cron_dst pick = {size > 0 && (data[size - 1] & 1) ? CRON_SKIPPED_SKIP
+                                                      : CRON_SKIPPED_NEXT,
+                     size > 0 && (data[size - 1] & 2) ? CRON_REPEATED_BOTH
+                                                      : CRON_REPEATED_FIRST};
     for (size_t zi = 0; zi < sizeof ZONES / sizeof ZONES[0]; zi++) {
         tz_t *z = NULL;
         if (tz_open(ZONES[zi], &z, NULL) != RMQS_OK)

@@ -45,18 +45,18 @@ static const job_limits LIM = {
 };
 
 static const int64_t NOWS[] = {
-    1767225600000LL,   /* 2026-01-01T00:00:00Z */
-    INT64_MAX - 1,     /* overflow of now + delay */
-    INT64_MIN + 1,     /* overflow of deliver_at - now */
+    1767225600000LL, /* 2026-01-01T00:00:00Z */
+    INT64_MAX - 1,   /* overflow of now + delay */
+    INT64_MIN + 1,   /* overflow of deliver_at - now */
 };
 
-#define CHECK(cond, what)                                                      \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "fuzz_job_request: %s:%d: %s (%s)\n", __FILE__,    \
-                    __LINE__, what, #cond);                                    \
-            abort();                                                           \
-        }                                                                      \
+#define CHECK(cond, what)                                                   \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "fuzz_job_request: %s:%d: %s (%s)\n", __FILE__, \
+                    __LINE__, what, #cond);                                 \
+            abort();                                                        \
+        }                                                                   \
     } while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -87,7 +87,8 @@ static int depth_of(json_t *v, int limit)
     if (limit < 0)
         return 1;
     if (json_is_array(v)) {
-        json_array_foreach(v, i, x) {
+        json_array_foreach(v, i, x)
+        {
             d = depth_of(x, limit - 1);
             if (d > best)
                 best = d;
@@ -95,7 +96,8 @@ static int depth_of(json_t *v, int limit)
         return best + 1;
     }
     if (json_is_object(v)) {
-        json_object_foreach(v, key, x) {
+        json_object_foreach(v, key, x)
+        {
             d = depth_of(x, limit - 1);
             if (d > best)
                 best = d;
@@ -139,7 +141,8 @@ static void check_api_json(job_t *job)
     strcpy(job->id, "01890a5d-ac96-774b-bcce-b302099a8057");
     char *full = api_json(job, 0);
     char *own = api_json(job, JOB_WRITE_OWN_BODY);
-    CHECK(strcmp(full, own) == 0, "a copied JSON body reads unlike one parsed again");
+    CHECK(strcmp(full, own) == 0,
+          "a copied JSON body reads unlike one parsed again");
     free(own);
     free(full);
     free(api_json(job, JOB_WRITE_MINIMAL));
@@ -162,15 +165,16 @@ static void check_accepted(job_t *job, int64_t now)
           "delay_ms out of [0, horizon]");
     CHECK(job->due_at == (job->deliver_at > now ? job->deliver_at : now),
           "due_at is not the later of deliver_at and now");
-    CHECK(within_horizon(job->deliver_at, now), "deliver_at beyond the horizon");
+    CHECK(within_horizon(job->deliver_at, now),
+          "deliver_at beyond the horizon");
     CHECK(job->created_at == now && job->updated_at == now, "timestamps");
     CHECK(job->sent_at == -1 && job->attempts == 0 && job->last_error == NULL,
           "fresh job state");
     CHECK(job->max_attempts >= 1 && job->max_attempts <= LIM.max_max_attempts,
           "max_attempts out of range");
-    CHECK(job->headers == NULL ||
-              (json_is_object(job->headers) && json_object_size(job->headers) > 0 &&
-               json_object_size(job->headers) <= 128),
+    CHECK(job->headers == NULL || (json_is_object(job->headers) &&
+                                   json_object_size(job->headers) > 0 &&
+                                   json_object_size(job->headers) <= 128),
           "headers not a non-empty object of at most 128");
     CHECK(job->properties == NULL || json_is_object(job->properties),
           "properties not an object");
@@ -203,7 +207,8 @@ static void check_rejected(rmqs_rc rc, const rmqs_error *err, const job_t *job,
 {
     CHECK(rc == RMQS_EINVAL || rc == RMQS_ENOMEM, "unexpected error code");
     CHECK(err->message[0] != '\0', "rejected without a message");
-    CHECK(memchr(err->field, '\0', sizeof err->field) != NULL, "field not terminated");
+    CHECK(memchr(err->field, '\0', sizeof err->field) != NULL,
+          "field not terminated");
     check_utf8(err);
     CHECK(all_zero(job, sizeof *job), "rejected but the job is not zeroed");
     CHECK(canonical == NULL, "rejected but canonical text returned");
@@ -215,10 +220,11 @@ static void fuzz_schedule(const char *buf, size_t len)
         job_t job;
         char *canonical = (char *)1;
         rmqs_error err = {{0}, {0}};
-        rmqs_rc rc = job_from_request(buf, len, &LIM, NOWS[i], &job, &canonical,
-                                      &err);
+        rmqs_rc rc =
+            job_from_request(buf, len, &LIM, NOWS[i], &job, &canonical, &err);
         if (rc == RMQS_OK) {
-            CHECK(memchr(buf, '\0', len) == NULL, "accepted a body with a NUL byte");
+            CHECK(memchr(buf, '\0', len) == NULL,
+                  "accepted a body with a NUL byte");
             CHECK(canonical != NULL, "accepted without canonical text");
             json_t *c = json_loads(canonical, 0, NULL);
             CHECK(c != NULL, "canonical text does not parse");
@@ -242,7 +248,8 @@ static void fuzz_batch(const char *buf, size_t len)
     if (root == NULL)
         return;
     if (json_is_array(root)) {
-        json_array_foreach(root, i, item) {
+        json_array_foreach(root, i, item)
+        {
             if (i >= BATCH_ITEMS_MAX)
                 break;
             job_t job;
@@ -263,14 +270,16 @@ static void fuzz_reschedule(const char *buf, size_t len)
     for (size_t i = 0; i < sizeof NOWS / sizeof NOWS[0]; i++) {
         int64_t at = 0, delay = 0;
         rmqs_error err = {{0}, {0}};
-        rmqs_rc rc = job_parse_reschedule(buf, len, &LIM, NOWS[i], &at, &delay,
-                                          &err);
+        rmqs_rc rc =
+            job_parse_reschedule(buf, len, &LIM, NOWS[i], &at, &delay, &err);
         if (rc == RMQS_OK) {
-            CHECK(memchr(buf, '\0', len) == NULL, "reschedule accepted a NUL byte");
+            CHECK(memchr(buf, '\0', len) == NULL,
+                  "reschedule accepted a NUL byte");
             CHECK(delay >= 0 && delay <= LIM.max_delay_ms, "reschedule delay");
             CHECK(within_horizon(at, NOWS[i]), "reschedule beyond the horizon");
         } else {
-            CHECK(err.message[0] != '\0', "reschedule rejected without a message");
+            CHECK(err.message[0] != '\0',
+                  "reschedule rejected without a message");
             check_utf8(&err);
         }
     }

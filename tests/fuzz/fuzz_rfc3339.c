@@ -18,13 +18,13 @@
 
 #include "timeutil.h"
 
-#define MIN_MS (-62135596800000LL)  /* 0001-01-01T00:00:00.000Z */
-#define MAX_MS 253402300799999LL    /* 9999-12-31T23:59:59.999Z */
+#define MIN_MS (-62135596800000LL) /* 0001-01-01T00:00:00.000Z */
+#define MAX_MS 253402300799999LL   /* 9999-12-31T23:59:59.999Z */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static void fail(const char *what, const uint8_t *data, size_t size,
-                 int64_t ms, const char *text)
+static void fail(const char *what, const uint8_t *data, size_t size, int64_t ms,
+                 const char *text)
 {
     fprintf(stderr, "fuzz_rfc3339: %s: input \"%.*s\" ms=%lld formatted=%s\n",
             what, (int)size, (const char *)data, (long long)ms,
@@ -50,7 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(s);
 
     if (ms < MIN_MS || ms > MAX_MS)
-        fail("accepted an instant outside years 0001-9999", data, size, ms, NULL);
+        fail("accepted an instant outside years 0001-9999", data, size, ms,
+             NULL);
     memset(text, 'x', sizeof text);
     tu_format_rfc3339(ms, text);
     if (strlen(text) != TU_RFC3339_LEN)

@@ -55,8 +55,10 @@ static void die(const char *what, amqp_rpc_reply_t r)
                (const char *)text.bytes);
         exit(3);
     }
-    fprintf(stderr, "amqp_fields: %s failed (reply type %d, library error %d: "
-                    "%s)\n", what, r.reply_type, r.library_error,
+    fprintf(stderr,
+            "amqp_fields: %s failed (reply type %d, library error %d: "
+            "%s)\n",
+            what, r.reply_type, r.library_error,
             amqp_error_string2(r.library_error));
     exit(1);
 }
@@ -119,9 +121,7 @@ static void set_value(amqp_field_value_t *v, char kind, const char *text)
     case 'V': break;
     case 'F': v->value.table.num_entries = 0; break;
     case 'A': v->value.array.num_entries = 0; break;
-    default:
-        fprintf(stderr, "amqp_fields: unknown kind %c\n", kind);
-        exit(2);
+    default: fprintf(stderr, "amqp_fields: unknown kind %c\n", kind); exit(2);
     }
 }
 
@@ -133,8 +133,10 @@ static int publish(int argc, char **argv)
     struct timespec deadline;
 
     if (n < 1 || n > MAX_MSGS || (argc - 5) % 3 != 0) {
-        fprintf(stderr, "amqp_fields: publish wants MESSAGE_ID KIND VALUE "
-                        "triples (1-%d)\n", MAX_MSGS);
+        fprintf(stderr,
+                "amqp_fields: publish wants MESSAGE_ID KIND VALUE "
+                "triples (1-%d)\n",
+                MAX_MSGS);
         return 2;
     }
     amqp_confirm_select(c, CH);
@@ -172,8 +174,9 @@ static int publish(int argc, char **argv)
 
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (now.tv_sec > deadline.tv_sec) {
-            fprintf(stderr, "amqp_fields: %" PRIu64 " of %d confirmed in 10 s\n",
-                    acked, n);
+            fprintf(stderr,
+                    "amqp_fields: %" PRIu64 " of %d confirmed in 10 s\n", acked,
+                    n);
             return 1;
         }
         if (rc == AMQP_STATUS_TIMEOUT) {
@@ -210,8 +213,9 @@ static void print_delay(const amqp_basic_properties_t *p)
 {
     const amqp_field_value_t *v = NULL;
 
-    for (int i = 0; (p->_flags & AMQP_BASIC_HEADERS_FLAG) &&
-                    i < p->headers.num_entries; i++) {
+    for (int i = 0;
+         (p->_flags & AMQP_BASIC_HEADERS_FLAG) && i < p->headers.num_entries;
+         i++) {
         const amqp_table_entry_t *e = &p->headers.entries[i];
         if (e->key.len == 7 && memcmp(e->key.bytes, "x-delay", 7) == 0) {
             v = &e->value;
@@ -249,7 +253,8 @@ static int read_messages(char **argv)
         end.tv_nsec -= 1000000000L;
     }
     while (got < want) {
-        amqp_rpc_reply_t r = amqp_basic_get(c, CH, amqp_cstring_bytes(argv[3]), 1);
+        amqp_rpc_reply_t r =
+            amqp_basic_get(c, CH, amqp_cstring_bytes(argv[3]), 1);
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             die("basic.get", r);
         }

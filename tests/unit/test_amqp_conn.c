@@ -82,8 +82,8 @@ Test(amqp_conn, the_safe_url_never_holds_the_password)
 {
     static const char *const urls[] = {
         "amqp://guest:s3cr3t-PW@h/",
-        "amqp://guest:s3cr3t-PW%40x@h/",      /* encoded '@' */
-        "amqps://s3cr3t-PW:s3cr3t-PW@h:1/v",  /* user == password */
+        "amqp://guest:s3cr3t-PW%40x@h/",     /* encoded '@' */
+        "amqps://s3cr3t-PW:s3cr3t-PW@h:1/v", /* user == password */
         "amqp://u:s3cr3t-PW@h1/,amqp://u:s3cr3t-PW@h2/",
     };
 
@@ -93,8 +93,8 @@ Test(amqp_conn, the_safe_url_never_holds_the_password)
             const char *safe = amqpc_safe_url(c);
             /* the user may be the same string; the password part is *** */
             cr_expect(strstr(safe, ":***@") != NULL, "%s", safe);
-            cr_expect(strstr(strstr(safe, "://") + 3, ":s3cr3t") == NULL,
-                      "%s", safe);
+            cr_expect(strstr(strstr(safe, "://") + 3, ":s3cr3t") == NULL, "%s",
+                      safe);
             amqpc_next_url(c);
         }
         amqpc_free(c);
@@ -156,8 +156,7 @@ Test(amqp_conn, bad_urls_are_refused_without_echoing_them)
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rmqs_error err = {{0}, {0}};
-        amqpc_t *c =
-            amqpc_new(&(amqpc_options){.url = cases[i].url}, &err);
+        amqpc_t *c = amqpc_new(&(amqpc_options){.url = cases[i].url}, &err);
         cr_expect(c == NULL, "%s was accepted", cases[i].url);
         amqpc_free(c);
         cr_expect_str_eq(err.field, "amqp_url", "%s", cases[i].url);
@@ -174,18 +173,17 @@ Test(amqp_conn, bad_settings_are_refused)
     cr_expect(amqpc_new(&(amqpc_options){.url = "amqp://h", .heartbeat_s = -1},
                         &err) == NULL);
     cr_expect_str_eq(err.field, "heartbeat_s");
-    cr_expect(amqpc_new(&(amqpc_options){.url = "amqp://h",
-                                         .heartbeat_s = 65536},
-                        &err) == NULL);
+    cr_expect(
+        amqpc_new(&(amqpc_options){.url = "amqp://h", .heartbeat_s = 65536},
+                  &err) == NULL);
     cr_expect_str_eq(err.field, "heartbeat_s");
-    cr_expect(amqpc_new(&(amqpc_options){.url = "amqps://h",
-                                         .cert_file = "/c.pem"},
-                        &err) == NULL);
+    cr_expect(
+        amqpc_new(&(amqpc_options){.url = "amqps://h", .cert_file = "/c.pem"},
+                  &err) == NULL);
     cr_expect_str_eq(err.field, "amqp-cert-file");
     cr_expect(amqpc_new(NULL, &err) == NULL);
-    amqpc_t *c = amqpc_new(&(amqpc_options){.url = "amqp://h",
-                                            .heartbeat_s = 65535},
-                           &err);
+    amqpc_t *c = amqpc_new(
+        &(amqpc_options){.url = "amqp://h", .heartbeat_s = 65535}, &err);
     cr_expect(c != NULL, "%s", err.message);
     cr_expect(amqpc_state(c) == NULL, "a new amqpc_t is closed");
     cr_expect_eq(amqpc_heartbeat_s(c), 0);
@@ -262,9 +260,10 @@ Test(amqp_conn, a_failed_open_says_why_and_the_next_open_tries_the_next_url)
     rmqs_error err = {{0}, {0}};
     amqpc_t *c;
 
-    snprintf(url, sizeof url,
-             "amqp://u:pw-SECRET@127.0.0.1:%d/,amqp://u:pw-SECRET@127.0.0.1:%d/",
-             p1, p2);
+    snprintf(
+        url, sizeof url,
+        "amqp://u:pw-SECRET@127.0.0.1:%d/,amqp://u:pw-SECRET@127.0.0.1:%d/", p1,
+        p2);
     c = amqpc_new(&(amqpc_options){.url = url, .timeout_ms = 2000}, &err);
     cr_assert(c != NULL, "%s", err.message);
     cr_expect_eq(amqpc_open(c, &err), RMQS_EBROKER);

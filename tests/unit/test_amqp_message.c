@@ -78,11 +78,13 @@ Test(amqp_message, size_of_every_header_and_property_kind_matches_the_encoder)
     json_t *headers = json_loads(
         "{\"s\": \"text\", \"i\": -7, \"r\": 1.5, \"b\": true, \"n\": null,"
         " \"t\": {\"k\": \"v\", \"z\": [1, \"x\"]},"
-        " \"x-delay\": 5, \"x-scheduled-at\": \"dropped\"}", 0, &jerr);
+        " \"x-delay\": 5, \"x-scheduled-at\": \"dropped\"}",
+        0, &jerr);
     json_t *props = json_loads(
         "{\"content_type\": \"application/json\", \"correlation_id\": \"c1\","
         " \"reply_to\": \"r\", \"app_id\": \"shop\", \"priority\": 3,"
-        " \"expiration\": \"60000\", \"persistent\": false}", 0, &jerr);
+        " \"expiration\": \"60000\", \"persistent\": false}",
+        0, &jerr);
     amqp_field_value_t arr[2] = {i64(1), utf8("x")};
     amqp_table_entry_t inner[2], e[9];
     amqp_field_value_t v;
@@ -144,9 +146,9 @@ Test(amqp_message, a_given_message_id_replaces_the_default)
 Test(amqp_message, the_names_table)
 {
     static const char *const names[] = {
-        "content_type", "content_encoding", "correlation_id", "reply_to",
-        "message_id",   "type",             "app_id",         "user_id",
-        "expiration"};
+        "content_type", "content_encoding", "correlation_id",
+        "reply_to",     "message_id",       "type",
+        "app_id",       "user_id",          "expiration"};
     amqp_basic_properties_t p;
 
     cr_assert_eq(amqpm_n_str_props, sizeof names / sizeof names[0]);
@@ -183,8 +185,8 @@ Test(amqp_message, the_table_names_every_property_a_job_carries)
 Test(amqp_message, one_expiration_rule)
 {
     static const char *const ok[] = {"0", "60000", "4294967295", "0000000001"};
-    static const char *const bad[] = {"", "-1", " 1", "1.5", "4294967296",
-                                      "12345678901", "1e3"};
+    static const char *const bad[] = {"",           "-1",          " 1", "1.5",
+                                      "4294967296", "12345678901", "1e3"};
     json_t *v;
 
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -240,7 +242,8 @@ Test(amqp_message, build_follows_the_table_and_the_expiration_rule)
 
     cr_expect_eq(build("{\"expiration\": \"60000\", \"priority\": 9,"
                        " \"persistent\": false, \"app_id\": \"shop\"}",
-                       &pool, &m, &err), RMQS_OK, "%s", err.message);
+                       &pool, &m, &err),
+                 RMQS_OK, "%s", err.message);
     cr_expect(m.props._flags & AMQP_BASIC_EXPIRATION_FLAG);
     cr_expect_eq(m.props.expiration.len, 5);
     cr_expect_eq(m.props.priority, 9);
@@ -251,7 +254,8 @@ Test(amqp_message, build_follows_the_table_and_the_expiration_rule)
     cr_expect_eq(build("{\"expiration\": \"abc\"}", &pool, &m, &err),
                  RMQS_EINVAL);
     cr_expect(strstr(err.message, "expiration") != NULL, "%s", err.message);
-    cr_expect_eq(build("{\"expiration\": 60000}", &pool, &m, &err), RMQS_EINVAL);
+    cr_expect_eq(build("{\"expiration\": 60000}", &pool, &m, &err),
+                 RMQS_EINVAL);
     cr_expect_eq(build("{\"expiration\": \"4294967296\"}", &pool, &m, &err),
                  RMQS_EINVAL);
     cr_expect_eq(build("{\"priority\": 256}", &pool, &m, &err), RMQS_EINVAL);

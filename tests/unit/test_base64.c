@@ -43,9 +43,9 @@ Test(base64, vectors)
 
         unsigned char *dec = NULL;
         size_t dec_len = 99;
-        cr_assert_eq(base64_decode(cases[i].enc, strlen(cases[i].enc), &dec,
-                                   &dec_len),
-                     RMQS_OK, "%s", cases[i].enc);
+        cr_assert_eq(
+            base64_decode(cases[i].enc, strlen(cases[i].enc), &dec, &dec_len),
+            RMQS_OK, "%s", cases[i].enc);
         cr_assert_not_null(dec, "%s: non-NULL even when empty", cases[i].enc);
         cr_expect_eq(dec_len, cases[i].raw_len, "%s", cases[i].enc);
         cr_expect_eq(memcmp(dec, cases[i].raw, dec_len), 0, "%s", cases[i].enc);
@@ -75,22 +75,18 @@ Test(base64, round_trip_all_lengths)
 Test(base64, invalid)
 {
     static const char *const bad[] = {
-        "Zg",        /* unpadded */
-        "Zg=",       /* length 3 */
-        "Zm9vY",     /* length 5 */
-        "Z===",      /* too much padding */
-        "====",
-        "=Zg=",
-        "Zg=a",      /* data after padding */
-        "Zg==Zg==",  /* padding in the middle */
-        "Zm=v",
-        "Zm9 Yg==",  /* whitespace */
-        "Zm9vYg==\n",
-        "Zm9vYg=\n",
-        "Zm9-",      /* base64url alphabet */
-        "Zm9_",
-        "Zm9v\x80YmE",
-        "Zh==",      /* non-zero bits under the padding (non-canonical) */
+        "Zg",    /* unpadded */
+        "Zg=",   /* length 3 */
+        "Zm9vY", /* length 5 */
+        "Z===",  /* too much padding */
+        "====",       "=Zg=",
+        "Zg=a",                   /* data after padding */
+        "Zg==Zg==",               /* padding in the middle */
+        "Zm=v",       "Zm9 Yg==", /* whitespace */
+        "Zm9vYg==\n", "Zm9vYg=\n",
+        "Zm9-", /* base64url alphabet */
+        "Zm9_",       "Zm9v\x80YmE",
+        "Zh==", /* non-zero bits under the padding (non-canonical) */
         "Zm9=",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -27,8 +27,10 @@ static bool take1(claimset_t *cs, uint64_t gen, unsigned n)
     bool keep = false;
 
     id_of(n, id[0]);
-    cr_assert_geq(claimset_take(cs, gen, (const unsigned char(*)[JOB_ID_BYTES])id,
-                                1, &keep), 0);
+    cr_assert_geq(claimset_take(cs, gen,
+                                (const unsigned char(*)[JOB_ID_BYTES])id, 1,
+                                &keep),
+                  0);
     return keep;
 }
 
@@ -65,9 +67,9 @@ Test(claimset, a_change_that_ended_during_the_read_drops_the_job)
     uint64_t gen;
 
     id_of(2, id);
-    gen = claimset_begin(cs);          /* feeder: before its snapshot */
+    gen = claimset_begin(cs); /* feeder: before its snapshot */
     cr_assert_eq(claimset_change_begin(cs, id), RMQS_OK); /* cancel */
-    claimset_change_end(cs, id);       /* ... committed */
+    claimset_change_end(cs, id);                          /* ... committed */
     cr_expect_not(take1(cs, gen, 2), "a snapshot older than the cancel");
     cr_expect_not(claimset_held(cs, id));
     /* a read that starts after the change is trusted again */
@@ -95,7 +97,8 @@ Test(claimset, a_change_before_the_read_does_not_drop_the_job)
     unsigned char id[JOB_ID_BYTES];
 
     id_of(4, id);
-    cr_assert_eq(claimset_change_begin(cs, id), RMQS_OK); /* e.g. a reschedule */
+    cr_assert_eq(claimset_change_begin(cs, id),
+                 RMQS_OK); /* e.g. a reschedule */
     claimset_change_end(cs, id);
     /* the snapshot is younger than the commit: it shows the new state */
     cr_expect(take1(cs, claimset_begin(cs), 4));
@@ -114,8 +117,10 @@ Test(claimset, only_the_changed_jobs_are_dropped)
     gen = claimset_begin(cs);
     cr_assert_eq(claimset_change_begin(cs, ids[1]), RMQS_OK);
     claimset_change_end(cs, ids[1]);
-    cr_assert_eq(claimset_take(cs, gen, (const unsigned char(*)[JOB_ID_BYTES])ids,
-                               3, keep), 2);
+    cr_assert_eq(claimset_take(cs, gen,
+                               (const unsigned char(*)[JOB_ID_BYTES])ids, 3,
+                               keep),
+                 2);
     cr_expect(keep[0]);
     cr_expect_not(keep[1]);
     cr_expect(keep[2]);

@@ -22,7 +22,8 @@ Test(config, defaults_when_nothing_given)
     char *envp[] = {NULL};
     FILE *out = sink();
 
-    cr_assert_eq(config_load(&c, 1, argv, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 1, argv, envp, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_expect_eq(a, CONFIG_RUN);
     cr_expect_str_eq(c.listen, "127.0.0.1:8080");
     cr_expect_str_eq(c.db_path, "./data/scheduler.db");
@@ -42,12 +43,14 @@ Test(config, environment_then_flags_win)
     config c;
     config_action a;
     rmqs_error e = {0};
-    char *argv[] = {"rmq-scheduler", "--listen", "[::1]:9000", "--max-attempts=3", NULL};
+    char *argv[] = {"rmq-scheduler", "--listen", "[::1]:9000",
+                    "--max-attempts=3", NULL};
     char *envp[] = {"RMQS_LISTEN=0.0.0.0:1", "RMQS_DB=/tmp/x.db",
                     "RMQS_MAX_ATTEMPTS=7", "RMQS_SYNC=normal", NULL};
     FILE *out = sink();
 
-    cr_assert_eq(config_load(&c, 4, argv, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 4, argv, envp, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_expect_str_eq(c.listen, "[::1]:9000");
     cr_expect_str_eq(c.db_path, "/tmp/x.db");
     cr_expect_eq(c.max_attempts, 3);
@@ -58,7 +61,10 @@ Test(config, environment_then_flags_win)
 
 Test(config, rejects_bad_values_with_the_setting_named)
 {
-    static const struct { const char *arg; const char *field; } cases[] = {
+    static const struct {
+        const char *arg;
+        const char *field;
+    } cases[] = {
         {"--max-attempts=0", "max-attempts"},
         {"--max-attempts=abc", "max-attempts"},
         {"--heartbeat-s=99999", "heartbeat-s"},
@@ -85,7 +91,8 @@ Test(config, rejects_bad_values_with_the_setting_named)
         cr_expect_eq(config_load(&c, 2, argv, envp, out, &a, &e), RMQS_EINVAL,
                      "case %s accepted", cases[i].arg);
         cr_expect_str_eq(e.field, cases[i].field, "case %s", cases[i].arg);
-        cr_expect_neq(e.message[0], '\0', "case %s has no message", cases[i].arg);
+        cr_expect_neq(e.message[0], '\0', "case %s has no message",
+                      cases[i].arg);
         config_clear(&c);
         fclose(out);
     }
@@ -96,7 +103,8 @@ Test(config, backoff_cap_below_base_rejected)
     config c;
     config_action a;
     rmqs_error e = {0};
-    char *argv[] = {"rmq-scheduler", "--backoff-base-ms=5000", "--backoff-cap-ms=10", NULL};
+    char *argv[] = {"rmq-scheduler", "--backoff-base-ms=5000",
+                    "--backoff-cap-ms=10", NULL};
     char *envp[] = {NULL};
     FILE *out = sink();
 
@@ -132,11 +140,13 @@ Test(config, ingest_flags_append_and_replace_the_environment)
     config c;
     config_action a;
     rmqs_error e = {0};
-    char *argv[] = {"rmq-scheduler", "--ingest", "a.delayed=a", "--ingest=b.delayed=b", NULL};
+    char *argv[] = {"rmq-scheduler", "--ingest", "a.delayed=a",
+                    "--ingest=b.delayed=b", NULL};
     char *envp[] = {"RMQS_INGEST=x.delayed=x", NULL};
     FILE *out = sink();
 
-    cr_assert_eq(config_load(&c, 4, argv, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 4, argv, envp, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_assert_eq(c.ingest.n, 2);
     cr_expect_str_eq(c.ingest.maps[0].ingest_exchange, "a.delayed");
     cr_expect_str_eq(c.ingest.maps[0].target_exchange, "a");
@@ -147,14 +157,16 @@ Test(config, ingest_flags_append_and_replace_the_environment)
     cr_expect_null(c.ingest.maps);
 
     char *argv2[] = {"rmq-scheduler", NULL};
-    cr_assert_eq(config_load(&c, 1, argv2, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 1, argv2, envp, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_assert_eq(c.ingest.n, 1);
     cr_expect_str_eq(c.ingest.maps[0].ingest_exchange, "x.delayed");
     cr_expect_str_eq(c.ingest.maps[0].target_exchange, "x");
     config_clear(&c);
 
     char *envp2[] = {NULL};
-    cr_assert_eq(config_load(&c, 1, argv2, envp2, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 1, argv2, envp2, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_expect_eq(c.ingest.n, 0, "no --ingest: no mapping");
     config_clear(&c);
     fclose(out);
@@ -186,7 +198,7 @@ Test(config, ingest_list_parser_splits_at_the_first_equals_sign)
 Test(config, ingest_list_parser_rejects_a_bad_item_and_changes_nothing)
 {
     static const char *bad[] = {"nodelim", "=target", "src=", "a=b,,c=d",
-                                ",a=b", "a=b,=c", "a=b,c"};
+                                ",a=b",    "a=b,=c",  "a=b,c"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         config_ingest_list l = {0};
         rmqs_error e = {0};
@@ -208,22 +220,29 @@ Test(config, choices_map_to_their_values)
     config c;
     config_action a;
     rmqs_error e = {0};
-    char *argv[] = {"rmq-scheduler", "--sync=normal", "--log-level", "warn",
-                    "--log-format=json", "--ingest-invalid=dead-letter",
-                    "--ingest-dead-letter-exchange=dlx", NULL};
+    char *argv[] = {"rmq-scheduler",
+                    "--sync=normal",
+                    "--log-level",
+                    "warn",
+                    "--log-format=json",
+                    "--ingest-invalid=dead-letter",
+                    "--ingest-dead-letter-exchange=dlx",
+                    NULL};
     char *envp[] = {"RMQS_LOG_LEVEL=debug", NULL};
     char *argv0[] = {"rmq-scheduler", NULL};
     char *envp0[] = {NULL};
     FILE *out = sink();
 
-    cr_assert_eq(config_load(&c, 1, argv0, envp0, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 1, argv0, envp0, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_expect(c.sync_full);
     cr_expect_eq(c.log_level, LOG_INFO);
     cr_expect_eq(c.log_format, LOG_FORMAT_TEXT);
     cr_expect_eq(c.ingest_invalid, INGEST_INVALID_ROUTE);
     config_clear(&c);
 
-    cr_assert_eq(config_load(&c, 7, argv, envp, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 7, argv, envp, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_expect_not(c.sync_full);
     cr_expect_eq(c.log_level, LOG_WARN, "the flag wins over the environment");
     cr_expect_eq(c.log_format, LOG_FORMAT_JSON);
@@ -231,7 +250,8 @@ Test(config, choices_map_to_their_values)
     config_clear(&c);
 
     char *envp1[] = {"RMQS_LOG_LEVEL=error", "RMQS_SYNC=full", NULL};
-    cr_assert_eq(config_load(&c, 1, argv0, envp1, out, &a, &e), RMQS_OK, "%s", e.message);
+    cr_assert_eq(config_load(&c, 1, argv0, envp1, out, &a, &e), RMQS_OK, "%s",
+                 e.message);
     cr_expect_eq(c.log_level, LOG_ERROR);
     cr_expect(c.sync_full);
     config_clear(&c);
@@ -249,11 +269,20 @@ Test(config, a_bad_choice_names_the_allowed_values)
         {"--sync=sometimes", NULL, "sync", "sometimes", {"full", "normal"}},
         {NULL, "RMQS_SYNC=FULL", "sync", "FULL", {"full", "normal"}},
         {"--log-format=xml", NULL, "log-format", "xml", {"text", "json"}},
-        {"--log-level=loud", NULL, "log-level", "loud",
+        {"--log-level=loud",
+         NULL,
+         "log-level",
+         "loud",
          {"debug", "info", "warn", "error"}},
-        {NULL, "RMQS_LOG_LEVEL=", "log-level", "''",
+        {NULL,
+         "RMQS_LOG_LEVEL=",
+         "log-level",
+         "''",
          {"debug", "info", "warn", "error"}},
-        {"--ingest-invalid=drop", NULL, "ingest-invalid", "drop",
+        {"--ingest-invalid=drop",
+         NULL,
+         "ingest-invalid",
+         "drop",
          {"route", "dead-letter"}},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -265,11 +294,13 @@ Test(config, a_bad_choice_names_the_allowed_values)
         const char *what = cases[i].arg ? cases[i].arg : cases[i].env;
         FILE *out = sink();
 
-        cr_expect_eq(config_load(&c, cases[i].arg ? 2 : 1, argv, envp, out, &a, &e),
-                     RMQS_EINVAL, "case %s accepted", what);
+        cr_expect_eq(
+            config_load(&c, cases[i].arg ? 2 : 1, argv, envp, out, &a, &e),
+            RMQS_EINVAL, "case %s accepted", what);
         cr_expect_str_eq(e.field, cases[i].field, "case %s", what);
         cr_expect_not_null(strstr(e.message, cases[i].value),
-                           "case %s: the value is not named: %s", what, e.message);
+                           "case %s: the value is not named: %s", what,
+                           e.message);
         for (size_t k = 0; k < 4 && cases[i].allowed[k] != NULL; k++)
             cr_expect_not_null(strstr(e.message, cases[i].allowed[k]),
                                "case %s: '%s' is not named: %s", what,
@@ -354,8 +385,9 @@ Test(config, ui_auto_follows_the_token)
         rmqs_error e = {0};
         char *argv[] = {"rmq-scheduler", (char *)cases[i].arg, NULL};
         char *envp[] = {(char *)cases[i].env, NULL};
-        cr_assert_eq(config_load(&c, cases[i].arg ? 2 : 1, argv, envp, out, &a, &e),
-                     RMQS_OK, "case %zu: %s", i, e.message);
+        cr_assert_eq(
+            config_load(&c, cases[i].arg ? 2 : 1, argv, envp, out, &a, &e),
+            RMQS_OK, "case %zu: %s", i, e.message);
         cr_expect_eq(c.ui, cases[i].want, "case %zu", i);
         cr_expect_eq(c.ui_auto, cases[i].autom, "case %zu", i);
         config_clear(&c);

@@ -379,7 +379,8 @@ Test(confirm_window, a_channel_close_blames_the_quoted_exchange)
  * user_id it refuses): nobody is charged; the suspects are published again
  * (by id, as the dispatcher does) one at a time while any is unanswered,
  * and the next close, with one publish in flight, is that one's. */
-Test(confirm_window, a_close_naming_no_job_charges_nobody_and_probes_one_at_a_time)
+Test(confirm_window,
+     a_close_naming_no_job_charges_nobody_and_probes_one_at_a_time)
 {
     const char *why = "406 PRECONDITION_FAILED - message size 70000 is larger "
                       "than configured max size 65536";
@@ -408,7 +409,8 @@ Test(confirm_window, a_close_naming_no_job_charges_nobody_and_probes_one_at_a_ti
     /* a again (same id): acked, no longer a suspect */
     a2 = (int)(job("billing") - rec->jobs);
     strcpy(rec->jobs[a2].id, rec->jobs[a].id);
-    cr_expect_eq(cwin_publish(w, rec->jobs[a2].id, "billing", &rec->jobs[a2], 0), 2);
+    cr_expect_eq(
+        cwin_publish(w, rec->jobs[a2].id, "billing", &rec->jobs[a2], 0), 2);
     cr_expect_eq(cwin_ack(w, 2, false), 1);
     cr_expect_eq(cwin_probing(w), 1);
     /* b again, alone: the broker closes the channel: it is b's */
@@ -534,11 +536,11 @@ typedef struct model {
     int tag_job[MAX_JOBS]; /* this channel's tag -> job number */
     uint64_t next_tag;
     size_t cap;
-    size_t suspects;   /* jobs of a close that named none, unanswered
+    size_t suspects;  /* jobs of a close that named none, unanswered
                           (each publish here is a new job: never answered) */
-    size_t budget;     /* answers the probe still takes */
-    size_t probe_add;  /* suspects the current event adds */
-    bool probe_set;    /* the current event (re)starts the probe's budget */
+    size_t budget;    /* answers the probe still takes */
+    size_t probe_add; /* suspects the current event adds */
+    bool probe_set;   /* the current event (re)starts the probe's budget */
     uint64_t rng;
 } model;
 
@@ -692,8 +694,8 @@ static void random_run(uint64_t seed, size_t cap, int steps, int *kinds)
     }
     for (step = 0; step < steps && rec->njobs < MAX_JOBS - 1; step++) {
         uint64_t r = next_rand(m) % 100, low = model_low(m);
-        uint64_t tag = (low > 2 ? low - 2 : 0) +
-                       next_rand(m) % (m->next_tag - low + 4);
+        uint64_t tag =
+            (low > 2 ? low - 2 : 0) + next_rand(m) % (m->next_tag - low + 4);
         bool multiple = next_rand(m) % 2;
         int before = rec->norder;
 

@@ -61,8 +61,7 @@ static int num(const dueq_item *it)
 
 /* Take every job due by `at`: each must be due, and they must be the n
  * jobs numbered in want[], in that order. */
-static void expect_taken(due_queue_t *q, int64_t at, const int *want,
-                         size_t n)
+static void expect_taken(due_queue_t *q, int64_t at, const int *want, size_t n)
 {
     size_t k = 0;
     int64_t next;
@@ -273,8 +272,10 @@ Test(due_queue, done_keeps_arrival_order_and_its_oldest_time)
 
     a->out = (store_outcome){.id = a->job.id, .kind = STORE_OUT_SENT};
     snprintf(b->reason, sizeof b->reason, "NO_ROUTE");
-    b->out = (store_outcome){.id = b->job.id, .kind = STORE_OUT_RETRY,
-                             .error = b->reason, .retry_at = now + 1000};
+    b->out = (store_outcome){.id = b->job.id,
+                             .kind = STORE_OUT_RETRY,
+                             .error = b->reason,
+                             .retry_at = now + 1000};
     cr_expect_eq(dueq_done_push(q, a, now + 5), 1);
     cr_expect_eq(dueq_done_push(q, b, now + 7), 2);
     cr_expect_eq(dueq_release(q, c, now + 9), 3);

@@ -96,7 +96,8 @@ Test(http_deadline, headers_not_in_are_cut_at_the_header_deadline)
     close_conn(&f);
 }
 
-Test(http_deadline, a_body_not_ended_is_cut_at_the_body_deadline_from_its_headers)
+Test(http_deadline,
+     a_body_not_ended_is_cut_at_the_body_deadline_from_its_headers)
 {
     fixture f;
     unsigned long long before = cut_count("body_timeout");

@@ -44,8 +44,9 @@ Test(http_origin, host_is_the_listen_host_localhost_or_an_ip_literal)
 
 Test(http_origin, public_origins_add_their_hosts_and_origins)
 {
-    http_origins *o = make(" https://Sched.Example.com , http://ops.example:8443/",
-                           "0.0.0.0:8080", false);
+    http_origins *o =
+        make(" https://Sched.Example.com , http://ops.example:8443/",
+             "0.0.0.0:8080", false);
 
     cr_expect(http_origins_host_ok(o, "sched.example.com"));
     cr_expect(http_origins_host_ok(o, "ops.example:8443"));
@@ -53,8 +54,9 @@ Test(http_origin, public_origins_add_their_hosts_and_origins)
     cr_expect(http_origins_origin_ok(o, "https://sched.example.com:443",
                                      "127.0.0.1:8080"));
     cr_expect(http_origins_origin_ok(o, "http://OPS.example:8443", "x"));
-    cr_expect_not(http_origins_origin_ok(o, "http://sched.example.com",
-                                         "127.0.0.1:8080"), "another scheme");
+    cr_expect_not(
+        http_origins_origin_ok(o, "http://sched.example.com", "127.0.0.1:8080"),
+        "another scheme");
     http_origins_free(o);
 }
 
@@ -64,16 +66,19 @@ Test(http_origin, a_change_comes_from_its_own_origin_or_none)
     http_origins *t = make(NULL, "127.0.0.1:8443", true);
 
     cr_expect(http_origins_origin_ok(o, NULL, "127.0.0.1:8080"));
-    cr_expect(http_origins_origin_ok(o, "http://127.0.0.1:8080", "127.0.0.1:8080"));
+    cr_expect(
+        http_origins_origin_ok(o, "http://127.0.0.1:8080", "127.0.0.1:8080"));
     cr_expect(http_origins_origin_ok(o, "http://localhost", "localhost:80"));
-    cr_expect_not(http_origins_origin_ok(o, "http://evil.test", "127.0.0.1:8080"));
-    cr_expect_not(http_origins_origin_ok(o, "http://127.0.0.1:9999",
-                                         "127.0.0.1:8080"));
+    cr_expect_not(
+        http_origins_origin_ok(o, "http://evil.test", "127.0.0.1:8080"));
+    cr_expect_not(
+        http_origins_origin_ok(o, "http://127.0.0.1:9999", "127.0.0.1:8080"));
     cr_expect_not(http_origins_origin_ok(o, "null", "127.0.0.1:8080"));
     cr_expect_not(http_origins_origin_ok(o, "http://127.0.0.1:8080", NULL));
-    cr_expect(http_origins_origin_ok(t, "https://127.0.0.1:8443", "127.0.0.1:8443"));
-    cr_expect_not(http_origins_origin_ok(t, "http://127.0.0.1:8443",
-                                         "127.0.0.1:8443"));
+    cr_expect(
+        http_origins_origin_ok(t, "https://127.0.0.1:8443", "127.0.0.1:8443"));
+    cr_expect_not(
+        http_origins_origin_ok(t, "http://127.0.0.1:8443", "127.0.0.1:8443"));
     http_origins_free(o);
     http_origins_free(t);
 }
@@ -89,9 +94,9 @@ Test(http_origin, star_lets_a_proxy_in_front_decide)
 
 Test(http_origin, a_public_origin_that_is_not_one_is_refused)
 {
-    static const char *const bad[] = {"sched.example.com", "ftp://h",
-                                      "https://h/path", "https://u@h",
-                                      "https://h?x", "https://", "*,https://h"};
+    static const char *const bad[] = {
+        "sched.example.com", "ftp://h",  "https://h/path", "https://u@h",
+        "https://h?x",       "https://", "*,https://h"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         http_origins *o = (http_origins *)1;
         rmqs_error err = {0};

@@ -30,8 +30,10 @@ Test(http_prefer, return_preference)
         {"respond-async, return=minimal", HTTP_RETURN_MINIMAL},
         {"respond-async,return=minimal", HTTP_RETURN_MINIMAL},
         {" , ,return=minimal", HTTP_RETURN_MINIMAL},
-        {"wait=10, respond-async; x=\"a,b\", return=minimal", HTTP_RETURN_MINIMAL},
-        {"handling=lenient; return=minimal", HTTP_RETURN_UNSET}, /* a parameter */
+        {"wait=10, respond-async; x=\"a,b\", return=minimal",
+         HTTP_RETURN_MINIMAL},
+        {"handling=lenient; return=minimal",
+         HTTP_RETURN_UNSET}, /* a parameter */
         /* only the first return= counts (RFC 7240 section 2) */
         {"return=representation, return=minimal", HTTP_RETURN_REPRESENTATION},
         {"return=minimal, return=representation", HTTP_RETURN_MINIMAL},
@@ -49,11 +51,14 @@ Test(http_prefer, return_preference)
         {"return=, return=minimal", HTTP_RETURN_MINIMAL},
         {"return=\"minimal", HTTP_RETURN_UNSET},
         {"foo=\"a\\\"b, c\", return=minimal", HTTP_RETURN_MINIMAL},
-        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1, return=minimal", HTTP_RETURN_MINIMAL},
-        {"return=minimalaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", HTTP_RETURN_OTHER},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=1, return=minimal",
+         HTTP_RETURN_MINIMAL},
+        {"return=minimalaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         HTTP_RETURN_OTHER},
         {"returnaaaaaaaaaaaaaaaaaaaaaaaa=minimal", HTTP_RETURN_UNSET},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         cr_expect_eq(http_prefer_return_of(cases[i].header), cases[i].want,
-                     "Prefer: %s", cases[i].header ? cases[i].header : "(none)");
+                     "Prefer: %s",
+                     cases[i].header ? cases[i].header : "(none)");
 }

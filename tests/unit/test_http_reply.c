@@ -22,7 +22,7 @@ static const struct {
     {"1000", 1000, true, 1000},
     {"01000", 1000, true, 1000}, /* one digit more than 1000 has */
     {"00001", 1000, true, 1},
-    {"000001", 1000, false, 0},  /* two more: refused (was let in by
+    {"000001", 1000, false, 0}, /* two more: refused (was let in by
                                     /schedules' limit and count) */
     {"001000", 1000, false, 0},
     {"0", 1000, false, 0},

@@ -127,9 +127,9 @@ Test(ingest_map, x_delay_any_integer_type)
         uint8_t kind;
         int64_t want;
     } cases[] = {
-        {AMQP_FIELD_KIND_I8, 100},   {AMQP_FIELD_KIND_U8, 200},
-        {AMQP_FIELD_KIND_I16, 3000}, {AMQP_FIELD_KIND_U16, 60000},
-        {AMQP_FIELD_KIND_I32, 70000}, {AMQP_FIELD_KIND_U32, 4000000},
+        {AMQP_FIELD_KIND_I8, 100},      {AMQP_FIELD_KIND_U8, 200},
+        {AMQP_FIELD_KIND_I16, 3000},    {AMQP_FIELD_KIND_U16, 60000},
+        {AMQP_FIELD_KIND_I32, 70000},   {AMQP_FIELD_KIND_U32, 4000000},
         {AMQP_FIELD_KIND_I64, 5000000}, {AMQP_FIELD_KIND_U64, 6000000},
     };
 
@@ -193,7 +193,8 @@ static void expect_invalid_timing(msg *m, const char *field, const char *text)
     cr_expect_eq(job.delay_ms, 0);
     cr_expect_eq(job.status, JOB_PENDING);
     cr_expect_eq(job.source, JOB_SOURCE_AMQP);
-    cr_expect_null(job.headers ? json_object_get(job.headers, "x-delay") : NULL);
+    cr_expect_null(job.headers ? json_object_get(job.headers, "x-delay")
+                               : NULL);
     job_clear(&job);
 }
 
@@ -219,11 +220,11 @@ enum outcome { DELAYED, AT_ONCE, INVALID };
 static const struct xdelay_case {
     const char *name;
     uint8_t kind;
-    int64_t i;      /* integer kinds, boolean, timestamp (as u64) */
-    double d;       /* F32 / F64 */
-    const char *s;  /* UTF8 / BYTES */
+    int64_t i;     /* integer kinds, boolean, timestamp (as u64) */
+    double d;      /* F32 / F64 */
+    const char *s; /* UTF8 / BYTES */
     enum outcome want;
-    int64_t ms;     /* DELAYED */
+    int64_t ms;       /* DELAYED */
     const char *text; /* INVALID: part of the message */
 } XDELAY_CASES[] = {
     {"I8 100", AMQP_FIELD_KIND_I8, 100, 0, NULL, DELAYED, 100, NULL},
@@ -233,21 +234,27 @@ static const struct xdelay_case {
     {"U16 60000", AMQP_FIELD_KIND_U16, 60000, 0, NULL, DELAYED, 60000, NULL},
     {"I32 70000", AMQP_FIELD_KIND_I32, 70000, 0, NULL, DELAYED, 70000, NULL},
     {"I32 -3000", AMQP_FIELD_KIND_I32, -3000, 0, NULL, AT_ONCE, 0, NULL},
-    {"U32 4000000", AMQP_FIELD_KIND_U32, 4000000, 0, NULL, DELAYED, 4000000, NULL},
-    {"I64 5000000", AMQP_FIELD_KIND_I64, 5000000, 0, NULL, DELAYED, 5000000, NULL},
+    {"U32 4000000", AMQP_FIELD_KIND_U32, 4000000, 0, NULL, DELAYED, 4000000,
+     NULL},
+    {"I64 5000000", AMQP_FIELD_KIND_I64, 5000000, 0, NULL, DELAYED, 5000000,
+     NULL},
     {"I64 0", AMQP_FIELD_KIND_I64, 0, 0, NULL, AT_ONCE, 0, NULL},
     {"I64 -1", AMQP_FIELD_KIND_I64, -1, 0, NULL, AT_ONCE, 0, NULL},
     {"I64 min", AMQP_FIELD_KIND_I64, INT64_MIN, 0, NULL, AT_ONCE, 0, NULL},
-    {"U64 6000000", AMQP_FIELD_KIND_U64, 6000000, 0, NULL, DELAYED, 6000000, NULL},
+    {"U64 6000000", AMQP_FIELD_KIND_U64, 6000000, 0, NULL, DELAYED, 6000000,
+     NULL},
     {"F64 1500.7", AMQP_FIELD_KIND_F64, 0, 1500.7, NULL, DELAYED, 1500, NULL},
     {"F64 0.9", AMQP_FIELD_KIND_F64, 0, 0.9, NULL, AT_ONCE, 0, NULL},
     {"F64 -0.5", AMQP_FIELD_KIND_F64, 0, -0.5, NULL, AT_ONCE, 0, NULL},
     {"F64 -1e300", AMQP_FIELD_KIND_F64, 0, -1e300, NULL, AT_ONCE, 0, NULL},
     {"F64 1e300", AMQP_FIELD_KIND_F64, 0, 1e300, NULL, INVALID, 0, "horizon"},
-    {"F64 NaN", AMQP_FIELD_KIND_F64, 0, NAN, NULL, INVALID, 0, "not a finite number"},
-    {"F64 inf", AMQP_FIELD_KIND_F64, 0, INFINITY, NULL, INVALID, 0, "not a finite number"},
+    {"F64 NaN", AMQP_FIELD_KIND_F64, 0, NAN, NULL, INVALID, 0,
+     "not a finite number"},
+    {"F64 inf", AMQP_FIELD_KIND_F64, 0, INFINITY, NULL, INVALID, 0,
+     "not a finite number"},
     {"F32 250.5", AMQP_FIELD_KIND_F32, 0, 250.5, NULL, DELAYED, 250, NULL},
-    {"F32 -inf", AMQP_FIELD_KIND_F32, 0, -INFINITY, NULL, INVALID, 0, "not a finite number"},
+    {"F32 -inf", AMQP_FIELD_KIND_F32, 0, -INFINITY, NULL, INVALID, 0,
+     "not a finite number"},
     {"S \"500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "500", DELAYED, 500, NULL},
     {"S \"0500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "0500", DELAYED, 500, NULL},
     {"S \"+500\"", AMQP_FIELD_KIND_UTF8, 0, 0, "+500", DELAYED, 500, NULL},
@@ -257,18 +264,27 @@ static const struct xdelay_case {
      AT_ONCE, 0, NULL},
     {"S huge", AMQP_FIELD_KIND_UTF8, 0, 0, "99999999999999999999999", INVALID,
      0, "horizon"},
-    {"S \" 500\"", AMQP_FIELD_KIND_UTF8, 0, 0, " 500", INVALID, 0, "not a decimal integer"},
-    {"S \"500 \"", AMQP_FIELD_KIND_UTF8, 0, 0, "500 ", INVALID, 0, "not a decimal integer"},
-    {"S \"5e2\"", AMQP_FIELD_KIND_UTF8, 0, 0, "5e2", INVALID, 0, "not a decimal integer"},
-    {"S \"500.0\"", AMQP_FIELD_KIND_UTF8, 0, 0, "500.0", INVALID, 0, "not a decimal integer"},
-    {"S \"0x10\"", AMQP_FIELD_KIND_UTF8, 0, 0, "0x10", INVALID, 0, "not a decimal integer"},
+    {"S \" 500\"", AMQP_FIELD_KIND_UTF8, 0, 0, " 500", INVALID, 0,
+     "not a decimal integer"},
+    {"S \"500 \"", AMQP_FIELD_KIND_UTF8, 0, 0, "500 ", INVALID, 0,
+     "not a decimal integer"},
+    {"S \"5e2\"", AMQP_FIELD_KIND_UTF8, 0, 0, "5e2", INVALID, 0,
+     "not a decimal integer"},
+    {"S \"500.0\"", AMQP_FIELD_KIND_UTF8, 0, 0, "500.0", INVALID, 0,
+     "not a decimal integer"},
+    {"S \"0x10\"", AMQP_FIELD_KIND_UTF8, 0, 0, "0x10", INVALID, 0,
+     "not a decimal integer"},
     {"S \"+\"", AMQP_FIELD_KIND_UTF8, 0, 0, "+", INVALID, 0, "without digits"},
     {"S \"\"", AMQP_FIELD_KIND_UTF8, 0, 0, "", INVALID, 0, "without digits"},
     {"x \"750\"", AMQP_FIELD_KIND_BYTES, 0, 0, "750", DELAYED, 750, NULL},
-    {"x \"abc\"", AMQP_FIELD_KIND_BYTES, 0, 0, "abc", INVALID, 0, "not a decimal integer"},
-    {"t true", AMQP_FIELD_KIND_BOOLEAN, 1, 0, NULL, INVALID, 0, "not a boolean"},
-    {"T timestamp", AMQP_FIELD_KIND_TIMESTAMP, 1767225601, 0, NULL, INVALID, 0, "not a timestamp"},
-    {"D decimal", AMQP_FIELD_KIND_DECIMAL, 0, 0, NULL, INVALID, 0, "not a decimal"},
+    {"x \"abc\"", AMQP_FIELD_KIND_BYTES, 0, 0, "abc", INVALID, 0,
+     "not a decimal integer"},
+    {"t true", AMQP_FIELD_KIND_BOOLEAN, 1, 0, NULL, INVALID, 0,
+     "not a boolean"},
+    {"T timestamp", AMQP_FIELD_KIND_TIMESTAMP, 1767225601, 0, NULL, INVALID, 0,
+     "not a timestamp"},
+    {"D decimal", AMQP_FIELD_KIND_DECIMAL, 0, 0, NULL, INVALID, 0,
+     "not a decimal"},
     {"V void", AMQP_FIELD_KIND_VOID, 0, 0, NULL, INVALID, 0, "not void"},
     {"F table", AMQP_FIELD_KIND_TABLE, 0, 0, NULL, INVALID, 0, "not a table"},
     {"A array", AMQP_FIELD_KIND_ARRAY, 0, 0, NULL, INVALID, 0, "not an array"},
@@ -286,11 +302,15 @@ static void set_case_value(amqp_field_value_t *v, const struct xdelay_case *c)
     case AMQP_FIELD_KIND_I64: v->value.i64 = c->i; break;
     case AMQP_FIELD_KIND_U64:
     case AMQP_FIELD_KIND_TIMESTAMP: v->value.u64 = (uint64_t)c->i; break;
-    case AMQP_FIELD_KIND_BOOLEAN: v->value.boolean = (amqp_boolean_t)c->i; break;
+    case AMQP_FIELD_KIND_BOOLEAN:
+        v->value.boolean = (amqp_boolean_t)c->i;
+        break;
     case AMQP_FIELD_KIND_F32: v->value.f32 = (float)c->d; break;
     case AMQP_FIELD_KIND_F64: v->value.f64 = c->d; break;
     case AMQP_FIELD_KIND_UTF8:
-    case AMQP_FIELD_KIND_BYTES: v->value.bytes = amqp_cstring_bytes(c->s); break;
+    case AMQP_FIELD_KIND_BYTES:
+        v->value.bytes = amqp_cstring_bytes(c->s);
+        break;
     case AMQP_FIELD_KIND_DECIMAL:
         v->value.decimal.decimals = 1;
         v->value.decimal.value = 5000;
@@ -325,7 +345,8 @@ Test(ingest_map, x_delay_every_field_type_as_the_plugin_reads_it)
             cr_expect_str_eq(err.field, "headers.x-delay", "%s", c->name);
             cr_expect(strstr(err.message, c->text) != NULL, "%s: message: %s",
                       c->name, err.message);
-            cr_expect_not_null(job.exchange, "%s: still a routable job", c->name);
+            cr_expect_not_null(job.exchange, "%s: still a routable job",
+                               c->name);
             cr_expect_eq(job.deliver_at, NOW, "%s", c->name);
             cr_expect_eq(job.delay_ms, 0, "%s", c->name);
             break;
@@ -343,7 +364,8 @@ Test(ingest_map, x_delay_beyond_the_horizon_is_invalid)
 
     msg_init(&m, "k", "b");
     add_i64(&m, "x-delay", 30 * UT_DAY);
-    cr_assert_eq(convert(&m, &job, &err), RMQS_OK, "the horizon itself is fine");
+    cr_assert_eq(convert(&m, &job, &err), RMQS_OK,
+                 "the horizon itself is fine");
     job_clear(&job);
 
     msg_init(&m, "k", "b");
@@ -448,7 +470,8 @@ Test(ingest_map, bad_x_deliver_at_is_invalid)
 
     msg_init(&m, "k", "b");
     add(&m, "x-deliver-at", AMQP_FIELD_KIND_BOOLEAN)->value.boolean = 1;
-    expect_invalid_timing(&m, "headers.x-deliver-at", "RFC 3339 string or integer");
+    expect_invalid_timing(&m, "headers.x-deliver-at",
+                          "RFC 3339 string or integer");
 
     msg_init(&m, "k", "b");
     add(&m, "x-deliver-at", AMQP_FIELD_KIND_U64)->value.u64 = UINT64_MAX;
@@ -696,7 +719,8 @@ Test(ingest_map, properties_are_mapped)
     msg_init(&m, "k", "b");
     add_i64(&m, "x-delay", 1);
     p = &m.env.message.properties;
-    p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_CONTENT_ENCODING_FLAG |
+    p->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG |
+                 AMQP_BASIC_CONTENT_ENCODING_FLAG |
                  AMQP_BASIC_CORRELATION_ID_FLAG | AMQP_BASIC_REPLY_TO_FLAG |
                  AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG |
                  AMQP_BASIC_APP_ID_FLAG | AMQP_BASIC_USER_ID_FLAG |
@@ -733,7 +757,8 @@ Test(ingest_map, properties_are_mapped)
     cr_expect_str_eq(json_string_value(json_object_get(pr, "type")),
                      "order.created");
     cr_expect_str_eq(json_string_value(json_object_get(pr, "app_id")), "shop");
-    cr_expect_str_eq(json_string_value(json_object_get(pr, "user_id")), "guest");
+    cr_expect_str_eq(json_string_value(json_object_get(pr, "user_id")),
+                     "guest");
     cr_expect_eq(json_integer_value(json_object_get(pr, "priority")), 7);
     cr_expect_str_eq(json_string_value(json_object_get(pr, "expiration")),
                      "60000");
@@ -783,8 +808,7 @@ Test(ingest_map, property_that_is_not_text_cannot_be_carried)
     msg_init(&m, "k", "b");
     add_i64(&m, "x-delay", 1);
     m.env.message.properties._flags |= AMQP_BASIC_CORRELATION_ID_FLAG;
-    m.env.message.properties.correlation_id =
-        (amqp_bytes_t){1, (void *)"\x80"};
+    m.env.message.properties.correlation_id = (amqp_bytes_t){1, (void *)"\x80"};
     expect_uncarriable(&m, "properties.correlation_id");
 }
 
@@ -814,8 +838,7 @@ Test(ingest_map, empty_target_and_routing_key)
     msg_init(&m, "", "");
     add_i64(&m, "x-delay", 1);
     memset(&err, 0, sizeof err);
-    cr_assert_eq(ingest_map_job(&m.env, "", NOW, &LIM, &job, &err),
-                 RMQS_OK);
+    cr_assert_eq(ingest_map_job(&m.env, "", NOW, &LIM, &job, &err), RMQS_OK);
     cr_expect_str_eq(job.exchange, "");
     cr_expect_str_eq(job.routing_key, "");
     cr_expect_eq(job.body_len, 0);

@@ -132,7 +132,8 @@ static bool in_main_file(int n)
     free(bytes);
     id_clause(n, where);
     snprintf(sql, sizeof(sql), "SELECT count(*) FROM jobs WHERE %s", where);
-    if (sqlite3_open_v2(g_snap, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
+    if (sqlite3_open_v2(g_snap, &db, SQLITE_OPEN_READWRITE, NULL) ==
+            SQLITE_OK &&
         sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK &&
         sqlite3_step(s) == SQLITE_ROW)
         found = sqlite3_column_int(s, 0) == 1;
@@ -220,10 +221,11 @@ Test(janitor, purges_finished_jobs_past_retention_in_small_transactions)
     for (int n = 8; n <= 10; n++)
         cr_expect(in_store(n), "job %d purged", n);
     cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM idempotency "
-                                    "WHERE key = 'key-of-7'"), 0,
-                 "a purged job's key stayed");
+                                    "WHERE key = 'key-of-7'"),
+                 0, "a purged job's key stayed");
     cr_expect_eq(ut_sql_int(g_path, "SELECT count(*) FROM idempotency "
-                                    "WHERE key = 'key-of-10'"), 1);
+                                    "WHERE key = 'key-of-10'"),
+                 1);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
     cr_expect_eq(counts[JOB_PENDING], 1);
     cr_expect_eq(counts[JOB_PUBLISHING], 1);

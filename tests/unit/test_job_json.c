@@ -30,8 +30,9 @@ static job_t job_of(const char *s)
     job_t j;
     rmqs_error err;
     char *t = ut_json_quotes(s);
-    cr_assert_eq(job_from_request(t, strlen(t), &ut_limits, NOW, &j, NULL, &err),
-                 RMQS_OK, "%s: %s", s, err.message);
+    cr_assert_eq(
+        job_from_request(t, strlen(t), &ut_limits, NOW, &j, NULL, &err),
+        RMQS_OK, "%s: %s", s, err.message);
     free(t);
     memcpy(j.id, ID, JOB_ID_LEN + 1);
     return j;
@@ -79,9 +80,9 @@ static json_t *parsed(const job_t *j)
 /* the fields                                                                */
 
 static const char *const api_keys[] = {
-    "id", "status", "source", "exchange", "routing_key", "deliver_at", "next_attempt_at",
-    "created_at", "updated_at", "sent_at", "attempts", "max_attempts",
-    "last_error", "headers", "properties",
+    "id",         "status",          "source",     "exchange",   "routing_key",
+    "deliver_at", "next_attempt_at", "created_at", "updated_at", "sent_at",
+    "attempts",   "max_attempts",    "last_error", "headers",    "properties",
 };
 #define N_KEYS (sizeof api_keys / sizeof api_keys[0])
 
@@ -92,8 +93,11 @@ static void expect_keys_in_order(json_t *o, const char *body_key)
     json_t *v;
     size_t i = 0;
 
-    json_object_foreach(o, key, v) {
-        const char *want = i < N_KEYS ? api_keys[i] : i == N_KEYS ? body_key : "(none)";
+    json_object_foreach(o, key, v)
+    {
+        const char *want = i < N_KEYS    ? api_keys[i]
+                           : i == N_KEYS ? body_key
+                                         : "(none)";
         cr_expect_str_eq(key, want, "member %zu", i);
         i++;
     }
@@ -108,7 +112,8 @@ static const char *str_of(json_t *o, const char *key)
 
 Test(job_json, text_pending)
 {
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}");
+    job_t j = job_of(
+        "{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}");
     json_t *o = parsed(&j);
     expect_keys_in_order(o, "body");
     cr_expect_str_eq(str_of(o, "id"), ID);
@@ -134,23 +139,28 @@ Test(job_json, text_pending)
 
 Test(job_json, json_body)
 {
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}]},"
-                     "'delay_ms':0,'headers':{'h':1}}");
+    job_t j =
+        job_of("{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}]},"
+               "'delay_ms':0,'headers':{'h':1}}");
     json_t *o = parsed(&j);
     expect_keys_in_order(o, "body");
     json_t *want = json_pack("{s:[i,{s:n}]}", "a", 1, "b");
-    cr_expect(json_equal(json_object_get(o, "body"), want), "body is the JSON value");
+    cr_expect(json_equal(json_object_get(o, "body"), want),
+              "body is the JSON value");
     json_decref(want);
     cr_expect_str_eq(str_of(json_object_get(o, "properties"), "content_type"),
                      "application/json");
-    cr_expect_eq(json_integer_value(json_object_get(json_object_get(o, "headers"), "h")), 1);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(o, "headers"), "h")),
+        1);
     json_decref(o);
     job_clear(&j);
 }
 
 Test(job_json, binary_body)
 {
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':0}");
+    job_t j = job_of("{'exchange':'e','routing_key':'r','body_base64':'AAEC/"
+                     "w==','delay_ms':0}");
     json_t *o = parsed(&j);
     expect_keys_in_order(o, "body_base64");
     cr_expect_str_eq(str_of(o, "body_base64"), "AAEC/w==");
@@ -160,14 +170,16 @@ Test(job_json, binary_body)
 
 Test(job_json, sent_and_failed)
 {
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
+    job_t j =
+        job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
     j.status = JOB_SENT;
     j.sent_at = NOW + 2;
     j.attempts = 1;
     j.updated_at = NOW + 2;
     json_t *o = parsed(&j);
     cr_expect_str_eq(str_of(o, "status"), "sent");
-    cr_expect(json_is_null(json_object_get(o, "next_attempt_at")), "not pending");
+    cr_expect(json_is_null(json_object_get(o, "next_attempt_at")),
+              "not pending");
     cr_expect_str_eq(str_of(o, "sent_at"), "2026-01-01T00:00:00.002Z");
     cr_expect_str_eq(str_of(o, "updated_at"), "2026-01-01T00:00:00.002Z");
     cr_expect_eq(json_integer_value(json_object_get(o, "attempts")), 1);
@@ -215,42 +227,43 @@ Test(job_json, damaged_body_shown_as_base64)
 /* ------------------------------------------------------------------------ */
 /* the exact text                                                            */
 
-#define GOLDEN_PENDING                                                         \
-    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","           \
-    "\"exchange\":\"e\",\"routing_key\":\"r\","                                \
-    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\","                             \
-    "\"next_attempt_at\":\"2026-01-01T00:00:01.500Z\","                        \
-    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                             \
-    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"            \
-    "\"attempts\":0,\"max_attempts\":5,\"last_error\":null,\"headers\":{},"    \
+#define GOLDEN_PENDING                                                      \
+    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","        \
+    "\"exchange\":\"e\",\"routing_key\":\"r\","                             \
+    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\","                          \
+    "\"next_attempt_at\":\"2026-01-01T00:00:01.500Z\","                     \
+    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                          \
+    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"         \
+    "\"attempts\":0,\"max_attempts\":5,\"last_error\":null,\"headers\":{}," \
     "\"properties\":{},\"body\":\"hello\"}"
-#define GOLDEN_FAILED                                                          \
-    "{\"id\":\"" ID "\",\"status\":\"failed\",\"source\":\"amqp\","            \
-    "\"exchange\":\"e\",\"routing_key\":\"r\","                                \
-    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\",\"next_attempt_at\":null,"    \
-    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                             \
-    "\"updated_at\":\"2026-01-01T00:00:00.002Z\",\"sent_at\":null,"            \
-    "\"attempts\":5,\"max_attempts\":5,\"last_error\":\"NO_ROUTE ?\","         \
+#define GOLDEN_FAILED                                                       \
+    "{\"id\":\"" ID "\",\"status\":\"failed\",\"source\":\"amqp\","         \
+    "\"exchange\":\"e\",\"routing_key\":\"r\","                             \
+    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\",\"next_attempt_at\":null," \
+    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                          \
+    "\"updated_at\":\"2026-01-01T00:00:00.002Z\",\"sent_at\":null,"         \
+    "\"attempts\":5,\"max_attempts\":5,\"last_error\":\"NO_ROUTE ?\","      \
     "\"headers\":{},\"properties\":{},\"body\":\"hello\"}"
-#define GOLDEN_JSON_BODY                                                       \
-    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","           \
-    "\"exchange\":\"billing\",\"routing_key\":\"invoice.overdue\","            \
-    "\"deliver_at\":\"2026-01-01T00:00:00.000Z\","                             \
-    "\"next_attempt_at\":\"2026-01-01T00:00:00.000Z\","                        \
-    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                             \
-    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"            \
-    "\"attempts\":0,\"max_attempts\":5,\"last_error\":null,"                   \
-    "\"headers\":{\"h\":true},"                                                \
-    "\"properties\":{\"priority\":5,\"content_type\":\"application/json\"},"   \
+#define GOLDEN_JSON_BODY                                                     \
+    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","         \
+    "\"exchange\":\"billing\",\"routing_key\":\"invoice.overdue\","          \
+    "\"deliver_at\":\"2026-01-01T00:00:00.000Z\","                           \
+    "\"next_attempt_at\":\"2026-01-01T00:00:00.000Z\","                      \
+    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                           \
+    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"          \
+    "\"attempts\":0,\"max_attempts\":5,\"last_error\":null,"                 \
+    "\"headers\":{\"h\":true},"                                              \
+    "\"properties\":{\"priority\":5,\"content_type\":\"application/json\"}," \
     "\"body\":{\"n\":[1,2.5,null],\"s\":\"\xc3\xa9\\n\"}}"
-#define GOLDEN_MINIMAL(status)                                                 \
-    "{\"id\":\"" ID "\",\"status\":\"" status "\","                            \
+#define GOLDEN_MINIMAL(status)                      \
+    "{\"id\":\"" ID "\",\"status\":\"" status "\"," \
     "\"deliver_at\":\"2026-01-01T00:00:01.500Z\"}"
 
-#define REQ_TEXT "{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}"
-#define REQ_JSON                                                               \
-    "{'exchange':'billing','routing_key':'invoice.overdue',"                   \
-    "'body':{'n':[1,2.5,null],'s':'\\u00e9\\n'},'delay_ms':0,"                 \
+#define REQ_TEXT \
+    "{'exchange':'e','routing_key':'r','body':'hello','delay_ms':1500}"
+#define REQ_JSON                                               \
+    "{'exchange':'billing','routing_key':'invoice.overdue',"   \
+    "'body':{'n':[1,2.5,null],'s':'\\u00e9\\n'},'delay_ms':0," \
     "'headers':{'h':true},'properties':{'priority':5}}"
 
 Test(job_json, exact_text)
@@ -287,17 +300,22 @@ Test(job_json, requests_are_written_in_janssons_form)
         "{'exchange':'','routing_key':'','body':'','delay_ms':0}",
         /* every escape jansson writes, and characters it does not escape */
         "{'exchange':'e/\\\\x','routing_key':'q\\\"t','body':"
-        "'\\u0001\\b\\f\\n\\r\\t\\u001f\\u007f/\\u00e9\\u20ac\\ud83d\\ude00','delay_ms':0}",
-        "{'exchange':'caf\xc3\xa9','routing_key':'\xe2\x82\xac.\xf0\x9f\x98\x80',"
+        "'\\u0001\\b\\f\\n\\r\\t\\u001f\\u007f/"
+        "\\u00e9\\u20ac\\ud83d\\ude00','delay_ms':0}",
+        "{'exchange':'caf\xc3\xa9','routing_key':'\xe2\x82\xac."
+        "\xf0\x9f\x98\x80',"
         "'body':'x','delay_ms':0}",
         "{'exchange':'e','routing_key':'r','body':{'a':[1,{'b':null}],'c':true,"
         "'d':-0.0,'e':1.5e300,'f':0.1,'g':-12,'h':'\\u0001\\\"'},'delay_ms':0,"
-        "'headers':{'h':1,'s':'v\\n','b':false,'r':2.5},'properties':{'priority':5,"
+        "'headers':{'h':1,'s':'v\\n','b':false,'r':2.5},'properties':{'"
+        "priority':5,"
         "'app_id':'z','persistent':false}}",
-        "{'exchange':'e','routing_key':'r','body':[],'deliver_at':'2025-06-01T00:00:00Z'}",
+        "{'exchange':'e','routing_key':'r','body':[],'deliver_at':'2025-06-"
+        "01T00:00:00Z'}",
         "{'exchange':'e','routing_key':'r','body':{},'delay_ms':3,"
         "'properties':{'content_type':'text/x'}}",
-        "{'exchange':'e','routing_key':'r','body_base64':'AAEC/w==','delay_ms':0,"
+        "{'exchange':'e','routing_key':'r','body_base64':'AAEC/"
+        "w==','delay_ms':0,"
         "'max_attempts':7}",
         "{'exchange':'e','routing_key':'r','body_base64':'','delay_ms':0}",
     };
@@ -309,23 +327,26 @@ Test(job_json, requests_are_written_in_janssons_form)
         char *own = written(&j, JOB_WRITE_OWN_BODY, reqs[i]);
         json_t *out = json_loads(full, 0, NULL);
 
-        cr_expect_str_eq(own, full, "%s: a copied body reads as one parsed again",
-                         reqs[i]);
+        cr_expect_str_eq(
+            own, full, "%s: a copied body reads as one parsed again", reqs[i]);
         cr_assert_not_null(in);
         cr_assert_not_null(out);
         /* what was asked for is what is shown */
-        cr_expect_str_eq(str_of(out, "exchange"), str_of(in, "exchange"), "%s", reqs[i]);
-        cr_expect_str_eq(str_of(out, "routing_key"), str_of(in, "routing_key"), "%s",
+        cr_expect_str_eq(str_of(out, "exchange"), str_of(in, "exchange"), "%s",
                          reqs[i]);
+        cr_expect_str_eq(str_of(out, "routing_key"), str_of(in, "routing_key"),
+                         "%s", reqs[i]);
         if (json_object_get(in, "body") != NULL)
             cr_expect(json_equal(json_object_get(out, "body"),
-                                 json_object_get(in, "body")), "%s: body", reqs[i]);
+                                 json_object_get(in, "body")),
+                      "%s: body", reqs[i]);
         else
-            cr_expect_str_eq(str_of(out, "body_base64"), str_of(in, "body_base64"),
-                             "%s", reqs[i]);
+            cr_expect_str_eq(str_of(out, "body_base64"),
+                             str_of(in, "body_base64"), "%s", reqs[i]);
         if (json_object_get(in, "headers") != NULL)
             cr_expect(json_equal(json_object_get(out, "headers"),
-                                 json_object_get(in, "headers")), "%s: headers", reqs[i]);
+                                 json_object_get(in, "headers")),
+                      "%s: headers", reqs[i]);
         json_decref(out);
         json_decref(in);
         free(own);
@@ -337,7 +358,8 @@ Test(job_json, requests_are_written_in_janssons_form)
 
 Test(job_json, stored_jobs_are_written_in_janssons_form)
 {
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
+    job_t j =
+        job_of("{'exchange':'e','routing_key':'r','body':'x','delay_ms':0}");
     char *t;
 
     j.status = JOB_SENT;
@@ -350,8 +372,12 @@ Test(job_json, stored_jobs_are_written_in_janssons_form)
     j.sent_at = -1;
     j.last_error = ut_strdup("NOT_FOUND - no exchange 'e' \xff \"q\"\n");
     t = written(&j, 0, "failed, invalid UTF-8 in last_error");
-    cr_expect(strstr(t, "\"last_error\":\"NOT_FOUND - no exchange 'e' ? \\\"q\\\"\\n\"") != NULL,
-              "%s", t);
+    cr_expect(
+        strstr(
+            t,
+            "\"last_error\":\"NOT_FOUND - no exchange 'e' ? \\\"q\\\"\\n\"") !=
+            NULL,
+        "%s", t);
     free(t);
     free(j.exchange);
     j.exchange = ut_strdup("bad\xc3(");
@@ -407,10 +433,11 @@ Test(job_json, appends_and_minimal)
     cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL), RMQS_OK);
     cr_assert_eq(job_buf_append(&b, ",", 1), RMQS_OK);
     j.status = JOB_CANCELLED;
-    cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL | JOB_WRITE_OWN_BODY), RMQS_OK);
+    cr_assert_eq(job_write_json(&b, &j, JOB_WRITE_MINIMAL | JOB_WRITE_OWN_BODY),
+                 RMQS_OK);
     cr_assert_eq(job_buf_append(&b, "]", 1), RMQS_OK);
-    cr_expect_str_eq(b.data, "[" GOLDEN_MINIMAL("pending") ","
-                             GOLDEN_MINIMAL("cancelled") "]");
+    cr_expect_str_eq(b.data, "[" GOLDEN_MINIMAL("pending") "," GOLDEN_MINIMAL(
+                                 "cancelled") "]");
     cr_expect_eq(b.len, strlen(b.data));
     cr_expect(!b.oom);
     job_buf_free(&b);
@@ -436,12 +463,14 @@ Test(job_json, batch_answer)
 
     jobs[1].status = JOB_CANCELLED;
     cr_assert_eq(job_write_batch(&b, jobs, 2, JOB_WRITE_MINIMAL), RMQS_OK);
-    cr_expect_str_eq(b.data, "{\"jobs\":[" GOLDEN_MINIMAL("pending") ","
-                             GOLDEN_MINIMAL("cancelled") "]}");
+    cr_expect_str_eq(b.data,
+                     "{\"jobs\":[" GOLDEN_MINIMAL("pending") "," GOLDEN_MINIMAL(
+                         "cancelled") "]}");
     job_buf_free(&b);
     jobs[1].status = JOB_PENDING;
     cr_assert_eq(job_write_batch(&b, jobs, 2, JOB_WRITE_OWN_BODY), RMQS_OK);
-    cr_expect_str_eq(b.data, "{\"jobs\":[" GOLDEN_PENDING "," GOLDEN_PENDING "]}");
+    cr_expect_str_eq(b.data,
+                     "{\"jobs\":[" GOLDEN_PENDING "," GOLDEN_PENDING "]}");
     expect_jansson_form(b.data, "batch");
     job_buf_free(&b);
     job_clear(&jobs[0]);
@@ -471,13 +500,15 @@ Test(job_json, list_page)
  * for, right after its source; other jobs have none of the three. */
 Test(job_json, schedule_run_fields)
 {
-    job_t j = job_of("{'exchange':'e','routing_key':'r','body':'tick','delay_ms':60000}");
+    job_t j = job_of(
+        "{'exchange':'e','routing_key':'r','body':'tick','delay_ms':60000}");
     json_t *o;
     const char *key;
     json_t *v;
     size_t i = 0;
-    static const char *const first[] = {"id", "status", "source", "schedule",
-                                        "fire_at", "expires_at", "exchange"};
+    static const char *const first[] = {"id",       "status",  "source",
+                                        "schedule", "fire_at", "expires_at",
+                                        "exchange"};
 
     o = parsed(&j);
     cr_expect_null(json_object_get(o, "schedule"));
@@ -490,7 +521,8 @@ Test(job_json, schedule_run_fields)
     j.fire_at = NOW + 60000;
     j.expires_at = NOW + 120000;
     o = parsed(&j);
-    json_object_foreach(o, key, v) {
+    json_object_foreach(o, key, v)
+    {
         if (i < sizeof first / sizeof first[0])
             cr_expect_str_eq(key, first[i], "member %zu", i);
         i++;

@@ -135,8 +135,9 @@ Test(log, json_fields_of_every_shape)
     begin_json();
     log_warn("m", "no fields", NULL);
     log_warn("m", "empty fields", "%s", "");
-    log_warn("m", "numbers",
-             "a=0 b=-5 c=0123 d=12ab e=9223372036854775807 f=9223372036854775808");
+    log_warn(
+        "m", "numbers",
+        "a=0 b=-5 c=0123 d=12ab e=9223372036854775807 f=9223372036854775808");
     log_warn("m", "empty values", "a= b=\"\"");
     log_warn("m", "unterminated quote", "a=\"no end");
     log_warn("m", "text", "a=1 free text here");
@@ -220,8 +221,10 @@ Test(log, a_line_too_long_is_shortened_but_stays_json)
     v = finish(3);
 
     for (size_t i = 0; i < 2; i++) {
-        expect_envelope(v[i], "error", "m", i == 0 ? "big value" : "control bytes");
-        cr_expect(json_is_true(json_object_get(v[i], "truncated")), "line %zu", i);
+        expect_envelope(v[i], "error", "m",
+                        i == 0 ? "big value" : "control bytes");
+        cr_expect(json_is_true(json_object_get(v[i], "truncated")), "line %zu",
+                  i);
         cr_expect_gt(strlen(str(v[i], "v")), 50, "line %zu lost its value", i);
     }
     cr_expect_eq(json_integer_value(json_object_get(v[0], "first")), 1);
@@ -236,7 +239,8 @@ Test(log, a_line_too_long_is_shortened_but_stays_json)
 
 Test(log, levels_below_the_minimum_are_not_written)
 {
-    static const char *const want[] = {"info", "warn", "error", "warn", "error"};
+    static const char *const want[] = {"info", "warn", "error", "warn",
+                                       "error"};
     json_t **v;
 
     begin_json();
@@ -281,7 +285,8 @@ Test(log, text_is_the_default)
     log_info("http", "scheduled", "job_id=%s n=%d", "abc", 3);
     text = ut_capture_end(&cap);
     cr_expect_not_null(strstr(text, " level=info module=http msg=\"scheduled\" "
-                                    "job_id=abc n=3\n"), "%s", text);
+                                    "job_id=abc n=3\n"),
+                       "%s", text);
     cr_expect_eq(text[4], '-', "starts with the time: %s", text);
     free(text);
 
@@ -300,8 +305,9 @@ Test(log, text_is_the_default)
 static void *log_many(void *arg)
 {
     for (int i = 0; i < PER_THREAD; i++)
-        log_info("t", "line", "thread=%d i=%d pad=\"%s\"", *(int *)arg, i,
-                 "................................................................");
+        log_info(
+            "t", "line", "thread=%d i=%d pad=\"%s\"", *(int *)arg, i,
+            "................................................................");
     return NULL;
 }
 
@@ -337,8 +343,9 @@ Test(log, lines_from_several_threads_never_interleave)
 
 /* A client's value that would end its field, add fields and start a line
  * of its own if written as it is. */
-#define FORGERY "x\n2026-01-01T00:00:00.000Z level=error module=auth " \
-                "msg=\"forged\" user=\"root\"\r\t\\\x01\x7f end"
+#define FORGERY                                            \
+    "x\n2026-01-01T00:00:00.000Z level=error module=auth " \
+    "msg=\"forged\" user=\"root\"\r\t\\\x01\x7f end"
 
 /* The text emit wrote to stderr as text lines (caller frees). */
 static char *text_of(void (*emit)(void))
@@ -356,7 +363,8 @@ static void expect_line_ending(void (*emit)(void), const char *want)
 {
     char *t = text_of(emit);
 
-    cr_assert_eq(strchr(t, '\n'), t + strlen(t) - 1, "more than one line: %s", t);
+    cr_assert_eq(strchr(t, '\n'), t + strlen(t) - 1, "more than one line: %s",
+                 t);
     cr_assert_geq(strlen(t), strlen(want), "%s", t);
     cr_expect_str_eq(t + strlen(t) - strlen(want), want);
     free(t);
@@ -364,17 +372,21 @@ static void expect_line_ending(void (*emit)(void), const char *want)
 
 static void emit_forgeries(void)
 {
-    log_warn("dispatcher", "publish failed", "routing_key=%s reason=\"%s\" n=%d",
-             FORGERY, FORGERY, 3);
+    log_warn("dispatcher", "publish failed",
+             "routing_key=%s reason=\"%s\" n=%d", FORGERY, FORGERY, 3);
 }
 
 Test(log, text_values_are_escaped_so_a_value_is_one_field_of_one_line)
 {
-    expect_line_ending(emit_forgeries,
-        " level=warn module=dispatcher msg=\"publish failed\" routing_key=\"x\\n"
+    expect_line_ending(
+        emit_forgeries,
+        " level=warn module=dispatcher msg=\"publish failed\" "
+        "routing_key=\"x\\n"
         "2026-01-01T00:00:00.000Z level=error module=auth msg=\\\"forged\\\" "
-        "user=\\\"root\\\"\\r\\t\\\\\\x01\\x7f end\" reason=\"x\\n2026-01-01T00:00"
-        ":00.000Z level=error module=auth msg=\\\"forged\\\" user=\\\"root\\\"\\r"
+        "user=\\\"root\\\"\\r\\t\\\\\\x01\\x7f end\" "
+        "reason=\"x\\n2026-01-01T00:00"
+        ":00.000Z level=error module=auth msg=\\\"forged\\\" "
+        "user=\\\"root\\\"\\r"
         "\\t\\\\\\x01\\x7f end\" n=3\n");
 }
 
@@ -426,9 +438,10 @@ static void emit_conversions(void)
 
 Test(log, text_conversions_other_than_strings_print_as_printf_would)
 {
-    expect_line_ending(emit_conversions,
-                       " msg=\"conv\" a=-7 b=42 c=-9000000000 d=18000000000 e=7 "
-                       "f=0a g=abc h=ab   | i=z j=1.500000 k=0012 l=-3 m=%\n");
+    expect_line_ending(
+        emit_conversions,
+        " msg=\"conv\" a=-7 b=42 c=-9000000000 d=18000000000 e=7 "
+        "f=0a g=abc h=ab   | i=z j=1.500000 k=0012 l=-3 m=%\n");
 }
 
 static void emit_two_in_quotes(void)

@@ -11,18 +11,22 @@ Test(metrics, routes_are_classified_without_ids_in_labels)
     cr_expect_eq(metrics_route_of("/schedule/batch"), MR_SCHEDULE_BATCH);
     cr_expect_eq(metrics_route_of("/jobs"), MR_JOBS);
     cr_expect_eq(metrics_route_of("/jobs/count"), MR_JOBS_COUNT);
-    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000"), MR_JOB);
+    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000"),
+                 MR_JOB);
     cr_expect_eq(metrics_route_of("/healthz"), MR_HEALTHZ);
     cr_expect_eq(metrics_route_of("/metrics"), MR_METRICS);
-    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000/run"),
-                 MR_JOB_RUN);
-    cr_expect_eq(metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000/retry"),
-                 MR_JOB_RETRY);
+    cr_expect_eq(
+        metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000/run"),
+        MR_JOB_RUN);
+    cr_expect_eq(
+        metrics_route_of("/jobs/0190a1b2-0000-7000-8000-000000000000/retry"),
+        MR_JOB_RETRY);
     cr_expect_eq(metrics_route_of("/jobs/x/nope"), MR_OTHER);
     cr_expect_eq(metrics_route_of("/stats"), MR_STATS);
     cr_expect_eq(metrics_route_of("/jobs/bulk"), MR_JOBS_BULK);
-    cr_expect_eq(metrics_route_of("/jobs/bulk/0190a1b2-0000-7000-8000-000000000000"),
-                 MR_JOBS_BULK_ONE);
+    cr_expect_eq(
+        metrics_route_of("/jobs/bulk/0190a1b2-0000-7000-8000-000000000000"),
+        MR_JOBS_BULK_ONE);
     cr_expect_eq(metrics_route_of("/nope"), MR_OTHER);
 }
 
@@ -30,15 +34,16 @@ Test(metrics, counters_and_histograms_move_and_render)
 {
     metrics_sources src = {.have_counts = true,
                            .jobs_by_status = {7, 1, 2, 3, 4},
-                           .db_bytes = 4096, .search_index_lag = 12,
+                           .db_bytes = 4096,
+                           .search_index_lag = 12,
                            .broker_connected = true};
     char *text;
 
     metrics_jobs_scheduled(5);
     metrics_publish_attempts(2);
     metrics_publish_failure(MF_RETURNED);
-    metrics_job_sent(3);      /* 3 ms late: in the 0.005 bucket */
-    metrics_job_sent(70000);  /* 70 s: only in +Inf */
+    metrics_job_sent(3);     /* 3 ms late: in the 0.005 bucket */
+    metrics_job_sent(70000); /* 70 s: only in +Inf */
     metrics_http(MR_SCHEDULE, 201, 1500);
     metrics_http(MR_SCHEDULE, 599, 10);
 
@@ -46,16 +51,27 @@ Test(metrics, counters_and_histograms_move_and_render)
     cr_assert_not_null(text);
     cr_expect_not_null(strstr(text, "rmqs_jobs_scheduled_total 5\n"));
     cr_expect_not_null(strstr(text, "rmqs_publish_attempts_total 2\n"));
-    cr_expect_not_null(strstr(text, "rmqs_publish_failures_total{reason=\"returned\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_jobs_published_total{result=\"sent\"} 2\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_publish_failures_total{reason=\"returned\"} 1\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_jobs_published_total{result=\"sent\"} 2\n"));
     cr_expect_not_null(strstr(text, "rmqs_jobs{status=\"pending\"} 7\n"));
-    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"0.0025\"} 0\n"));
-    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"0.005\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"60\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"+Inf\"} 2\n"));
-    cr_expect_not_null(strstr(text, "rmqs_dispatch_lateness_seconds_count 2\n"));
-    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedule\",status=\"201\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedule\",status=\"other\"} 1\n"));
+    cr_expect_not_null(strstr(
+        text, "rmqs_dispatch_lateness_seconds_bucket{le=\"0.0025\"} 0\n"));
+    cr_expect_not_null(strstr(
+        text, "rmqs_dispatch_lateness_seconds_bucket{le=\"0.005\"} 1\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"60\"} 1\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_dispatch_lateness_seconds_bucket{le=\"+Inf\"} 2\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_dispatch_lateness_seconds_count 2\n"));
+    cr_expect_not_null(strstr(
+        text,
+        "rmqs_http_requests_total{route=\"/schedule\",status=\"201\"} 1\n"));
+    cr_expect_not_null(strstr(
+        text,
+        "rmqs_http_requests_total{route=\"/schedule\",status=\"other\"} 1\n"));
     cr_expect_not_null(strstr(text, "rmqs_broker_connected 1\n"));
     cr_expect_not_null(strstr(text, "rmqs_database_size_bytes 4096\n"));
     cr_expect_not_null(strstr(text, "rmqs_search_index_lag_jobs 12\n"));
@@ -64,8 +80,8 @@ Test(metrics, counters_and_histograms_move_and_render)
 
 Test(metrics, gauges_left_out_when_sources_unknown)
 {
-    metrics_sources src = {.have_counts = false, .db_bytes = -1,
-                           .search_index_lag = -1};
+    metrics_sources src = {
+        .have_counts = false, .db_bytes = -1, .search_index_lag = -1};
     char *text = metrics_render(&src);
 
     cr_assert_not_null(text);
@@ -94,14 +110,19 @@ Test(metrics, schedules_routes_runs_states_and_build_info)
     metrics_http(MR_SCHEDULE_ONE, 204, 100);
     text = metrics_render(&src);
     cr_assert_not_null(text);
-    cr_expect_not_null(strstr(text, "rmqs_schedule_runs_total{result=\"fired\"} 4\n"));
-    cr_expect_not_null(strstr(text, "rmqs_schedule_runs_total{result=\"misfired_fired\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_schedule_runs_total{result=\"skipped\"} 9\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_schedule_runs_total{result=\"fired\"} 4\n"));
+    cr_expect_not_null(strstr(
+        text, "rmqs_schedule_runs_total{result=\"misfired_fired\"} 1\n"));
+    cr_expect_not_null(
+        strstr(text, "rmqs_schedule_runs_total{result=\"skipped\"} 9\n"));
     cr_expect_not_null(strstr(text, "rmqs_schedules{state=\"active\"} 3\n"));
     cr_expect_not_null(strstr(text, "rmqs_schedules{state=\"paused\"} 2\n"));
     cr_expect_not_null(strstr(text, "rmqs_schedules{state=\"ended\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/schedules/{name}\",status=\"204\"} 1\n"));
-    cr_expect_not_null(strstr(text, "rmqs_build_info{version=\"" RMQS_VERSION "\",tzdata=\"2025b\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_http_requests_total{route=\"/"
+                                    "schedules/{name}\",status=\"204\"} 1\n"));
+    cr_expect_not_null(strstr(text, "rmqs_build_info{version=\"" RMQS_VERSION
+                                    "\",tzdata=\"2025b\"} 1\n"));
     free(text);
     src.have_schedule_counts = false;
     src.tzdata_version = NULL;

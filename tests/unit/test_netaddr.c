@@ -6,7 +6,10 @@
 
 Test(netaddr, splits_names_ipv4_and_ipv6)
 {
-    static const struct { const char *text, *host; unsigned port; } ok[] = {
+    static const struct {
+        const char *text, *host;
+        unsigned port;
+    } ok[] = {
         {"127.0.0.1:8080", "127.0.0.1", 8080},
         {"localhost:0", "localhost", 0},
         {"0.0.0.0:65535", "0.0.0.0", 65535},
@@ -31,9 +34,10 @@ Test(netaddr, refuses_what_is_not_host_colon_port)
     char long_host[NETADDR_HOST_MAX + 8];
     memset(long_host, 'a', NETADDR_HOST_MAX + 1);
     strcpy(long_host + NETADDR_HOST_MAX + 1, ":80");
-    const char *bad[] = {"h:65536", "h:99999999999", ":80", "[]:80",
-                         "[::1]8080", "[::1]", "h:", "h:8a", "h", "",
-                         "h:-1", "h:+1", "h: 80", long_host};
+    const char *bad[] = {
+        "h:65536", "h:99999999999", ":80", "[]:80", "[::1]8080", "[::1]",
+        "h:",      "h:8a",          "h",   "",      "h:-1",      "h:+1",
+        "h: 80",   long_host};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char host[NETADDR_HOST_MAX + 1];
         unsigned port = 0;

@@ -41,7 +41,8 @@ Test(reqparse, key_field_fits_and_never_cuts_inside_a_character)
         rp_key_field(out, prefix, key);
         cr_expect(strlen(out) <= RP_FIELD_MAX);
         cr_expect(utf8_valid(out, strlen(out)), "prefix %zu: %s", plen, out);
-        cr_expect(strlen(out) >= RP_FIELD_MAX - 1, "cut at most one byte short");
+        cr_expect(strlen(out) >= RP_FIELD_MAX - 1,
+                  "cut at most one byte short");
         cr_expect(strncmp(out, prefix, plen) == 0);
     }
     cr_expect_str_eq(rp_key_field(out, "headers.", "x"), "headers.x");
@@ -56,7 +57,8 @@ static bool is_m(const char *key)
 Test(reqparse, unknown_key_is_the_smallest_one)
 {
     static const char *const allowed[] = {"a", "b"};
-    json_t *o = json_pack("{s:i, s:i, s:i, s:i}", "zz", 1, "a", 1, "m", 1, "q", 1);
+    json_t *o =
+        json_pack("{s:i, s:i, s:i, s:i}", "zz", 1, "a", 1, "m", 1, "q", 1);
 
     cr_assert_not_null(o);
     cr_expect_str_eq(rp_unknown_key(o, allowed, 2, NULL), "m");
@@ -85,7 +87,8 @@ Test(reqparse, parse_object_answers)
               err.message);
     cr_expect_eq(rp_parse_object("{\"a\":1,\"a\":2}", 13, &root, &err),
                  RMQS_EINVAL);
-    cr_expect(strncmp(err.message, "invalid JSON: ", 14) == 0, "%s", err.message);
+    cr_expect(strncmp(err.message, "invalid JSON: ", 14) == 0, "%s",
+              err.message);
     cr_expect_eq(rp_parse_object(NULL, 0, &root, &err), RMQS_EINVAL);
     cr_expect_eq(rp_parse_object(NULL, 3, &root, &err), RMQS_EINVAL);
     cr_expect(strstr(err.message, "missing") != NULL, "%s", err.message);
@@ -107,7 +110,8 @@ Test(reqparse, schedule_fields_are_cut_at_a_character)
         else
             snprintf(body, sizeof body,
                      "{\"every_ms\":60000,\"job\":{\"exchange\":\"\","
-                     "\"routing_key\":\"q\",\"body\":\"x\",\"%s\":1}}", key);
+                     "\"routing_key\":\"q\",\"body\":\"x\",\"%s\":1}}",
+                     key);
         memset(&err, 0, sizeof err);
         cr_expect_eq(schedule_from_request("s1", body, strlen(body), &ut_limits,
                                            NOW, &s, NULL, &err),
@@ -116,8 +120,12 @@ Test(reqparse, schedule_fields_are_cut_at_a_character)
                   err.field);
         cr_expect(strlen(err.field) >= RP_FIELD_MAX - 1, "case %zu: %s", i,
                   err.field);
-        cr_expect(strncmp(err.field, i == 2 ? "job." : i == 1 ? "dst." : "",
-                          i == 0 ? 0 : 4) == 0, "case %zu: %s", i, err.field);
+        cr_expect(strncmp(err.field,
+                          i == 2   ? "job."
+                          : i == 1 ? "dst."
+                                   : "",
+                          i == 0 ? 0 : 4) == 0,
+                  "case %zu: %s", i, err.field);
     }
     free(key);
 }
@@ -127,8 +135,8 @@ Test(reqparse, schedule_fields_are_cut_at_a_character)
 Test(reqparse, filter_names_the_smallest_unknown_key_cut_at_a_character)
 {
     char *key = accents(40);
-    json_t *f = json_pack("{s:s, s:s, s:s}", key, "x", "zzz", "x", "status",
-                          "sent");
+    json_t *f =
+        json_pack("{s:s, s:s, s:s}", key, "x", "zzz", "x", "status", "sent");
     rmqs_error err = {0};
     store_filter sf;
 

@@ -35,8 +35,9 @@ Test(rmqs, fail_fills_error)
 {
     rmqs_error e;
     memset(&e, 'x', sizeof e);
-    cr_expect_eq(rmqs_fail(&e, RMQS_EINVAL, "delay_ms", "%s: must be %d", "delay_ms", 7),
-                 RMQS_EINVAL);
+    cr_expect_eq(
+        rmqs_fail(&e, RMQS_EINVAL, "delay_ms", "%s: must be %d", "delay_ms", 7),
+        RMQS_EINVAL);
     cr_expect_str_eq(e.field, "delay_ms");
     cr_expect_str_eq(e.message, "delay_ms: must be 7");
 }

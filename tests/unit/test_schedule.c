@@ -41,7 +41,8 @@ static void parse_ok(const char *body, schedule_t *s)
 static int64_t ts(const char *text)
 {
     int64_t ms = 0;
-    cr_assert_eq(tu_parse_rfc3339(text, strlen(text), &ms), RMQS_OK, "%s", text);
+    cr_assert_eq(tu_parse_rfc3339(text, strlen(text), &ms), RMQS_OK, "%s",
+                 text);
     return ms;
 }
 
@@ -71,7 +72,7 @@ Test(schedule, dst_defaults_follow_the_expression_and_parts_override)
     schedule_t s;
 
     parse_ok("{'cron':'0 * * * *'," JOB "}", &s);
-    cr_expect_eq(s.dst.skipped, CRON_SKIPPED_SKIP);  /* wildcard hour: */
+    cr_expect_eq(s.dst.skipped, CRON_SKIPPED_SKIP);   /* wildcard hour: */
     cr_expect_eq(s.dst.repeated, CRON_REPEATED_BOTH); /* real elapsed time */
     schedule_clear(&s);
     parse_ok("{'cron':'0 * * * *','dst':{'repeated':'first'}," JOB "}", &s);
@@ -79,7 +80,8 @@ Test(schedule, dst_defaults_follow_the_expression_and_parts_override)
     cr_expect_eq(s.dst.repeated, CRON_REPEATED_FIRST);
     schedule_clear(&s);
     parse_ok("{'cron':'30 2 * * *','timezone':'Europe/Berlin',"
-             "'dst':{'skipped':'skip','repeated':'both'}," JOB "}", &s);
+             "'dst':{'skipped':'skip','repeated':'both'}," JOB "}",
+             &s);
     cr_expect_eq(s.dst.skipped, CRON_SKIPPED_SKIP);
     cr_expect_eq(s.dst.repeated, CRON_REPEATED_BOTH);
     cr_expect_str_eq(tz_name(s.tz), "Europe/Berlin");
@@ -97,38 +99,57 @@ typedef struct bad_case {
 
 static const bad_case bad_cases[] = {
     {"s1", "{" JOB "}", "cron", "one of cron or every_ms"},
-    {"s1", "{'cron':'* * * * *','every_ms':1000," JOB "}", "every_ms", "only one"},
+    {"s1", "{'cron':'* * * * *','every_ms':1000," JOB "}", "every_ms",
+     "only one"},
     {"s1", "{'cron':5," JOB "}", "cron", "string"},
     {"s1", "{'cron':'0 0 32 * *'," JOB "}", "cron", "position 5"},
     {"s1", "{'cron':'0 0 30 2 *'," JOB "}", "cron", "never fires"},
     {"s1", "{'every_ms':999," JOB "}", "every_ms", "1000"},
     {"s1", "{'every_ms':31622400001," JOB "}", "every_ms", "366 days"},
     {"s1", "{'every_ms':'1000'," JOB "}", "every_ms", "integer"},
-    {"s1", "{'cron':'* * * * *','timezone':'Mars/Olympus'," JOB "}", "timezone", ""},
+    {"s1", "{'cron':'* * * * *','timezone':'Mars/Olympus'," JOB "}", "timezone",
+     ""},
     {"s1", "{'cron':'* * * * *','timezone':7," JOB "}", "timezone", "string"},
-    {"s1", "{'cron':'* * * * *','start_at':'tomorrow'," JOB "}", "start_at", "RFC 3339"},
+    {"s1", "{'cron':'* * * * *','start_at':'tomorrow'," JOB "}", "start_at",
+     "RFC 3339"},
     {"s1", "{'cron':'* * * * *','end_at':12," JOB "}", "end_at", "RFC 3339"},
-    {"s1", "{'cron':'* * * * *','start_at':'2027-06-01T00:00:00Z',"
-           "'end_at':'2027-06-01T00:00:00Z'," JOB "}", "end_at", "after start_at"},
-    {"s1", "{'cron':'* * * * *','misfire_grace_ms':-1," JOB "}", "misfire_grace_ms", "0 to"},
-    {"s1", "{'cron':'* * * * *','misfire_grace_ms':604800001," JOB "}", "misfire_grace_ms", "7 days"},
-    {"s1", "{'cron':'* * * * *','paused':'yes'," JOB "}", "paused", "true or false"},
+    {"s1",
+     "{'cron':'* * * * *','start_at':'2027-06-01T00:00:00Z',"
+     "'end_at':'2027-06-01T00:00:00Z'," JOB "}",
+     "end_at", "after start_at"},
+    {"s1", "{'cron':'* * * * *','misfire_grace_ms':-1," JOB "}",
+     "misfire_grace_ms", "0 to"},
+    {"s1", "{'cron':'* * * * *','misfire_grace_ms':604800001," JOB "}",
+     "misfire_grace_ms", "7 days"},
+    {"s1", "{'cron':'* * * * *','paused':'yes'," JOB "}", "paused",
+     "true or false"},
     {"s1", "{'cron':'* * * * *','dst':'next'," JOB "}", "dst", "object"},
-    {"s1", "{'cron':'* * * * *','dst':{'skipped':'later'}," JOB "}", "dst.skipped", "next"},
-    {"s1", "{'cron':'* * * * *','dst':{'repeated':'twice'}," JOB "}", "dst.repeated", "both"},
-    {"s1", "{'cron':'* * * * *','dst':{'gap':'next'}," JOB "}", "dst.gap", "unknown"},
+    {"s1", "{'cron':'* * * * *','dst':{'skipped':'later'}," JOB "}",
+     "dst.skipped", "next"},
+    {"s1", "{'cron':'* * * * *','dst':{'repeated':'twice'}," JOB "}",
+     "dst.repeated", "both"},
+    {"s1", "{'cron':'* * * * *','dst':{'gap':'next'}," JOB "}", "dst.gap",
+     "unknown"},
     {"s1", "{'cron':'* * * * *'}", "job", "required"},
     {"s1", "{'cron':'* * * * *','job':[]}", "job", "object"},
-    {"s1", "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
-           "'delay_ms':5}}", "job.delay_ms", "not allowed"},
-    {"s1", "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
-           "'deliver_at':'2027-06-01T00:00:00Z'}}", "job.deliver_at", "not allowed"},
+    {"s1",
+     "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
+     "'delay_ms':5}}",
+     "job.delay_ms", "not allowed"},
+    {"s1",
+     "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
+     "'deliver_at':'2027-06-01T00:00:00Z'}}",
+     "job.deliver_at", "not allowed"},
     {"s1", "{'cron':'* * * * *','job':{'exchange':'','body':'x'}}",
      "job.routing_key", "routing_key"},
-    {"s1", "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
-           "'max_attempts':0}}", "job.max_attempts", "max_attempts"},
-    {"s1", "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
-           "'colour':1}}", "job.colour", "unknown"},
+    {"s1",
+     "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
+     "'max_attempts':0}}",
+     "job.max_attempts", "max_attempts"},
+    {"s1",
+     "{'cron':'* * * * *','job':{'exchange':'','routing_key':'q','body':'x',"
+     "'colour':1}}",
+     "job.colour", "unknown"},
     {"s1", "{'cron':'* * * * *','colour':'red'," JOB "}", "colour", "unknown"},
     {"", "{'cron':'* * * * *'," JOB "}", "name", "1 to 200"},
     {"a/b", "{'cron':'* * * * *'," JOB "}", "name", "1 to 200"},
@@ -148,8 +169,8 @@ Test(schedule, each_bad_field_is_a_400_naming_it)
         cr_expect_eq(rc, RMQS_EINVAL, "%s", c->body);
         cr_expect_str_eq(err.field, c->field, "%s: field %s (%s)", c->body,
                          err.field, err.message);
-        cr_expect(strstr(err.message, c->says) != NULL, "%s: message %s", c->body,
-                  err.message);
+        cr_expect(strstr(err.message, c->says) != NULL, "%s: message %s",
+                  c->body, err.message);
         cr_expect(ut_is_zero(&s, sizeof s), "%s: *out not zeroed", c->body);
         cr_expect_null(spec, "%s", c->body);
         if (rc == RMQS_OK) {
@@ -183,14 +204,21 @@ Test(schedule, the_same_body_gives_the_same_spec)
     rmqs_error err = {0};
     char *sa, *sb, *sc;
 
-    cr_assert_eq(parse("s1", "{'cron':'*/5 * * * *','timezone':'Europe/Berlin',"
-                       JOB "}", &a, &sa, &err), RMQS_OK);
+    cr_assert_eq(
+        parse("s1", "{'cron':'*/5 * * * *','timezone':'Europe/Berlin'," JOB "}",
+              &a, &sa, &err),
+        RMQS_OK);
     /* other key order, other spacing: one schedule */
-    cr_assert_eq(parse("s1", "{ 'job' : {'body':'hi','routing_key':'q','exchange':''},"
-                       "  'timezone':'Europe/Berlin', 'cron':'*/5 * * * *' }",
-                       &b, &sb, &err), RMQS_OK);
-    cr_assert_eq(parse("s1", "{'cron':'*/5 * * * *','timezone':'Europe/Paris',"
-                       JOB "}", &c, &sc, &err), RMQS_OK);
+    cr_assert_eq(
+        parse("s1",
+              "{ 'job' : {'body':'hi','routing_key':'q','exchange':''},"
+              "  'timezone':'Europe/Berlin', 'cron':'*/5 * * * *' }",
+              &b, &sb, &err),
+        RMQS_OK);
+    cr_assert_eq(
+        parse("s1", "{'cron':'*/5 * * * *','timezone':'Europe/Paris'," JOB "}",
+              &c, &sc, &err),
+        RMQS_OK);
     cr_expect_str_eq(sa, sb);
     cr_expect_str_neq(sa, sc);
     cr_expect_eq(sa[0], '{');
@@ -212,7 +240,8 @@ Test(schedule, every_ms_without_start_at_is_anchored_at_the_put)
 
     parse_ok("{'every_ms':30000," JOB "}", &s);
     cr_expect_eq(s.anchor, NOW);
-    cr_expect_eq(s.dst.skipped, CRON_SKIPPED_SKIP, "shown as real elapsed time");
+    cr_expect_eq(s.dst.skipped, CRON_SKIPPED_SKIP,
+                 "shown as real elapsed time");
     cr_expect_eq(s.dst.repeated, CRON_REPEATED_BOTH);
     cr_assert(schedule_next(&s, NOW, &t));
     cr_expect_eq(t, NOW + 30000);
@@ -232,7 +261,8 @@ Test(schedule, every_ms_with_start_at_fires_at_start_at_then_every_interval)
     schedule_t s;
     int64_t start = ts("2027-03-01T10:00:00.250Z"), t;
 
-    parse_ok("{'every_ms':1000,'start_at':'2027-03-01T10:00:00.250Z'," JOB "}", &s);
+    parse_ok("{'every_ms':1000,'start_at':'2027-03-01T10:00:00.250Z'," JOB "}",
+             &s);
     cr_expect_eq(s.anchor, start);
     cr_assert(schedule_next(&s, NOW, &t));
     cr_expect_eq(t, start, "nothing before start_at, start_at itself fires");
@@ -246,11 +276,13 @@ Test(schedule, every_ms_with_start_at_fires_at_start_at_then_every_interval)
 Test(schedule, cron_honours_start_at_and_end_at)
 {
     schedule_t s;
-    int64_t start = ts("2027-03-01T10:00:00.500Z"), end = ts("2027-03-01T10:00:03Z");
+    int64_t start = ts("2027-03-01T10:00:00.500Z"),
+            end = ts("2027-03-01T10:00:03Z");
     int64_t t;
 
     parse_ok("{'cron':'* * * * * *','start_at':'2027-03-01T10:00:00.500Z',"
-             "'end_at':'2027-03-01T10:00:03Z'," JOB "}", &s);
+             "'end_at':'2027-03-01T10:00:03Z'," JOB "}",
+             &s);
     cr_assert(schedule_next(&s, NOW, &t));
     cr_expect_eq(t, start + 500, "the first whole second at or after start_at");
     cr_assert(schedule_next(&s, end - 1000, &t));
@@ -265,7 +297,8 @@ Test(schedule, every_ms_ends_at_end_at)
     int64_t start = ts("2027-03-01T10:00:00Z"), t;
 
     parse_ok("{'every_ms':60000,'start_at':'2027-03-01T10:00:00Z',"
-             "'end_at':'2027-03-01T10:02:30Z'," JOB "}", &s);
+             "'end_at':'2027-03-01T10:02:30Z'," JOB "}",
+             &s);
     cr_assert(schedule_next(&s, start + 60000, &t));
     cr_expect_eq(t, start + 120000);
     cr_expect_not(schedule_next(&s, start + 120000, &t));
@@ -347,9 +380,11 @@ Test(schedule, the_run_job_is_the_template_at_its_fire_time)
     char id[JOB_ID_LEN + 1];
     int64_t fire = NOW + 60000;
 
-    parse_ok("{'cron':'* * * * *','misfire_grace_ms':5000,'job':{'exchange':'ex',"
-             "'routing_key':'rk','body':{'a':1},'headers':{'h':'v'},"
-             "'properties':{'message_id':'m'},'max_attempts':3}}", &s);
+    parse_ok(
+        "{'cron':'* * * * *','misfire_grace_ms':5000,'job':{'exchange':'ex',"
+        "'routing_key':'rk','body':{'a':1},'headers':{'h':'v'},"
+        "'properties':{'message_id':'m'},'max_attempts':3}}",
+        &s);
     cr_assert_eq(schedule_make_run(&s, 4, fire, fire, NOW, &j), RMQS_OK);
     schedule_run_id("s1", 4, fire, id);
     cr_expect_str_eq(j.id, id);
@@ -371,8 +406,8 @@ Test(schedule, the_run_job_is_the_template_at_its_fire_time)
     cr_expect_eq(j.body_len, strlen("{\"a\":1}"));
     cr_expect_eq(memcmp(j.body, "{\"a\":1}", j.body_len), 0);
     cr_expect_str_eq(json_string_value(json_object_get(j.headers, "h")), "v");
-    cr_expect_str_eq(json_string_value(json_object_get(j.properties, "message_id")),
-                     "m");
+    cr_expect_str_eq(
+        json_string_value(json_object_get(j.properties, "message_id")), "m");
     cr_expect_neq(j.headers, s.tmpl.headers, "the run owns its own copy");
     job_clear(&j);
 
@@ -404,24 +439,29 @@ Test(schedule, patch_merges_top_level_fields_into_the_spec)
     rmqs_error err = {0};
     char *merged = NULL, *expect = NULL;
 
-    cr_assert_eq(patch("{'cron':'0 8 * * *','end_at':'2030-01-01T00:00:00Z'," JOB "}",
-                       "{'paused':true,'end_at':null}", &s, &merged, &err),
-                 RMQS_OK, "%s", err.message);
+    cr_assert_eq(
+        patch("{'cron':'0 8 * * *','end_at':'2030-01-01T00:00:00Z'," JOB "}",
+              "{'paused':true,'end_at':null}", &s, &merged, &err),
+        RMQS_OK, "%s", err.message);
     cr_expect(s.paused);
     cr_expect_eq(s.end_at, -1, "null removes the field");
     cr_expect_str_eq(s.cron_text, "0 8 * * *");
-    cr_assert_eq(parse("s1", "{'cron':'0 8 * * *','paused':true," JOB "}", &direct,
-                       &expect, &err), RMQS_OK);
-    cr_expect_str_eq(merged, expect, "the merge is the spec of the merged body");
+    cr_assert_eq(parse("s1", "{'cron':'0 8 * * *','paused':true," JOB "}",
+                       &direct, &expect, &err),
+                 RMQS_OK);
+    cr_expect_str_eq(merged, expect,
+                     "the merge is the spec of the merged body");
     free(merged);
     free(expect);
     schedule_clear(&s);
     schedule_clear(&direct);
 
     /* job is replaced whole, not merged */
-    cr_assert_eq(patch("{'cron':'0 8 * * *'," JOB "}",
-                       "{'job':{'exchange':'x','routing_key':'r','body_base64':'aGk='}}",
-                       &s, &merged, &err), RMQS_OK, "%s", err.message);
+    cr_assert_eq(
+        patch("{'cron':'0 8 * * *'," JOB "}",
+              "{'job':{'exchange':'x','routing_key':'r','body_base64':'aGk='}}",
+              &s, &merged, &err),
+        RMQS_OK, "%s", err.message);
     cr_expect_str_eq(s.tmpl.exchange, "x");
     cr_expect_eq(s.tmpl.body_kind, JOB_BODY_BINARY);
     cr_expect_null(strstr(merged, "\"routing_key\":\"q\""), "%s", merged);
@@ -430,7 +470,8 @@ Test(schedule, patch_merges_top_level_fields_into_the_spec)
 
     /* switching cron to every_ms needs the old one removed */
     cr_expect_eq(patch("{'cron':'0 8 * * *'," JOB "}", "{'every_ms':60000}", &s,
-                       &merged, &err), RMQS_EINVAL);
+                       &merged, &err),
+                 RMQS_EINVAL);
     cr_expect_str_eq(err.field, "every_ms");
     cr_expect_null(merged);
     cr_assert_eq(patch("{'cron':'0 8 * * *'," JOB "}",
@@ -441,11 +482,13 @@ Test(schedule, patch_merges_top_level_fields_into_the_spec)
     schedule_clear(&s);
 
     /* the merged body is validated as a PUT */
-    cr_expect_eq(patch("{'cron':'0 8 * * *'," JOB "}", "{'timezone':'Nowhere/Else'}",
-                       &s, &merged, &err), RMQS_EINVAL);
+    cr_expect_eq(patch("{'cron':'0 8 * * *'," JOB "}",
+                       "{'timezone':'Nowhere/Else'}", &s, &merged, &err),
+                 RMQS_EINVAL);
     cr_expect_str_eq(err.field, "timezone");
-    cr_expect_eq(patch("{'cron':'0 8 * * *'," JOB "}", "{'cron':'0 0 30 2 *'}", &s,
-                       &merged, &err), RMQS_EINVAL);
+    cr_expect_eq(patch("{'cron':'0 8 * * *'," JOB "}", "{'cron':'0 0 30 2 *'}",
+                       &s, &merged, &err),
+                 RMQS_EINVAL);
     cr_expect_str_eq(err.field, "cron");
     cr_expect_eq(patch("{'cron':'0 8 * * *'," JOB "}", "[]", &s, &merged, &err),
                  RMQS_EINVAL);
@@ -459,22 +502,28 @@ Test(schedule, spec_json_fills_in_the_defaults)
     parse_ok("{'cron':'0 8 * * *','timezone':'Europe/Berlin'," JOB "}", &s);
     o = schedule_spec_json(&s);
     cr_assert_not_null(o);
-    cr_expect_str_eq(json_string_value(json_object_get(o, "timezone")), "Europe/Berlin");
-    cr_expect_eq(json_integer_value(json_object_get(o, "misfire_grace_ms")), 60000);
+    cr_expect_str_eq(json_string_value(json_object_get(o, "timezone")),
+                     "Europe/Berlin");
+    cr_expect_eq(json_integer_value(json_object_get(o, "misfire_grace_ms")),
+                 60000);
     cr_expect(json_is_null(json_object_get(o, "start_at")));
     cr_expect(json_is_false(json_object_get(o, "paused")));
-    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "dst"),
-                                                       "skipped")), "next");
-    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(o, "dst"),
-                                                       "repeated")), "first");
+    cr_expect_str_eq(json_string_value(
+                         json_object_get(json_object_get(o, "dst"), "skipped")),
+                     "next");
+    cr_expect_str_eq(json_string_value(json_object_get(
+                         json_object_get(o, "dst"), "repeated")),
+                     "first");
     cr_expect_null(json_object_get(o, "every_ms"));
     json_decref(o);
     runs = schedule_next_runs_json(&s, NOW, 3);
     cr_assert_eq(json_array_size(runs), 3);
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(runs, 0), "utc")),
-                     "2027-01-01T07:00:00.000Z");
-    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(runs, 0), "local")),
-                     "2027-01-01T08:00:00.000+01:00");
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_array_get(runs, 0), "utc")),
+        "2027-01-01T07:00:00.000Z");
+    cr_expect_str_eq(
+        json_string_value(json_object_get(json_array_get(runs, 0), "local")),
+        "2027-01-01T08:00:00.000+01:00");
     json_decref(runs);
     schedule_clear(&s);
 }
@@ -487,7 +536,8 @@ Test(schedule, the_preview_stops_before_year_10000_in_utc_and_in_its_zone)
     /* every 365 days from 9998-12-31T12:00Z in a zone 14 hours ahead of
      * UTC: the second run is 9999-12-31T12:00Z, but 10000-01-01 there */
     parse_ok("{'every_ms': 31536000000, 'start_at': '9998-12-31T12:00:00Z', "
-             "'timezone': 'Pacific/Kiritimati', " JOB "}", &s);
+             "'timezone': 'Pacific/Kiritimati', " JOB "}",
+             &s);
     runs = schedule_next_runs_json(&s, NOW, 10);
     cr_assert_not_null(runs);
     cr_expect_eq(json_array_size(runs), 1, "%zu runs", json_array_size(runs));

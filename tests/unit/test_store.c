@@ -162,18 +162,22 @@ Test(store, open_creates_schema_and_records_migrations)
 
     g_st = open_store();
     cr_assert_geq(store_builtin_migrations_count, 1);
-    int top = store_builtin_migrations[store_builtin_migrations_count - 1].version;
+    int top =
+        store_builtin_migrations[store_builtin_migrations_count - 1].version;
     cr_assert_eq(store_schema_version(g_st), top);
     cr_assert_eq(store_ping(g_st), RMQS_OK);
 
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM schema_migrations"),
                  (int64_t)store_builtin_migrations_count);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM schema_migrations WHERE "
-                         "version = 1 AND name = '0001_init.sql' AND "
-                         "applied_at > 1600000000000"), 1);
-    snprintf(q, sizeof(q), "SELECT count(*) FROM sqlite_schema WHERE name IN "
-                           "('jobs','idempotency','jobs_due',"
-                           "'jobs_status_deliver','jobs_deliver')");
+    cr_assert_eq(ut_both_int(&g_b,
+                             "SELECT count(*) FROM schema_migrations WHERE "
+                             "version = 1 AND name = '0001_init.sql' AND "
+                             "applied_at > 1600000000000"),
+                 1);
+    snprintf(q, sizeof(q),
+             "SELECT count(*) FROM sqlite_schema WHERE name IN "
+             "('jobs','idempotency','jobs_due',"
+             "'jobs_status_deliver','jobs_deliver')");
     cr_assert_eq(ut_both_int(&g_b, q), 5);
     /* WAL is a property of the file */
     sqlite3 *db = ut_sql_open(g_b.path);
@@ -191,14 +195,17 @@ Test(store, migrate_reopen_applies_nothing)
     g_st = open_store();
     store_close(g_st);
     g_st = NULL;
-    int64_t stamp = ut_both_int(&g_b, "SELECT sum(applied_at) FROM schema_migrations");
+    int64_t stamp =
+        ut_both_int(&g_b, "SELECT sum(applied_at) FROM schema_migrations");
     int64_t rows = ut_both_int(&g_b, "SELECT count(*) FROM schema_migrations");
 
     usleep(5000);
     g_st = open_store();
-    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM schema_migrations"), rows);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT sum(applied_at) FROM schema_migrations"),
-                 stamp);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM schema_migrations"),
+                 rows);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT sum(applied_at) FROM schema_migrations"),
+        stamp);
 }
 
 Test(store, migrate_applies_new_versions_in_order)
@@ -224,7 +231,9 @@ Test(store, migrate_applies_new_versions_in_order)
     cr_assert_eq(store_schema_version(g_st), top + 2);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM schema_migrations"),
                  (int64_t)nb + 2);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM pragma_table_info('extra')"), 2);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT count(*) FROM pragma_table_info('extra')"),
+        2);
     store_close(g_st);
     g_st = NULL;
 
@@ -244,19 +253,21 @@ Test(store, migrate_newer_db_refused)
     g_st = open_store();
     store_close(g_st);
     g_st = NULL;
-    ut_both_exec(&g_b, "INSERT INTO schema_migrations (version, name, applied_at) "
-             "VALUES (9999, '9999_future.sql', 1)");
+    ut_both_exec(&g_b,
+                 "INSERT INTO schema_migrations (version, name, applied_at) "
+                 "VALUES (9999, '9999_future.sql', 1)");
 
     cr_assert_eq(store_open(g_b.path, &k_opts, &g_st, &err), RMQS_EDB);
     cr_assert_null(g_st);
-    snprintf(want, sizeof(want),
-             "database schema version 9999 is newer than this binary "
-             "(knows up to %d); refusing to start",
-             store_builtin_migrations[store_builtin_migrations_count - 1]
-                 .version);
+    snprintf(
+        want, sizeof(want),
+        "database schema version 9999 is newer than this binary "
+        "(knows up to %d); refusing to start",
+        store_builtin_migrations[store_builtin_migrations_count - 1].version);
     cr_assert(strstr(err.message, want), "message: %s", err.message);
     /* refusing changed nothing */
-    cr_assert_eq(ut_both_int(&g_b, "SELECT max(version) FROM schema_migrations"), 9999);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT max(version) FROM schema_migrations"), 9999);
 }
 
 Test(store, migrate_broken_rolls_back_and_names_file)
@@ -276,12 +287,13 @@ Test(store, migrate_broken_rolls_back_and_names_file)
                  RMQS_EDB);
     cr_assert_null(g_st);
     cr_assert(strstr(err.message, "9001_broken.sql"), "%s", err.message);
-    cr_assert(strstr(err.message, "no such table: nowhere"), "%s",
-              err.message);
+    cr_assert(strstr(err.message, "no such table: nowhere"), "%s", err.message);
     /* the earlier migrations stay, the broken one left nothing behind */
-    cr_assert_eq(ut_both_int(&g_b, "SELECT max(version) FROM schema_migrations"), top);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT max(version) FROM schema_migrations"), top);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM sqlite_schema "
-                         "WHERE name = 'half'"), 0);
+                                   "WHERE name = 'half'"),
+                 0);
     /* and the database still opens with the good list */
     g_st = open_store();
     cr_assert_eq(store_schema_version(g_st), top);
@@ -306,8 +318,7 @@ Test(store, migrate_list_not_ascending_rejected)
     cr_assert_eq(store_open_with(g_b.path, &k_opts, down, 2, &g_st, &err),
                  RMQS_EINVAL);
     cr_assert_null(g_st);
-    cr_assert(strstr(err.message, "not strictly ascending"), "%s",
-              err.message);
+    cr_assert(strstr(err.message, "not strictly ascending"), "%s", err.message);
     cr_assert(strstr(err.message, "0001_a.sql"), "%s", err.message);
     cr_assert_eq(store_open_with(g_b.path, &k_opts, dup, 2, &g_st, &err),
                  RMQS_EINVAL);
@@ -357,8 +368,8 @@ Test(store, open_unreachable_postgres_url_is_edb_without_password)
         rmqs_error err = {0};
 
         cr_assert_not(store_is_file(urls[i]), "%s", urls[i]);
-        cr_assert_eq(store_open(urls[i], &k_opts, &g_st, &err), RMQS_EDB,
-                     "%s", urls[i]);
+        cr_assert_eq(store_open(urls[i], &k_opts, &g_st, &err), RMQS_EDB, "%s",
+                     urls[i]);
         cr_assert_null(g_st);
         cr_assert(strstr(err.message, "cannot connect to database ") &&
                       strstr(err.message, "://app@127.0.0.1:1/appdb"),
@@ -409,9 +420,11 @@ BOTH(insert_get_roundtrip_every_field)
     in[0].max_attempts = 7;
     in[0].last_error = ut_strdup("NO_ROUTE: \"quoted\" \xc3\xa9");
     in[0].headers = json_loads("{\"a\":1,\"b\":[true,null,\"x\"],"
-                               "\"c\":{\"d\":-2.5}}", 0, &jerr);
+                               "\"c\":{\"d\":-2.5}}",
+                               0, &jerr);
     in[0].properties = json_loads("{\"content_type\":\"text/plain\","
-                                  "\"priority\":5}", 0, &jerr);
+                                  "\"priority\":5}",
+                                  0, &jerr);
     cr_assert(in[0].headers && in[0].properties);
 
     ut_job_make(&in[1], 2, 42);
@@ -457,12 +470,18 @@ BOTH(insert_get_roundtrip_every_field)
      * SQLite file; PostgreSQL's columns are bytea and jsonb) */
     if (g_b.pg)
         goto out;
-    cr_assert_eq(ut_both_int(&g_b, "SELECT length(id) FROM jobs WHERE seq = 1"), 16);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT headers = '{\"a\":1,\"b\":[true,null,\"x\"],"
-                         "\"c\":{\"d\":-2.5}}' FROM jobs WHERE seq = 1"), 1);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT sent_at IS NULL FROM jobs WHERE seq = 2"), 1);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT typeof(body) = 'blob' AND length(body) = 0 "
-                         "FROM jobs WHERE seq = 4"), 1);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT length(id) FROM jobs WHERE seq = 1"),
+                 16);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT headers = '{\"a\":1,\"b\":[true,null,\"x\"],"
+                          "\"c\":{\"d\":-2.5}}' FROM jobs WHERE seq = 1"),
+        1);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT sent_at IS NULL FROM jobs WHERE seq = 2"), 1);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT typeof(body) = 'blob' AND length(body) = 0 "
+                          "FROM jobs WHERE seq = 4"),
+        1);
 out:
     for (int i = 0; i < 4; i++)
         job_clear(&in[i]);
@@ -518,28 +537,32 @@ BOTH(idempotency_same_request_existed_different_conflict)
 
     g_st = open_store();
     ut_job_make(&a, 1, 100);
-    cr_assert_eq(store_insert(g_st, &a, "key-1", "{\"req\":1}", &existed,
-                              &existing), RMQS_OK);
+    cr_assert_eq(
+        store_insert(g_st, &a, "key-1", "{\"req\":1}", &existed, &existing),
+        RMQS_OK);
     cr_assert_not(existed);
     cr_assert_null(existing.exchange);
 
     ut_job_make(&b, 2, 100); /* a retry of the same request gets a fresh id */
-    cr_assert_eq(store_insert(g_st, &b, "key-1", "{\"req\":1}", &existed,
-                              &existing), RMQS_OK);
+    cr_assert_eq(
+        store_insert(g_st, &b, "key-1", "{\"req\":1}", &existed, &existing),
+        RMQS_OK);
     cr_assert(existed);
     assert_job_eq(&a, &existing);
     job_clear(&existing);
 
     ut_job_make(&c, 3, 100);
-    cr_assert_eq(store_insert(g_st, &c, "key-1", "{\"req\":2}", &existed,
-                              &existing), RMQS_ECONFLICT);
+    cr_assert_eq(
+        store_insert(g_st, &c, "key-1", "{\"req\":2}", &existed, &existing),
+        RMQS_ECONFLICT);
     cr_assert_not(existed);
 
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), 1);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM idempotency"), 1);
     /* another key is independent */
-    cr_assert_eq(store_insert(g_st, &c, "key-2", "{\"req\":2}", &existed,
-                              &existing), RMQS_OK);
+    cr_assert_eq(
+        store_insert(g_st, &c, "key-2", "{\"req\":2}", &existed, &existing),
+        RMQS_OK);
     cr_assert_not(existed);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), 2);
     job_clear(&a);
@@ -613,7 +636,8 @@ BOTH(list_orders_by_deliver_at_then_insertion_and_filters)
     for (int i = 0; i < 6; i++)
         insert_job(g_st, i + 1, at[i]);
 
-    cr_assert_eq(store_list(g_st, FILTER(-1), 100, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 100, NULL, &jobs, &n, &next),
+                 RMQS_OK);
     cr_assert_eq(n, 6);
     cr_assert_null(next);
     for (size_t i = 0; i < n; i++) {
@@ -629,8 +653,9 @@ BOTH(list_orders_by_deliver_at_then_insertion_and_filters)
     ut_job_id(4, id);
     cr_assert_eq(store_cancel(g_st, id, 20, &out), RMQS_OK);
     job_clear(&out);
-    cr_assert_eq(store_list(g_st, FILTER(JOB_CANCELLED), 100, NULL, &jobs, &n, &next),
-                 RMQS_OK);
+    cr_assert_eq(
+        store_list(g_st, FILTER(JOB_CANCELLED), 100, NULL, &jobs, &n, &next),
+        RMQS_OK);
     cr_assert_eq(n, 2);
     cr_assert_null(next);
     ut_job_id(4, id);
@@ -640,12 +665,14 @@ BOTH(list_orders_by_deliver_at_then_insertion_and_filters)
     cr_assert_eq(jobs[0].status, JOB_CANCELLED);
     ut_jobs_free(jobs, n);
 
-    cr_assert_eq(store_list(g_st, FILTER(JOB_PENDING), 100, NULL, &jobs, &n, &next),
-                 RMQS_OK);
+    cr_assert_eq(
+        store_list(g_st, FILTER(JOB_PENDING), 100, NULL, &jobs, &n, &next),
+        RMQS_OK);
     cr_assert_eq(n, 4);
     ut_jobs_free(jobs, n);
-    cr_assert_eq(store_list(g_st, FILTER(JOB_SENT), 100, NULL, &jobs, &n, &next),
-                 RMQS_OK);
+    cr_assert_eq(
+        store_list(g_st, FILTER(JOB_SENT), 100, NULL, &jobs, &n, &next),
+        RMQS_OK);
     cr_assert_eq(n, 0);
     cr_assert_null(next);
     free(jobs);
@@ -674,14 +701,14 @@ static void walk_pages(int status, size_t limit, int total,
         char *next;
 
         cr_assert_lt(pages, total + 2, "pagination does not end");
-        cr_assert_eq(store_list(g_st, FILTER(status), limit, after, &jobs, &n, &next),
-                     RMQS_OK);
+        cr_assert_eq(
+            store_list(g_st, FILTER(status), limit, after, &jobs, &n, &next),
+            RMQS_OK);
         cr_assert_leq(n, limit);
         for (size_t i = 0; i < n; i++) {
             cr_assert_lt(seen, total);
             ut_job_id(expect_order[seen], id);
-            cr_assert_str_eq(jobs[i].id, id, "limit %zu, item %d", limit,
-                             seen);
+            cr_assert_str_eq(jobs[i].id, id, "limit %zu, item %d", limit, seen);
             seen++;
         }
         ut_jobs_free(jobs, n);
@@ -731,9 +758,22 @@ BOTH(list_pagination_with_cursors_visits_each_job_once)
 BOTH(list_rejects_malformed_cursor_and_bad_args)
 {
     static const char *bad[] = {
-        "", "abc", "1.", ".1", "1.2.3", "1.-2", " 1.2", "1.2 ", "+1.2",
-        "1,2", "0x10.1", "1.2x", "99999999999999999999.1",
-        "1.99999999999999999999", "--1.2", "-.2",
+        "",
+        "abc",
+        "1.",
+        ".1",
+        "1.2.3",
+        "1.-2",
+        " 1.2",
+        "1.2 ",
+        "+1.2",
+        "1,2",
+        "0x10.1",
+        "1.2x",
+        "99999999999999999999.1",
+        "1.99999999999999999999",
+        "--1.2",
+        "-.2",
     };
     job_t *jobs = (job_t *)1;
     size_t n = 7;
@@ -748,13 +788,17 @@ BOTH(list_rejects_malformed_cursor_and_bad_args)
         cr_assert_eq(n, 0);
         cr_assert_null(next);
     }
-    cr_assert_eq(store_list(g_st, FILTER(-1), 0, NULL, &jobs, &n, &next), RMQS_EINVAL);
-    cr_assert_eq(store_list(g_st, FILTER(9), 10, NULL, &jobs, &n, &next), RMQS_EINVAL);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 0, NULL, &jobs, &n, &next),
+                 RMQS_EINVAL);
+    cr_assert_eq(store_list(g_st, FILTER(9), 10, NULL, &jobs, &n, &next),
+                 RMQS_EINVAL);
     /* well-formed cursors, even for rows that do not exist, are fine */
-    cr_assert_eq(store_list(g_st, FILTER(-1), 10, "-5.0", &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 10, "-5.0", &jobs, &n, &next),
+                 RMQS_OK);
     cr_assert_eq(n, 1);
     ut_jobs_free(jobs, n);
-    cr_assert_eq(store_list(g_st, FILTER(-1), 10, "100.1", &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 10, "100.1", &jobs, &n, &next),
+                 RMQS_OK);
     cr_assert_eq(n, 0);
     free(jobs);
 }
@@ -923,7 +967,9 @@ BOTH(settle_sent_retry_release)
     claim_all(100, 3);
     store_outcome o[] = {
         {.id = id1, .kind = STORE_OUT_SENT},
-        {.id = id2, .kind = STORE_OUT_RETRY, .error = "NO_ROUTE",
+        {.id = id2,
+         .kind = STORE_OUT_RETRY,
+         .error = "NO_ROUTE",
          .retry_at = 5000},
         {.id = id3, .kind = STORE_OUT_RELEASE},
     };
@@ -1087,8 +1133,7 @@ BOTH(reschedule_only_pending)
 
     ut_job_id(77, id);
     cr_assert_eq(store_reschedule(g_st, id, 1, 1, 1, &out), RMQS_ENOTFOUND);
-    cr_assert_eq(store_reschedule(g_st, "nope", 1, 1, 1, &out),
-                 RMQS_ENOTFOUND);
+    cr_assert_eq(store_reschedule(g_st, "nope", 1, 1, 1, &out), RMQS_ENOTFOUND);
 }
 
 BOTH(cancel_state_rules)
@@ -1138,8 +1183,8 @@ BOTH(cancel_state_rules)
         cr_assert_eq(j.status, conflicts[i].st);
         job_clear(&j);
         ut_job_id(conflicts[i].n, id);
-        cr_assert_eq(store_cancel(g_st, id, 80, &out), RMQS_ECONFLICT,
-                     "job %d", conflicts[i].n);
+        cr_assert_eq(store_cancel(g_st, id, 80, &out), RMQS_ECONFLICT, "job %d",
+                     conflicts[i].n);
         /* the conflict answers with the job as it is */
         cr_assert_str_eq(out.id, id);
         cr_assert_eq(out.status, conflicts[i].st, "job %d", conflicts[i].n);
@@ -1151,8 +1196,9 @@ BOTH(cancel_state_rules)
 
     ut_job_id(99, id);
     cr_assert_eq(store_cancel(g_st, id, 1, &out), RMQS_ENOTFOUND);
-    cr_assert_eq(store_cancel(g_st, "01890A5D-AC96-7B3C-8F00-000000000001", 1,
-                              &out), RMQS_ENOTFOUND);
+    cr_assert_eq(
+        store_cancel(g_st, "01890A5D-AC96-7B3C-8F00-000000000001", 1, &out),
+        RMQS_ENOTFOUND);
 
     /* a cancelled job is never claimed */
     cr_assert_eq(ut_claim(g_st, 10000, 10000, 10, &jobs, &n), RMQS_OK);
@@ -1172,7 +1218,8 @@ BOTH(run_retry_and_batch_rules)
     job_t out, *jobs;
     store_change run = {.kind = STORE_CHANGE_RUN};
     store_change retry = {.kind = STORE_CHANGE_RETRY, .deliver_at = 500};
-    store_change bulk_retry = {.kind = STORE_CHANGE_RETRY, .keep_deliver_at = true};
+    store_change bulk_retry = {.kind = STORE_CHANGE_RETRY,
+                               .keep_deliver_at = true};
     store_change cancel = {.kind = STORE_CHANGE_CANCEL};
 
     g_st = open_store();
@@ -1188,15 +1235,22 @@ BOTH(run_retry_and_batch_rules)
     job_clear(&out);
     /* jobs 1 and 2 fail for good (max_attempts 1) */
     ut_both_exec(&g_b, "UPDATE jobs SET max_attempts = 1 WHERE seq IN (1, 2)");
-    ut_both_exec(&g_b, "UPDATE jobs SET deliver_at = 50, due_at = 50 WHERE seq = 2");
+    ut_both_exec(&g_b,
+                 "UPDATE jobs SET deliver_at = 50, due_at = 50 WHERE seq = 2");
     /* PostgreSQL made job 1 due at the database's now: back to 40 */
     ut_both_exec(&g_b, "UPDATE jobs SET due_at = 40 WHERE seq = 1");
     cr_assert_eq(ut_claim(g_st, 60, 60, 10, &jobs, &n), RMQS_OK);
     cr_assert_eq(n, 2);
     ut_jobs_free(jobs, n);
     store_outcome o[] = {
-        {.id = id[0], .kind = STORE_OUT_RETRY, .error = "404 NOT_FOUND", .retry_at = 1},
-        {.id = id[1], .kind = STORE_OUT_RETRY, .error = "312 NO_ROUTE", .retry_at = 1},
+        {.id = id[0],
+         .kind = STORE_OUT_RETRY,
+         .error = "404 NOT_FOUND",
+         .retry_at = 1},
+        {.id = id[1],
+         .kind = STORE_OUT_RETRY,
+         .error = "312 NO_ROUTE",
+         .retry_at = 1},
     };
     cr_assert_eq(store_settle(g_st, o, 2, 70), RMQS_OK);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
@@ -1226,8 +1280,9 @@ BOTH(run_retry_and_batch_rules)
     for (int i = 0; i < 5; i++)
         ids[i] = id[i];
     ids[5] = "not-an-id";
-    cr_assert_eq(store_update_batch(g_st, ids, 6, &bulk_retry, 90, changed,
-                                    &n_changed), RMQS_OK);
+    cr_assert_eq(
+        store_update_batch(g_st, ids, 6, &bulk_retry, 90, changed, &n_changed),
+        RMQS_OK);
     cr_assert_eq(n_changed, 1);
     for (int i = 0; i < 6; i++)
         cr_assert_eq(changed[i], i == 1, "job %d", i + 1);
@@ -1239,18 +1294,21 @@ BOTH(run_retry_and_batch_rules)
     job_clear(&out);
 
     /* a bulk cancel page: every pending one, in one transaction */
-    cr_assert_eq(store_update_batch(g_st, ids, 6, &cancel, 95, changed,
-                                    &n_changed), RMQS_OK);
+    cr_assert_eq(
+        store_update_batch(g_st, ids, 6, &cancel, 95, changed, &n_changed),
+        RMQS_OK);
     cr_assert_eq(n_changed, 5);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
     cr_assert_eq(counts[JOB_CANCELLED], 5);
     cr_assert_eq(counts[JOB_PENDING], 0);
     /* again: nothing pending is left, nothing changes */
-    cr_assert_eq(store_update_batch(g_st, ids, 6, &cancel, 96, changed,
-                                    &n_changed), RMQS_OK);
+    cr_assert_eq(
+        store_update_batch(g_st, ids, 6, &cancel, 96, changed, &n_changed),
+        RMQS_OK);
     cr_assert_eq(n_changed, 0);
-    cr_assert_eq(store_update_batch(g_st, ids, 6, &run, 96, changed,
-                                    &n_changed), RMQS_EINVAL);
+    cr_assert_eq(
+        store_update_batch(g_st, ids, 6, &run, 96, changed, &n_changed),
+        RMQS_EINVAL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1332,12 +1390,13 @@ Test(store, due_queries_use_partial_index)
     check_all_plans();
 
     /* and with statistics of a realistic table: 20000 jobs, 10% pending */
-    ut_both_exec(&g_b, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
-             "WHERE i < 20000) INSERT INTO jobs (id, status, exchange, "
-             "routing_key, deliver_at, due_at, delay_ms, created_at, "
-             "updated_at, attempts, max_attempts, body_kind, body) "
-             "SELECT randomblob(16), CASE WHEN i % 10 = 0 THEN 0 ELSE 2 END, "
-             "'', 'rk', i, i, 0, 0, 0, 0, 1, 0, x'' FROM c; ANALYZE;");
+    ut_both_exec(
+        &g_b, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+              "WHERE i < 20000) INSERT INTO jobs (id, status, exchange, "
+              "routing_key, deliver_at, due_at, delay_ms, created_at, "
+              "updated_at, attempts, max_attempts, body_kind, body) "
+              "SELECT randomblob(16), CASE WHEN i % 10 = 0 THEN 0 ELSE 2 END, "
+              "'', 'rk', i, i, 0, 0, 0, 0, 1, 0, x'' FROM c; ANALYZE;");
     check_all_plans();
     cr_assert_null(store__sql("no_such_statement"));
 }
@@ -1373,10 +1432,11 @@ Test(store, full_database_is_efull_and_recovers)
 
     cr_assert_eq(store_insert(g_st, &big, NULL, NULL, NULL, NULL), RMQS_EFULL);
     cr_assert_eq(store_get(g_st, big.id, &out), RMQS_ENOTFOUND);
-    cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed,
-                              &out), RMQS_EFULL);
+    cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed, &out),
+                 RMQS_EFULL);
     cr_assert_not(existed);
-    cr_assert_eq(store_list(g_st, FILTER(-1), 10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st, FILTER(-1), 10, NULL, &jobs, &n, &next),
+                 RMQS_OK);
     cr_assert_eq(n, 1);
     ut_jobs_free(jobs, n);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM idempotency"), 0);
@@ -1388,8 +1448,8 @@ Test(store, full_database_is_efull_and_recovers)
 
     /* disk space returns: the same insert now succeeds, without reopening */
     cr_assert_eq(store__set_max_pages(g_st, 1073741823, &applied), RMQS_OK);
-    cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed,
-                              &out), RMQS_OK);
+    cr_assert_eq(store_insert(g_st, &big, "big-key", "big-req", &existed, &out),
+                 RMQS_OK);
     cr_assert_not(existed);
     out = get_job(g_st, 2);
     assert_job_eq(&big, &out);
@@ -1412,8 +1472,8 @@ BOTH(insert_batch_isolates_each_request)
     ut_job_make(&b, 3, 300);
     ut_job_make(&c, 1, 400); /* same id as a[0]: this request must fail alone */
     reqs[0] = (store_insert_req){.jobs = a, .n = 2};
-    reqs[1] = (store_insert_req){.jobs = &b, .n = 1, .idem_key = "k",
-                                 .idem_request = "{}"};
+    reqs[1] = (store_insert_req){
+        .jobs = &b, .n = 1, .idem_key = "k", .idem_request = "{}"};
     reqs[2] = (store_insert_req){.jobs = &c, .n = 1};
     cr_assert_eq(store_insert_batch(g_st, reqs, 3), RMQS_OK);
     cr_expect_eq(reqs[0].rc, RMQS_OK);
@@ -1476,7 +1536,8 @@ BOTH(purge_deletes_only_finished_jobs_past_retention)
     cr_assert_eq(n, 2);
     store_outcome o[2] = {{.id = jobs[0].id, .kind = STORE_OUT_SENT},
                           {.id = jobs[1].id, .kind = STORE_OUT_SENT}};
-    cr_assert_eq(store_settle(g_st, o, 2, 1000), RMQS_OK); /* finished at 1000 */
+    cr_assert_eq(store_settle(g_st, o, 2, 1000),
+                 RMQS_OK); /* finished at 1000 */
     ut_jobs_free(jobs, n);
     ut_job_id(5, id);
     cr_assert_eq(store_cancel(g_st, id, 5000, &got), RMQS_OK); /* at 5000 */
@@ -1515,7 +1576,8 @@ static void check_counts(const char *after)
         want = ut_both_int(&g_b, sql);
         cr_assert_eq(got[i], want,
                      "after %s: status %d: job_counts says %lld, jobs hold "
-                     "%lld", after, i, (long long)got[i], (long long)want);
+                     "%lld",
+                     after, i, (long long)got[i], (long long)want);
     }
 }
 
@@ -1551,8 +1613,8 @@ BOTH(counts_exact_after_insert_batch_with_failing_requests)
     make_job_status(&mixed[0], 7, 100, JOB_CANCELLED);
     make_job_status(&mixed[1], 8, 100, JOB_FAILED);
     reqs[0] = (store_insert_req){.jobs = ok, .n = 2};
-    reqs[1] = (store_insert_req){.jobs = &keyed, .n = 1, .idem_key = "k",
-                                 .idem_request = "{}"};
+    reqs[1] = (store_insert_req){
+        .jobs = &keyed, .n = 1, .idem_key = "k", .idem_request = "{}"};
     reqs[2] = (store_insert_req){.jobs = dup, .n = 2};
     reqs[3] = (store_insert_req){.jobs = bad, .n = 2};
     reqs[4] = (store_insert_req){.jobs = mixed, .n = 2};
@@ -1573,9 +1635,11 @@ BOTH(counts_exact_after_insert_batch_with_failing_requests)
     /* the same key again: the known job, nothing inserted; another request
      * under it: a conflict, nothing inserted */
     ut_job_make(&again, 9, 100);
-    reqs[0] = (store_insert_req){.jobs = &again, .n = 1, .idem_key = "k",
-                                 .idem_request = "{}"};
-    reqs[1] = (store_insert_req){.jobs = &again, .n = 1, .idem_key = "k",
+    reqs[0] = (store_insert_req){
+        .jobs = &again, .n = 1, .idem_key = "k", .idem_request = "{}"};
+    reqs[1] = (store_insert_req){.jobs = &again,
+                                 .n = 1,
+                                 .idem_key = "k",
                                  .idem_request = "{\"other\":1}"};
     cr_assert_eq(store_insert_batch(g_st, reqs, 2), RMQS_OK);
     cr_assert(reqs[0].existed);
@@ -1620,10 +1684,14 @@ BOTH(counts_exact_after_claim_and_every_settle_outcome)
 
     store_outcome o[] = {
         {.id = id[1], .kind = STORE_OUT_SENT},
-        {.id = id[2], .kind = STORE_OUT_RETRY, .error = "NO_ROUTE",
-         .retry_at = 5000},                                  /* -> pending */
-        {.id = id[3], .kind = STORE_OUT_RETRY, .error = "nack",
-         .retry_at = 5000},                                  /* -> failed */
+        {.id = id[2],
+         .kind = STORE_OUT_RETRY,
+         .error = "NO_ROUTE",
+         .retry_at = 5000}, /* -> pending */
+        {.id = id[3],
+         .kind = STORE_OUT_RETRY,
+         .error = "nack",
+         .retry_at = 5000}, /* -> failed */
         {.id = id[4], .kind = STORE_OUT_RELEASE},
     };
     cr_assert_eq(store_settle(g_st, &o[0], 1, 200), RMQS_OK);
@@ -1689,8 +1757,7 @@ Test(store, counts_exact_after_cancel_reschedule_recover_purge)
     cr_assert_eq(store_cancel(g_st, id, 1000, &got), RMQS_ECONFLICT);
     job_clear(&got);
     check_counts("cancel refused (publishing)");
-    cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got),
-                 RMQS_ECONFLICT);
+    cr_assert_eq(store_reschedule(g_st, id, 50, 0, 1000, &got), RMQS_ECONFLICT);
     job_clear(&got);
     check_counts("reschedule refused (publishing)");
     reopen_store(); /* a crash; store_recover runs at start-up */
@@ -1790,34 +1857,41 @@ Test(store, migrate_to_job_counts_without_triggers)
     /* a database as schema 4 left it: counts kept by its triggers (made
      * raw: this binary's store cannot open schema 4 without migrating) */
     ut_sql_migrate(g_b.path, store_builtin_migrations, n4);
-    cr_assert_eq(ut_both_int(&g_b, "SELECT max(version) FROM schema_migrations"), 4);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT max(version) FROM schema_migrations"), 4);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM sqlite_schema "
-                         "WHERE type = 'trigger'"), 3);
-    ut_both_exec(&g_b, "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
-             "WHERE i < 103) "
-             "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
-             "due_at, delay_ms, created_at, updated_at, max_attempts, "
-             "body_kind, body) "
-             "SELECT CAST(printf('%016x', i) AS BLOB), i % 5, 'ex', 'rk', i, "
-             "i, 0, 1, 1, 3, 0, x'' FROM c");
-    ut_both_exec(&g_b, "UPDATE jobs SET status = 2 WHERE status = 1 AND seq > 50");
+                                   "WHERE type = 'trigger'"),
+                 3);
+    ut_both_exec(
+        &g_b,
+        "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c "
+        "WHERE i < 103) "
+        "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
+        "due_at, delay_ms, created_at, updated_at, max_attempts, "
+        "body_kind, body) "
+        "SELECT CAST(printf('%016x', i) AS BLOB), i % 5, 'ex', 'rk', i, "
+        "i, 0, 1, 1, 3, 0, x'' FROM c");
+    ut_both_exec(&g_b,
+                 "UPDATE jobs SET status = 2 WHERE status = 1 AND seq > 50");
     ut_both_exec(&g_b, "DELETE FROM jobs WHERE status = 3 AND seq < 30");
-    cr_assert_eq(ut_both_int(&g_b, "SELECT n FROM job_counts WHERE status = 0"),
-                 ut_both_int(&g_b, "SELECT count(*) FROM jobs WHERE status = 0"));
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT n FROM job_counts WHERE status = 0"),
+        ut_both_int(&g_b, "SELECT count(*) FROM jobs WHERE status = 0"));
     /* and drifted, as a database restored by hand might be: the migration
      * must count, not trust */
     ut_both_exec(&g_b, "UPDATE job_counts SET n = 42 WHERE status = 3");
     ut_both_exec(&g_b, "DELETE FROM job_counts WHERE status = 4");
 
     g_st = open_store();
-    cr_assert_eq(store_schema_version(g_st),
-                 store_builtin_migrations[store_builtin_migrations_count - 1]
-                     .version);
+    cr_assert_eq(
+        store_schema_version(g_st),
+        store_builtin_migrations[store_builtin_migrations_count - 1].version);
     /* the counting triggers are gone (0007's search triggers keep side
      * tables, not counts) */
-    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM sqlite_schema "
-                         "WHERE type = 'trigger' AND sql LIKE '%job_counts%'"),
-                 0);
+    cr_assert_eq(
+        ut_both_int(&g_b, "SELECT count(*) FROM sqlite_schema "
+                          "WHERE type = 'trigger' AND sql LIKE '%job_counts%'"),
+        0);
     cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM job_counts"), 5);
     check_counts("migration 5");
     cr_assert_eq(ut_both_int(&g_b, "SELECT sum(n) FROM job_counts"), 103 - 6);
@@ -1881,7 +1955,8 @@ Test(store, manual_checkpoint_empties_the_wal)
     rmqs_error err = {0};
     int64_t frames = -1, copied = -1;
 
-    cr_assert_eq(store_open(g_b.path, &opts, &g_st, &err), RMQS_OK, "%s", err.message);
+    cr_assert_eq(store_open(g_b.path, &opts, &g_st, &err), RMQS_OK, "%s",
+                 err.message);
     for (int i = 1; i <= 300; i++)
         insert_job(g_st, i, 100);
     cr_assert_eq(store_checkpoint(g_st, &frames, &copied), RMQS_OK);
@@ -1901,12 +1976,16 @@ BOTH(list_filters_on_source_and_message_id)
         ut_job_make(&j, i, 100 * i);
         j.source = i % 2 ? JOB_SOURCE_AMQP : JOB_SOURCE_HTTP;
         if (i <= 4)
-            j.properties = json_pack("{s:s}", "message_id", i <= 2 ? "m-1" : "m-2");
+            j.properties =
+                json_pack("{s:s}", "message_id", i <= 2 ? "m-1" : "m-2");
         cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
         job_clear(&j);
     }
-    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP},
-                            2, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(
+        store_list(g_st,
+                   &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP}, 2,
+                   NULL, &jobs, &n, &next),
+        RMQS_OK);
     cr_expect_eq(n, 2);
     cr_expect_eq(jobs[0].deliver_at, 100);
     cr_expect_eq(jobs[1].deliver_at, 300);
@@ -1914,30 +1993,42 @@ BOTH(list_filters_on_source_and_message_id)
     cr_assert_not_null(next);
     ut_jobs_free(jobs, n);
     char *cursor = next;
-    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP},
-                            2, cursor, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(
+        store_list(g_st,
+                   &(store_filter){.status = -1, .source = JOB_SOURCE_AMQP}, 2,
+                   cursor, &jobs, &n, &next),
+        RMQS_OK);
     free(cursor);
     cr_expect_eq(n, 1);
     cr_expect_eq(jobs[0].deliver_at, 500);
     cr_expect_null(next);
     ut_jobs_free(jobs, n);
 
-    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = -1,
-                                                  .message_id = "m-2"},
-                            10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(
+        store_list(
+            g_st,
+            &(store_filter){.status = -1, .source = -1, .message_id = "m-2"},
+            10, NULL, &jobs, &n, &next),
+        RMQS_OK);
     cr_expect_eq(n, 2);
     cr_expect_eq(jobs[0].deliver_at, 300);
     cr_expect_eq(jobs[1].deliver_at, 400);
     ut_jobs_free(jobs, n);
-    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = JOB_SOURCE_HTTP,
-                                                  .message_id = "m-1"},
-                            10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(store_list(g_st,
+                            &(store_filter){.status = -1,
+                                            .source = JOB_SOURCE_HTTP,
+                                            .message_id = "m-1"},
+                            10, NULL, &jobs, &n, &next),
+                 RMQS_OK);
     cr_expect_eq(n, 1);
     cr_expect_eq(jobs[0].deliver_at, 200);
     ut_jobs_free(jobs, n);
-    cr_assert_eq(store_list(g_st, &(store_filter){.status = -1, .source = -1,
-                                                  .message_id = "none"},
-                            10, NULL, &jobs, &n, &next), RMQS_OK);
+    cr_assert_eq(
+        store_list(
+            g_st,
+            &(store_filter){.status = -1, .source = -1, .message_id = "none"},
+            10, NULL, &jobs, &n, &next),
+        RMQS_OK);
     cr_expect_eq(n, 0);
     ut_jobs_free(jobs, n);
 }
@@ -2001,11 +2092,13 @@ Test(store, claim_ahead_holds_jobs_until_their_claim_is_written)
     cr_expect_eq(j.status, JOB_PUBLISHING);
     cr_expect_eq(j.attempts, 1);
     job_clear(&j);
-    cr_expect_eq(store_reschedule(g_st, id2, 5000, 5000, 130, &j), RMQS_ECONFLICT);
+    cr_expect_eq(store_reschedule(g_st, id2, 5000, 5000, 130, &j),
+                 RMQS_ECONFLICT);
     cr_expect_str_eq(j.id, id2);
     cr_expect_eq(j.status, JOB_PUBLISHING);
     job_clear(&j);
-    cr_expect_eq(raw_status(1), JOB_PENDING, "the refused cancel wrote nothing");
+    cr_expect_eq(raw_status(1), JOB_PENDING,
+                 "the refused cancel wrote nothing");
 
     /* held jobs are not read again, nor planned for */
     cr_assert_eq(store_claim_ahead(g_st, 150, 120, 10, &jobs, &n), RMQS_OK);
@@ -2018,7 +2111,9 @@ Test(store, claim_ahead_holds_jobs_until_their_claim_is_written)
     const char *claims[] = {id2, id1};
     cr_assert_eq(store_record(g_st, claims, 2, NULL, 0, 140), RMQS_OK);
     cr_expect_eq(raw_status(1), JOB_PUBLISHING);
-    cr_expect_eq(ut_both_int(&g_b, "SELECT attempts FROM jobs WHERE status = 1 LIMIT 1"), 1);
+    cr_expect_eq(
+        ut_both_int(&g_b, "SELECT attempts FROM jobs WHERE status = 1 LIMIT 1"),
+        1);
     cr_assert_eq(store_counts(g_st, counts), RMQS_OK);
     cr_expect_eq(counts[JOB_PUBLISHING], 2);
     cr_expect_eq(counts[JOB_PENDING], 1);
@@ -2052,7 +2147,9 @@ BOTH(claim_ahead_and_its_record_in_one_call)
     ut_jobs_free(jobs, n);
     /* claim and a failed attempt together: pending again at retry_at */
     const char *claims[] = {id1};
-    store_outcome o = {.id = id1, .kind = STORE_OUT_RETRY, .error = "NO_ROUTE",
+    store_outcome o = {.id = id1,
+                       .kind = STORE_OUT_RETRY,
+                       .error = "NO_ROUTE",
                        .retry_at = 700};
     cr_assert_eq(store_record(g_st, claims, 1, &o, 1, 110), RMQS_OK);
     job_t j = get_job(g_st, 1);
@@ -2104,11 +2201,13 @@ Test(store, claim_ahead_never_waits_for_a_write_in_progress)
      * its commit and fsync), with an uncommitted change to job 1 */
     db = ut_sql_open(g_b.path);
     cr_assert_eq(sqlite3_exec(db, "BEGIN IMMEDIATE; UPDATE jobs SET due_at = 5",
-                              NULL, NULL, NULL), SQLITE_OK);
+                              NULL, NULL, NULL),
+                 SQLITE_OK);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cr_assert_eq(store_claim_ahead(g_st, 150, 100, 10, &jobs, &n), RMQS_OK);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+         (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     assert_ids(jobs, n, (int[]){1}, 1);
     cr_expect_eq(jobs[0].due_at, 100, "read the committed state only");
     ut_jobs_free(jobs, n);
@@ -2134,7 +2233,8 @@ static void *race_changer(void *arg)
         if (i % 2)
             g_race_rc[i] = store_cancel(g_st, id, 100, &j);
         else
-            g_race_rc[i] = store_reschedule(g_st, id, 1000000, 1000000, 100, &j);
+            g_race_rc[i] =
+                store_reschedule(g_st, id, 1000000, 1000000, 100, &j);
         job_clear(&j);
     }
     atomic_store(&g_race_done, true);
@@ -2186,14 +2286,18 @@ BOTH(cancel_racing_claim_ahead_never_hands_out_a_changed_job)
     pthread_join(t, NULL);
     int changed = 0, handed = 0;
     for (int i = 1; i <= RACE_JOBS; i++) {
-        cr_assert_leq(claimed[i], 1, "job %d handed out %d times", i, claimed[i]);
+        cr_assert_leq(claimed[i], 1, "job %d handed out %d times", i,
+                      claimed[i]);
         if (g_race_rc[i] == RMQS_OK) {
             changed++;
-            cr_assert_eq(claimed[i], 0, "job %d %s answered OK, then handed out",
-                         i, i % 2 ? "cancelled" : "rescheduled");
+            cr_assert_eq(claimed[i], 0,
+                         "job %d %s answered OK, then handed out", i,
+                         i % 2 ? "cancelled" : "rescheduled");
         } else {
-            cr_assert_eq(g_race_rc[i], RMQS_ECONFLICT, "job %d: %d", i, g_race_rc[i]);
-            cr_assert_eq(claimed[i], 1, "job %d refused its change, never handed out", i);
+            cr_assert_eq(g_race_rc[i], RMQS_ECONFLICT, "job %d: %d", i,
+                         g_race_rc[i]);
+            cr_assert_eq(claimed[i], 1,
+                         "job %d refused its change, never handed out", i);
             handed++;
         }
     }

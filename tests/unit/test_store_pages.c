@@ -201,7 +201,10 @@ BOTH(a_job_page_stops_at_the_byte_budget)
     /* 20 KB each: three to a 64 KiB page; the binary ones count as
      * base64 (15,000 bytes: 20,000); job 7 is larger than the budget */
     for (int n = 1; n <= 12; n++)
-        insert_sized(n, n == 7 ? 3 * BUDGET : n % 2 ? 20000 : 15000,
+        insert_sized(n,
+                     n == 7  ? 3 * BUDGET
+                     : n % 2 ? 20000
+                             : 15000,
                      n % 2 ? JOB_BODY_TEXT : JOB_BODY_BINARY);
     /* 1-3, 4-6, 7 alone, 8-10, 11-12 */
     cr_assert_eq(walk_jobs(1000, 12), 5);
@@ -245,8 +248,11 @@ BOTH(a_schedule_page_stops_at_the_byte_budget)
     cr_assert_not_null(spec);
     for (int i = 0; i < 8; i++) {
         char name[16];
-        store_schedule s = {.name = name, .spec = spec, .next_fire_at = 1000,
-                            .last_fire_at = -1, .created_at = 1,
+        store_schedule s = {.name = name,
+                            .spec = spec,
+                            .next_fire_at = 1000,
+                            .last_fire_at = -1,
+                            .created_at = 1,
                             .updated_at = 1};
 
         /* schedule 3 holds a body larger than the budget */
@@ -271,9 +277,8 @@ BOTH(a_schedule_page_stops_at_the_byte_budget)
         for (size_t i = 0; i < n; i++) {
             snprintf(want, sizeof want, "s%02zu", seen++);
             cr_assert_str_eq(rows[i].name, want);
-            bytes += store_item_bytes(JOB_BODY_TEXT, 0,
-                                      strlen(rows[i].name) +
-                                          strlen(rows[i].spec));
+            bytes += store_item_bytes(
+                JOB_BODY_TEXT, 0, strlen(rows[i].name) + strlen(rows[i].spec));
         }
         cr_assert(n == 1 || bytes <= BUDGET, "page %zu: %zu bytes", pages,
                   bytes);

@@ -60,7 +60,8 @@ Test(store_pg, safe_url_masks_what_libpq_calls_a_secret)
          "postgres://h/db?password=***&sslmode=require");
     safe("postgres://h/db?sslpassword=keypw&sslkey=/k.pem",
          "postgres://h/db?sslpassword=***&sslkey=/k.pem");
-    safe("postgres://h/db?SSLPassword=keypw", "postgres://h/db?SSLPassword=***");
+    safe("postgres://h/db?SSLPassword=keypw",
+         "postgres://h/db?SSLPassword=***");
     /* a keyword libpq does not know may be a misspelt secret */
     safe("postgres://h/db?passwrod=x", "postgres://h/db?passwrod=***");
     /* '/' unencoded in the password: nothing of it shows; '?' is read
@@ -79,8 +80,8 @@ Test(store_pg, a_url_libpq_would_read_otherwise_is_refused)
     cr_expect_not_null(store_pg_url_problem("postgres://u:pa/ss@h/db"));
     cr_expect_null(store_pg_url_problem("postgres://u:pa?ss@h/db"));
     cr_expect_not_null(store_pg_url_problem("postgres://u:p@ss@h/db"));
-    cr_expect(strstr(store_pg_url_problem("postgres://u:s3cr/t@h/db"), "s3cr") ==
-              NULL);
+    cr_expect(strstr(store_pg_url_problem("postgres://u:s3cr/t@h/db"),
+                     "s3cr") == NULL);
 }
 
 Test(store_pg, scrub_removes_secrets_as_written_and_decoded)
@@ -113,10 +114,13 @@ Test(store_pg, scrub_masks_passwords_in_libpq_messages)
     const char *url = "postgres://app:pw1@h:1/db?password=pw2&sslmode=off";
     char buf[160];
 
-    store_pg_scrub(url, "missing \"=\" after \"postgres://app:pw1@h:1/db?"
+    store_pg_scrub(url,
+                   "missing \"=\" after \"postgres://app:pw1@h:1/db?"
                    "password=pw2&sslmode=off\" in connection info string\n"
-                   "second line", buf, sizeof(buf));
-    cr_expect_str_eq(buf, "missing \"=\" after \"postgres://app:***@h:1/db?"
+                   "second line",
+                   buf, sizeof(buf));
+    cr_expect_str_eq(buf,
+                     "missing \"=\" after \"postgres://app:***@h:1/db?"
                      "password=***&sslmode=off\" in connection info string");
     store_pg_scrub("postgres://h/db", "no secret here", buf, sizeof(buf));
     cr_expect_str_eq(buf, "no secret here");
@@ -154,7 +158,7 @@ Test(store_pg, sqlstates_map_to_the_service_codes)
         {"42P01", RMQS_EDB},       /* undefined table: schema broken */
         {"", RMQS_EDB},            /* no answer at all */
         {NULL, RMQS_EDB},
-        {"2350", RMQS_EDB},        /* not a SQLSTATE */
+        {"2350", RMQS_EDB}, /* not a SQLSTATE */
     };
 
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)

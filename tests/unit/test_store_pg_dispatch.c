@@ -39,7 +39,8 @@ static const char *need_env(const char *name)
 
     cr_assert(v != NULL && *v != '\0',
               "%s is not set: run the unit tests through tests/run.sh, which "
-              "starts the PostgreSQL server they use", name);
+              "starts the PostgreSQL server they use",
+              name);
     return v;
 }
 
@@ -59,7 +60,8 @@ static char *psql(const char *db, const char *script)
     cr_assert_eq(fputs(script, f) >= 0, true);
     cr_assert_eq(fclose(f), 0);
     snprintf(cmd, sizeof(cmd),
-             "PGCONNECT_TIMEOUT=5 timeout 120 " PSQL " -X -q -A -t -v ON_ERROR_STOP=1 "
+             "PGCONNECT_TIMEOUT=5 timeout 120 " PSQL
+             " -X -q -A -t -v ON_ERROR_STOP=1 "
              "-d '%s dbname=%s' -f '%s' 2>&1",
              need_env("RMQS_TEST_PG_ADMIN"), db, file);
     p = popen(cmd, "r");
@@ -67,14 +69,16 @@ static char *psql(const char *db, const char *script)
     while ((got = fread(out + len, 1, cap - 1 - len, p)) > 0)
         len += got;
     int status = pclose(p);
-    cr_assert_eq(status, 0, "psql failed (%d) on:\n%s\n%s", status, script, out);
+    cr_assert_eq(status, 0, "psql failed (%d) on:\n%s\n%s", status, script,
+                 out);
     return out;
 }
 
 static void setup(void)
 {
     ut_tmpdir(g_dir, "store-pg");
-    snprintf(g_db, sizeof(g_db), "rmqs_u_%ld_%ld", (long)getpid(), (long)time(NULL));
+    snprintf(g_db, sizeof(g_db), "rmqs_u_%ld_%ld", (long)getpid(),
+             (long)time(NULL));
     char sql[256];
     snprintf(sql, sizeof(sql), "CREATE DATABASE %s OWNER %s;", g_db,
              need_env("RMQS_TEST_PG_USER"));
@@ -85,7 +89,8 @@ static void teardown(void)
 {
     char sql[256];
 
-    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE);", g_db);
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE);",
+             g_db);
     free(psql("postgres", sql));
     ut_rmtree(g_dir);
 }
@@ -109,14 +114,15 @@ static void fill(int n)
 {
     char sql[1024];
 
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
-             "due_at, delay_ms, created_at, updated_at, attempts, max_attempts, "
-             "body_kind, body) SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), "
-             "CASE WHEN i %% 10 = 0 THEN 0 ELSE 2 END, '', 'rk', i * 1000, "
-             "i * 1000, 0, 0, 0, 0, 5, 0, '\\x'::bytea "
-             "FROM generate_series(1, %d) i;",
-             n);
+    snprintf(
+        sql, sizeof(sql),
+        "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
+        "due_at, delay_ms, created_at, updated_at, attempts, max_attempts, "
+        "body_kind, body) SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), "
+        "CASE WHEN i %% 10 = 0 THEN 0 ELSE 2 END, '', 'rk', i * 1000, "
+        "i * 1000, 0, 0, 0, 0, 5, 0, '\\x'::bytea "
+        "FROM generate_series(1, %d) i;",
+        n);
     free(psql(g_db, sql));
 }
 
@@ -132,10 +138,11 @@ static char *claim_plan(void)
     len = strlen(claim) + 256;
     script = malloc(len);
     cr_assert_not_null(script);
-    snprintf(script, len,
-             "PREPARE claim(text, bigint, bigint, bigint, bigint) AS %s;\n"
-             "EXPLAIN (COSTS OFF) EXECUTE claim('test', 10000, 0, 5000000, 100);\n",
-             claim);
+    snprintf(
+        script, len,
+        "PREPARE claim(text, bigint, bigint, bigint, bigint) AS %s;\n"
+        "EXPLAIN (COSTS OFF) EXECUTE claim('test', 10000, 0, 5000000, 100);\n",
+        claim);
     char *plan = psql(g_db, script);
     free(script);
     return plan;

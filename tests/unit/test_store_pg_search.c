@@ -26,25 +26,30 @@ static void setup(void)
 
     ut_pg_create(g_db, g_url);
     g_st = ut_store_open(g_url, &(store_options){.synchronous_full = true,
-                                                  .index_manual = true});
+                                                 .index_manual = true});
     /* the rules of ut_search_job, with more exchanges, routing keys and
      * tenants, so that one value is a small part of the table */
-    snprintf(sql, sizeof sql,
-             "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
-             "due_at, delay_ms, created_at, updated_at, attempts, max_attempts, "
-             "headers, body_kind, body, source, message_id, schedule) "
-             "SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), "
-             "CASE WHEN i %% 10 = 0 THEN 2 WHEN i %% 10 = 1 THEN 3 ELSE 0 END, "
-             "'ex' || (i %% 50), 'rk' || (i %% 200), 1000000 + i * 1000::bigint, "
-             "1000000 + i * 1000::bigint, 0, 10, 10, 0, 3, "
-             "'{\"tenant\":\"t' || (i %% 1000) || '\",\"n\":' || i || '}', "
-             "CASE i %% 4 WHEN 2 THEN 2 WHEN 1 THEN 1 ELSE 0 END, "
-             "convert_to(CASE i %% 4 WHEN 0 THEN 'hello <script>' || i || '</script>' "
-             "WHEN 1 THEN '{\"k\":\"Needle ' || i || '\"}' WHEN 2 THEN 'needle-bytes' "
-             "ELSE 'plain text' END, 'UTF8'), CASE WHEN i %% 50 = 0 THEN 1 ELSE 0 END, "
-             "CASE WHEN i %% 100 = 0 THEN 'm' || i END, "
-             "CASE WHEN i %% 100 = 1 THEN 's' || (i %% 1000) END "
-             "FROM generate_series(1, %d) AS i; ANALYZE jobs;", N_ROWS);
+    snprintf(
+        sql, sizeof sql,
+        "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "
+        "due_at, delay_ms, created_at, updated_at, attempts, max_attempts, "
+        "headers, body_kind, body, source, message_id, schedule) "
+        "SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), "
+        "CASE WHEN i %% 10 = 0 THEN 2 WHEN i %% 10 = 1 THEN 3 ELSE 0 END, "
+        "'ex' || (i %% 50), 'rk' || (i %% 200), 1000000 + i * 1000::bigint, "
+        "1000000 + i * 1000::bigint, 0, 10, 10, 0, 3, "
+        "'{\"tenant\":\"t' || (i %% 1000) || '\",\"n\":' || i || '}', "
+        "CASE i %% 4 WHEN 2 THEN 2 WHEN 1 THEN 1 ELSE 0 END, "
+        "convert_to(CASE i %% 4 WHEN 0 THEN 'hello <script>' || i || "
+        "'</script>' "
+        "WHEN 1 THEN '{\"k\":\"Needle ' || i || '\"}' WHEN 2 THEN "
+        "'needle-bytes' "
+        "ELSE 'plain text' END, 'UTF8'), CASE WHEN i %% 50 = 0 THEN 1 ELSE 0 "
+        "END, "
+        "CASE WHEN i %% 100 = 0 THEN 'm' || i END, "
+        "CASE WHEN i %% 100 = 1 THEN 's' || (i %% 1000) END "
+        "FROM generate_series(1, %d) AS i; ANALYZE jobs;",
+        N_ROWS);
     ut_pg_exec(g_url, sql);
     /* the search's side table, as the indexer thread fills it */
     for (size_t n = 1; n > 0;)
@@ -75,9 +80,7 @@ static bool seq_scan_in(json_t *node)
     json_t *sub;
 
     if (json_is_array(node)) {
-        json_array_foreach(node, i, sub)
-            if (seq_scan_in(sub))
-                return true;
+        json_array_foreach(node, i, sub) if (seq_scan_in(sub)) return true;
         return false;
     }
     if (!json_is_object(node))
@@ -96,7 +99,8 @@ static bool seq_scan_in(json_t *node)
 /* The plans of f (list and count) scan an index (want, if not NULL, by
  * name) and never jobs itself (nor job_text). A count of the status alone (or of all)
  * reads job_counts, not jobs (store_count): only its list is checked. */
-static void check_plan(const store_filter *f, const char *want, const char *what)
+static void check_plan(const store_filter *f, const char *want,
+                       const char *what)
 {
     bool status_only = strncmp(what, "status alone", 12) == 0;
 
@@ -108,8 +112,8 @@ static void check_plan(const store_filter *f, const char *want, const char *what
                   strstr(plan, "Index") != NULL &&
                   (want == NULL || strstr(plan, want) != NULL);
         cr_expect(ok, "%s (%s): want an index scan%s%s:\n%s", what,
-                  count ? "count" : "list", want ? " of " : "", want ? want : "",
-                  plan);
+                  count ? "count" : "list", want ? " of " : "",
+                  want ? want : "", plan);
         json_decref(tree);
         free(plan);
     }
@@ -124,29 +128,49 @@ Test(store_pg_search, every_filter_kind_uses_an_index)
         store_filter f = any();
         f.status = s;
         check_plan(&f, NULL, "status alone or nothing");
-        f = any(); f.status = s; f.exchange = "ex7";
+        f = any();
+        f.status = s;
+        f.exchange = "ex7";
         check_plan(&f, NULL, "exchange");
-        f = any(); f.status = s; f.routing_key = "rk7";
+        f = any();
+        f.status = s;
+        f.routing_key = "rk7";
         check_plan(&f, NULL, "routing_key");
-        f = any(); f.status = s; f.source = JOB_SOURCE_AMQP;
+        f = any();
+        f.status = s;
+        f.source = JOB_SOURCE_AMQP;
         check_plan(&f, NULL, "source");
-        f = any(); f.status = s; f.message_id = "m500";
+        f = any();
+        f.status = s;
+        f.message_id = "m500";
         check_plan(&f, "jobs_message_id", "message_id");
-        f = any(); f.status = s; f.schedule = "s1";
+        f = any();
+        f.status = s;
+        f.schedule = "s1";
         check_plan(&f, NULL, "schedule");
-        f = any(); f.status = s; f.has_deliver_from = true;
-        f.deliver_from = 1000000 + 5000 * 1000; f.has_deliver_to = true;
+        f = any();
+        f.status = s;
+        f.has_deliver_from = true;
+        f.deliver_from = 1000000 + 5000 * 1000;
+        f.has_deliver_to = true;
         f.deliver_to = 1000000 + 6000 * 1000;
         check_plan(&f, NULL, "deliver range");
-        f = any(); f.status = s;
-        snprintf(f.id_prefix, sizeof f.id_prefix, "%s", "000000000000000000000000000123");
+        f = any();
+        f.status = s;
+        snprintf(f.id_prefix, sizeof f.id_prefix, "%s",
+                 "000000000000000000000000000123");
         check_plan(&f, "jobs_id_key", "id_prefix");
-        f = any(); f.status = s; f.header_name = "tenant:t7";
-        f.header_name_len = 6; f.header_value = "t7";
+        f = any();
+        f.status = s;
+        f.header_name = "tenant:t7";
+        f.header_name_len = 6;
+        f.header_value = "t7";
         /* the list may walk jobs_deliver and check the header, which the
          * planner (a fixed estimate for @>) finds cheaper for a page */
         check_plan(&f, NULL, "header");
-        f = any(); f.status = s; f.q = "Needle 12345\"";
+        f = any();
+        f.status = s;
+        f.q = "Needle 12345\"";
         check_plan(&f, "job_text_body", "q");
     }
 }
@@ -165,25 +189,38 @@ Test(store_pg_search, search_filters_count_exactly)
 {
     store_filter f = any();
 
-    f.header_name = "tenant:t7"; f.header_name_len = 6; f.header_value = "t7";
+    f.header_name = "tenant:t7";
+    f.header_name_len = 6;
+    f.header_value = "t7";
     cr_expect_eq(count(&f), N_ROWS / 1000);
     f.status = JOB_FAILED; /* i % 1000 == 7: never i % 10 == 1 */
     cr_expect_eq(count(&f), 0);
-    f = any(); f.header_name = "n:5"; f.header_name_len = 1; f.header_value = "5";
+    f = any();
+    f.header_name = "n:5";
+    f.header_name_len = 1;
+    f.header_value = "5";
     cr_expect_eq(count(&f), 0, "a number is not a string header");
-    f = any(); f.q = "Needle 12345\"";
+    f = any();
+    f.q = "Needle 12345\"";
     cr_expect_eq(count(&f), 1);
-    f = any(); f.q = "needle";
+    f = any();
+    f.q = "needle";
     cr_expect_eq(count(&f), 0, "case-sensitive; binary bodies never match");
-    f = any(); f.q = "<script>1999<";
+    f = any();
+    f.q = "<script>1999<";
     cr_expect_eq(count(&f), 0, "1999 %% 4 != 0");
     f.q = "<script>1996<";
     cr_expect_eq(count(&f), 1);
-    f = any(); f.q = "t>19960<"; /* 19960 % 4 == 0: "...19960</script>" */
+    f = any();
+    f.q = "t>19960<"; /* 19960 % 4 == 0: "...19960</script>" */
     cr_expect_eq(count(&f), 1);
-    f = any(); snprintf(f.id_prefix, sizeof f.id_prefix, "%s", "0000000000000000000000000001");
+    f = any();
+    snprintf(f.id_prefix, sizeof f.id_prefix, "%s",
+             "0000000000000000000000000001");
     cr_expect_eq(count(&f), 0x10000, "ids of 0x10000..0x1ffff");
-    f = any(); f.exchange = "ex7"; f.routing_key = "rk7";
+    f = any();
+    f.exchange = "ex7";
+    f.routing_key = "rk7";
     cr_expect_eq(count(&f), N_ROWS / 200, "i %% 200 == 7 implies i %% 50 == 7");
 }
 
@@ -207,8 +244,11 @@ Test(store_pg_search, the_tail_and_the_index_agree)
         f.q = "Needle 300001\"";
         cr_expect_eq(count(&f), 1, "q, pass %d", pass);
         f = any();
-        f.header_name = "tenant:t2"; f.header_name_len = 6; f.header_value = "t2";
-        f.has_deliver_from = true; f.deliver_from = 1000000 + 1000 * (int64_t)300001;
+        f.header_name = "tenant:t2";
+        f.header_name_len = 6;
+        f.header_value = "t2";
+        f.has_deliver_from = true;
+        f.deliver_from = 1000000 + 1000 * (int64_t)300001;
         cr_expect_eq(count(&f), 1, "header, pass %d", pass);
         cr_assert_eq(store_search_index(g_st, 100, &n), RMQS_OK);
         cr_expect_eq(n, pass == 0 ? 1 : 0);

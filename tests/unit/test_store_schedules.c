@@ -63,9 +63,12 @@ static void open_store(bool pg)
 /* A schedule to store (borrowed strings). */
 static store_schedule sched(const char *name, const char *spec, int64_t next)
 {
-    store_schedule s = {.name = (char *)name, .spec = (char *)spec,
-                        .generation = 99, .created_at = g_now,
-                        .updated_at = g_now, .next_fire_at = next,
+    store_schedule s = {.name = (char *)name,
+                        .spec = (char *)spec,
+                        .generation = 99,
+                        .created_at = g_now,
+                        .updated_at = g_now,
+                        .next_fire_at = next,
                         .last_fire_at = -1};
     return s;
 }
@@ -135,14 +138,12 @@ static void counts(int64_t want_pending, int64_t want_publishing,
     cr_expect_eq(c[JOB_PUBLISHING], want_publishing, "publishing %ld",
                  (long)c[1]);
     cr_expect_eq(c[JOB_SENT], want_sent, "sent %ld", (long)c[2]);
-    cr_expect_eq(c[JOB_CANCELLED], want_cancelled, "cancelled %ld",
-                 (long)c[4]);
+    cr_expect_eq(c[JOB_CANCELLED], want_cancelled, "cancelled %ld", (long)c[4]);
 }
 
 /* Claim every run due by due_by as the dispatcher does (claim ahead),
  * expecting n; ids into ids (JOB_ID_LEN + 1 each). */
-static void claim_ahead(int64_t due_by, size_t want,
-                        char ids[][JOB_ID_LEN + 1])
+static void claim_ahead(int64_t due_by, size_t want, char ids[][JOB_ID_LEN + 1])
 {
     job_t *jobs;
     size_t n;
@@ -333,8 +334,7 @@ BOTH(due_is_active_schedules_earliest_first_with_last_job_status)
     for (size_t i = 0; i < n; i++)
         cr_expect_eq(rows[i].last_job_status, -1, "no run yet");
     store_schedules_free(rows, n);
-    cr_assert_eq(store_schedule_due(g_st, g_now + 2500, 2, &rows, &n),
-                 RMQS_OK);
+    cr_assert_eq(store_schedule_due(g_st, g_now + 2500, 2, &rows, &n), RMQS_OK);
     cr_expect_eq(n, 2, "at most limit");
     store_schedules_free(rows, n);
     cr_assert_eq(store_schedule_next_at(g_st, &any, &at), RMQS_OK);
@@ -343,8 +343,10 @@ BOTH(due_is_active_schedules_earliest_first_with_last_job_status)
 
     /* a run of "early": its status follows the job's */
     run_make(&run, 1, "early", g_now + 1000);
-    store_advance a = {.name = "early", .generation = 1,
-                       .old_next = g_now + 1000, .new_next = g_now + 1500,
+    store_advance a = {.name = "early",
+                       .generation = 1,
+                       .old_next = g_now + 1000,
+                       .new_next = g_now + 1500,
                        .job = &run};
     advance_one(&a, true, false);
     cr_assert_eq(store_schedule_due(g_st, g_now + 1500, 10, &rows, &n),
@@ -412,8 +414,11 @@ BOTH(advance_is_a_compare_and_set_and_creates_each_run_once)
 
     put_ok("s", "{}", f, false);
     run_make(&run, 1, "s", f);
-    store_advance a = {.name = "s", .generation = 1, .old_next = f,
-                       .new_next = f + 1000, .job = &run};
+    store_advance a = {.name = "s",
+                       .generation = 1,
+                       .old_next = f,
+                       .new_next = f + 1000,
+                       .job = &run};
     advance_one(&a, true, false);
     s = get_ok("s");
     cr_expect_eq(s.next_fire_at, f + 1000);
@@ -434,8 +439,11 @@ BOTH(advance_is_a_compare_and_set_and_creates_each_run_once)
      * after a crash): not applied, and nothing else for it */
     advance_one(&a, false, false);
     /* a stale generation neither */
-    store_advance stale = {.name = "s", .generation = 2, .old_next = f + 1000,
-                           .new_next = f + 2000, .job = NULL};
+    store_advance stale = {.name = "s",
+                           .generation = 2,
+                           .old_next = f + 1000,
+                           .new_next = f + 2000,
+                           .job = NULL};
     advance_one(&stale, false, false);
     s = get_ok("s");
     cr_expect_eq(s.next_fire_at, f + 1000);
@@ -446,8 +454,11 @@ BOTH(advance_is_a_compare_and_set_and_creates_each_run_once)
      * generation's fire time): one job; the schedule still moves on */
     put_ok("t", "{}", f, false);
     run_make(&again, 1, "t", f); /* the id of s's run */
-    store_advance b = {.name = "t", .generation = 1, .old_next = f,
-                       .new_next = f + 500, .job = &again};
+    store_advance b = {.name = "t",
+                       .generation = 1,
+                       .old_next = f,
+                       .new_next = f + 500,
+                       .job = &again};
     advance_one(&b, true, true);
     s = get_ok("t");
     cr_expect_eq(s.next_fire_at, f + 500);
@@ -459,9 +470,15 @@ BOTH(advance_is_a_compare_and_set_and_creates_each_run_once)
     job_t r2;
     run_make(&r2, 2, "s", f + 1000);
     store_advance batch[] = {
-        {.name = "t", .generation = 1, .old_next = f + 500,
-         .new_next = f + 1500, .job = NULL},
-        {.name = "s", .generation = 1, .old_next = f + 1000, .new_next = -1,
+        {.name = "t",
+         .generation = 1,
+         .old_next = f + 500,
+         .new_next = f + 1500,
+         .job = NULL},
+        {.name = "s",
+         .generation = 1,
+         .old_next = f + 1000,
+         .new_next = -1,
          .job = &r2},
         {.name = "missing", .generation = 1, .old_next = f, .new_next = f + 1},
     };
@@ -471,7 +488,8 @@ BOTH(advance_is_a_compare_and_set_and_creates_each_run_once)
     cr_expect_not(batch[2].applied);
     s = get_ok("t");
     cr_expect_eq(s.next_fire_at, f + 1500);
-    cr_expect_eq(s.last_fire_at, f, "a skipped fire time is no run: the "
+    cr_expect_eq(s.last_fire_at, f,
+                 "a skipped fire time is no run: the "
                  "last run stays the one before");
     store_schedule_clear(&s);
     s = get_ok("s");
@@ -498,9 +516,15 @@ BOTH(advance_refused_by_the_schema_keeps_nothing)
     run_make(&bad, 2, "t", f);
     bad.max_attempts = 0; /* CHECK (max_attempts >= 1) */
     store_advance batch[] = {
-        {.name = "s", .generation = 1, .old_next = f, .new_next = f + 1,
+        {.name = "s",
+         .generation = 1,
+         .old_next = f,
+         .new_next = f + 1,
          .job = &good},
-        {.name = "t", .generation = 1, .old_next = f, .new_next = f + 1,
+        {.name = "t",
+         .generation = 1,
+         .old_next = f,
+         .new_next = f + 1,
          .job = &bad},
     };
     cr_assert_eq(store_schedule_advance(g_st, batch, 2, g_now), RMQS_EINVAL);
@@ -534,8 +558,11 @@ BOTH(expire_outcome_cancels_a_claimed_run)
     put_ok("s", "{}", f, false);
     run_make(&run, 1, "s", f);
     run.expires_at = f + 1000;
-    store_advance a = {.name = "s", .generation = 1, .old_next = f,
-                       .new_next = f + 60000, .job = &run};
+    store_advance a = {.name = "s",
+                       .generation = 1,
+                       .old_next = f,
+                       .new_next = f + 60000,
+                       .job = &run};
     advance_one(&a, true, false);
     claim_ahead(g_now, 1, ids);
     const char *claims[] = {ids[0]};
@@ -654,8 +681,8 @@ BOTH(job_fields_round_trip_for_runs_and_other_jobs)
     /* the claim returns them too */
     job_t *claimed;
     size_t n;
-    cr_assert_eq(store_claim_ahead(g_st, g_now + 2000, g_now, 10, &claimed,
-                                   &n), RMQS_OK);
+    cr_assert_eq(store_claim_ahead(g_st, g_now + 2000, g_now, 10, &claimed, &n),
+                 RMQS_OK);
     cr_assert_eq(n, 2);
     cr_expect_null(claimed[0].schedule);
     cr_expect_eq(claimed[0].fire_at, -1);
@@ -689,8 +716,8 @@ Test(store_schedules, advance_skips_a_row_another_instance_is_advancing)
     cr_assert_eq(PQresultStatus(r), PGRES_TUPLES_OK);
     PQclear(r);
 
-    store_advance a = {.name = "s", .generation = 1, .old_next = f,
-                       .new_next = f + 1000};
+    store_advance a = {
+        .name = "s", .generation = 1, .old_next = f, .new_next = f + 1000};
     clock_gettime(CLOCK_MONOTONIC, &t0);
     advance_one(&a, false, false);
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -763,9 +790,10 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     size_t n5 = 0;
     int64_t c[5];
     char *before, *after, *idx_before, *idx_after;
-    const char *idx_sql = "SELECT group_concat(name, ',') FROM (SELECT name "
-                          "FROM sqlite_schema WHERE type = 'index' AND "
-                          "tbl_name = 'jobs' AND sql IS NOT NULL ORDER BY name)";
+    const char *idx_sql =
+        "SELECT group_concat(name, ',') FROM (SELECT name "
+        "FROM sqlite_schema WHERE type = 'index' AND "
+        "tbl_name = 'jobs' AND sql IS NOT NULL ORDER BY name)";
     job_t run;
 
     while (n5 < store_builtin_migrations_count &&
@@ -796,7 +824,7 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     /* schema 5: counts kept by the store; the rows above went in behind
      * its back, so count them as 0005 would */
     ut_sql_exec(g_b.path, "UPDATE job_counts SET n = (SELECT count(*) FROM "
-                        "jobs WHERE jobs.status = job_counts.status)");
+                          "jobs WHERE jobs.status = job_counts.status)");
     before = sqlite_text(SQLITE_DIGEST);
     idx_before = sqlite_text(idx_sql);
     int64_t keys = ut_sql_int(g_b.path, "SELECT count(*) FROM idempotency");
@@ -806,7 +834,8 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     rmqs_error err = {0};
     (void)ut_both_target(&g_b, false);
     cr_assert_eq(store_open_with(g_b.path, &k_opts, store_builtin_migrations,
-                                 n5 + 1, &g_st, &err), RMQS_OK, "%s", err.message);
+                                 n5 + 1, &g_st, &err),
+                 RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), 6);
     after = sqlite_text(SQLITE_DIGEST);
     cr_expect_str_eq(after, before, "every job, every column, every seq");
@@ -819,15 +848,21 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
                      "before: %s", want_idx);
     cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM idempotency"), keys,
                  "the keys survive the rebuild");
-    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM sqlite_schema WHERE "
-                                    "name = 'idempotency_job'"), 1);
-    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM sqlite_schema WHERE "
-                                    "name = 'jobs_id' AND sql LIKE "
-                                    "'CREATE UNIQUE INDEX%'"), 1);
-    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    cr_expect_eq(ut_sql_int(g_b.path,
+                            "SELECT count(*) FROM sqlite_schema WHERE "
+                            "name = 'idempotency_job'"),
+                 1);
+    cr_expect_eq(ut_sql_int(g_b.path,
+                            "SELECT count(*) FROM sqlite_schema WHERE "
+                            "name = 'jobs_id' AND sql LIKE "
+                            "'CREATE UNIQUE INDEX%'"),
+                 1);
+    cr_expect_eq(
+        ut_sql_int(g_b.path, "SELECT count(*) FROM pragma_foreign_key_check"),
+        0);
     cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM sqlite_schema "
-                                    "WHERE name LIKE '%0006'"), 0,
-                 "no scratch table left");
+                                      "WHERE name LIKE '%0006'"),
+                 0, "no scratch table left");
     cr_assert_eq(store_counts(g_st, c), RMQS_OK);
     for (int s = 0; s < 5; s++) {
         char q[96];
@@ -840,8 +875,7 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     /* and the new schema still refuses a source 3 */
     run_make(&run, 9998, "s", g_now);
     run.source = (job_source)3;
-    cr_expect_eq(store_insert(g_st, &run, NULL, NULL, NULL, NULL),
-                 RMQS_EINVAL);
+    cr_expect_eq(store_insert(g_st, &run, NULL, NULL, NULL, NULL), RMQS_EINVAL);
     job_clear(&run);
     free(before);
     free(after);
@@ -849,20 +883,20 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     free(idx_after);
 }
 
-#define PG_DIGEST                                                             \
-    "SELECT md5(string_agg(concat_ws('|', seq, encode(id, 'hex'), status, "   \
-    "exchange, routing_key, deliver_at, due_at, delay_ms, created_at, "       \
-    "updated_at, coalesce(sent_at, -1), attempts, max_attempts, "             \
-    "coalesce(last_error, '-'), coalesce(headers, '-'), "                     \
-    "coalesce(properties, '-'), body_kind, encode(body, 'hex'), source, "     \
-    "coalesce(message_id, '-'), coalesce(owner, '-'), "                       \
+#define PG_DIGEST                                                           \
+    "SELECT md5(string_agg(concat_ws('|', seq, encode(id, 'hex'), status, " \
+    "exchange, routing_key, deliver_at, due_at, delay_ms, created_at, "     \
+    "updated_at, coalesce(sent_at, -1), attempts, max_attempts, "           \
+    "coalesce(last_error, '-'), coalesce(headers, '-'), "                   \
+    "coalesce(properties, '-'), body_kind, encode(body, 'hex'), source, "   \
+    "coalesce(message_id, '-'), coalesce(owner, '-'), "                     \
     "coalesce(lease_until, -1)), ';' ORDER BY seq))::text FROM jobs"
 
 /* The digest of PG_DIGEST as a number (its first 15 hex digits). */
 static int64_t pg_digest(void)
 {
     return ut_pg_int(g_b.url, "SELECT ('x' || substr((" PG_DIGEST
-                            "), 1, 15))::bit(60)::bigint");
+                              "), 1, 15))::bit(60)::bigint");
 }
 
 Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
@@ -874,8 +908,9 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
     cr_assert_geq(store_pg_migrations_count, 2);
     cr_assert_eq(store_pg_migrations[0].version, 1);
     rmqs_error err = {0};
-    cr_assert_eq(store_open_with(g_b.url, &k_opts, store_pg_migrations, 1, &old,
-                                 &err), RMQS_OK, "%s", err.message);
+    cr_assert_eq(
+        store_open_with(g_b.url, &k_opts, store_pg_migrations, 1, &old, &err),
+        RMQS_OK, "%s", err.message);
     store_close(old);
     ut_pg_exec(g_b.url,
                "INSERT INTO jobs (id, status, exchange, routing_key, "
@@ -892,16 +927,18 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
                "CASE WHEN i % 5 = 1 THEN 'inst' END, "
                "CASE WHEN i % 5 = 1 THEN 99 END "
                "FROM generate_series(1, 250) i");
-    ut_pg_exec(g_b.url, "INSERT INTO idempotency (key, job_id, request) "
-                      "SELECT 'k' || seq, id, 'r' FROM jobs WHERE seq % 3 = 0");
+    ut_pg_exec(g_b.url,
+               "INSERT INTO idempotency (key, job_id, request) "
+               "SELECT 'k' || seq, id, 'r' FROM jobs WHERE seq % 3 = 0");
     ut_pg_exec(g_b.url, "INSERT INTO job_counts (slot, status, n) "
-                      "SELECT 7, status, count(*) FROM jobs GROUP BY status");
+                        "SELECT 7, status, count(*) FROM jobs GROUP BY status");
     before = pg_digest();
     keys = ut_pg_int(g_b.url, "SELECT count(*) FROM idempotency");
 
     /* applies 0002 (and no later one) */
-    cr_assert_eq(store_open_with(g_b.url, &k_opts, store_pg_migrations, 2, &g_st,
-                                 &err), RMQS_OK, "%s", err.message);
+    cr_assert_eq(
+        store_open_with(g_b.url, &k_opts, store_pg_migrations, 2, &g_st, &err),
+        RMQS_OK, "%s", err.message);
     cr_assert_eq(store_schema_version(g_st), 2);
     cr_expect_eq(pg_digest(), before, "every job, every column, every seq");
     cr_expect_eq(ut_pg_int(g_b.url, "SELECT count(*) FROM idempotency"), keys);
@@ -911,10 +948,11 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
     old_job_and_new_run(
         (const unsigned char *)"\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x03");
     cr_expect_eq(ut_pg_int(g_b.url, "SELECT count(*) FROM pg_constraint WHERE "
-                                  "conname = 'jobs_source_check' AND "
-                                  "pg_get_constraintdef(oid) LIKE '%2%'"), 1,
-                 "source may be 2");
+                                    "conname = 'jobs_source_check' AND "
+                                    "pg_get_constraintdef(oid) LIKE '%2%'"),
+                 1, "source may be 2");
     cr_expect_eq(ut_pg_int(g_b.url, "SELECT count(*) FROM pg_indexes WHERE "
-                                  "indexname IN ('jobs_schedule', "
-                                  "'schedules_due')"), 2);
+                                    "indexname IN ('jobs_schedule', "
+                                    "'schedules_due')"),
+                 2);
 }

@@ -97,8 +97,8 @@ static void expect(const store_filter *f, bool (*want)(int), const char *what)
         job_t *jobs = NULL;
         size_t got = 0;
         char *next = NULL;
-        cr_assert_eq(store_list(g_st, f, 37, after, &jobs, &got, &next), RMQS_OK,
-                     "%s", what);
+        cr_assert_eq(store_list(g_st, f, 37, after, &jobs, &got, &next),
+                     RMQS_OK, "%s", what);
         for (size_t i = 0; i < got; i++) {
             int n = number_of(&jobs[i]);
             while (next_n <= N_JOBS && !want(next_n))
@@ -118,25 +118,69 @@ static void expect(const store_filter *f, bool (*want)(int), const char *what)
     cr_expect_eq(count, expected, "%s: counted %lld", what, (long long)count);
     cr_expect_not(capped, "%s", what);
     if (expected > 1) {
-        cr_assert_eq(store_count(g_st, f, expected - 1, &count, &capped), RMQS_OK);
+        cr_assert_eq(store_count(g_st, f, expected - 1, &count, &capped),
+                     RMQS_OK);
         cr_expect(capped && count == expected - 1, "%s: cap", what);
     }
 }
 
-static bool ex1(int n) { return n % 3 == 1; }
-static bool rk2(int n) { return n % 5 == 2; }
-static bool ex1_rk2(int n) { return ex1(n) && rk2(n); }
-static bool failed(int n) { return n % 10 == 1; }
-static bool failed_ex1(int n) { return failed(n) && ex1(n); }
-static bool range(int n) { return n >= 100 && n < 250; }
-static bool range_ex1(int n) { return range(n) && ex1(n); }
-static bool tenant3(int n) { return n % 7 == 3; }
-static bool tenant3_pending(int n) { return tenant3(n) && n % 10 > 1; }
-static bool script(int n) { return n % 4 == 0; }
-static bool needle(int n) { return n % 4 == 1; } /* JSON; binary never */
-static bool needle_rk2(int n) { return needle(n) && rk2(n); }
-static bool one(int n) { return n == 1233; }
-static bool none(int n) { (void)n; return false; }
+static bool ex1(int n)
+{
+    return n % 3 == 1;
+}
+static bool rk2(int n)
+{
+    return n % 5 == 2;
+}
+static bool ex1_rk2(int n)
+{
+    return ex1(n) && rk2(n);
+}
+static bool failed(int n)
+{
+    return n % 10 == 1;
+}
+static bool failed_ex1(int n)
+{
+    return failed(n) && ex1(n);
+}
+static bool range(int n)
+{
+    return n >= 100 && n < 250;
+}
+static bool range_ex1(int n)
+{
+    return range(n) && ex1(n);
+}
+static bool tenant3(int n)
+{
+    return n % 7 == 3;
+}
+static bool tenant3_pending(int n)
+{
+    return tenant3(n) && n % 10 > 1;
+}
+static bool script(int n)
+{
+    return n % 4 == 0;
+}
+static bool needle(int n)
+{
+    return n % 4 == 1;
+} /* JSON; binary never */
+static bool needle_rk2(int n)
+{
+    return needle(n) && rk2(n);
+}
+static bool one(int n)
+{
+    return n == 1233;
+}
+static bool none(int n)
+{
+    (void)n;
+    return false;
+}
 
 /* Index up to limit more jobs (in batches of 300); how many were. */
 static size_t index_some(size_t limit)
@@ -180,27 +224,57 @@ static void each_filter(void)
 {
     store_filter f;
 
-    f = any(); f.exchange = "ex1"; expect(&f, ex1, "exchange");
-    f = any(); f.routing_key = "rk2"; expect(&f, rk2, "routing_key");
-    f = any(); f.exchange = "ex1"; f.routing_key = "rk2";
+    f = any();
+    f.exchange = "ex1";
+    expect(&f, ex1, "exchange");
+    f = any();
+    f.routing_key = "rk2";
+    expect(&f, rk2, "routing_key");
+    f = any();
+    f.exchange = "ex1";
+    f.routing_key = "rk2";
     expect(&f, ex1_rk2, "exchange+routing_key");
-    f = any(); f.status = JOB_FAILED; f.exchange = "ex1";
+    f = any();
+    f.status = JOB_FAILED;
+    f.exchange = "ex1";
     expect(&f, failed_ex1, "status+exchange");
-    f = any(); f.has_deliver_from = true; f.deliver_from = 1000000 + 100 * 1000;
-    f.has_deliver_to = true; f.deliver_to = 1000000 + 250 * 1000;
+    f = any();
+    f.has_deliver_from = true;
+    f.deliver_from = 1000000 + 100 * 1000;
+    f.has_deliver_to = true;
+    f.deliver_to = 1000000 + 250 * 1000;
     expect(&f, range, "deliver range (from inclusive, to exclusive)");
-    f.exchange = "ex1"; expect(&f, range_ex1, "deliver range+exchange");
-    f = any(); f.header_name = "tenant:t3"; f.header_name_len = 6;
-    f.header_value = "t3"; expect(&f, tenant3, "header");
-    f.status = JOB_PENDING; expect(&f, tenant3_pending, "header+status");
-    f = any(); f.header_name = "n:5"; f.header_name_len = 1; f.header_value = "5";
+    f.exchange = "ex1";
+    expect(&f, range_ex1, "deliver range+exchange");
+    f = any();
+    f.header_name = "tenant:t3";
+    f.header_name_len = 6;
+    f.header_value = "t3";
+    expect(&f, tenant3, "header");
+    f.status = JOB_PENDING;
+    expect(&f, tenant3_pending, "header+status");
+    f = any();
+    f.header_name = "n:5";
+    f.header_name_len = 1;
+    f.header_value = "5";
     expect(&f, none, "header: a number is not a string header");
-    f = any(); f.q = "<script>"; expect(&f, script, "q <script>");
-    f = any(); f.q = "Needle"; expect(&f, needle, "q on JSON, not binary");
-    f.routing_key = "rk2"; expect(&f, needle_rk2, "q+routing_key");
-    f = any(); f.q = "needle"; expect(&f, none, "q is case-sensitive; binary never");
-    f = any(); f.q = "Needle 1233\"}"; expect(&f, one, "q with a quote");
-    f = any(); f.status = JOB_FAILED; expect(&f, failed, "status alone");
+    f = any();
+    f.q = "<script>";
+    expect(&f, script, "q <script>");
+    f = any();
+    f.q = "Needle";
+    expect(&f, needle, "q on JSON, not binary");
+    f.routing_key = "rk2";
+    expect(&f, needle_rk2, "q+routing_key");
+    f = any();
+    f.q = "needle";
+    expect(&f, none, "q is case-sensitive; binary never");
+    f = any();
+    f.q = "Needle 1233\"}";
+    expect(&f, one, "q with a quote");
+    f = any();
+    f.status = JOB_FAILED;
+    expect(&f, failed, "status alone");
 }
 
 BOTH(id_prefix_is_a_range_of_ids)
@@ -220,7 +294,8 @@ BOTH(id_prefix_is_a_range_of_ids)
     for (size_t len = 32; len >= 4; len -= 4) {
         memcpy(f.id_prefix, hex, len);
         f.id_prefix[len] = '\0';
-        cr_assert_eq(store_list(g_st, &f, 5000, NULL, &jobs, &n, &next), RMQS_OK);
+        cr_assert_eq(store_list(g_st, &f, 5000, NULL, &jobs, &n, &next),
+                     RMQS_OK);
         bool found = false;
         for (size_t i = 0; i < n; i++) {
             cr_expect_eq(strncmp(jobs[i].id, id, 8 < len ? 8 : len), 0);
@@ -236,7 +311,8 @@ BOTH(id_prefix_is_a_range_of_ids)
 
 /* The plan of f (list and count) names want and never scans jobs bare (a
  * count of the status alone reads job_counts: only its list). */
-static void check_plan(const store_filter *f, const char *want, const char *what)
+static void check_plan(const store_filter *f, const char *want,
+                       const char *what)
 {
     bool status_only = strncmp(what, "status alone", 12) == 0;
 
@@ -244,7 +320,8 @@ static void check_plan(const store_filter *f, const char *want, const char *what
         char *plan = NULL;
         cr_assert_eq(store_explain(g_st, f, count, &plan), RMQS_OK, "%s", what);
         bool bare_scan = false;
-        for (char *line = strchr(plan, '\n'); line; line = strchr(line + 1, '\n'))
+        for (char *line = strchr(plan, '\n'); line;
+             line = strchr(line + 1, '\n'))
             bare_scan = bare_scan || strncmp(line + 1, "SCAN jobs\n", 10) == 0;
         cr_expect(strstr(plan, want) != NULL && !bare_scan,
                   "%s (%s): want \"%s\":\n%s", what, count ? "count" : "list",
@@ -263,30 +340,52 @@ static void check_all_plans(void)
         store_filter f = any();
         f.status = statuses[i];
         check_plan(&f, "INDEX jobs_", "status alone or nothing");
-        f = any(); f.status = statuses[i]; f.exchange = "ex1";
+        f = any();
+        f.status = statuses[i];
+        f.exchange = "ex1";
         check_plan(&f, "INDEX jobs_exchange (exchange=?", "exchange");
-        f = any(); f.status = statuses[i]; f.routing_key = "rk1";
+        f = any();
+        f.status = statuses[i];
+        f.routing_key = "rk1";
         check_plan(&f, "INDEX jobs_routing_key (routing_key=?", "routing_key");
-        f = any(); f.status = statuses[i]; f.source = JOB_SOURCE_AMQP;
+        f = any();
+        f.status = statuses[i];
+        f.source = JOB_SOURCE_AMQP;
         check_plan(&f, "INDEX jobs_source (source=?", "source");
-        f = any(); f.status = statuses[i]; f.message_id = "m";
+        f = any();
+        f.status = statuses[i];
+        f.message_id = "m";
         check_plan(&f, "INDEX jobs_message_id (message_id=?", "message_id");
-        f = any(); f.status = statuses[i]; f.schedule = "s";
+        f = any();
+        f.status = statuses[i];
+        f.schedule = "s";
         check_plan(&f, "INDEX jobs_schedule (schedule=?", "schedule");
-        f = any(); f.status = statuses[i]; f.has_deliver_from = true;
-        f.deliver_from = 1100000; f.has_deliver_to = true; f.deliver_to = 1200000;
+        f = any();
+        f.status = statuses[i];
+        f.has_deliver_from = true;
+        f.deliver_from = 1100000;
+        f.has_deliver_to = true;
+        f.deliver_to = 1200000;
         check_plan(&f, "deliver_at>? AND deliver_at<?", "deliver range");
-        f = any(); f.status = statuses[i];
+        f = any();
+        f.status = statuses[i];
         snprintf(f.id_prefix, sizeof f.id_prefix, "%.8s", id);
         check_plan(&f, "INDEX jobs_", "id_prefix");
-        f = any(); f.status = statuses[i]; f.header_name = "tenant:t3";
-        f.header_name_len = 6; f.header_value = "t3";
+        f = any();
+        f.status = statuses[i];
+        f.header_name = "tenant:t3";
+        f.header_name_len = 6;
+        f.header_value = "t3";
         check_plan(&f, "job_headers USING PRIMARY KEY (name=? AND value=?)",
                    "header");
-        f = any(); f.status = statuses[i]; f.q = "Needle 1233\"}";
+        f = any();
+        f.status = statuses[i];
+        f.q = "Needle 1233\"}";
         check_plan(&f, "VIRTUAL TABLE INDEX", "q (rare)");
         /* in a quarter of the bodies: a page walks the listing order */
-        f = any(); f.status = statuses[i]; f.q = "<script>";
+        f = any();
+        f.status = statuses[i];
+        f.q = "<script>";
         check_plan(&f, "INDEX", "q (common)");
     }
 }
@@ -313,15 +412,18 @@ Test(store_search, side_tables_follow_the_purge)
     cr_assert_eq(store_purge(g_st, 11, 100000, &deleted), RMQS_OK);
     cr_assert_eq(deleted, N_JOBS / 5);
     cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM job_headers WHERE "
-                                    "job_seq NOT IN (SELECT seq FROM jobs)"), 0);
+                                      "job_seq NOT IN (SELECT seq FROM jobs)"),
+                 0);
     f.q = "Needle 1221\"}"; /* failed: purged */
     cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
     cr_expect_eq(count, 0);
     f.q = "Needle 1233\"}";
     cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
     cr_expect_eq(count, 1);
-    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM jobs_body_fts WHERE "
-                                    "jobs_body_fts MATCH '\"Needle 1231\"'"), 0);
+    cr_expect_eq(ut_sql_int(g_b.path,
+                            "SELECT count(*) FROM jobs_body_fts WHERE "
+                            "jobs_body_fts MATCH '\"Needle 1231\"'"),
+                 0);
 }
 
 /* seq is the rowid: once the purge took the highest seqs (job 2000 is
@@ -338,7 +440,8 @@ Test(store_search, a_reused_seq_is_above_the_mark)
     cr_assert_eq(index_some(SIZE_MAX), N_JOBS);
     cr_assert_eq(store_purge(g_st, 11, 100000, &deleted), RMQS_OK);
     cr_assert_eq(ut_sql_int(g_b.path, "SELECT max(seq) FROM jobs"), N_JOBS - 1);
-    cr_expect_eq(ut_sql_int(g_b.path, "SELECT mark FROM search_index"), N_JOBS - 1);
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT mark FROM search_index"),
+                 N_JOBS - 1);
     fill(g_st, N_JOBS + 1, N_JOBS + 1); /* seq N_JOBS again */
     cr_assert_eq(ut_sql_int(g_b.path, "SELECT max(seq) FROM jobs"), N_JOBS);
     for (int pass = 0; pass < 2; pass++) {
@@ -377,7 +480,8 @@ Test(store_search, the_indexer_thread_catches_up, .timeout = 60)
         fill(g_st, from, from + 499);
     cr_assert(ut_await(50000, caught_up, NULL), "the indexer caught up");
     cr_expect_eq(ut_sql_int(g_b.path, "SELECT mark FROM search_index"), N_JOBS);
-    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM job_headers"), N_JOBS);
+    cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM job_headers"),
+                 N_JOBS);
     f.q = "Needle 1233\"}";
     cr_assert_eq(store_count(g_st, &f, 10, &count, &capped), RMQS_OK);
     cr_expect_eq(count, 1);

@@ -84,47 +84,48 @@ Test(timeutil, parse_invalid_table)
         "2026",
         "2026-01-01",
         "2026-01-01T",
-        "2026-01-01T00:00Z",            /* no seconds */
-        "2026-01-01T00:00:00",          /* no offset */
-        "2026-01-01T00:00:00.123",      /* no offset after fraction */
-        "2026-01-01T00:00:00.Z",        /* empty fraction */
-        "2026-01-01T00:00:00,5Z",       /* comma fraction */
-        "2026-01-01 00:00:00Z",         /* space separator */
+        "2026-01-01T00:00Z",       /* no seconds */
+        "2026-01-01T00:00:00",     /* no offset */
+        "2026-01-01T00:00:00.123", /* no offset after fraction */
+        "2026-01-01T00:00:00.Z",   /* empty fraction */
+        "2026-01-01T00:00:00,5Z",  /* comma fraction */
+        "2026-01-01 00:00:00Z",    /* space separator */
         "2026-01-01X00:00:00Z",
-        "2026-01-01T00:00:00ZZ",        /* trailing junk */
+        "2026-01-01T00:00:00ZZ", /* trailing junk */
         "2026-01-01T00:00:00Zjunk",
         "2026-01-01T00:00:00Z ",
-        " 2026-01-01T00:00:00Z",        /* leading whitespace */
+        " 2026-01-01T00:00:00Z", /* leading whitespace */
         "2026-01-01T00:00:00+05:30:00",
         "2026-01-01T00:00:00UTC",
-        "2026-01-01T00:00:00+0530",     /* offset without colon */
+        "2026-01-01T00:00:00+0530", /* offset without colon */
         "2026-01-01T00:00:00+05",
         "2026-01-01T00:00:00+5:30",
-        "2026-01-01T00:00:00+24:00",    /* offset hour 24 */
-        "2026-01-01T00:00:00+05:60",    /* offset minute 60 */
-        "2026-1-01T00:00:00Z",          /* missing zero padding */
+        "2026-01-01T00:00:00+24:00", /* offset hour 24 */
+        "2026-01-01T00:00:00+05:60", /* offset minute 60 */
+        "2026-1-01T00:00:00Z",       /* missing zero padding */
         "2026-01-1T00:00:00Z",
         "2026-01-01T0:00:00Z",
-        "20260101T000000Z",             /* basic format is not RFC 3339 */
+        "20260101T000000Z", /* basic format is not RFC 3339 */
         "+2026-01-01T00:00:00Z",
         "-0001-01-01T00:00:00Z",
-        "0000-01-01T00:00:00Z",         /* year 0000 */
+        "0000-01-01T00:00:00Z", /* year 0000 */
         "10000-01-01T00:00:00Z",
         "2026-00-01T00:00:00Z",
         "2026-13-01T00:00:00Z",
         "2026-01-00T00:00:00Z",
         "2026-01-32T00:00:00Z",
         "2026-04-31T00:00:00Z",
-        "2023-02-29T00:00:00Z",         /* not a leap year */
-        "1900-02-29T00:00:00Z",         /* century, not a leap year */
-        "2026-01-01T24:00:00Z",         /* hour 24 */
+        "2023-02-29T00:00:00Z", /* not a leap year */
+        "1900-02-29T00:00:00Z", /* century, not a leap year */
+        "2026-01-01T24:00:00Z", /* hour 24 */
         "2026-01-01T23:60:00Z",
         "2026-01-01T23:59:61Z",
         "2026-01-01T00:00:0aZ",
         "2026-01-01T00:00:00.1a2Z",
         "2026-01-01T00:00:00.-1Z",
         "2026-01-01T00:00:00z+01:00",
-        "2026\xe2\x80\x93" "01-01T00:00:00Z", /* en dash */
+        "2026\xe2\x80\x93"
+        "01-01T00:00:00Z", /* en dash */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t ms = 42;
@@ -200,8 +201,13 @@ Test(timeutil, format_table)
 Test(timeutil, round_trip_parse_format)
 {
     const int64_t lo = -62135596800000, hi = 253402300799999;
-    static const int64_t fixed[] = {0, -1, 1, 951782400000, -62135596800000,
-                                    253402300799999, 1483228799999};
+    static const int64_t fixed[] = {0,
+                                    -1,
+                                    1,
+                                    951782400000,
+                                    -62135596800000,
+                                    253402300799999,
+                                    1483228799999};
     uint64_t x = 0x9E3779B97F4A7C15ULL; /* xorshift: deterministic spread */
     for (int i = 0; i < 20000; i++) {
         int64_t ms;
@@ -216,7 +222,8 @@ Test(timeutil, round_trip_parse_format)
         char buf[TU_RFC3339_LEN + 1];
         tu_format_rfc3339(ms, buf);
         int64_t back = 0;
-        cr_assert_eq(tu_parse_rfc3339(buf, strlen(buf), &back), RMQS_OK, "%s", buf);
+        cr_assert_eq(tu_parse_rfc3339(buf, strlen(buf), &back), RMQS_OK, "%s",
+                     buf);
         cr_assert_eq(back, ms, "%lld -> %s -> %lld", (long long)ms, buf,
                      (long long)back);
     }
@@ -252,8 +259,8 @@ Test(timeutil, calendar_matches_glibc)
         cr_assert_not_null(gmtime_r(&t, &g));
         char text[64];
         snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02dZ",
-                 g.tm_year + 1900, g.tm_mon + 1, g.tm_mday, g.tm_hour,
-                 g.tm_min, g.tm_sec);
+                 g.tm_year + 1900, g.tm_mon + 1, g.tm_mday, g.tm_hour, g.tm_min,
+                 g.tm_sec);
         int64_t ms = 0;
         cr_assert_eq(parse(text, &ms), RMQS_OK, "%s", text);
         cr_assert_eq(ms, (int64_t)t * 1000, "%s", text);
@@ -261,8 +268,8 @@ Test(timeutil, calendar_matches_glibc)
         char out[TU_RFC3339_LEN + 1], want[64];
         tu_format_rfc3339((int64_t)t * 1000 + 7, out);
         snprintf(want, sizeof want, "%04d-%02d-%02dT%02d:%02d:%02d.007Z",
-                 g.tm_year + 1900, g.tm_mon + 1, g.tm_mday, g.tm_hour,
-                 g.tm_min, g.tm_sec);
+                 g.tm_year + 1900, g.tm_mon + 1, g.tm_mday, g.tm_hour, g.tm_min,
+                 g.tm_sec);
         cr_assert_str_eq(out, want);
     }
 }
@@ -283,7 +290,8 @@ Test(timeutil, mono_advances)
     while (nanosleep(&ts, &ts) != 0) {
     }
     int64_t b = tu_mono_ms();
-    cr_expect_geq(b - a, 29, "slept 30 ms, monotonic moved %lld", (long long)(b - a));
+    cr_expect_geq(b - a, 29, "slept 30 ms, monotonic moved %lld",
+                  (long long)(b - a));
     cr_expect_lt(b - a, 10000);
 }
 
@@ -298,16 +306,14 @@ Test(timeutil, offset_cannot_leave_the_year_range)
 {
     static const char *const rejected[] = {
         "0001-01-01T00:00:00.5+08:00", /* the fuzzer's input */
-        "0001-01-01T00:00:00+00:01",
-        "0001-01-01T23:58:59.999+23:59",
-        "9999-12-31T23:59:59-00:01",
-        "9999-12-31T23:59:60-23:59",
+        "0001-01-01T00:00:00+00:01",   "0001-01-01T23:58:59.999+23:59",
+        "9999-12-31T23:59:59-00:01",   "9999-12-31T23:59:60-23:59",
         "9999-12-31T00:01:00-23:59",
     };
     for (size_t i = 0; i < sizeof rejected / sizeof rejected[0]; i++) {
         int64_t ms = 42;
-        cr_expect_eq(parse(rejected[i], &ms), RMQS_EINVAL, "\"%s\" accepted (%lld)",
-                     rejected[i], (long long)ms);
+        cr_expect_eq(parse(rejected[i], &ms), RMQS_EINVAL,
+                     "\"%s\" accepted (%lld)", rejected[i], (long long)ms);
         cr_expect_eq(ms, 42, "%s: output written on failure", rejected[i]);
     }
 
@@ -323,9 +329,11 @@ Test(timeutil, offset_cannot_leave_the_year_range)
         int64_t ms = 42, back = 0;
         char out[TU_RFC3339_LEN + 1];
         cr_expect_eq(parse(edges[i].text, &ms), RMQS_OK, "%s", edges[i].text);
-        cr_expect_eq(ms, edges[i].ms, "%s: got %lld", edges[i].text, (long long)ms);
+        cr_expect_eq(ms, edges[i].ms, "%s: got %lld", edges[i].text,
+                     (long long)ms);
         tu_format_rfc3339(ms, out);
-        cr_expect_eq(parse(out, &back), RMQS_OK, "%s -> %s", edges[i].text, out);
+        cr_expect_eq(parse(out, &back), RMQS_OK, "%s -> %s", edges[i].text,
+                     out);
         cr_expect_eq(back, ms, "%s -> %s", edges[i].text, out);
     }
 }
@@ -349,7 +357,8 @@ Test(timeutil, accepted_times_round_trip_at_the_range_ends)
             int64_t ms, back;
             if (parse(text, &ms) != RMQS_OK)
                 continue;
-            cr_assert(ms >= -62135596800000 && ms <= 253402300799999, "%s", text);
+            cr_assert(ms >= -62135596800000 && ms <= 253402300799999, "%s",
+                      text);
             tu_format_rfc3339(ms, out);
             cr_assert_eq(parse(out, &back), RMQS_OK, "%s -> %s", text, out);
             cr_assert_eq(back, ms, "%s -> %s", text, out);

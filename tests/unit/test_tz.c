@@ -27,21 +27,25 @@ Test(tz, offsets_after_2037_follow_the_footer_rule)
         int64_t at;
         int32_t before, after;
     } cases[] = {
-        {"Europe/Berlin", 2216250000, 3600, 7200},      /* 2040-03-25T01:00Z */
-        {"Europe/Berlin", 2234998800, 7200, 3600},      /* 2040-10-28T01:00Z */
-        {"Europe/Berlin", 3794173200, 3600, 7200},      /* 2090-03-26T01:00Z */
-        {"Europe/Berlin", 3812922000, 7200, 3600},      /* 2090-10-29T01:00Z */
-        {"America/New_York", 2215062000, -18000, -14400}, /* 2040-03-11T07:00Z */
-        {"America/New_York", 2235621600, -14400, -18000}, /* 2040-11-04T06:00Z */
-        {"America/New_York", 3792985200, -18000, -14400}, /* 2090-03-12T07:00Z */
-        {"America/New_York", 3813544800, -14400, -18000}, /* 2090-11-05T06:00Z */
+        {"Europe/Berlin", 2216250000, 3600, 7200}, /* 2040-03-25T01:00Z */
+        {"Europe/Berlin", 2234998800, 7200, 3600}, /* 2040-10-28T01:00Z */
+        {"Europe/Berlin", 3794173200, 3600, 7200}, /* 2090-03-26T01:00Z */
+        {"Europe/Berlin", 3812922000, 7200, 3600}, /* 2090-10-29T01:00Z */
+        {"America/New_York", 2215062000, -18000,
+         -14400}, /* 2040-03-11T07:00Z */
+        {"America/New_York", 2235621600, -14400,
+         -18000}, /* 2040-11-04T06:00Z */
+        {"America/New_York", 3792985200, -18000,
+         -14400}, /* 2090-03-12T07:00Z */
+        {"America/New_York", 3813544800, -14400,
+         -18000}, /* 2090-11-05T06:00Z */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tz_t *z = open_zone(cases[i].zone);
-        cr_expect_eq(tz_offset_at(z, cases[i].at - 1), cases[i].before, "%s %lld", cases[i].zone,
-                     (long long)cases[i].at);
-        cr_expect_eq(tz_offset_at(z, cases[i].at), cases[i].after, "%s %lld", cases[i].zone,
-                     (long long)cases[i].at);
+        cr_expect_eq(tz_offset_at(z, cases[i].at - 1), cases[i].before,
+                     "%s %lld", cases[i].zone, (long long)cases[i].at);
+        cr_expect_eq(tz_offset_at(z, cases[i].at), cases[i].after, "%s %lld",
+                     cases[i].zone, (long long)cases[i].at);
         int64_t t;
         int32_t b, a;
         cr_expect(tz_next_transition(z, cases[i].at - 86400, &t, &b, &a));
@@ -68,7 +72,8 @@ Test(tz, fixed_and_odd_offsets)
     z = open_zone("Etc/GMT+5"); /* POSIX sign: 5 hours west */
     cr_expect_eq(tz_offset_at(z, 1800000000), -5 * 3600);
     tz_free(z);
-    z = open_zone("Pacific/Apia"); /* 2011-12-30 skipped: -10 -> +14 at 10:00Z */
+    z = open_zone(
+        "Pacific/Apia"); /* 2011-12-30 skipped: -10 -> +14 at 10:00Z */
     cr_expect_eq(tz_offset_at(z, 1325239199), -10 * 3600);
     cr_expect_eq(tz_offset_at(z, 1325239200), 14 * 3600);
     tz_free(z);
@@ -76,11 +81,12 @@ Test(tz, fixed_and_odd_offsets)
 
 Test(tz, unknown_zones_are_rejected)
 {
-    static const char *const bad[] = {"", "Nowhere/Atlantis", "europe/berlin_x", "../etc/passwd",
-                                      "/etc/passwd", "Europe//Berlin", "EST5EDT,M3.2.0,M11.1.0",
-                                      "+01:00", "UTC+1", "Europe/", "tzdata.zi",
-                                      /* files of tzdata that are not zones */
-                                      "leapseconds", "SECURITY", "zone.tab", "iso3166.tab"};
+    static const char *const bad[] = {
+        "", "Nowhere/Atlantis", "europe/berlin_x", "../etc/passwd",
+        "/etc/passwd", "Europe//Berlin", "EST5EDT,M3.2.0,M11.1.0", "+01:00",
+        "UTC+1", "Europe/", "tzdata.zi",
+        /* files of tzdata that are not zones */
+        "leapseconds", "SECURITY", "zone.tab", "iso3166.tab"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tz_t *z = (tz_t *)1;
         rmqs_error err = {0};
@@ -110,7 +116,8 @@ Test(tz, format_local)
         tz_t *z = open_zone(cases[i].zone);
         char buf[40];
         tz_format_local(z, cases[i].ms, buf);
-        cr_expect_str_eq(buf, cases[i].want, "%s %lld", cases[i].zone, (long long)cases[i].ms);
+        cr_expect_str_eq(buf, cases[i].want, "%s %lld", cases[i].zone,
+                         (long long)cases[i].ms);
         tz_free(z);
     }
 }

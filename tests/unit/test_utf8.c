@@ -21,7 +21,10 @@ typedef struct sample {
     bool valid;
 } sample;
 
-#define S(what, lit, valid) {what, lit, sizeof(lit) - 1, valid}
+#define S(what, lit, valid)               \
+    {                                     \
+        what, lit, sizeof(lit) - 1, valid \
+    }
 
 static const sample samples[] = {
     S("empty", "", true),
@@ -104,14 +107,17 @@ Test(utf8, nul_is_a_character_but_not_text)
 
 Test(utf8, sanitize_replaces_each_bad_byte)
 {
-    static const struct { const char *in, *out; } cases[] = {
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
         {"plain", "plain"},
-        {"caf\xc3\xa9", "caf\xc3\xa9"},                 /* valid: kept */
+        {"caf\xc3\xa9", "caf\xc3\xa9"},              /* valid: kept */
         {"near '\"\\u00e\xc3'", "near '\"\\u00e?'"}, /* cut by jansson */
         {"\xff\xfe", "??"},
-        {"\xe2\x82", "??"},                   /* lead and continuation */
-        {"a\xed\xa0\x80z", "a???z"},          /* a surrogate, byte by byte */
-        {"\xc0\xaf/", "?" "?/"}, /* (split: "??/" is a trigraph) */
+        {"\xe2\x82", "??"},          /* lead and continuation */
+        {"a\xed\xa0\x80z", "a???z"}, /* a surrogate, byte by byte */
+        {"\xc0\xaf/", "?"
+                      "?/"}, /* (split: "??/" is a trigraph) */
         {"\xf0\x9f\x98\x80\x80", "\xf0\x9f\x98\x80?"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

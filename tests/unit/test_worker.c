@@ -31,18 +31,18 @@
 #include "timeutil.h"
 #include "worker.h"
 
-#define AWAIT_MS 10000   /* generous: the machine is shared and sanitized */
-#define PROMPT_MS 1000   /* "at once", on a loaded sanitized machine */
-#define LONG_MS UT_HOUR  /* a sleep no test waits out */
+#define AWAIT_MS 10000  /* generous: the machine is shared and sanitized */
+#define PROMPT_MS 1000  /* "at once", on a loaded sanitized machine */
+#define LONG_MS UT_HOUR /* a sleep no test waits out */
 #define GLIBC_MUTEX_PRIO_INHERIT 0x20
 
 typedef struct probe {
     worker_t w;
-    atomic_bool entered;   /* the thread is about to sleep */
-    atomic_bool returned;  /* worker_sleep came back */
-    atomic_int tid;        /* the thread's kernel id */
-    bool sleep_said_stop;  /* what it returned */
-    char name[32];         /* the thread's name, as it read it */
+    atomic_bool entered;  /* the thread is about to sleep */
+    atomic_bool returned; /* worker_sleep came back */
+    atomic_int tid;       /* the thread's kernel id */
+    bool sleep_said_stop; /* what it returned */
+    char name[32];        /* the thread's name, as it read it */
 } probe;
 
 static bool is_set(void *arg)
@@ -71,7 +71,8 @@ static bool is_blocked(void *arg)
     FILE *f;
     size_t n;
 
-    snprintf(path, sizeof path, "/proc/self/task/%d/stat", atomic_load(&p->tid));
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat",
+             atomic_load(&p->tid));
     f = fopen(path, "r");
     if (f == NULL)
         return false;
@@ -98,8 +99,7 @@ Test(worker, names_its_thread)
     probe_init(&p);
     cr_assert_eq(worker_start(&p.w, "rmqs-test", sleep_long, &p), RMQS_OK);
     cr_assert(ut_await(AWAIT_MS, is_set, &p.entered));
-    cr_assert_eq(pthread_getname_np(p.w.thread.id, outside, sizeof outside),
-                 0);
+    cr_assert_eq(pthread_getname_np(p.w.thread.id, outside, sizeof outside), 0);
     cr_expect_str_eq(outside, "rmqs-test");
     cr_expect_str_eq(p.name, "rmqs-test"); /* set before it ran, too */
     worker_stop(&p.w);
@@ -276,7 +276,7 @@ static void *note_and_end(void *arg)
 
 Test(worker, a_detached_thread_runs_named_and_is_not_joined)
 {
-    static worker_thread t;   /* outlives the thread, as the watchdog's */
+    static worker_thread t; /* outlives the thread, as the watchdog's */
     static detached_probe d;
 
     atomic_init(&d.ran, false);

@@ -59,7 +59,8 @@ static void setup(void)
 {
     static const store_options so = {.synchronous_full = true};
     const amqpp_options po = {.url = "amqp://guest:guest@127.0.0.1:1/%2F"};
-    const disp_options dopt = {.batch_size = 10, .lookahead_ms = 500,
+    const disp_options dopt = {.batch_size = 10,
+                               .lookahead_ms = 500,
                                .backoff_base_ms = 1000,
                                .backoff_cap_ms = 60000,
                                .confirm_timeout_ms = 1000};
@@ -122,16 +123,20 @@ static writer_req *request(int i, int first, size_t rows, int64_t due_at,
     cr_assert(i < MAX_SLOTS && rows >= 1 && rows <= 3);
     for (size_t k = 0; k < rows; k++)
         ut_job_make(&s->jobs[k], first + (int)k, due_at);
-    s->req = (writer_req){.ins = {.jobs = s->jobs, .n = rows,
-                                  .idem_key = key, .idem_request = canonical},
-                          .done = on_done, .cls = s};
+    s->req = (writer_req){.ins = {.jobs = s->jobs,
+                                  .n = rows,
+                                  .idem_key = key,
+                                  .idem_request = canonical},
+                          .done = on_done,
+                          .cls = s};
     return &s->req;
 }
 
 static void submit(int i, int first, size_t rows, int64_t due_at)
 {
-    cr_assert_eq(writer_submit(g_w, request(i, first, rows, due_at, NULL, NULL)),
-                 RMQS_OK);
+    cr_assert_eq(
+        writer_submit(g_w, request(i, first, rows, due_at, NULL, NULL)),
+        RMQS_OK);
 }
 
 typedef struct upto {
@@ -221,7 +226,8 @@ Test(writer, max_rows_bounds_a_transaction_but_never_splits_a_request)
     char *log = commit_queue(2, rows, 6);
 
     /* in arrival order: [1 2] [3 4] [5] (6 does not fit beside 5) [6] */
-    cr_expect_eq(ut_count_lines_with(log, "msg=\"group commit\""), 4, "%s", log);
+    cr_expect_eq(ut_count_lines_with(log, "msg=\"group commit\""), 4, "%s",
+                 log);
     cr_expect_eq(ut_count_lines_with(log, "requests=2 rows=2 "), 2, "%s", log);
     cr_expect_eq(ut_count_lines_with(log, "requests=1 rows=1 "), 1, "%s", log);
     cr_expect_eq(ut_count_lines_with(log, "requests=1 rows=3 "), 1, "%s", log);
@@ -396,7 +402,8 @@ Test(writer, stop_commits_everything_queued_then_submit_refuses)
     cr_expect_eq(jobs_in_file(), 5);
     cr_expect_eq(writer_submit(g_w, request(5, 6, 1, 1000, NULL, NULL)),
                  RMQS_ESYS);
-    cr_expect_eq(atomic_load(&g_slots[5].calls), 0, "a refused request completed");
+    cr_expect_eq(atomic_load(&g_slots[5].calls), 0,
+                 "a refused request completed");
     cr_expect_not(stored(6));
     writer_stop(g_w); /* twice is harmless */
 }
@@ -511,7 +518,8 @@ Test(writer, with_nothing_admitted_any_size_gets_through)
 {
     g_w = new_writer(100, 0);
     writer_set_admission_budget(g_w, 100);
-    cr_expect(writer_admit(g_w, 1000, NULL), "first request larger than budget");
+    cr_expect(writer_admit(g_w, 1000, NULL),
+              "first request larger than budget");
     cr_expect_not(writer_admit(g_w, 1, NULL));
     writer_release(g_w, 1000);
     cr_expect(writer_admit(g_w, 100, NULL));

@@ -136,14 +136,16 @@ void ut_search_job(job_t *j, int n)
         j->sent_at = j->deliver_at;
     snprintf(buf, sizeof buf, "t%d", n % 7);
     j->headers = json_pack("{sssi}", "tenant", buf, "n", n);
-    j->body_kind = n % 4 == 2 ? JOB_BODY_BINARY
-                   : n % 4 == 1 ? JOB_BODY_JSON : JOB_BODY_TEXT;
+    j->body_kind = n % 4 == 2   ? JOB_BODY_BINARY
+                   : n % 4 == 1 ? JOB_BODY_JSON
+                                : JOB_BODY_TEXT;
     if (n % 4 == 0)
         snprintf(buf, sizeof buf, "hello <script>%d</script>", n);
     else if (n % 4 == 1)
         snprintf(buf, sizeof buf, "{\"k\":\"Needle %d\"}", n);
     else
-        snprintf(buf, sizeof buf, "%s", n % 4 == 2 ? "needle-bytes" : "plain text");
+        snprintf(buf, sizeof buf, "%s",
+                 n % 4 == 2 ? "needle-bytes" : "plain text");
     j->body = (unsigned char *)ut_strdup(buf);
     j->body_len = strlen(buf);
 }
@@ -202,10 +204,11 @@ void ut_sql_migrate(const char *path, const store_migration *m, size_t n)
                                  NULL),
                  SQLITE_OK, "create %s", path);
     rc = sqlite3_exec(db,
-                          "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; "
-                          "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                          "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-                          "applied_at INTEGER NOT NULL)", NULL, NULL, &msg);
+                      "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; "
+                      "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                      "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                      "applied_at INTEGER NOT NULL)",
+                      NULL, NULL, &msg);
 
     cr_assert_eq(rc, SQLITE_OK, "schema_migrations: %s", msg ? msg : "");
     for (size_t i = 0; i < n; i++) {
@@ -239,8 +242,7 @@ static PGconn *pg_connect_or_fail(const char *url)
 {
     PGconn *c = PQconnectdb(url);
 
-    cr_assert_eq(PQstatus(c), CONNECTION_OK, "connect: %s",
-                 PQerrorMessage(c));
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "connect: %s", PQerrorMessage(c));
     return c;
 }
 
@@ -292,8 +294,7 @@ void ut_pg_drop(const char *name)
 
     if (name == NULL || name[0] == '\0' || !ut_pg_available())
         return;
-    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)",
-             name);
+    snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS %s WITH (FORCE)", name);
     ut_pg_exec(getenv("RMQS_TEST_PG_ADMIN"), sql);
 }
 

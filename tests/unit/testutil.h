@@ -145,18 +145,18 @@ store_t *ut_both_open(ut_both *b, bool pg, const store_options *opt);
 void ut_both_exec(const ut_both *b, const char *sql);
 int64_t ut_both_int(const ut_both *b, const char *sql);
 
-#define UT_BOTH(suite, name, open)                                            \
-    static void name(void);                                                   \
-    Test(suite, name##_sqlite)                                                \
-    {                                                                         \
-        open(false);                                                          \
-        name();                                                               \
-    }                                                                         \
-    Test(suite, name##_postgres)                                              \
-    {                                                                         \
-        open(true);                                                           \
-        name();                                                               \
-    }                                                                         \
+#define UT_BOTH(suite, name, open) \
+    static void name(void);        \
+    Test(suite, name##_sqlite)     \
+    {                              \
+        open(false);               \
+        name();                    \
+    }                              \
+    Test(suite, name##_postgres)   \
+    {                              \
+        open(true);                \
+        name();                    \
+    }                              \
     static void name(void)
 
 /* The dispatcher's claim (dispatch/dispatcher.c): store_claim_ahead, then

@@ -68,9 +68,9 @@ static rmqs_rc migrate_fail(rmqs_error *err, pg_conn *pc, const char *what,
     char msg[256];
 
     pg_first_line(pc->c ? PQerrorMessage(pc->c) : "connection lost", msg,
-               sizeof(msg));
-    return rmqs_fail(err, RMQS_EDB, NULL, "cannot use database %s: %s: %s",
-                     url, what, msg);
+                  sizeof(msg));
+    return rmqs_fail(err, RMQS_EDB, NULL, "cannot use database %s: %s: %s", url,
+                     what, msg);
 }
 
 /* One query answering one integer in text (open time only); -1 on error. */
@@ -106,8 +106,8 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
         pg_tx_abort(pc);
         return rmqs_fail(err, RMQS_EDB, NULL,
                          "migration %s (version %d) failed: %s; rolled back, "
-                         "schema stays at version %d (%s)", m->name,
-                         m->version, msg, current, b->safe_url);
+                         "schema stays at version %d (%s)",
+                         m->name, m->version, msg, current, b->safe_url);
     }
     PQclear(res);
     vals[0] = pg_i64(ver, m->version);
@@ -115,7 +115,8 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
     vals[2] = pg_i64(now, tu_now_ms());
     res = pg_exec(pc, "migrate_record",
                   "INSERT INTO schema_migrations (version, name, applied_at) "
-                  "VALUES ($1, $2, $3)", 3, vals, NULL, NULL, &rc);
+                  "VALUES ($1, $2, $3)",
+                  3, vals, NULL, NULL, &rc);
     PQclear(res);
     if (rc == RMQS_OK)
         rc = pg_exec_simple(pc, "migrate_commit", "COMMIT");
@@ -139,8 +140,7 @@ static rmqs_rc migrate(store_backend *b, const store_migration *m, size_t n,
 
     if (pg_exec_simple(pc, "migrate_lock",
                        "SELECT pg_advisory_lock(" MIGRATE_LOCK ")") != RMQS_OK)
-        return migrate_fail(err, pc, "taking the migrations lock",
-                            b->safe_url);
+        return migrate_fail(err, pc, "taking the migrations lock", b->safe_url);
     if (pg_exec_simple(pc, "migrate_table",
                        "CREATE TABLE IF NOT EXISTS schema_migrations ("
                        "version integer PRIMARY KEY, name text NOT NULL, "
@@ -241,7 +241,7 @@ static rmqs_rc new_instance(store_backend *b, unsigned *hash)
 static bool has_mark(store_backend *b)
 {
     PGresult *res = PQexec(b->wr.c, "SELECT to_regclass('search_index') IS "
-                                     "NOT NULL");
+                                    "NOT NULL");
     bool yes = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
                PQgetvalue(res, 0, 0)[0] == 't';
 
@@ -275,7 +275,8 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         pthread_cond_init(&b->stop_cv, &ca);
         pthread_condattr_destroy(&ca);
     }
-    b->lease_ms = opt && opt->lease_ms > 0 ? opt->lease_ms : PG_DEFAULT_LEASE_MS;
+    b->lease_ms =
+        opt && opt->lease_ms > 0 ? opt->lease_ms : PG_DEFAULT_LEASE_MS;
     if (b->lease_ms < PG_MIN_LEASE_MS)
         b->lease_ms = PG_MIN_LEASE_MS;
     b->url = strdup(target);
@@ -294,7 +295,8 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         goto fail;
     }
     if (new_instance(b, &hash) != RMQS_OK) {
-        rc = rmqs_fail(err, RMQS_ESYS, NULL, "no randomness for the "
+        rc = rmqs_fail(err, RMQS_ESYS, NULL,
+                       "no randomness for the "
                        "instance id");
         goto fail;
     }
@@ -316,19 +318,23 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     }
     b->wr.c = pg_connect(b, "writer", b->wr.relaxed, 0, msg, sizeof(msg));
     if (b->wr.c == NULL) {
-        rc = rmqs_fail(err, RMQS_EDB, NULL, "cannot connect to database %s: "
-                       "%s", b->safe_url, msg);
+        rc = rmqs_fail(err, RMQS_EDB, NULL,
+                       "cannot connect to database %s: "
+                       "%s",
+                       b->safe_url, msg);
         goto fail;
     }
     rc = migrate(b, migrations, n, err);
     if (rc != RMQS_OK)
         goto fail;
     b->feed.c = pg_connect(b, "feeder", true, 0, msg, sizeof(msg));
-    b->disp.c = b->feed.c ? pg_connect(b, "dispatch", true, 0, msg, sizeof(msg))
-                          : NULL;
+    b->disp.c =
+        b->feed.c ? pg_connect(b, "dispatch", true, 0, msg, sizeof(msg)) : NULL;
     if (b->feed.c == NULL || b->disp.c == NULL) {
-        rc = rmqs_fail(err, RMQS_EDB, NULL, "cannot connect to database %s: "
-                       "%s", b->safe_url, msg);
+        rc = rmqs_fail(err, RMQS_EDB, NULL,
+                       "cannot connect to database %s: "
+                       "%s",
+                       b->safe_url, msg);
         goto fail;
     }
     rc = pg_measure_clock(b, &b->disp);
@@ -366,7 +372,8 @@ static int pg_schema_version(store_backend *b)
     if (pg_use(b, &b->wr) == RMQS_OK) {
         res = pg_exec(&b->wr, "schema_version",
                       "SELECT coalesce(max(version), 0)::integer "
-                      "FROM schema_migrations", 0, NULL, NULL, NULL, &rc);
+                      "FROM schema_migrations",
+                      0, NULL, NULL, NULL, &rc);
         if (res != NULL && PQntuples(res) == 1)
             v = (int)pg_int(res, 0, 0);
         PQclear(res);
@@ -434,7 +441,8 @@ static rmqs_rc pg_counts(store_backend *b, int64_t counts[STORE_N_STATUS])
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "counts",
                       "SELECT status, sum(n)::bigint FROM job_counts "
-                      "GROUP BY status", 0, NULL, NULL, NULL, &rc);
+                      "GROUP BY status",
+                      0, NULL, NULL, NULL, &rc);
     for (int i = 0; res != NULL && i < PQntuples(res); i++) {
         int64_t s = pg_int(res, i, 0);
         if (s >= 0 && s < STORE_N_STATUS)
@@ -478,11 +486,13 @@ static rmqs_rc pg_ping(store_backend *b)
         PGresult *res = pg_exec(&b->wr, "ping",
                                 "SELECT pg_is_in_recovery() OR "
                                 "current_setting('transaction_read_only')"
-                                "::boolean", 0, NULL, NULL, NULL, &rc);
+                                "::boolean",
+                                0, NULL, NULL, NULL, &rc);
         if (res != NULL && PQntuples(res) == 1 &&
             PQgetvalue(res, 0, 0)[0] != 0) {
-            log_warn(MOD, "the database takes no writes (a standby, or read-only)", "url=%s",
-                     b->safe_url);
+            log_warn(MOD,
+                     "the database takes no writes (a standby, or read-only)",
+                     "url=%s", b->safe_url);
             PQfinish(b->wr.c);
             b->wr.c = NULL; /* the next call looks for the primary */
             rc = RMQS_EDB;

@@ -116,8 +116,8 @@ static rmqs_rc ensure_up(store_backend *b, pg_conn *pc)
         PQfinish(pc->c);
         pc->c = NULL;
     }
-    pc->c = pg_connect(b, pc->role, pc->relaxed, pc->timeout_ms, msg,
-                       sizeof(msg));
+    pc->c =
+        pg_connect(b, pc->role, pc->relaxed, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c == NULL) {
         log_error(MOD, "cannot connect to the database",
                   "role=%s url=%s reason=\"%s\"", pc->role, b->safe_url, msg);
@@ -226,9 +226,9 @@ rmqs_rc pg_page_measure(pg_conn *pc, const char *op, const char *sql, int n,
     if (res == NULL)
         return rc;
     for (int r = 0; r < PQntuples(res); r++) {
-        size_t item = store_item_bytes((int)pg_int(res, r, 0),
-                                       (size_t)pg_int(res, r, 1),
-                                       (size_t)pg_int(res, r, 2));
+        size_t item =
+            store_item_bytes((int)pg_int(res, r, 0), (size_t)pg_int(res, r, 1),
+                             (size_t)pg_int(res, r, 2));
         if (!store_page_take(page, item))
             break;
     }
@@ -307,8 +307,8 @@ static rmqs_rc counts_flush(pg_conn *pc)
     for (int i = 0; i < STORE_N_STATUS; i++) {
         if (pc->delta.n[i] == 0)
             continue;
-        a += (size_t)snprintf(st + a, sizeof(st) - a, "%s%d", any ? "," : "",
-                              i);
+        a +=
+            (size_t)snprintf(st + a, sizeof(st) - a, "%s%d", any ? "," : "", i);
         d += (size_t)snprintf(dv + d, sizeof(dv) - d, "%s%" PRId64,
                               any ? "," : "", pc->delta.n[i]);
         any = true;
@@ -340,8 +340,8 @@ rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc)
     if (rc == RMQS_OK && pc->notify_due != INT64_MAX) {
         const char *vals[1] = {pg_i64(due, pc->notify_due)};
         PGresult *res = pg_exec(pc, "notify",
-                                "SELECT pg_notify('" PG_NOTIFY_CHANNEL
-                                "', $1)", 1, vals, NULL, NULL, &rc);
+                                "SELECT pg_notify('" PG_NOTIFY_CHANNEL "', $1)",
+                                1, vals, NULL, NULL, &rc);
         PQclear(res);
     }
     if (rc == RMQS_OK)
@@ -407,8 +407,7 @@ static const char *col_or_null(const PGresult *res, int r, int c)
     return PQgetisnull(res, r, c) ? NULL : PQgetvalue(res, r, c);
 }
 
-rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
-                      int64_t *seq_out)
+rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out, int64_t *seq_out)
 {
     bool nomem = false;
     rmqs_rc rc;
@@ -430,9 +429,8 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
     out->delay_ms = pg_int(res, r, PC_DELAY_MS);
     out->created_at = pg_int(res, r, PC_CREATED_AT);
     out->updated_at = pg_int(res, r, PC_UPDATED_AT);
-    out->sent_at = PQgetisnull(res, r, PC_SENT_AT)
-                       ? -1
-                       : pg_int(res, r, PC_SENT_AT);
+    out->sent_at =
+        PQgetisnull(res, r, PC_SENT_AT) ? -1 : pg_int(res, r, PC_SENT_AT);
     out->lease_until = pg_int(res, r, PC_LEASE_UNTIL);
     out->attempts = (int)pg_int(res, r, PC_ATTEMPTS);
     out->max_attempts = (int)pg_int(res, r, PC_MAX_ATTEMPTS);
@@ -441,18 +439,17 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
     out->routing_key = col_text(res, r, PC_ROUTING_KEY, &nomem);
     out->last_error = col_text(res, r, PC_LAST_ERROR, &nomem);
     out->schedule = col_text(res, r, PC_SCHEDULE, &nomem);
-    out->fire_at = PQgetisnull(res, r, PC_FIRE_AT)
-                       ? -1
-                       : pg_int(res, r, PC_FIRE_AT);
+    out->fire_at =
+        PQgetisnull(res, r, PC_FIRE_AT) ? -1 : pg_int(res, r, PC_FIRE_AT);
     out->expires_at = pg_int(res, r, PC_EXPIRES_AT); /* NULL: 0, never */
     if (nomem || !out->exchange || !out->routing_key)
         goto nomem;
-    rc = store_job_row_tail(
-        out, col_or_null(res, r, PC_HEADERS),
-        (size_t)PQgetlength(res, r, PC_HEADERS),
-        col_or_null(res, r, PC_PROPERTIES),
-        (size_t)PQgetlength(res, r, PC_PROPERTIES), PQgetvalue(res, r, PC_BODY),
-        (size_t)PQgetlength(res, r, PC_BODY));
+    rc = store_job_row_tail(out, col_or_null(res, r, PC_HEADERS),
+                            (size_t)PQgetlength(res, r, PC_HEADERS),
+                            col_or_null(res, r, PC_PROPERTIES),
+                            (size_t)PQgetlength(res, r, PC_PROPERTIES),
+                            PQgetvalue(res, r, PC_BODY),
+                            (size_t)PQgetlength(res, r, PC_BODY));
     if (rc != RMQS_OK)
         job_clear(out);
     return rc;

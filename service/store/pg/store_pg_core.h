@@ -48,7 +48,7 @@
 #include "worker.h"
 #include "store_pg_url.h"
 
-#define PG_SLOTS 64             /* job_counts slots (migration 0001) */
+#define PG_SLOTS 64 /* job_counts slots (migration 0001) */
 #define PG_DEFAULT_LEASE_MS 10000
 #define PG_MIN_LEASE_MS 500
 #define PG_NOTIFY_CHANNEL "rmqs_due"
@@ -62,30 +62,49 @@
 
 /* The columns every job-returning statement yields, in pg_row_to_job
  * order. */
-#define PG_JOB_COLS                                                           \
-    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
-    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
+#define PG_JOB_COLS                                                          \
+    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, " \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
     "headers, properties, body_kind, body, source, lease_until, schedule, "  \
     "fire_at, expires_at"
 
 enum {
-    PC_SEQ, PC_ID, PC_STATUS, PC_EXCHANGE, PC_ROUTING_KEY, PC_DELIVER_AT,
-    PC_DUE_AT, PC_DELAY_MS, PC_CREATED_AT, PC_UPDATED_AT, PC_SENT_AT,
-    PC_ATTEMPTS, PC_MAX_ATTEMPTS, PC_LAST_ERROR, PC_HEADERS, PC_PROPERTIES,
-    PC_BODY_KIND, PC_BODY, PC_SOURCE, PC_LEASE_UNTIL, PC_SCHEDULE,
-    PC_FIRE_AT, PC_EXPIRES_AT, PC_COUNT
+    PC_SEQ,
+    PC_ID,
+    PC_STATUS,
+    PC_EXCHANGE,
+    PC_ROUTING_KEY,
+    PC_DELIVER_AT,
+    PC_DUE_AT,
+    PC_DELAY_MS,
+    PC_CREATED_AT,
+    PC_UPDATED_AT,
+    PC_SENT_AT,
+    PC_ATTEMPTS,
+    PC_MAX_ATTEMPTS,
+    PC_LAST_ERROR,
+    PC_HEADERS,
+    PC_PROPERTIES,
+    PC_BODY_KIND,
+    PC_BODY,
+    PC_SOURCE,
+    PC_LEASE_UNTIL,
+    PC_SCHEDULE,
+    PC_FIRE_AT,
+    PC_EXPIRES_AT,
+    PC_COUNT
 };
 
 /* One connection of a role, and its open transaction's bookkeeping. */
 typedef struct pg_conn {
-    pthread_mutex_t mu;  /* held by every call that uses it */
-    const char *role;    /* "writer", "feeder", "dispatch": for logs */
-    PGconn *c;           /* NULL or broken: (re)opened by pg_use */
-    bool relaxed;        /* synchronous_commit = off on this connection */
-    int slot;            /* its job_counts slot */
-    store_delta delta;   /* the open transaction's count changes */
-    int64_t notify_due;  /* earliest pending due_at stored, or INT64_MAX */
-    int64_t timeout_ms;  /* statement_timeout of the connection, 0: none */
+    pthread_mutex_t mu; /* held by every call that uses it */
+    const char *role;   /* "writer", "feeder", "dispatch": for logs */
+    PGconn *c;          /* NULL or broken: (re)opened by pg_use */
+    bool relaxed;       /* synchronous_commit = off on this connection */
+    int slot;           /* its job_counts slot */
+    store_delta delta;  /* the open transaction's count changes */
+    int64_t notify_due; /* earliest pending due_at stored, or INT64_MAX */
+    int64_t timeout_ms; /* statement_timeout of the connection, 0: none */
 } pg_conn;
 
 /* Lists, counts and searches that run side by side (store_pg_search.c):
@@ -94,9 +113,9 @@ typedef struct pg_conn {
 #define PG_SEARCHERS 3
 
 struct store_backend {
-    char *url;            /* as given (may hold a password: never logged) */
-    char *safe_url;       /* for logs: no password */
-    char instance[40];    /* this store's instance id (random hex) */
+    char *url;         /* as given (may hold a password: never logged) */
+    char *safe_url;    /* for logs: no password */
+    char instance[40]; /* this store's instance id (random hex) */
     int64_t lease_ms;
     pg_conn wr, feed, disp;
     /* the scheduler's thread (store_schedule_due/next_at/advance), so
@@ -127,7 +146,7 @@ struct store_backend {
     pthread_mutex_t stop_mu;
     pthread_cond_t stop_cv;
     bool stopping;
-    int stop_pipe[2]; /* wakes the listener's poll at close */
+    int stop_pipe[2];               /* wakes the listener's poll at close */
     worker_thread keeper, listener; /* rmqs-pg-keeper, rmqs-pg-listen */
 };
 
@@ -180,8 +199,7 @@ void pg_note_due(pg_conn *pc, int64_t due_at);
 
 /* Row r of res (PG_JOB_COLS, binary) into *out (zeroed first); *seq_out
  * may be NULL. */
-rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
-                      int64_t *seq_out);
+rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out, int64_t *seq_out);
 /*
  * Page budgets (store_common.h) on PostgreSQL. libpq holds a whole result
  * in memory, so the rows of a page cannot be measured as they arrive (as
@@ -194,11 +212,11 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out,
  * its rows statement, which sees the rows measured. pg_page_end commits
  * (nothing was written) or, after a failure, rolls back.
  */
-#define PG_JOB_SIZE_COLS                                                      \
-    "body_kind, octet_length(body), octet_length(exchange) + "                \
-    "octet_length(routing_key) + coalesce(octet_length(schedule), 0) + "      \
-    "coalesce(octet_length(last_error), 0) + "                                \
-    "coalesce(octet_length(headers), 0) + "                                   \
+#define PG_JOB_SIZE_COLS                                                 \
+    "body_kind, octet_length(body), octet_length(exchange) + "           \
+    "octet_length(routing_key) + coalesce(octet_length(schedule), 0) + " \
+    "coalesce(octet_length(last_error), 0) + "                           \
+    "coalesce(octet_length(headers), 0) + "                              \
     "coalesce(octet_length(properties), 0)"
 rmqs_rc pg_page_measure(pg_conn *pc, const char *op, const char *sql, int n,
                         const char *const *vals, const int *lens,
@@ -217,8 +235,8 @@ const char *pg_i64(char buf[24], int64_t v);
  * it was; counts those (pc->delta) and notes their due times for the
  * NOTIFY at commit. RMQS_EINVAL for a job the schema refuses (the
  * transaction is then aborted: PostgreSQL). */
-rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
-                       const job_t *const *jobs, size_t n, bool *inserted);
+rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
+                       size_t n, bool *inserted);
 rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n);
 rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out);
@@ -258,9 +276,8 @@ rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
 rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
                     size_t limit, store_claimed **c, size_t *cap,
                     size_t *n_out);
-rmqs_rc pg_record(store_backend *b,
-                  const unsigned char (*claims)[JOB_ID_BYTES], size_t n_claims,
-                  const store_outcome *o,
+rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
+                  size_t n_claims, const store_outcome *o,
                   const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                   int64_t now_ms);
 rmqs_rc pg_recover(store_backend *b, size_t *n_out);

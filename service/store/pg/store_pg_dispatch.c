@@ -155,8 +155,8 @@ rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
     rc = pg_use(b, &b->feed);
     if (rc == RMQS_OK)
         res = pg_exec(&b->feed, "next_due",
-                      "SELECT min(due_at) FROM jobs WHERE status = 0", 0,
-                      NULL, NULL, NULL, &rc);
+                      "SELECT min(due_at) FROM jobs WHERE status = 0", 0, NULL,
+                      NULL, NULL, &rc);
     if (res != NULL && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
         *any = true;
         *due_at_out = pg_int(res, 0, 0);
@@ -197,8 +197,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
         pg_tx_abort(pc);
         goto done;
     }
-    store_delta_move(&pc->delta, JOB_PENDING, JOB_PUBLISHING,
-                     PQntuples(res));
+    store_delta_move(&pc->delta, JOB_PENDING, JOB_PUBLISHING, PQntuples(res));
     rc = pg_tx_commit(b, pc);
     for (int i = 0; rc == RMQS_OK && i < PQntuples(res); i++) {
         if (n == *cap) {
@@ -216,8 +215,8 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     if (rc != RMQS_OK && n > 0) {
         /* committed, but we cannot hand them over: the lease brings them
          * back (they stay ours until it expires, never lost) */
-        log_error(MOD, "claimed jobs dropped; their lease will expire",
-                  "n=%zu", n);
+        log_error(MOD, "claimed jobs dropped; their lease will expire", "n=%zu",
+                  n);
         for (size_t i = 0; i < n; i++)
             job_clear(&(*c)[i].job);
         n = 0;
@@ -232,8 +231,7 @@ done:
 }
 
 rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
-                    size_t limit, store_claimed **c, size_t *cap,
-                    size_t *n_out)
+                    size_t limit, store_claimed **c, size_t *cap, size_t *n_out)
 {
     (void)held; /* nothing held is pending in the database */
     return claim(b, due_by_ms, tu_now_ms(), limit, c, cap, n_out);
@@ -273,17 +271,17 @@ static char *id_array(const store_outcome *o,
     return s;
 }
 
-#define IDS_MATCH                                                             \
-    "id = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($2::text[]) h)) "     \
+#define IDS_MATCH                                                         \
+    "id = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($2::text[]) h)) " \
     "AND status = 1 AND owner = $3"
 
 /* SENT or RELEASE of every outcome of kind k, one statement; *matched
  * gets the rows changed. */
 static rmqs_rc settle_group(pg_conn *pc, store_backend *b,
                             const store_outcome *o,
-                            const unsigned char (*ids)[JOB_ID_BYTES],
-                            size_t n, store_outcome_kind k, int64_t now_ms,
-                            size_t *asked, size_t *matched)
+                            const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                            store_outcome_kind k, int64_t now_ms, size_t *asked,
+                            size_t *matched)
 {
     char now[24];
     char *arr = id_array(o, ids, n, k, asked);
@@ -329,8 +327,7 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
 {
     char now[24], retry[24];
     const char *vals[5] = {pg_i64(now, now_ms), (const char *)id, o->error,
-                           pg_i64(retry, o->retry_at),
-                           b->instance};
+                           pg_i64(retry, o->retry_at), b->instance};
     int lens[5] = {0, JOB_ID_BYTES, 0, 0, 0}, fmts[5] = {0, 1, 0, 0, 0};
     PGresult *res;
     rmqs_rc rc;
@@ -375,16 +372,18 @@ static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
     rmqs_rc rc;
 
     *matched = 0;
-    res = fail ? pg_exec(pc, "settle_fail",
-                         "UPDATE jobs SET status = 3, last_error = $3, "
-                         "updated_at = $1, owner = NULL, lease_until = NULL "
-                         "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
-                         4, vals, lens, fmts, &rc)
-               : pg_exec(pc, "settle_expire",
-                         "UPDATE jobs SET status = 4, last_error = $3, "
-                         "updated_at = $1, owner = NULL, lease_until = NULL "
-                         "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
-                         4, vals, lens, fmts, &rc);
+    res =
+        fail
+            ? pg_exec(pc, "settle_fail",
+                      "UPDATE jobs SET status = 3, last_error = $3, "
+                      "updated_at = $1, owner = NULL, lease_until = NULL "
+                      "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                      4, vals, lens, fmts, &rc)
+            : pg_exec(pc, "settle_expire",
+                      "UPDATE jobs SET status = 4, last_error = $3, "
+                      "updated_at = $1, owner = NULL, lease_until = NULL "
+                      "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                      4, vals, lens, fmts, &rc);
     if (rc != RMQS_OK)
         return rc;
     if (PQntuples(res) == 1) {
@@ -396,9 +395,8 @@ static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
     return RMQS_OK;
 }
 
-rmqs_rc pg_record(store_backend *b,
-                  const unsigned char (*claims)[JOB_ID_BYTES], size_t n_claims,
-                  const store_outcome *o,
+rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
+                  size_t n_claims, const store_outcome *o,
                   const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                   int64_t now_ms)
 {
@@ -440,7 +438,8 @@ rmqs_rc pg_record(store_backend *b,
     else
         pg_tx_abort(pc);
     if (rc == RMQS_OK && lost > 0)
-        log_warn(MOD, "outcomes not recorded: the jobs are no longer "
+        log_warn(MOD,
+                 "outcomes not recorded: the jobs are no longer "
                  "this instance's (lease expired and reclaimed)",
                  "n=%zu of=%zu instance=%s", lost, n, b->instance);
 unlock:
@@ -466,8 +465,7 @@ static rmqs_rc reclaim(store_backend *b, pg_conn *pc, size_t *n_out)
         pg_tx_abort(pc);
         return rc;
     }
-    store_delta_move(&pc->delta, JOB_PUBLISHING, JOB_PENDING,
-                     PQntuples(res));
+    store_delta_move(&pc->delta, JOB_PUBLISHING, JOB_PENDING, PQntuples(res));
     for (int i = 0; i < PQntuples(res); i++)
         pg_note_due(pc, pg_int(res, i, 0));
     rc = pg_tx_commit(b, pc);
@@ -523,11 +521,11 @@ static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
         } else if (prev > 0) {
             atomic_store(&b->renew_chain, 0);
             atomic_store(&b->renewed_until, 0);
-            log_warn(MOD, "lease renewal came after the lease ended "
+            log_warn(MOD,
+                     "lease renewal came after the lease ended "
                      "(frozen, or cut off from the database): each claim "
                      "now holds only until its own lease",
-                     "late_ms=%" PRId64 " instance=%s", r - prev,
-                     b->instance);
+                     "late_ms=%" PRId64 " instance=%s", r - prev, b->instance);
         }
     }
     PQclear(res);
@@ -572,9 +570,10 @@ static void *keeper_main(void *arg)
         }
         pg_done(pc);
         if (reclaimed > 0)
-            log_warn(MOD, "jobs whose claimer's lease expired will be "
-                     "published again", "n=%zu instance=%s", reclaimed,
-                     b->instance);
+            log_warn(MOD,
+                     "jobs whose claimer's lease expired will be "
+                     "published again",
+                     "n=%zu instance=%s", reclaimed, b->instance);
     }
     return NULL;
 }
@@ -687,8 +686,8 @@ rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err)
         RMQS_OK)
         return rmqs_fail(err, RMQS_ESYS, NULL,
                          "cannot start the lease keeper thread");
-    if (worker_thread_start(&b->listener, "rmqs-pg-listen", listener_main,
-                            b) != RMQS_OK)
+    if (worker_thread_start(&b->listener, "rmqs-pg-listen", listener_main, b) !=
+        RMQS_OK)
         return rmqs_fail(err, RMQS_ESYS, NULL,
                          "cannot start the listener thread");
     return RMQS_OK;

@@ -70,11 +70,11 @@ static rmqs_rc read_safe_bound(store_backend *b)
         b->ix_safe = pg_int(res, 0, 0);
     PQclear(res);
     /* a broken connection took its session lock with it */
-    unlock_rc = pc->c == NULL
-                    ? RMQS_OK
-                    : pg_exec_simple(pc, "index_unlock",
-                                     "SELECT pg_advisory_unlock(" PG_INSERT_LOCK
-                                     ")");
+    unlock_rc =
+        pc->c == NULL
+            ? RMQS_OK
+            : pg_exec_simple(pc, "index_unlock",
+                             "SELECT pg_advisory_unlock(" PG_INSERT_LOCK ")");
     return rc != RMQS_OK ? rc : unlock_rc;
 }
 

@@ -34,29 +34,29 @@
 
 #define INSERT_NCOLS 22
 
-#define INSERT_HEAD                                                          \
-    "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, "      \
-    "due_at, delay_ms, created_at, updated_at, sent_at, attempts, "          \
-    "max_attempts, last_error, headers, properties, body_kind, body, "       \
+#define INSERT_HEAD                                                     \
+    "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, " \
+    "due_at, delay_ms, created_at, updated_at, sent_at, attempts, "     \
+    "max_attempts, last_error, headers, properties, body_kind, body, "  \
     "source, message_id, schedule, fire_at, expires_at) VALUES "
 
 /* A new job's due_at on the database's clock: the HTTP layer made it the
  * later of deliver_at and its own clock; where that clock won (due_at >
  * deliver_at), the database's clock decides instead, so an instance whose
  * clock is ahead does not make a job due late. */
-#define DUE_AT_SQL                                                            \
-    ",CASE WHEN $%zu::bigint > $%zu::bigint THEN greatest($%zu::bigint, "     \
-    PG_NOW_MS ") ELSE $%zu::bigint END"
+#define DUE_AT_SQL                                 \
+    ",CASE WHEN $%zu::bigint > $%zu::bigint THEN " \
+    "greatest($%zu::bigint, " PG_NOW_MS ") ELSE $%zu::bigint END"
 
 #define ROW_NUMS 12 /* numbers a row binds as text */
 
 /* The parameters of one multi-row INSERT. */
 typedef struct rows {
-    size_t n;                 /* rows */
-    const char **vals;        /* INSERT_NCOLS per row */
+    size_t n;          /* rows */
+    const char **vals; /* INSERT_NCOLS per row */
     int *lens, *fmts;
-    char (*num)[24];          /* ROW_NUMS numbers per row */
-    char **owned;             /* 2 JSON texts per row (freed) */
+    char (*num)[24]; /* ROW_NUMS numbers per row */
+    char **owned;    /* 2 JSON texts per row (freed) */
     unsigned char (*ids)[JOB_ID_BYTES];
 } rows;
 
@@ -169,8 +169,8 @@ static void rows_done(pg_conn *pc, const job_t *const *jobs, size_t n,
 static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
                            size_t *bad)
 {
-    size_t cap = sizeof(INSERT_HEAD) +
-                 n * (INSERT_NCOLS * 8 + sizeof(DUE_AT_SQL) + 40);
+    size_t cap =
+        sizeof(INSERT_HEAD) + n * (INSERT_NCOLS * 8 + sizeof(DUE_AT_SQL) + 40);
     char *sql = malloc(cap);
     size_t at;
     PGresult *res;
@@ -192,8 +192,8 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
         at += (size_t)snprintf(sql + at, cap - at, "%s(", i ? "," : "");
         for (int c = 0; c < INSERT_NCOLS; c++) {
             if (c == 5) /* due_at: see DUE_AT_SQL */
-                at += (size_t)snprintf(sql + at, cap - at, DUE_AT_SQL,
-                                       p0 + 6, p0 + 5, p0 + 5, p0 + 6);
+                at += (size_t)snprintf(sql + at, cap - at, DUE_AT_SQL, p0 + 6,
+                                       p0 + 5, p0 + 5, p0 + 6);
             else
                 at += (size_t)snprintf(sql + at, cap - at, "%s$%zu",
                                        c ? "," : "", p0 + (size_t)c + 1);
@@ -287,10 +287,10 @@ static void cb_text(cbuf *b, const char *t)
     cb_field(b, t, t ? strlen(t) : 0);
 }
 
-#define COPY_COLS_LIST                                                       \
-    "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "      \
-    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
-    "headers, properties, body_kind, body, source, message_id, schedule, "   \
+#define COPY_COLS_LIST                                                      \
+    "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "     \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, " \
+    "headers, properties, body_kind, body, source, message_id, schedule, "  \
     "fire_at, expires_at"
 #define COPY_COLS "(" COPY_COLS_LIST ")"
 #define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
@@ -353,8 +353,8 @@ static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
         cb_i16(&b, (int)j->body_kind);
         cb_field(&b, j->body_len ? (const void *)j->body : "", j->body_len);
         cb_i16(&b, j->source == JOB_SOURCE_SCHEDULE ? 2
-                    : j->source == JOB_SOURCE_AMQP ? 1
-                                                   : 0);
+                   : j->source == JOB_SOURCE_AMQP   ? 1
+                                                    : 0);
         cb_text(&b, store_job_message_id(j));
         cb_text(&b, j->schedule);
         if (j->schedule != NULL)
@@ -433,7 +433,8 @@ static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
         res = pg_exec(pc, "idem_insert",
                       "INSERT INTO idempotency (key, job_id, request) "
                       "VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING "
-                      "RETURNING 1", 3, vals, lens, fmts, &rc);
+                      "RETURNING 1",
+                      3, vals, lens, fmts, &rc);
         if (rc == RMQS_OK && PQntuples(res) == 0) {
             /* taken, maybe a moment ago by another instance: answer from
              * what it stored */
@@ -441,7 +442,8 @@ static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
             res = pg_exec(pc, "idem_lookup",
                           "SELECT " PG_JOB_COLS ", request FROM idempotency "
                           "JOIN jobs ON jobs.id = idempotency.job_id "
-                          "WHERE key = $1", 1, vals, NULL, NULL, &rc);
+                          "WHERE key = $1",
+                          1, vals, NULL, NULL, &rc);
             if (rc == RMQS_OK && PQntuples(res) == 1 &&
                 strcmp(PQgetvalue(res, 0, PC_COUNT), r->idem_request) == 0) {
                 rc = pg_row_to_job(res, 0, &r->existing, NULL);
@@ -493,8 +495,7 @@ undo:
  * savepoint; if the schema refuses a row, one by one instead. A database
  * failure is returned; request failures are in each reqs[].rc. */
 static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
-                           store_insert_req *reqs, const size_t *idx,
-                           size_t m)
+                           store_insert_req *reqs, const size_t *idx, size_t m)
 {
     const job_t **jobs;
     size_t total = 0, at = 0, bad;
@@ -513,8 +514,7 @@ static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
             jobs[at++] = &reqs[idx[k]].jobs[i];
     rc = sp(pc, "SAVEPOINT bulk");
     if (rc == RMQS_OK)
-        rc = copy_rows(pc, COPY_SQL, jobs, total, pg_clock_offset_ms(b),
-                       &bad);
+        rc = copy_rows(pc, COPY_SQL, jobs, total, pg_clock_offset_ms(b), &bad);
     if (rc == RMQS_OK) {
         rc = sp(pc, "RELEASE bulk");
         for (size_t i = 0; rc == RMQS_OK && i < total; i++)
@@ -598,18 +598,18 @@ fail_all:
  * already (its id is derived from the fire time) and returns the ids it
  * inserted. Measured on the test VM, 1000 runs: 78 ms as a multi-row
  * INSERT (22 parameters a row: mostly the server's parser), 28 ms so. */
-#define RUNS_IN_SQL                                                          \
-    "DO $$BEGIN IF to_regclass('pg_temp.runs_in') IS NULL THEN "             \
-    "CREATE TEMP TABLE runs_in (id bytea, status smallint, exchange text, "  \
-    "routing_key text, deliver_at bigint, due_at bigint, delay_ms bigint, "  \
-    "created_at bigint, updated_at bigint, sent_at bigint, attempts "        \
-    "integer, max_attempts integer, last_error text, headers text, "         \
-    "properties text, body_kind smallint, body bytea, source smallint, "     \
-    "message_id text, schedule text, fire_at bigint, expires_at bigint) "    \
+#define RUNS_IN_SQL                                                         \
+    "DO $$BEGIN IF to_regclass('pg_temp.runs_in') IS NULL THEN "            \
+    "CREATE TEMP TABLE runs_in (id bytea, status smallint, exchange text, " \
+    "routing_key text, deliver_at bigint, due_at bigint, delay_ms bigint, " \
+    "created_at bigint, updated_at bigint, sent_at bigint, attempts "       \
+    "integer, max_attempts integer, last_error text, headers text, "        \
+    "properties text, body_kind smallint, body bytea, source smallint, "    \
+    "message_id text, schedule text, fire_at bigint, expires_at bigint) "   \
     "ON COMMIT DELETE ROWS; END IF; END$$"
 #define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
-#define RUNS_INSERT_SQL                                                      \
-    "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST                  \
+#define RUNS_INSERT_SQL                                     \
+    "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST \
     " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING id"
 
 /* The position of id among ids[0..n) not taken yet, or n. */
@@ -622,8 +622,8 @@ static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
     return n;
 }
 
-rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
-                       const job_t *const *jobs, size_t n, bool *inserted)
+rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
+                       size_t n, bool *inserted)
 {
     unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
     PGresult *res = NULL;
@@ -638,11 +638,10 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc,
     if (rc == RMQS_OK)
         rc = pg_exec_simple(pc, "runs_in", RUNS_IN_SQL);
     if (rc == RMQS_OK)
-        rc = copy_rows(pc, RUNS_COPY_SQL, jobs, n, pg_clock_offset_ms(b),
-                       &bad);
+        rc = copy_rows(pc, RUNS_COPY_SQL, jobs, n, pg_clock_offset_ms(b), &bad);
     if (rc == RMQS_OK)
-        res = pg_exec(pc, "insert_runs", RUNS_INSERT_SQL, 0, NULL, NULL,
-                      NULL, &rc);
+        res = pg_exec(pc, "insert_runs", RUNS_INSERT_SQL, 0, NULL, NULL, NULL,
+                      &rc);
     /* RETURNING order is unspecified: match the ids */
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
         size_t i = PQgetlength(res, r, 0) == JOB_ID_BYTES
@@ -696,11 +695,11 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
 /* A failed job back to pending, its attempts from 0, last_error kept; $1
  * NULL keeps deliver_at (a bulk retry); then RETURNING what the caller
  * reads. */
-#define RETRY_SQL                                                             \
-    "UPDATE jobs SET status = 0, attempts = 0, "                              \
-    "deliver_at = coalesce($1::bigint, deliver_at), "                         \
-    "due_at = greatest(coalesce($1::bigint, deliver_at), " PG_NOW_MS "), "    \
-    "delay_ms = $2, updated_at = $3 "                                         \
+#define RETRY_SQL                                                          \
+    "UPDATE jobs SET status = 0, attempts = 0, "                           \
+    "deliver_at = coalesce($1::bigint, deliver_at), "                      \
+    "due_at = greatest(coalesce($1::bigint, deliver_at), " PG_NOW_MS "), " \
+    "delay_ms = $2, updated_at = $3 "                                      \
     "WHERE id = $4 AND status = 3 RETURNING "
 
 rmqs_rc pg_update_batch(store_backend *b,
@@ -796,18 +795,19 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
      * now_ms, this host's), as at insert. A claim by any instance holds
      * the row (FOR UPDATE) until it commits;
      * this UPDATE waits for it and then finds the job publishing */
-    res = cancel ? pg_exec(pc, "cancel",
-                           "UPDATE jobs SET status = 4, updated_at = $1 "
-                           "WHERE id = $2 AND status = 0 RETURNING "
-                           PG_JOB_COLS, 2, vals, lens, fmts, &rc)
-          : retry ? pg_exec(pc, "retry", RETRY_SQL PG_JOB_COLS, 4, vals, lens,
-                            fmts, &rc)
-                 : pg_exec(pc, "reschedule",
-                           "UPDATE jobs SET deliver_at = $1, "
-                           "due_at = greatest($1::bigint, " PG_NOW_MS "), "
-                           "delay_ms = $2, updated_at = $3 "
-                           "WHERE id = $4 AND status = 0 RETURNING "
-                           PG_JOB_COLS, 4, vals, lens, fmts, &rc);
+    res =
+        cancel  ? pg_exec(pc, "cancel",
+                          "UPDATE jobs SET status = 4, updated_at = $1 "
+                           "WHERE id = $2 AND status = 0 RETURNING " PG_JOB_COLS,
+                          2, vals, lens, fmts, &rc)
+        : retry ? pg_exec(pc, "retry", RETRY_SQL PG_JOB_COLS, 4, vals, lens,
+                          fmts, &rc)
+                : pg_exec(pc, "reschedule",
+                          "UPDATE jobs SET deliver_at = $1, "
+                          "due_at = greatest($1::bigint, " PG_NOW_MS "), "
+                          "delay_ms = $2, updated_at = $3 "
+                          "WHERE id = $4 AND status = 0 RETURNING " PG_JOB_COLS,
+                          4, vals, lens, fmts, &rc);
     if (rc == RMQS_OK && PQntuples(res) == 1) {
         rc = pg_row_to_job(res, 0, out, NULL);
         if (rc == RMQS_OK && cancel)

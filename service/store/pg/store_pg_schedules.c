@@ -44,13 +44,21 @@
 
 #include "log.h"
 
-#define SCHED_COLS                                                            \
-    "name, spec, generation, created_at, updated_at, paused, next_fire_at, "  \
+#define SCHED_COLS                                                           \
+    "name, spec, generation, created_at, updated_at, paused, next_fire_at, " \
     "last_fire_at, last_job_id"
 
 enum {
-    SC_NAME, SC_SPEC, SC_GENERATION, SC_CREATED_AT, SC_UPDATED_AT, SC_PAUSED,
-    SC_NEXT, SC_LAST, SC_LAST_JOB, SC_COUNT /* store_schedule_due: status */
+    SC_NAME,
+    SC_SPEC,
+    SC_GENERATION,
+    SC_CREATED_AT,
+    SC_UPDATED_AT,
+    SC_PAUSED,
+    SC_NEXT,
+    SC_LAST,
+    SC_LAST_JOB,
+    SC_COUNT /* store_schedule_due: status */
 };
 
 /* The advance: $1 the batch as a JSON array of {i, name, gen, old_next,
@@ -174,11 +182,11 @@ static rmqs_rc params_row(params *p, const store_schedule *s)
     p->vals[1] = s->spec;
     p->vals[2] = pg_i64(p->num[0], s->updated_at);
     p->vals[3] = s->paused ? "true" : "false";
-    p->vals[4] = s->next_fire_at >= 0 ? pg_i64(p->num[1], s->next_fire_at)
-                                      : NULL;
+    p->vals[4] =
+        s->next_fire_at >= 0 ? pg_i64(p->num[1], s->next_fire_at) : NULL;
     p->vals[5] = pg_i64(p->num[2], s->created_at);
-    p->vals[6] = s->last_fire_at >= 0 ? pg_i64(p->num[3], s->last_fire_at)
-                                      : NULL;
+    p->vals[6] =
+        s->last_fire_at >= 0 ? pg_i64(p->num[3], s->last_fire_at) : NULL;
     if (s->last_job_id[0] != '\0') {
         if (job_id_parse(s->last_job_id, p->id) != RMQS_OK)
             return RMQS_EINVAL;
@@ -199,8 +207,8 @@ static rmqs_rc lock_row(pg_conn *pc, const char *name, store_schedule *cur)
     rmqs_rc rc;
     PGresult *res = pg_exec(pc, "sched_lock",
                             "SELECT " SCHED_COLS " FROM schedules "
-                            "WHERE name = $1 FOR UPDATE", 1, vals, NULL,
-                            NULL, &rc);
+                            "WHERE name = $1 FOR UPDATE",
+                            1, vals, NULL, NULL, &rc);
 
     if (rc == RMQS_OK)
         rc = one_row(res, cur);
@@ -234,8 +242,8 @@ static rmqs_rc write_row(pg_conn *pc, params *p, bool insert,
                       "UPDATE schedules SET spec = $2, "
                       "generation = generation + 1, updated_at = $3, "
                       "paused = $4, next_fire_at = $5, last_fire_at = $6, "
-                      "last_job_id = $7 WHERE name = $1 RETURNING "
-                      SCHED_COLS, 7, v, lens, fmts, &rc);
+                      "last_job_id = $7 WHERE name = $1 RETURNING " SCHED_COLS,
+                      7, v, lens, fmts, &rc);
     }
     if (rc == RMQS_OK)
         rc = one_row(res, got);
@@ -243,8 +251,8 @@ static rmqs_rc write_row(pg_conn *pc, params *p, bool insert,
     return rc;
 }
 
-static rmqs_rc pgs_put(store_backend *b, const store_schedule *s,
-                       bool *created, bool *unchanged, store_schedule *out)
+static rmqs_rc pgs_put(store_backend *b, const store_schedule *s, bool *created,
+                       bool *unchanged, store_schedule *out)
 {
     pg_conn *pc = &b->wr;
     store_schedule cur, got = {0};
@@ -309,20 +317,21 @@ static rmqs_rc pgs_update(store_backend *b, const store_schedule *s,
     p.vals[5] = pg_i64(p.num[4], expect_generation);
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
-        res = pg_exec(pc, "sched_update",
-                      "UPDATE schedules SET spec = $2, "
-                      "generation = generation + 1, updated_at = $3, "
-                      "paused = $4, next_fire_at = $5 "
-                      "WHERE name = $1 AND generation = $6 RETURNING "
-                      SCHED_COLS, 6, p.vals, NULL, NULL, &rc);
+        res =
+            pg_exec(pc, "sched_update",
+                    "UPDATE schedules SET spec = $2, "
+                    "generation = generation + 1, updated_at = $3, "
+                    "paused = $4, next_fire_at = $5 "
+                    "WHERE name = $1 AND generation = $6 RETURNING " SCHED_COLS,
+                    6, p.vals, NULL, NULL, &rc);
     if (rc == RMQS_OK)
         rc = one_row(res, &got);
     PQclear(res);
     if (rc == RMQS_ENOTFOUND) {
         /* another generation, or no such schedule? */
         res = pg_exec(pc, "sched_get",
-                      "SELECT " SCHED_COLS " FROM schedules WHERE name = $1",
-                      1, p.vals, NULL, NULL, &rc);
+                      "SELECT " SCHED_COLS " FROM schedules WHERE name = $1", 1,
+                      p.vals, NULL, NULL, &rc);
         if (rc == RMQS_OK)
             rc = PQntuples(res) == 1 ? RMQS_ECONFLICT : RMQS_ENOTFOUND;
         PQclear(res);
@@ -335,8 +344,7 @@ static rmqs_rc pgs_update(store_backend *b, const store_schedule *s,
     return rc;
 }
 
-static rmqs_rc pgs_get(store_backend *b, const char *name,
-                       store_schedule *out)
+static rmqs_rc pgs_get(store_backend *b, const char *name, store_schedule *out)
 {
     const char *vals[1] = {name};
     PGresult *res = NULL;
@@ -344,8 +352,8 @@ static rmqs_rc pgs_get(store_backend *b, const char *name,
 
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "sched_get",
-                      "SELECT " SCHED_COLS " FROM schedules WHERE name = $1",
-                      1, vals, NULL, NULL, &rc);
+                      "SELECT " SCHED_COLS " FROM schedules WHERE name = $1", 1,
+                      vals, NULL, NULL, &rc);
     pg_done(&b->wr);
     if (rc == RMQS_OK)
         rc = one_row(res, out);
@@ -377,13 +385,14 @@ static rmqs_rc pgs_list(store_backend *b, size_t limit, size_t max_bytes,
         rc = pg_page_measure(&b->wr, "sched_list_sizes",
                              "SELECT 0, 0, octet_length(name) + "
                              "octet_length(spec) FROM schedules WHERE "
-                             "name > $1 ORDER BY name LIMIT $2", 2, vals,
-                             NULL, NULL, &page);
+                             "name > $1 ORDER BY name LIMIT $2",
+                             2, vals, NULL, NULL, &page);
     if (rc == RMQS_OK && page.n > 0) {
         vals[1] = pg_i64(lim, (int64_t)page.n);
         res = pg_exec(&b->wr, "sched_list",
                       "SELECT " SCHED_COLS " FROM schedules WHERE name > $1 "
-                      "ORDER BY name LIMIT $2", 2, vals, NULL, NULL, &rc);
+                      "ORDER BY name LIMIT $2",
+                      2, vals, NULL, NULL, &rc);
     }
     pg_page_end(&b->wr);
     pg_done(&b->wr);
@@ -422,7 +431,8 @@ static rmqs_rc pgs_counts(store_backend *b, int64_t counts[3])
         res = pg_exec(&b->wr, "sched_counts",
                       "SELECT CASE WHEN paused THEN 1 "
                       "WHEN next_fire_at IS NULL THEN 2 ELSE 0 END, count(*) "
-                      "FROM schedules GROUP BY 1", 0, NULL, NULL, NULL, &rc);
+                      "FROM schedules GROUP BY 1",
+                      0, NULL, NULL, NULL, &rc);
     pg_done(&b->wr);
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
         int64_t state = pg_int(res, r, 0);
@@ -459,8 +469,8 @@ static rmqs_rc pgs_due(store_backend *b, int64_t by_ms, size_t limit,
                       "ON j.id = s.last_job_id "
                       "WHERE NOT s.paused AND s.next_fire_at IS NOT NULL "
                       "AND s.next_fire_at <= $1 "
-                      "ORDER BY s.next_fire_at, s.name LIMIT $2", 2, vals,
-                      NULL, NULL, &rc);
+                      "ORDER BY s.next_fire_at, s.name LIMIT $2",
+                      2, vals, NULL, NULL, &rc);
     pg_done(&b->sched);
     if (rc == RMQS_OK)
         rc = all_rows(res, limit, true, rows, n, &more);
@@ -476,8 +486,8 @@ static rmqs_rc pgs_next_at(store_backend *b, bool *any, int64_t *at)
     if (rc == RMQS_OK)
         res = pg_exec(&b->sched, "sched_next",
                       "SELECT min(next_fire_at) FROM schedules "
-                      "WHERE NOT paused AND next_fire_at IS NOT NULL", 0,
-                      NULL, NULL, NULL, &rc);
+                      "WHERE NOT paused AND next_fire_at IS NOT NULL",
+                      0, NULL, NULL, NULL, &rc);
     pg_done(&b->sched);
     if (rc == RMQS_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
         *any = true;
@@ -516,10 +526,9 @@ static char *batch_json(const store_advance *a, size_t n, rmqs_rc *rc)
             for (int k = 0; k < JOB_ID_BYTES; k++)
                 snprintf(hex + 2 * k, 3, "%02x", id[k]);
         }
-        o = json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "i",
-                      (json_int_t)i, "name", a[i].name, "gen",
-                      (json_int_t)a[i].generation, "old_next",
-                      int_or_null(a[i].old_next), "new_next",
+        o = json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o}", "i", (json_int_t)i,
+                      "name", a[i].name, "gen", (json_int_t)a[i].generation,
+                      "old_next", int_or_null(a[i].old_next), "new_next",
                       int_or_null(a[i].new_next), "fire",
                       a[i].job ? int_or_null(a[i].job->fire_at) : json_null(),
                       "id", a[i].job ? json_string(hex) : json_null());
@@ -565,8 +574,8 @@ static rmqs_rc pgs_advance(store_backend *b, store_advance *a, size_t n,
         goto unlock;
     {
         const char *vals[1] = {batch};
-        res = pg_exec(pc, "sched_advance", advance_sql, 1, vals, NULL, NULL,
-                      &rc);
+        res =
+            pg_exec(pc, "sched_advance", advance_sql, 1, vals, NULL, NULL, &rc);
     }
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
         int64_t i = pg_int(res, r, 0);

@@ -134,9 +134,10 @@ static rmqs_rc build(const store_filter *f, q_shape shape,
     memset(q, 0, sizeof(*q));
     if (f == NULL)
         f = &all;
-    add(q, count ? "SELECT 1 FROM jobs WHERE true"
-        : shape == Q_SIZES ? "SELECT " PG_JOB_SIZE_COLS " FROM jobs WHERE true"
-                           : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
+    add(q, count              ? "SELECT 1 FROM jobs WHERE true"
+           : shape == Q_SIZES ? "SELECT " PG_JOB_SIZE_COLS
+                                " FROM jobs WHERE true"
+                              : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
     if (!count && after) {
         int a = param_i64(q, after->deliver_at);
         int s = param_i64(q, after->seq);
@@ -162,13 +163,14 @@ static rmqs_rc build(const store_filter *f, q_shape shape,
         bool hi = store_id_prefix_range(f->id_prefix, q->lo, q->hi);
         add(q, " AND id >= $%d", param(q, (const char *)q->lo, JOB_ID_BYTES));
         if (hi)
-            add(q, " AND id < $%d", param(q, (const char *)q->hi, JOB_ID_BYTES));
+            add(q, " AND id < $%d",
+                param(q, (const char *)q->hi, JOB_ID_BYTES));
     }
     if (f->header_name) {
         json_t *o = json_object();
-        if (o == NULL || json_object_setn_new(o, f->header_name,
-                                              f->header_name_len,
-                                              json_string(f->header_value)) != 0) {
+        if (o == NULL ||
+            json_object_setn_new(o, f->header_name, f->header_name_len,
+                                 json_string(f->header_value)) != 0) {
             json_decref(o);
             return RMQS_ENOMEM;
         }
@@ -177,19 +179,21 @@ static rmqs_rc build(const store_filter *f, q_shape shape,
         if (q->header_json == NULL)
             return RMQS_ENOMEM;
         int h = param(q, q->header_json, -1);
-        add(q, " AND seq IN (SELECT seq FROM job_text WHERE headers IS NOT "
-               "NULL AND headers @> $%d::jsonb UNION ALL SELECT t.seq FROM "
-               "jobs AS t WHERE t.seq > (SELECT mark FROM search_index) AND "
-               "t.headers IS NOT NULL AND t.headers::jsonb @> $%d::jsonb)",
+        add(q,
+            " AND seq IN (SELECT seq FROM job_text WHERE headers IS NOT "
+            "NULL AND headers @> $%d::jsonb UNION ALL SELECT t.seq FROM "
+            "jobs AS t WHERE t.seq > (SELECT mark FROM search_index) AND "
+            "t.headers IS NOT NULL AND t.headers::jsonb @> $%d::jsonb)",
             h, h);
     }
     if (f->q) {
         if ((q->like = like_pattern(f->q)) == NULL)
             return RMQS_ENOMEM;
         if (q_index)
-            add(q, " AND seq IN (SELECT seq FROM job_text WHERE body IS NOT "
-                   "NULL AND body LIKE $%d UNION ALL SELECT t.seq FROM jobs "
-                   "AS t WHERE t.seq > (SELECT mark FROM search_index))",
+            add(q,
+                " AND seq IN (SELECT seq FROM job_text WHERE body IS NOT "
+                "NULL AND body LIKE $%d UNION ALL SELECT t.seq FROM jobs "
+                "AS t WHERE t.seq > (SELECT mark FROM search_index))",
                 param(q, q->like, -1));
         add(q, " AND body_kind < 2");
         add(q, " AND position($%d::bytea in body) > 0",
@@ -286,8 +290,8 @@ static rmqs_rc count_rows(store_backend *b, pg_query *q, int64_t *n)
         pg_done(pc);
         return rc;
     }
-    if (!PQsendQueryParams(pc->c, q->sql, q->n, NULL, q->vals, q->lens,
-                           q->fmts, 1) ||
+    if (!PQsendQueryParams(pc->c, q->sql, q->n, NULL, q->vals, q->lens, q->fmts,
+                           1) ||
         !PQsetSingleRowMode(pc->c)) {
         out = pg_fail(pc, "count", NULL);
         while ((res = PQgetResult(pc->c)) != NULL)
@@ -409,9 +413,9 @@ rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
     pg_query q;
     PGresult *res = NULL;
     /* a page after a cursor: the plan of every page but the first */
-    rmqs_rc rc = build(f, count ? Q_COUNT : Q_ROWS, count ? NULL : &cur,
-                       count ? STORE_COUNT_CAP_DEFAULT + 1 : 51,
-                       q_by_index(b, f), &q);
+    rmqs_rc rc =
+        build(f, count ? Q_COUNT : Q_ROWS, count ? NULL : &cur,
+              count ? STORE_COUNT_CAP_DEFAULT + 1 : 51, q_by_index(b, f), &q);
 
     if (rc == RMQS_OK)
         res = run(b, "explain", "EXPLAIN (FORMAT JSON) ", &q, &rc);

@@ -195,8 +195,8 @@ static size_t url_secrets(const char *url, char *sec[URL_SECRETS])
             n++;
         }
     }
-    for (p = strchr(at ? at : rest, '?'); p != NULL && *p && n + 2 <= URL_SECRETS;
-         p = strchr(p + 1, '&')) {
+    for (p = strchr(at ? at : rest, '?');
+         p != NULL && *p && n + 2 <= URL_SECRETS; p = strchr(p + 1, '&')) {
         size_t pair = strcspn(p + 1, "&");
         const char *eq = memchr(p + 1, '=', pair);
         if (eq == NULL || !secret_keyword(p + 1, (size_t)(eq - p - 1)))

@@ -151,9 +151,9 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
                               SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
                           NULL);
     if (src != SQLITE_OK) {
-        rc = rmqs_fail(err, src == SQLITE_NOMEM ? RMQS_ENOMEM : RMQS_EDB,
-                       NULL, "cannot open database %s: %s", path,
-                       sqlite3_errstr(src));
+        rc =
+            rmqs_fail(err, src == SQLITE_NOMEM ? RMQS_ENOMEM : RMQS_EDB, NULL,
+                      "cannot open database %s: %s", path, sqlite3_errstr(src));
         goto fail;
     }
     rc = sq_open_configure(st->db, path, sync_full, err);
@@ -174,13 +174,12 @@ static rmqs_rc sq_open(const char *path, const store_options *opt,
 
     for (int i = 0; i < S_COUNT; i++) {
         src = sqlite3_prepare_v3(st->db, sq_stmt_defs[i].sql, -1,
-                                 SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
-                                 NULL);
+                                 SQLITE_PREPARE_PERSISTENT, &st->stmt[i], NULL);
         if (src != SQLITE_OK) {
             rc = rmqs_fail(err, RMQS_EDB, NULL,
                            "database %s: cannot prepare statement %s: %s "
-                           "(schema incomplete?)", path, sq_stmt_defs[i].name,
-                           sqlite3_errmsg(st->db));
+                           "(schema incomplete?)",
+                           path, sq_stmt_defs[i].name, sqlite3_errmsg(st->db));
             goto fail;
         }
     }

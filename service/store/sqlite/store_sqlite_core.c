@@ -71,10 +71,11 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_LIST_STATUS] = {"list_status", "SELECT " JOB_COLS " FROM jobs "
                                       "WHERE status = ?4 "
                                       "ORDER BY deliver_at, seq LIMIT ?1"},
-    [S_LIST_STATUS_AFTER] = {"list_status_after",
-                             "SELECT " JOB_COLS " FROM jobs "
-                             "WHERE status = ?4 AND (deliver_at, seq) > (?2, ?3) "
-                             "ORDER BY deliver_at, seq LIMIT ?1"},
+    [S_LIST_STATUS_AFTER] =
+        {"list_status_after",
+         "SELECT " JOB_COLS " FROM jobs "
+         "WHERE status = ?4 AND (deliver_at, seq) > (?2, ?3) "
+         "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_RESCHEDULE] = {"reschedule",
                       "UPDATE jobs SET deliver_at = ?1, due_at = max(?1, ?3), "
                       "delay_ms = ?2, updated_at = ?3 "
@@ -135,18 +136,12 @@ rmqs_rc sq_fail_on(sqlite3 *db, int rc, const char *op)
     if ((rc & 0xff) == SQLITE_INTERRUPT)
         return RMQS_ETIMEDOUT; /* a search's budget ran out: not a failure */
     switch (rc & 0xff) {
-    case SQLITE_FULL:
-        out = RMQS_EFULL;
-        break;
+    case SQLITE_FULL: out = RMQS_EFULL; break;
     case SQLITE_IOERR:
         out = (sys == ENOSPC || sys == EDQUOT) ? RMQS_EFULL : RMQS_EDB;
         break;
-    case SQLITE_NOMEM:
-        out = RMQS_ENOMEM;
-        break;
-    default:
-        out = RMQS_EDB;
-        break;
+    case SQLITE_NOMEM: out = RMQS_ENOMEM; break;
+    default: out = RMQS_EDB; break;
     }
     log_error(MOD, "database call failed",
               "op=%s code=%d reason=\"%s\" detail=\"%s\" errno=%d", op, rc,
@@ -210,8 +205,8 @@ rmqs_rc sq_sync_set(store_backend *st, bool relaxed)
                               : "PRAGMA synchronous = FULL",
                       NULL, NULL, NULL);
     if (rc != SQLITE_OK)
-        return sq_fail(st, rc, relaxed ? "synchronous_normal"
-                                       : "synchronous_full");
+        return sq_fail(st, rc,
+                       relaxed ? "synchronous_normal" : "synchronous_full");
     st->sync_relaxed = relaxed;
     return RMQS_OK;
 }
@@ -341,8 +336,9 @@ static char *col_strdup(sqlite3_stmt *s, int c)
 /* Read the JOB_COLS of the current row into *out (zeroed first). */
 size_t sq_row_bytes(sqlite3_stmt *s)
 {
-    static const int texts[] = {COL_EXCHANGE, COL_ROUTING_KEY, COL_SCHEDULE,
-                                COL_LAST_ERROR, COL_HEADERS, COL_PROPERTIES};
+    static const int texts[] = {COL_EXCHANGE, COL_ROUTING_KEY,
+                                COL_SCHEDULE, COL_LAST_ERROR,
+                                COL_HEADERS,  COL_PROPERTIES};
     size_t len = 0;
 
     /* sqlite3_column_bytes of a TEXT or BLOB value converts nothing; NULL
@@ -501,8 +497,7 @@ rmqs_rc sq_collect_page(store_backend *st, sqlite3_stmt *s, const char *op,
     return RMQS_OK;
 }
 
-rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames,
-                      int64_t *copied)
+rmqs_rc sq_checkpoint(store_backend *st, int64_t *wal_frames, int64_t *copied)
 {
     const char *path;
     rmqs_rc out = RMQS_OK;

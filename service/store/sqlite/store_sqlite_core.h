@@ -39,18 +39,36 @@
 #define JOURNAL_SIZE_LIMIT (64 * 1024 * 1024) /* bytes the WAL is cut back to */
 
 /* The columns every job-returning statement yields, in row_to_job order. */
-#define JOB_COLS                                                              \
-    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "  \
-    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "   \
+#define JOB_COLS                                                             \
+    "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, " \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
     "headers, properties, body_kind, body, source, schedule, fire_at, "      \
     "expires_at"
 
 enum {
-    COL_SEQ, COL_ID, COL_STATUS, COL_EXCHANGE, COL_ROUTING_KEY, COL_DELIVER_AT,
-    COL_DUE_AT, COL_DELAY_MS, COL_CREATED_AT, COL_UPDATED_AT, COL_SENT_AT,
-    COL_ATTEMPTS, COL_MAX_ATTEMPTS, COL_LAST_ERROR, COL_HEADERS,
-    COL_PROPERTIES, COL_BODY_KIND, COL_BODY, COL_SOURCE, COL_SCHEDULE,
-    COL_FIRE_AT, COL_EXPIRES_AT, COL_COUNT
+    COL_SEQ,
+    COL_ID,
+    COL_STATUS,
+    COL_EXCHANGE,
+    COL_ROUTING_KEY,
+    COL_DELIVER_AT,
+    COL_DUE_AT,
+    COL_DELAY_MS,
+    COL_CREATED_AT,
+    COL_UPDATED_AT,
+    COL_SENT_AT,
+    COL_ATTEMPTS,
+    COL_MAX_ATTEMPTS,
+    COL_LAST_ERROR,
+    COL_HEADERS,
+    COL_PROPERTIES,
+    COL_BODY_KIND,
+    COL_BODY,
+    COL_SOURCE,
+    COL_SCHEDULE,
+    COL_FIRE_AT,
+    COL_EXPIRES_AT,
+    COL_COUNT
 };
 
 /* Statements of store_sqlite_schedules.c (its own table). */
@@ -60,15 +78,34 @@ enum {
 
 /* Every statement of the store, prepared once at open. */
 typedef enum stmt_id {
-    S_BEGIN, S_COMMIT, S_ROLLBACK, S_SAVEPOINT, S_RELEASE_SP, S_ROLLBACK_SP,
-    S_PING, S_VERSION,
-    S_INSERT, S_INSERT_RUN, S_IDEM_LOOKUP, S_IDEM_INSERT, S_GET,
-    S_LIST_ALL, S_LIST_ALL_AFTER, S_LIST_STATUS, S_LIST_STATUS_AFTER,
-    S_RESCHEDULE, S_CANCEL,
-    S_SETTLE_SENT, S_SETTLE_RETRY, S_SETTLE_RELEASE, S_SETTLE_EXPIRE,
+    S_BEGIN,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_SAVEPOINT,
+    S_RELEASE_SP,
+    S_ROLLBACK_SP,
+    S_PING,
+    S_VERSION,
+    S_INSERT,
+    S_INSERT_RUN,
+    S_IDEM_LOOKUP,
+    S_IDEM_INSERT,
+    S_GET,
+    S_LIST_ALL,
+    S_LIST_ALL_AFTER,
+    S_LIST_STATUS,
+    S_LIST_STATUS_AFTER,
+    S_RESCHEDULE,
+    S_CANCEL,
+    S_SETTLE_SENT,
+    S_SETTLE_RETRY,
+    S_SETTLE_RELEASE,
+    S_SETTLE_EXPIRE,
     S_SETTLE_FAIL,
-    S_RECOVER, S_CLAIM_HELD,
-    S_COUNTS, S_COUNTS_ADD,
+    S_RECOVER,
+    S_CLAIM_HELD,
+    S_COUNTS,
+    S_COUNTS_ADD,
     S_RETRY, /* a client's retry of a failed job (issue 14) */
     S_COUNT
 } stmt_id;
@@ -83,11 +120,11 @@ extern const stmt_def sq_stmt_defs[S_COUNT];
 
 /* The dispatcher's reads on the read connection (claiming ahead): pending
  * jobs in due order; the caller stops stepping when it has enough. */
-#define RD_DUE_SQL                                                            \
-    "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_due "                      \
+#define RD_DUE_SQL                                       \
+    "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_due " \
     "WHERE status = 0 AND due_at <= ?1 ORDER BY due_at, seq"
-#define RD_NEXT_SQL                                                           \
-    "SELECT id, due_at FROM jobs INDEXED BY jobs_due WHERE status = 0 "       \
+#define RD_NEXT_SQL                                                     \
+    "SELECT id, due_at FROM jobs INDEXED BY jobs_due WHERE status = 0 " \
     "ORDER BY due_at, seq"
 
 struct store_backend {
@@ -96,13 +133,13 @@ struct store_backend {
     atomic_int mu_waiting;
     sqlite3 *db;
     sqlite3_stmt *stmt[S_COUNT];
-    sqlite3_stmt *purge;  /* prepared on first use (needs migration 0003) */
+    sqlite3_stmt *purge; /* prepared on first use (needs migration 0003) */
     /* A second connection for WAL checkpoints, so they run beside the
      * writers instead of inside their commits. Opened on first use. */
     pthread_mutex_t ckpt_mu;
     sqlite3 *ckpt_db;
-    char *path;     /* the database file, set at open; read without mu */
-    char *dir;      /* its folder, for statvfs */
+    char *path; /* the database file, set at open; read without mu */
+    char *dir;  /* its folder, for statvfs */
     /* The open transaction's change to job_counts, by status: what its
      * statements did to jobs so far (store_common.h). Zero outside a
      * transaction. */

@@ -51,8 +51,7 @@ rmqs_rc sq_next_due(store_backend *st, claimset_t *held, bool *any,
 /* Read up to limit candidates (pending, due by due_by_ms, not held) from
  * one snapshot of the read connection into c[] (grown as needed). */
 rmqs_rc sq_read_due(store_backend *st, claimset_t *held, int64_t due_by_ms,
-                    size_t limit, store_claimed **c, size_t *cap,
-                    size_t *n_out)
+                    size_t limit, store_claimed **c, size_t *cap, size_t *n_out)
 {
     sqlite3_stmt *s = st->rd_due;
     rmqs_rc out = RMQS_OK;
@@ -157,8 +156,8 @@ rmqs_rc sq_record(store_backend *st,
              * and reschedule refuse a held job */
             char text[JOB_ID_LEN + 1];
             job_id_format(claims[i], text);
-            log_warn(MOD, "a job claimed ahead was no longer pending",
-                     "id=%s", text);
+            log_warn(MOD, "a job claimed ahead was no longer pending", "id=%s",
+                     text);
         }
     }
     for (size_t i = 0; i < n; i++) {

@@ -46,9 +46,7 @@
 #define RETRY_MS 5000      /* after a failed batch */
 #define CKPT_EVERY_MS 500  /* while catching up: a checkpoint this often */
 
-enum {
-    IX_MARK, IX_UPTO, IX_HEADERS, IX_BODIES, IX_SET_MARK, IX_LAG
-};
+enum { IX_MARK, IX_UPTO, IX_HEADERS, IX_BODIES, IX_SET_MARK, IX_LAG };
 
 static const char *const ix_sql[SQ_IX_NSTMT] = {
     [IX_MARK] = "SELECT mark FROM search_index",
@@ -76,9 +74,9 @@ static rmqs_rc ix_prepare(store_backend *st)
         int rc;
         if (st->ix_stmt[i] != NULL)
             continue;
-        rc = sqlite3_prepare_v3(st->db, ix_sql[i], -1,
-                                SQLITE_PREPARE_PERSISTENT, &st->ix_stmt[i],
-                                NULL);
+        rc =
+            sqlite3_prepare_v3(st->db, ix_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                               &st->ix_stmt[i], NULL);
         if (rc != SQLITE_OK)
             return sq_fail(st, rc, "index_prepare");
     }
@@ -97,7 +95,8 @@ static rmqs_rc ix_row(store_backend *st, sqlite3_stmt *s, int64_t *a,
         if (b != NULL)
             *b = sqlite3_column_int64(s, 1);
     } else {
-        out = sq_fail(st, rc, rc == SQLITE_DONE ? "index_no_row" : "index_read");
+        out =
+            sq_fail(st, rc, rc == SQLITE_DONE ? "index_no_row" : "index_read");
     }
     sq_stmt_done(s);
     return out;

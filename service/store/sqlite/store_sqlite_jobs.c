@@ -60,8 +60,8 @@ rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
     sq_bind_text_or_null(s, 15, props);
     sqlite3_bind_int(s, 16, (int)job->body_kind);
     if (job->body_len > 0)
-        rc = sqlite3_bind_blob64(s, 17, job->body, job->body_len,
-                                 SQLITE_STATIC);
+        rc =
+            sqlite3_bind_blob64(s, 17, job->body, job->body_len, SQLITE_STATIC);
     else
         rc = sqlite3_bind_zeroblob(s, 17, 0);
     if (rc != SQLITE_OK) {
@@ -116,8 +116,8 @@ done:
 /* Inside the caller's transaction: look the key up. RMQS_ENOTFOUND if the
  * key is new; RMQS_OK with *existed (and *existing loaded) if it holds the
  * same request; RMQS_ECONFLICT if it holds another one. */
-static rmqs_rc idem_lookup(store_backend *st, const char *key, const char *request,
-                           bool *existed, job_t *existing)
+static rmqs_rc idem_lookup(store_backend *st, const char *key,
+                           const char *request, bool *existed, job_t *existing)
 {
     sqlite3_stmt *s = sq_stmt(st, S_IDEM_LOOKUP);
     rmqs_rc out = RMQS_OK;
@@ -297,7 +297,8 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
 
     sq_lock(st);
     s = sq_stmt(st, sid);
-    sqlite3_bind_int64(s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
+    sqlite3_bind_int64(
+        s, 1, (int64_t)limit + 1); /* one more: is there a next page? */
     if (after) {
         sqlite3_bind_int64(s, 2, after->deliver_at);
         sqlite3_bind_int64(s, 3, after->seq);

@@ -31,18 +31,35 @@
 
 #include "log.h"
 
-#define SCHED_COLS                                                            \
-    "name, spec, generation, created_at, updated_at, paused, next_fire_at, "  \
+#define SCHED_COLS                                                           \
+    "name, spec, generation, created_at, updated_at, paused, next_fire_at, " \
     "last_fire_at, last_job_id"
 
 enum {
-    SC_NAME, SC_SPEC, SC_GENERATION, SC_CREATED_AT, SC_UPDATED_AT, SC_PAUSED,
-    SC_NEXT, SC_LAST, SC_LAST_JOB, SC_COUNT /* store_schedule_due: status */
+    SC_NAME,
+    SC_SPEC,
+    SC_GENERATION,
+    SC_CREATED_AT,
+    SC_UPDATED_AT,
+    SC_PAUSED,
+    SC_NEXT,
+    SC_LAST,
+    SC_LAST_JOB,
+    SC_COUNT /* store_schedule_due: status */
 };
 
 typedef enum sched_stmt {
-    SS_GET, SS_INSERT, SS_REPLACE, SS_UPDATE, SS_LIST, SS_DELETE, SS_DUE,
-    SS_NEXT, SS_ADVANCE, SS_COUNTS, SS_N
+    SS_GET,
+    SS_INSERT,
+    SS_REPLACE,
+    SS_UPDATE,
+    SS_LIST,
+    SS_DELETE,
+    SS_DUE,
+    SS_NEXT,
+    SS_ADVANCE,
+    SS_COUNTS,
+    SS_N
 } sched_stmt;
 
 _Static_assert(SS_N == SQ_SCHED_NSTMT, "SQ_SCHED_NSTMT is the table's size");
@@ -57,8 +74,7 @@ static const stmt_def k_defs[SS_N] = {
                 "SELECT " SCHED_COLS " FROM schedules WHERE name = ?1"},
     [SS_INSERT] = {"sched_insert",
                    "INSERT INTO schedules (" SCHED_COLS ") VALUES "
-                   "(?1, ?2, 1, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING "
-                   SCHED_COLS},
+                   "(?1, ?2, 1, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING " SCHED_COLS},
     [SS_REPLACE] = {"sched_replace",
                     "UPDATE schedules SET spec = ?2, "
                     "generation = generation + 1, updated_at = ?5, "
@@ -68,8 +84,7 @@ static const stmt_def k_defs[SS_N] = {
                    "UPDATE schedules SET spec = ?2, "
                    "generation = generation + 1, updated_at = ?5, "
                    "paused = ?6, next_fire_at = ?7 "
-                   "WHERE name = ?1 AND generation = ?3 RETURNING "
-                   SCHED_COLS},
+                   "WHERE name = ?1 AND generation = ?3 RETURNING " SCHED_COLS},
     [SS_LIST] = {"sched_list",
                  "SELECT " SCHED_COLS " FROM schedules WHERE name > ?1 "
                  "ORDER BY name LIMIT ?2"},
@@ -83,10 +98,9 @@ static const stmt_def k_defs[SS_N] = {
                 "WHERE s.paused = 0 AND s.next_fire_at IS NOT NULL "
                 "AND s.next_fire_at <= ?1 "
                 "ORDER BY s.next_fire_at, s.name LIMIT ?2"},
-    [SS_NEXT] = {"sched_next",
-                 "SELECT min(next_fire_at) FROM schedules "
-                 "INDEXED BY schedules_due "
-                 "WHERE paused = 0 AND next_fire_at IS NOT NULL"},
+    [SS_NEXT] = {"sched_next", "SELECT min(next_fire_at) FROM schedules "
+                               "INDEXED BY schedules_due "
+                               "WHERE paused = 0 AND next_fire_at IS NOT NULL"},
     /* ?3 old next (IS: NULL matches an ended row), ?4 new next (NULL:
      * ended), ?5/?6 the run's fire time and id (NULL: no run, kept) */
     [SS_ADVANCE] = {"sched_advance",
@@ -104,14 +118,14 @@ static const stmt_def k_defs[SS_N] = {
 rmqs_rc sq_sched_prepare(store_backend *st, const char *path, rmqs_error *err)
 {
     for (int i = 0; i < SS_N; i++) {
-        int rc = sqlite3_prepare_v3(st->db, k_defs[i].sql, -1,
-                                    SQLITE_PREPARE_PERSISTENT, &st->sched[i],
-                                    NULL);
+        int rc =
+            sqlite3_prepare_v3(st->db, k_defs[i].sql, -1,
+                               SQLITE_PREPARE_PERSISTENT, &st->sched[i], NULL);
         if (rc != SQLITE_OK)
             return rmqs_fail(err, RMQS_EDB, NULL,
                              "database %s: cannot prepare statement %s: %s "
-                             "(schema incomplete?)", path, k_defs[i].name,
-                             sqlite3_errmsg(st->db));
+                             "(schema incomplete?)",
+                             path, k_defs[i].name, sqlite3_errmsg(st->db));
     }
     return RMQS_OK;
 }
@@ -331,8 +345,7 @@ unlock:
     return rc;
 }
 
-static rmqs_rc sqs_get(store_backend *st, const char *name,
-                       store_schedule *out)
+static rmqs_rc sqs_get(store_backend *st, const char *name, store_schedule *out)
 {
     rmqs_rc rc;
 
@@ -362,7 +375,8 @@ static rmqs_rc collect(store_backend *st, sched_stmt id, size_t limit,
     while ((src = sqlite3_step(s)) == SQLITE_ROW) {
         size_t texts = (size_t)sqlite3_column_bytes(s, SC_NAME) +
                        (size_t)sqlite3_column_bytes(s, SC_SPEC);
-        if (!store_page_take(&page, store_item_bytes(JOB_BODY_TEXT, 0, texts))) {
+        if (!store_page_take(&page,
+                             store_item_bytes(JOB_BODY_TEXT, 0, texts))) {
             *more = true;
             break;
         }

@@ -107,8 +107,8 @@ rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
     if (rc != SQLITE_OK)
         return sq_open_fail(err, db, path, "", rc);
     if (sqlite3_db_readonly(db, "main") == 1)
-        return sq_open_fail(err, NULL, path, "opened read-only: ",
-                            SQLITE_READONLY);
+        return sq_open_fail(err, NULL, path,
+                            "opened read-only: ", SQLITE_READONLY);
 
     rc = sq_run_once(db, "PRAGMA journal_mode = WAL", mode, sizeof(mode));
     if (rc != SQLITE_OK)
@@ -116,7 +116,8 @@ rmqs_rc sq_open_configure(sqlite3 *db, const char *path, bool sync_full,
     if (strcmp(mode, "wal") != 0)
         return rmqs_fail(err, RMQS_EDB, NULL,
                          "cannot use database %s: WAL mode refused (journal "
-                         "mode stays %s)", path, mode);
+                         "mode stays %s)",
+                         path, mode);
 
     snprintf(limit, sizeof(limit), "PRAGMA journal_size_limit = %d",
              JOURNAL_SIZE_LIMIT);
@@ -159,7 +160,8 @@ static rmqs_rc apply_migration(sqlite3 *db, const char *path,
 
     rc = sqlite3_prepare_v2(db,
                             "SELECT count(*) FROM schema_migrations "
-                            "WHERE version = ?1", -1, &s, NULL);
+                            "WHERE version = ?1",
+                            -1, &s, NULL);
     if (rc != SQLITE_OK)
         goto fail_db;
     sqlite3_bind_int(s, 1, m->version);
@@ -180,7 +182,8 @@ static rmqs_rc apply_migration(sqlite3 *db, const char *path,
 
     rc = sqlite3_prepare_v2(db,
                             "INSERT INTO schema_migrations (version, name, "
-                            "applied_at) VALUES (?1, ?2, ?3)", -1, &s, NULL);
+                            "applied_at) VALUES (?1, ?2, ?3)",
+                            -1, &s, NULL);
     if (rc != SQLITE_OK)
         goto fail_db;
     sqlite3_bind_int(s, 1, m->version);
@@ -208,14 +211,15 @@ fail:
         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     rmqs_fail(err, RMQS_EDB, NULL,
               "migration %s (version %d) failed: %s; rolled back, schema "
-              "stays at version %d (%s)", m->name, m->version,
-              msg ? msg : sqlite3_errstr(rc), current, path);
+              "stays at version %d (%s)",
+              m->name, m->version, msg ? msg : sqlite3_errstr(rc), current,
+              path);
     sqlite3_free(msg);
     return RMQS_EDB;
 }
 
-rmqs_rc sq_migrate(sqlite3 *db, const char *path,
-                   const store_migration *m, size_t n, rmqs_error *err)
+rmqs_rc sq_migrate(sqlite3 *db, const char *path, const store_migration *m,
+                   size_t n, rmqs_error *err)
 {
     int known = n ? m[n - 1].version : 0;
     int64_t current;
@@ -225,11 +229,14 @@ rmqs_rc sq_migrate(sqlite3 *db, const char *path,
     rc = sq_run_once(db,
                      "CREATE TABLE IF NOT EXISTS schema_migrations ("
                      "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-                     "applied_at INTEGER NOT NULL)", NULL, 0);
+                     "applied_at INTEGER NOT NULL)",
+                     NULL, 0);
     if (rc != SQLITE_OK)
         return sq_open_fail(err, db, path, "creating schema_migrations: ", rc);
-    current = sq_query_int(db, "SELECT coalesce(max(version), 0) "
-                               "FROM schema_migrations", &rc);
+    current = sq_query_int(db,
+                           "SELECT coalesce(max(version), 0) "
+                           "FROM schema_migrations",
+                           &rc);
     if (rc != SQLITE_OK)
         return sq_open_fail(err, db, path, "reading schema_migrations: ", rc);
     if (current > known)
@@ -255,7 +262,8 @@ rmqs_rc sq_rd_open(store_backend *st, const char *path, rmqs_error *err)
 {
     int rc = sqlite3_open_v2(path, &st->rd_db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
-                                 SQLITE_OPEN_EXRESCODE, NULL);
+                                 SQLITE_OPEN_EXRESCODE,
+                             NULL);
 
     if (rc != SQLITE_OK)
         return sq_open_fail(err, st->rd_db, path, "read connection: ", rc);

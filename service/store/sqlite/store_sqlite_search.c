@@ -72,9 +72,23 @@
 
 /* Parameter numbers, fixed so binding does not depend on the clause. */
 enum {
-    P_LIMIT = 1, P_CUR_AT, P_CUR_SEQ, P_STATUS, P_SOURCE, P_MESSAGE_ID,
-    P_SCHEDULE, P_EXCHANGE, P_ROUTING_KEY, P_FROM, P_TO, P_ID_LO, P_ID_HI,
-    P_HNAME, P_HVALUE, P_FTS, P_Q
+    P_LIMIT = 1,
+    P_CUR_AT,
+    P_CUR_SEQ,
+    P_STATUS,
+    P_SOURCE,
+    P_MESSAGE_ID,
+    P_SCHEDULE,
+    P_EXCHANGE,
+    P_ROUTING_KEY,
+    P_FROM,
+    P_TO,
+    P_ID_LO,
+    P_ID_HI,
+    P_HNAME,
+    P_HVALUE,
+    P_FTS,
+    P_Q
 };
 
 typedef struct search_sql {
@@ -177,8 +191,16 @@ static int64_t id_range_count(sqlite3 *db, const search_sql *q)
 }
 
 typedef enum driver {
-    D_HEADER, D_Q, D_MESSAGE_ID, D_SCHEDULE, D_EXCHANGE, D_ROUTING_KEY,
-    D_ID, D_SOURCE, D_STATUS, D_ALL
+    D_HEADER,
+    D_Q,
+    D_MESSAGE_ID,
+    D_SCHEDULE,
+    D_EXCHANGE,
+    D_ROUTING_KEY,
+    D_ID,
+    D_SOURCE,
+    D_STATUS,
+    D_ALL
 } driver;
 
 static const char *const driver_from[] = {
@@ -199,8 +221,8 @@ static const char *const driver_from[] = {
  * listing order after the cursor when after is set, LIMIT ?1) or a count
  * (count(*) of at most ?1 rows). RMQS_OK, or a failure of the id probe.
  */
-static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count,
-                     bool after, search_sql *q)
+static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count, bool after,
+                     search_sql *q)
 {
     driver d;
     bool q_index = f->q != NULL; /* q's candidates from jobs_body_fts */
@@ -329,8 +351,8 @@ static void bind(sqlite3_stmt *s, const store_filter *f, const search_sql *q,
 }
 
 /* Prepare q's statement (prefix: "" or "EXPLAIN QUERY PLAN "). */
-static rmqs_rc prepare(sqlite3 *db, const search_sql *q,
-                       const char *prefix, sqlite3_stmt **out)
+static rmqs_rc prepare(sqlite3 *db, const search_sql *q, const char *prefix,
+                       sqlite3_stmt **out)
 {
     char sql[sizeof(q->sql) + 32];
     int rc;
@@ -372,7 +394,8 @@ static sqlite3 *search_begin(store_backend *st, searcher *sr, rmqs_rc *rc)
     if (st->sr_db[i] == NULL) {
         int r = sqlite3_open_v2(st->path, &st->sr_db[i],
                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX |
-                                    SQLITE_OPEN_EXRESCODE, NULL);
+                                    SQLITE_OPEN_EXRESCODE,
+                                NULL);
         if (r == SQLITE_OK) {
             sqlite3_busy_timeout(st->sr_db[i], BUSY_TIMEOUT_MS);
             r = sq_run_once(st->sr_db[i], "PRAGMA query_only = 1", NULL, 0);
@@ -385,8 +408,8 @@ static sqlite3 *search_begin(store_backend *st, searcher *sr, rmqs_rc *rc)
             return NULL;
         }
     }
-    sr->deadline_ms = st->search_budget_ms > 0
-                          ? tu_mono_ms() + st->search_budget_ms : 0;
+    sr->deadline_ms =
+        st->search_budget_ms > 0 ? tu_mono_ms() + st->search_budget_ms : 0;
     /* every 1000 virtual machine steps: tens of microseconds apart */
     sqlite3_progress_handler(st->sr_db[i], 1000, past_budget, sr);
     *rc = RMQS_OK;
@@ -423,8 +446,8 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
         out = prepare(db, &q, "", &s);
     if (out == RMQS_OK) {
         bind(s, f, &q, (int64_t)limit + 1, after); /* one more: a next page? */
-        out = sq_collect_page(st, s, "search_list", limit, max_bytes,
-                              jobs_out, n_out, more, last);
+        out = sq_collect_page(st, s, "search_list", limit, max_bytes, jobs_out,
+                              n_out, more, last);
     }
     sqlite3_finalize(s);
     search_end(st, &sr);

@@ -15,20 +15,29 @@ const body = fs.readFileSync(file);
 
 function attempt() {
   return new Promise((resolve) => {
-    const req = http.request({
-      host: '127.0.0.1', port: Number(port), method, path, agent: false,
-      headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
-    }, (res) => {
-      const chunks = [];
-      res.on('data', (c) => chunks.push(c));
-      res.on('end', () => resolve({
-        status: res.statusCode,
-        content_type: res.headers['content-type'] ?? null,
-        www_authenticate: res.headers['www-authenticate'] ?? null,
-        body: Buffer.concat(chunks).toString('utf8'),
-      }));
-      res.on('error', (e) => resolve({ error: `response: ${e.code ?? e.message}` }));
-    });
+    const req = http.request(
+      {
+        host: '127.0.0.1',
+        port: Number(port),
+        method,
+        path,
+        agent: false,
+        headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
+      },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode,
+            content_type: res.headers['content-type'] ?? null,
+            www_authenticate: res.headers['www-authenticate'] ?? null,
+            body: Buffer.concat(chunks).toString('utf8'),
+          }),
+        );
+        res.on('error', (e) => resolve({ error: `response: ${e.code ?? e.message}` }));
+      },
+    );
     req.setTimeout(30000, () => req.destroy(new Error('no answer within 30 s')));
     req.on('error', (e) => resolve({ error: e.code ?? e.message }));
     req.end(body);

@@ -35,7 +35,7 @@ PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
           python3 python3-pytest python3-pika python3-yaml openssl
           curl prometheus clang libclang-rt-14-dev sudo iproute2 golang-go
           postgresql-15 libpq-dev faketime libglib2.0-dev tzdata python3-croniter
-          chromium)
+          chromium clang-format-14)
 # sudo: test_root_or_sudo.py runs the scripts as a user with sudo; iproute2:
 # ss, for the listening sockets of deploy/run-local.sh (test_readme_quickstart.py);
 # golang-go: the Go clients of test_payload_too_large.py and test_examples.py;
@@ -44,7 +44,8 @@ PACKAGES=(build-essential cmake pkg-config libmicrohttpd-dev librabbitmq-dev
 # libglib2.0-dev + tzdata: the time zones of schedules (tz.c);
 # python3-croniter: the reference of the cron differential test (tests/cron/);
 # chromium: the browser of the dashboard's tests (tests/browser/, driven by
-# Node, see 0.).
+# Node, see 0.); clang-format-14: the C formatter of the style check
+# (tests/style/check.sh).
 # The tests use Debian's python3 (which has python3-pytest and python3-pika),
 # not whatever python3 comes first on PATH.
 PYTHON=$RMQS_PYTHON
@@ -109,6 +110,10 @@ fi
 # And of the browser tests (playwright-core, axe-core), likewise.
 if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-lock.json ]; then
     (cd tests/browser && npm ci --no-audit --no-fund)
+fi
+# And the style check's JavaScript formatter (prettier), likewise.
+if [ ! tests/style/node_modules/.package-lock.json -nt tests/style/package-lock.json ]; then
+    (cd tests/style && npm ci --no-audit --no-fund)
 fi
 
 rmqs_log "build and npm packages ready after ${SECONDS} s"

@@ -131,15 +131,30 @@ rmqs_log "build and npm packages ready after ${SECONDS} s"
 # or outages (several stop, freeze or restart their node); tests/lib/lane.sh
 # gives it that node's environment, written here to $RMQS_TEST_LANES_DIR/N.env.
 LANES=${RMQS_TEST_LANES:-2}
-LANE_DIRS=() LANE_PIDFILES=() LANE_EPMD=() LANE_NODES=()
+LANE_DIRS=() LANE_PIDFILES=() LANE_EPMD=()
 export RMQS_TEST_LANES_DIR
 RMQS_TEST_LANES_DIR=$(mktemp -d /tmp/rmqs-test-lanes.XXXXXX)
 stop_node() {
-    local rc=$? i dest=""
+    local rc=$? i dest="" started=""
     set +e
+    # A node whose start failed half-way is in common.sh's globals only.
     for i in "${!LANE_DIRS[@]}"; do
+        [ "${LANE_DIRS[$i]}" = "${RMQS_RABBIT_DIR:-}" ] && started=yes
+    done
+    if [ -n "${RMQS_RABBIT_DIR:-}" ] && [ -z "$started" ]; then
+        [ "$rc" -ne 0 ] && dest=build-test/rabbitmq-log-start
+        rmqs_rabbit_stop ${dest:+"$dest"}
+    fi
+    # Each lane's node with its own environment: rabbitmqctl finds a node
+    # through the epmd of ERL_EPMD_PORT, and epmd leaves only once its node
+    # has stopped (with another lane's port, the stop would miss the node,
+    # kill its VM after 15 s and leave its epmd running).
+    for i in "${!LANE_DIRS[@]}"; do
+        # shellcheck disable=SC1090
+        . "$RMQS_TEST_LANES_DIR/$i.env"
         RMQS_RABBIT_DIR=${LANE_DIRS[$i]} RMQS_RABBIT_PIDFILE=${LANE_PIDFILES[$i]}
-        RMQS_RABBIT_EPMD_PORT=${LANE_EPMD[$i]} RABBITMQ_NODENAME=${LANE_NODES[$i]}
+        RMQS_RABBIT_EPMD_PORT=${LANE_EPMD[$i]}
+        dest=""
         [ "$rc" -ne 0 ] && dest=build-test/rabbitmq-log-$i
         rmqs_rabbit_stop ${dest:+"$dest"}
     done
@@ -155,7 +170,7 @@ trap stop_node EXIT
 for ((i = 0; i < LANES; i++)); do
     rmqs_rabbit_start "rmqs-test-$$-$i" "$(mktemp -d /tmp/rmqs-test-rabbit.XXXXXX)"
     LANE_DIRS+=("$RMQS_RABBIT_DIR") LANE_PIDFILES+=("$RMQS_RABBIT_PIDFILE")
-    LANE_EPMD+=("$RMQS_RABBIT_EPMD_PORT") LANE_NODES+=("$RABBITMQ_NODENAME")
+    LANE_EPMD+=("$RMQS_RABBIT_EPMD_PORT")
     export RMQS_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:$RMQS_RABBIT_PORT/"
     export RMQS_TEST_AMQP_PORT=$RMQS_RABBIT_PORT
     export RMQS_TEST_RABBIT_NODE=$RABBITMQ_NODENAME

@@ -171,7 +171,8 @@ def test_sigterm_during_a_publish_batch_records_its_confirms(service, amqp, repo
     ids = {j["id"] for j in jobs}
     assert len(ids) == n_jobs + n_later
 
-    wait_until(lambda: amqp.messages, 30, "the first message", interval=0.002)
+    wait_until(lambda: amqp.messages, due - time.time() + 30, "the first message",
+               interval=0.002)
     t_sig = time.time()
     code, exit_s = sigterm_and_wait(svc, 20)
     t_exit = time.time()

@@ -178,7 +178,13 @@ def model_walls(fields, start):
     W, _, wnth = expand(dow, 0, 7, DAYS)
     both = not dom.startswith("*") and not dow.startswith("*")
     day = first = start.replace(hour=0, minute=0, second=0, microsecond=0)
-    for _ in range(146097):
+    # cron_next searches 400 Gregorian years (146,097 days) from where it
+    # starts, and each of the COUNT fires starts where the last one was: so
+    # the search ends 400 years after the last match, not after the start
+    # ('* 17 * feb wed#5' fires once in 28 years or so: 20 fires span ~560)
+    idle = 0
+    while idle < 146097:
+        idle += 1
         if day.month in MON:
             nxt = day.replace(day=28) + dt.timedelta(days=4)
             dim = (nxt - dt.timedelta(days=nxt.day)).day
@@ -195,6 +201,7 @@ def model_walls(fields, start):
                         for s in S:
                             w = day.replace(hour=h, minute=mi, second=s)
                             if w >= start:
+                                idle = 0
                                 yield w
         day += dt.timedelta(days=1)
 

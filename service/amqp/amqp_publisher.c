@@ -754,8 +754,7 @@ static bool refused(const amqpp_t *p, const job_t *job, rmqs_error *err)
     if (job->headers != NULL) {
         const char *key;
         json_t *v;
-        json_object_foreach(job->headers, key, v)
-        {
+        json_object_foreach(job->headers, key, v) {
             (void)v;
             if (amqpm_broker_refused_header(key)) {
                 rmqs_fail(err, RMQS_EINVAL, "headers",

@@ -50,8 +50,7 @@ static enum MHD_Result h_submit(http_api_t *api, struct MHD_Connection *c,
         json_decref(root);
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
     }
-    json_object_foreach(root, key, value)
-    {
+    json_object_foreach(root, key, value) {
         if (strcmp(key, "action") != 0 && strcmp(key, "filter") != 0 &&
             strcmp(key, "all") != 0) {
             rmqs_fail(&err, RMQS_EINVAL, key, "unknown field");

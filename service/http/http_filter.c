@@ -208,8 +208,7 @@ rmqs_rc http_filter_from_json(const json_t *obj, store_filter *f,
     if (key != NULL)
         return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
                          "not a filter parameter");
-    json_object_foreach((json_t *)obj, key, v)
-    {
+    json_object_foreach((json_t *)obj, key, v) {
         if (!json_is_string(v))
             return rmqs_fail(err, RMQS_EINVAL, field_of(true, key, field),
                              "a filter value is a string, as in the query");

@@ -108,15 +108,13 @@ static size_t value_size(json_t *v)
     case JSON_NULL: return size;
     case JSON_OBJECT:
         size += 4;
-        json_object_foreach(v, key, x)
-        {
+        json_object_foreach(v, key, x) {
             size += 1 + strlen(key) + value_size(x);
         }
         return size;
     case JSON_ARRAY:
         size += 4;
-        json_array_foreach(v, i, x)
-        {
+        json_array_foreach(v, i, x) {
             size += value_size(x);
         }
         return size;
@@ -149,8 +147,7 @@ size_t amqpm_encoded_size(json_t *headers, json_t *props, size_t id_len)
      * PATCH may also lengthen the delay after the POST's check). */
     size += 1 + strlen(AMQPM_HDR_DELAY) + 1 + 8;
     if (headers != NULL) {
-        json_object_foreach(headers, key, v)
-        {
+        json_object_foreach(headers, key, v) {
             if (!amqpm_reserved_header(key))
                 size += 1 + strlen(key) + value_size(v);
         }

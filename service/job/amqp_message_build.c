@@ -40,8 +40,7 @@ static rmqs_rc build_table(amqp_pool_t *pool, json_t *obj, amqp_table_t *out,
     if (!out->entries) {
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     }
-    json_object_foreach(obj, key, v)
-    {
+    json_object_foreach(obj, key, v) {
         size_t klen = strlen(key);
         if (klen == 0 || klen > AMQPM_SHORTSTR_MAX) {
             return rmqs_fail(err, RMQS_EINVAL, NULL,
@@ -214,8 +213,7 @@ rmqs_rc amqpm_build(const struct job *job, int frame_max, amqp_pool_t *pool,
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     }
     if (job->headers) {
-        json_object_foreach(job->headers, key, v)
-        {
+        json_object_foreach(job->headers, key, v) {
             size_t klen = strlen(key);
             if (amqpm_reserved_header(key)) {
                 continue;

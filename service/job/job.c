@@ -372,8 +372,7 @@ static rmqs_rc check_headers(json_t *v, json_t **out, rmqs_error *err)
     if (json_object_size(v) == 0)
         return RMQS_OK;
 
-    json_object_foreach(v, key, val)
-    {
+    json_object_foreach(v, key, val) {
         keys[n++] = key;
     }
     qsort(keys, n, sizeof keys[0], cmp_str);
@@ -500,14 +499,12 @@ static bool nested_deeper_than(json_t *v, int max)
     if (max <= 0)
         return true;
     if (json_is_array(v)) {
-        json_array_foreach(v, i, x)
-        {
+        json_array_foreach(v, i, x) {
             if (nested_deeper_than(x, max - 1))
                 return true;
         }
     } else {
-        json_object_foreach(v, key, x)
-        {
+        json_object_foreach(v, key, x) {
             if (nested_deeper_than(x, max - 1))
                 return true;
         }

@@ -30,8 +30,7 @@ const char *rp_unknown_key(json_t *obj, const char *const *allowed, size_t n,
 {
     const char *key, *found = NULL;
     json_t *v;
-    json_object_foreach(obj, key, v)
-    {
+    json_object_foreach(obj, key, v) {
         if (!in_list(key, allowed, n) && (known == NULL || !known(key)) &&
             (found == NULL || strcmp(key, found) < 0))
             found = key;

@@ -341,8 +341,7 @@ rmqs_rc schedule_patch(const char *name, const char *spec, const char *buf,
                        "a JSON object");
         goto out;
     }
-    json_object_foreach(patch, key, v)
-    {
+    json_object_foreach(patch, key, v) {
         if (json_is_null(v))
             json_object_del(merged, key);
         else if (json_object_set(merged, key, v) != 0) {

@@ -87,8 +87,7 @@ static int depth_of(json_t *v, int limit)
     if (limit < 0)
         return 1;
     if (json_is_array(v)) {
-        json_array_foreach(v, i, x)
-        {
+        json_array_foreach(v, i, x) {
             d = depth_of(x, limit - 1);
             if (d > best)
                 best = d;
@@ -96,8 +95,7 @@ static int depth_of(json_t *v, int limit)
         return best + 1;
     }
     if (json_is_object(v)) {
-        json_object_foreach(v, key, x)
-        {
+        json_object_foreach(v, key, x) {
             d = depth_of(x, limit - 1);
             if (d > best)
                 best = d;
@@ -248,8 +246,7 @@ static void fuzz_batch(const char *buf, size_t len)
     if (root == NULL)
         return;
     if (json_is_array(root)) {
-        json_array_foreach(root, i, item)
-        {
+        json_array_foreach(root, i, item) {
             if (i >= BATCH_ITEMS_MAX)
                 break;
             job_t job;

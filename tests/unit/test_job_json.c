@@ -93,8 +93,7 @@ static void expect_keys_in_order(json_t *o, const char *body_key)
     json_t *v;
     size_t i = 0;
 
-    json_object_foreach(o, key, v)
-    {
+    json_object_foreach(o, key, v) {
         const char *want = i < N_KEYS    ? api_keys[i]
                            : i == N_KEYS ? body_key
                                          : "(none)";
@@ -521,8 +520,7 @@ Test(job_json, schedule_run_fields)
     j.fire_at = NOW + 60000;
     j.expires_at = NOW + 120000;
     o = parsed(&j);
-    json_object_foreach(o, key, v)
-    {
+    json_object_foreach(o, key, v) {
         if (i < sizeof first / sizeof first[0])
             cr_expect_str_eq(key, first[i], "member %zu", i);
         i++;

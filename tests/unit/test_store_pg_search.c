@@ -80,7 +80,9 @@ static bool seq_scan_in(json_t *node)
     json_t *sub;
 
     if (json_is_array(node)) {
-        json_array_foreach(node, i, sub) if (seq_scan_in(sub)) return true;
+        json_array_foreach(node, i, sub)
+            if (seq_scan_in(sub))
+                return true;
         return false;
     }
     if (!json_is_object(node))

@@ -43,6 +43,8 @@
 
 #define JOB_MAX_HEADERS 128
 #define MS_PER_DAY 86400000LL
+/* exchange and routing_key are checked by rp_short_string */
+_Static_assert(JOB_MAX_SHORTSTR == RP_SHORTSTR_MAX, "one short-string bound");
 
 /*
  * What AMQP and consumers can carry. The message's properties (headers
@@ -230,16 +232,6 @@ void job_id_format(const unsigned char in[JOB_ID_BYTES],
 /* ------------------------------------------------------------------------ */
 /* request validation helpers                                                */
 
-static bool has_control_chars(const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f)
-            return true;
-    }
-    return false;
-}
-
 /* "30 days", "1 day" or "90000 ms", for horizon messages. */
 static void horizon_text(int64_t ms, char *buf, size_t n)
 {
@@ -249,34 +241,6 @@ static void horizon_text(int64_t ms, char *buf, size_t n)
     } else {
         snprintf(buf, n, "%lld ms", (long long)ms);
     }
-}
-
-/*
- * Check a required or optional short string member. *out is borrowed from
- * obj (NULL if absent and optional). field names the member in errors.
- */
-static rmqs_rc check_short_string(json_t *v, const char *field, bool required,
-                                  bool forbid_control, const char **out,
-                                  rmqs_error *err)
-{
-    *out = NULL;
-    if (v == NULL) {
-        if (required)
-            return rmqs_fail(err, RMQS_EINVAL, field, "%s: required", field);
-        return RMQS_OK;
-    }
-    if (!json_is_string(v))
-        return rmqs_fail(err, RMQS_EINVAL, field, "%s: must be a string",
-                         field);
-    size_t len = json_string_length(v);
-    if (len > JOB_MAX_SHORTSTR)
-        return rmqs_fail(err, RMQS_EINVAL, field, "%s: longer than %d bytes",
-                         field, JOB_MAX_SHORTSTR);
-    if (forbid_control && has_control_chars(json_string_value(v), len))
-        return rmqs_fail(err, RMQS_EINVAL, field,
-                         "%s: must not contain control characters", field);
-    *out = json_string_value(v);
-    return RMQS_OK;
 }
 
 /*
@@ -439,8 +403,8 @@ static rmqs_rc check_properties(json_t *v, bool json_body, json_t **out,
             if (amqpm_str_props[i].flag == AMQP_BASIC_EXPIRATION_FLAG)
                 continue; /* its own rule, below */
             rp_key_field(field, "properties.", amqpm_str_props[i].name);
-            rc = check_short_string(json_object_get(v, amqpm_str_props[i].name),
-                                    field, false, true, &s, err);
+            rc = rp_short_string(json_object_get(v, amqpm_str_props[i].name),
+                                 field, false, true, &s, err);
             if (rc != RMQS_OK)
                 return rc;
         }
@@ -614,12 +578,12 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
     if (rc != RMQS_OK)
         goto out;
 
-    rc = check_short_string(json_object_get(root, "exchange"), "exchange", true,
-                            true, &exchange, err);
+    rc = rp_short_string(json_object_get(root, "exchange"), "exchange", true,
+                         true, &exchange, err);
     if (rc != RMQS_OK)
         goto out;
-    rc = check_short_string(json_object_get(root, "routing_key"), "routing_key",
-                            true, false, &routing_key, err);
+    rc = rp_short_string(json_object_get(root, "routing_key"), "routing_key",
+                         true, false, &routing_key, err);
     if (rc != RMQS_OK)
         goto out;
 

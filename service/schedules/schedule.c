@@ -52,18 +52,7 @@ void schedule_clear(schedule_t *s)
 
 bool schedule_name_valid(const char *name)
 {
-    size_t n = name != NULL ? strlen(name) : 0;
-
-    if (n < 1 || n > SCHEDULE_NAME_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == ':' ||
-              c == '-'))
-            return false;
-    }
-    return true;
+    return rp_name_valid(name, SCHEDULE_NAME_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -94,11 +83,8 @@ static rmqs_rc parse_dst(json_t *v, cron_dst *dst, rmqs_error *err)
 
     if (v == NULL)
         return RMQS_OK;
-    if (!json_is_object(v))
-        return rmqs_fail(err, RMQS_EINVAL, "dst",
-                         "dst: must be an object {\"skipped\", \"repeated\"}");
-    rc = rp_known_keys(v, "dst.", allowed, sizeof allowed / sizeof allowed[0],
-                       err);
+    rc = rp_object(v, "dst", "{\"skipped\", \"repeated\"}", allowed,
+                   sizeof allowed / sizeof allowed[0], err);
     if (rc != RMQS_OK)
         return rc;
     p = json_object_get(v, "skipped");
@@ -323,35 +309,17 @@ rmqs_rc schedule_patch(const char *name, const char *spec, const char *buf,
                        size_t len, const job_limits *lim, int64_t now_ms,
                        schedule_t *out, char **merged_out, rmqs_error *err)
 {
-    json_t *patch = NULL, *merged = NULL, *v;
-    const char *key;
+    json_t *merged;
     rmqs_rc rc;
 
     if (out != NULL)
         memset(out, 0, sizeof *out);
     if (merged_out != NULL)
         *merged_out = NULL;
-    rc = rp_parse_object(buf, len, &patch, err);
+    rc = rp_merge_patch(spec, buf, len, NULL, &merged, err);
     if (rc != RMQS_OK)
         return rc;
-    merged = json_loads(spec != NULL ? spec : "", 0, NULL);
-    if (!json_is_object(merged)) {
-        rc = rmqs_fail(err, RMQS_EINVAL, "",
-                       "internal: the stored spec is not "
-                       "a JSON object");
-        goto out;
-    }
-    json_object_foreach(patch, key, v) {
-        if (json_is_null(v))
-            json_object_del(merged, key);
-        else if (json_object_set(merged, key, v) != 0) {
-            rc = rp_fail_nomem(err);
-            goto out;
-        }
-    }
     rc = schedule_from_json(name, merged, lim, now_ms, out, merged_out, err);
-out:
-    json_decref(patch);
     json_decref(merged);
     return rc;
 }

@@ -1,8 +1,8 @@
 /*
  * test_reqparse.c - the request-parsing kit (service/job/reqparse.c) that
- * job.c, schedule.c and http_filter.c share: field names cut at a UTF-8
- * character boundary, the smallest unknown key whatever the hash order,
- * and the "invalid JSON" answers; and, through schedule.c and http_filter.c,
+ * job.c, schedule.c, limit.c and http_filter.c share: field names cut at a
+ * UTF-8 character boundary, the smallest unknown key whatever the hash
+ * order, the "invalid JSON" answers, short strings and resource names; and, through schedule.c and http_filter.c,
  * that the parsers which once had their own copies now answer alike.
  */
 #include <criterion/criterion.h>
@@ -175,4 +175,65 @@ Test(reqparse, known_keys_and_one_of)
     cr_expect_str_eq(err.field, "x.c");
     cr_expect_str_eq(err.message, "unknown field");
     json_decref(o);
+}
+
+/* job.c (exchange, routing_key, string properties) and limit.c (match,
+ * queue) read short strings with the one helper. */
+Test(reqparse, short_strings)
+{
+    char s256[257];
+    json_t *o;
+    const char *out = "x";
+    rmqs_error err = {0};
+
+    memset(s256, 'a', 256);
+    s256[256] = '\0';
+    o = json_pack("{s:s, s:s, s:i, s:s, s:s#}", "ok", "orders", "tab", "a\tb",
+                  "num", 5, "long", s256, "max", s256, (size_t)255);
+    cr_assert_not_null(o);
+    cr_expect_eq(
+        rp_short_string(json_object_get(o, "ok"), "ok", true, true, &out, &err),
+        RMQS_OK);
+    cr_expect_str_eq(out, "orders");
+    cr_expect_eq(rp_short_string(json_object_get(o, "max"), "max", true, true,
+                                 &out, &err),
+                 RMQS_OK);
+    cr_expect_eq(rp_short_string(NULL, "gone", false, true, &out, &err),
+                 RMQS_OK);
+    cr_expect_null(out, "absent and optional: NULL");
+    cr_expect_eq(rp_short_string(NULL, "gone", true, true, &out, &err),
+                 RMQS_EINVAL);
+    cr_expect_str_eq(err.message, "gone: required");
+    cr_expect_eq(rp_short_string(json_object_get(o, "num"), "num", true, false,
+                                 &out, &err),
+                 RMQS_EINVAL);
+    cr_expect_str_eq(err.message, "num: must be a string");
+    cr_expect_eq(rp_short_string(json_object_get(o, "long"), "long", true,
+                                 false, &out, &err),
+                 RMQS_EINVAL);
+    cr_expect_str_eq(err.message, "long: longer than 255 bytes");
+    cr_expect_eq(rp_short_string(json_object_get(o, "tab"), "tab", true, false,
+                                 &out, &err),
+                 RMQS_OK, "control characters allowed");
+    cr_expect_eq(rp_short_string(json_object_get(o, "tab"), "tab", true, true,
+                                 &out, &err),
+                 RMQS_EINVAL);
+    cr_expect_str_eq(err.field, "tab");
+    cr_expect_str_eq(err.message, "tab: must not contain control characters");
+    cr_expect(rp_has_control("a\x7f", 2));
+    cr_expect_not(rp_has_control("caf\xc3\xa9", 5));
+    json_decref(o);
+}
+
+/* A schedule's name and a limit's follow the one rule. */
+Test(reqparse, resource_names)
+{
+    cr_expect(rp_name_valid("a-b_c.d:e9", 200));
+    cr_expect(rp_name_valid("abc", 3));
+    cr_expect_not(rp_name_valid("abcd", 3));
+    cr_expect_not(rp_name_valid("", 200));
+    cr_expect_not(rp_name_valid(NULL, 200));
+    cr_expect_not(rp_name_valid("a b", 200));
+    cr_expect_not(rp_name_valid("a/b", 200));
+    cr_expect_not(rp_name_valid("a*", 200));
 }

@@ -381,6 +381,49 @@ rmqs_rc store_schedule_advance(store_t *st, store_advance *a, size_t n,
  * rmqs_schedules{state}: a count over the schedules table. */
 rmqs_rc store_schedule_counts(store_t *st, int64_t counts[3]);
 
+/* ------------------------------------------------------------------------ */
+/* Flow limits (issue 23). The store keeps each limit by name with its spec,
+ * opaque text here (limit.h's canonical JSON, which the caller validates),
+ * and a generation that counts its effective changes. Every write is one
+ * durable transaction. A limit holds no job and no job refers to one. */
+
+/*
+ * Create or replace by name at now_ms. If it exists with the same spec,
+ * nothing changes (*unchanged = true: generation and times as they were);
+ * another spec replaces it (generation + 1, updated_at = now_ms,
+ * created_at kept); a new name is stored with generation 1 and both times
+ * now_ms (*created = true), unless the store already keeps max_limits
+ * limits (>= 1; 0 or less: no cap): then RMQS_ECONFLICT and nothing
+ * changes. The cap is counted in the transaction of the insert (on
+ * PostgreSQL under a lock that creations by any instance take), so
+ * creations racing at the cap never pass it. Replacing is never capped.
+ * *out (may be NULL) the row as stored (caller clears); created/unchanged
+ * may be NULL. RMQS_EINVAL for a NULL or empty name or a NULL spec.
+ */
+rmqs_rc store_limit_put(store_t *st, const char *name, const char *spec,
+                        int64_t now_ms, int64_t max_limits, bool *created,
+                        bool *unchanged, store_limit *out);
+
+/* Compare-and-set replace of spec (PATCH): only if the stored generation
+ * is expect_generation, else RMQS_ECONFLICT (nothing changed; the caller
+ * re-reads and retries); generation becomes expect_generation + 1,
+ * updated_at now_ms. RMQS_ENOTFOUND if there is no such limit. *out (may
+ * be NULL) the row as stored. */
+rmqs_rc store_limit_update(store_t *st, const char *name, const char *spec,
+                           int64_t expect_generation, int64_t now_ms,
+                           store_limit *out);
+
+/* Load one by name into *out (caller clears). RMQS_ENOTFOUND. */
+rmqs_rc store_limit_get(store_t *st, const char *name, store_limit *out);
+
+/* Every limit in name order (bytewise): a malloc'd array of *n in *rows
+ * (store_limits_free; NULL when there is none). No paging: there are at
+ * most the cap of store_limit_put. */
+rmqs_rc store_limit_list(store_t *st, store_limit **rows, size_t *n);
+
+/* Delete one (durable). RMQS_ENOTFOUND. */
+rmqs_rc store_limit_delete(store_t *st, const char *name);
+
 /* Embedded migrations generated from migrations/sqlite/ at build time. */
 extern const store_migration store_builtin_migrations[];
 extern const size_t store_builtin_migrations_count;

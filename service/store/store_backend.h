@@ -69,6 +69,25 @@ typedef struct store_schedule_ops {
     rmqs_rc (*counts)(store_backend *b, int64_t counts[3]);
 } store_schedule_ops;
 
+/*
+ * The flow limits of a backend (store.h's store_limit_* calls, issue 23),
+ * in a table of their own (store_<backend>_limits.c). Each op has the
+ * contract of the store.h call, checked by the front first (names and
+ * specs non-NULL and non-empty; created and unchanged never NULL, set
+ * false by the front before the call).
+ */
+typedef struct store_limit_ops {
+    rmqs_rc (*put)(store_backend *b, const char *name, const char *spec,
+                   int64_t now_ms, int64_t max_limits, bool *created,
+                   bool *unchanged, store_limit *out);
+    rmqs_rc (*update)(store_backend *b, const char *name, const char *spec,
+                      int64_t expect_generation, int64_t now_ms,
+                      store_limit *out);
+    rmqs_rc (*get)(store_backend *b, const char *name, store_limit *out);
+    rmqs_rc (*list)(store_backend *b, store_limit **rows, size_t *n);
+    rmqs_rc (*del)(store_backend *b, const char *name);
+} store_limit_ops;
+
 typedef struct store_ops {
     const char *name; /* "sqlite", "postgres": for logs */
     /* read_due writes the claim itself (PostgreSQL: several instances
@@ -154,9 +173,11 @@ typedef struct store_ops {
 
     /* Recurring schedules (above). */
     const store_schedule_ops *sched;
+    /* Flow limits (above). */
+    const store_limit_ops *lim;
 } store_ops;
 
-/* The front's state (store.c, store_schedules.c). */
+/* The front's state (store.c, store_schedules.c, store_limits.c). */
 struct store {
     const store_ops *ops; /* the backend's table */
     store_backend *b;     /* its state (ops->close) */

@@ -348,3 +348,19 @@ void store_schedules_free(store_schedule *rows, size_t n)
         store_schedule_clear(&rows[i]);
     free(rows);
 }
+
+void store_limit_clear(store_limit *l)
+{
+    if (l == NULL)
+        return;
+    free(l->name);
+    free(l->spec);
+    memset(l, 0, sizeof(*l));
+}
+
+void store_limits_free(store_limit *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++)
+        store_limit_clear(&rows[i]);
+    free(rows);
+}

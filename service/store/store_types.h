@@ -1,8 +1,8 @@
 /*
  * store_types.h - the types the store's front (store.h) and its backends
  * (store_backend.h) both speak: options, insert requests, filters, client
- * changes, dispatcher outcomes, schedules and their advances, and the
- * embedded migrations. What each means for a call is said at the call in
+ * changes, dispatcher outcomes, schedules and their advances, flow limits,
+ * and the embedded migrations. What each means for a call is said at the call in
  * store.h. A header of its own so that the backends, which sit below the
  * front, need not include the front's header.
  */
@@ -174,6 +174,19 @@ typedef struct store_advance {
                              NULL (a fire time skipped) */
     bool applied, job_existed; /* out */
 } store_advance;
+
+/* A flow limit as kept (store.h, "Flow limits"; issue 23). */
+typedef struct store_limit {
+    char *name;         /* owned */
+    char *spec;         /* owned: the limit's canonical JSON (limit.h) */
+    int64_t generation; /* 1 at creation, +1 at every effective change */
+    int64_t created_at, updated_at; /* ms */
+} store_limit;
+
+/* Release what l owns and zero it. Safe on a zeroed one (store_common.c). */
+void store_limit_clear(store_limit *l);
+/* Clear n limits and free the array (NULL is fine). */
+void store_limits_free(store_limit *rows, size_t n);
 
 /* Called (from a thread of the store's own) when a job due at due_at_ms
  * was stored or rescheduled by any instance sharing the database, so the

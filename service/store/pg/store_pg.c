@@ -532,4 +532,5 @@ const store_ops store_pg_ops = {
     .clock_offset_ms = pg_clock_offset_ms,
     .lease_renewed_until = pg_lease_renewed_until,
     .sched = &pg_schedule_ops,
+    .lim = &pg_limit_ops,
 };

@@ -11,7 +11,7 @@
  *     table, filled off the insert path; store_pg_search.c: lists and
  *     counts under a filter;
  *   - store_pg_jobs.c: the clients' calls; store_pg_schedules.c: the
- *     schedule ops;
+ *     schedule ops; store_pg_limits.c: the flow limit ops;
  *   - store_pg.c: the migrations runner, open and close, the small calls
  *     and the ops table (store_pg.h, all that store.c sees).
  * Each file calls only files below it.
@@ -266,6 +266,9 @@ int64_t pg_search_index_lag(store_backend *b);
 
 /* ---- store_pg_schedules.c ---- */
 extern const store_schedule_ops pg_schedule_ops;
+
+/* ---- store_pg_limits.c ---- */
+extern const store_limit_ops pg_limit_ops;
 
 /* ---- store_pg_dispatch.c ---- */
 /* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):

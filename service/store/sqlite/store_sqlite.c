@@ -82,6 +82,7 @@ static void sq_free(store_backend *st)
         sqlite3_finalize(st->stmt[i]);
     sqlite3_finalize(st->purge);
     sq_sched_finalize(st);
+    sq_lim_finalize(st);
     sqlite3_finalize(st->rd_due);
     sqlite3_finalize(st->rd_next);
     sqlite3_close(st->rd_db);
@@ -359,6 +360,7 @@ const store_ops store_sqlite_ops = {
     .record = sq_record,
     .recover = sq_recover,
     .sched = &sq_schedule_ops,
+    .lim = &sq_limit_ops,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -375,7 +377,8 @@ const char *store_sqlite__sql(const char *name)
     for (int i = 0; i < S_COUNT; i++)
         if (strcmp(sq_stmt_defs[i].name, name) == 0)
             return sq_stmt_defs[i].sql;
-    return sq_sched__sql(name);
+    return sq_sched__sql(name) != NULL ? sq_sched__sql(name)
+                                       : sq_lim__sql(name);
 }
 
 int store_sqlite__synchronous(store_backend *st)

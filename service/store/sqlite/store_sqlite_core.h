@@ -9,7 +9,7 @@
  *   - store_sqlite_indexer.c: the search's side tables, filled off the
  *     insert path; store_sqlite_search.c: lists and counts under a filter;
  *   - store_sqlite_jobs.c: the clients' calls; store_sqlite_schedules.c:
- *     the schedule ops;
+ *     the schedule ops; store_sqlite_limits.c: the flow limit ops;
  *   - store_sqlite.c: open and close, the small calls, the ops table and
  *     the test hooks (store_sqlite.h, all that store.c sees).
  * Each file calls only files below it.
@@ -73,6 +73,8 @@ enum {
 
 /* Statements of store_sqlite_schedules.c (its own table). */
 #define SQ_SCHED_NSTMT 10
+/* Statements of store_sqlite_limits.c (its own table). */
+#define SQ_LIM_NSTMT 7
 /* Statements of store_sqlite_indexer.c. */
 #define SQ_IX_NSTMT 6
 
@@ -162,6 +164,9 @@ struct store_backend {
     /* The schedules' statements (store_sqlite_schedules.c), prepared at
      * open after the jobs' ones, used under mu. */
     sqlite3_stmt *sched[SQ_SCHED_NSTMT];
+    /* The limits' statements (store_sqlite_limits.c), prepared on first
+     * use, used under mu. */
+    sqlite3_stmt *lim[SQ_LIM_NSTMT];
     /* The search indexer: its thread (NULL: none, index_manual or a schema
      * before 0007) and its statements, prepared on first use under mu. */
     store_ix *ix;
@@ -302,5 +307,12 @@ extern const store_schedule_ops sq_schedule_ops;
 rmqs_rc sq_sched_prepare(store_backend *st, const char *path, rmqs_error *err);
 void sq_sched_finalize(store_backend *st);
 const char *sq_sched__sql(const char *name);
+
+/* store_sqlite_limits.c: the flow limit ops (store_backend.h), their
+ * statements prepared on first use and finalized at close (safe when none
+ * was prepared). */
+extern const store_limit_ops sq_limit_ops;
+void sq_lim_finalize(store_backend *st);
+const char *sq_lim__sql(const char *name);
 
 #endif

@@ -48,6 +48,7 @@
 #include "log.h"
 #include "netaddr.h"
 #include "pubpol.h"
+#include "fair.h"
 #include "scheduler.h"
 #include "store.h"
 #include "worker.h"
@@ -58,6 +59,7 @@
 
 /* Rows in one group commit at most: bounds the transaction, not the rate. */
 #define WRITER_MAX_ROWS 4096
+#define FAIR_MAX_KEYS 100000 /* --fair-key values remembered (fair.h) */
 
 struct service {
     const config *cfg; /* borrowed */
@@ -73,6 +75,7 @@ struct service {
     bulk_t *bulk;           /* POST /jobs/bulk's runner */
     http_api_t *api;
     pubpol_t *policy;     /* the publish policy: HTTP, ingest and publisher */
+    fair_t *fair;         /* --fair-key's ranks (the writer's); NULL: off */
     _Atomic bool serving; /* HTTP is up: "ready" may be logged */
     _Atomic bool ready_logged; /* the "ready" line was written */
 };
@@ -211,6 +214,30 @@ static rmqs_rc open_database(service_t *svc)
                  "jobs left publishing by a previous run will be "
                  "published again",
                  "n=%zu", recovered);
+    return RMQS_OK;
+}
+
+/* --fair-key: the ranks the writer gives new jobs (flow/fair.h). A key
+ * that does not parse is a start-up error. */
+static rmqs_rc make_fair(service_t *svc)
+{
+    const config *cfg = svc->cfg;
+    rmqs_error err = {0};
+
+    if (cfg->fair_key != NULL && cfg->fair_key[0] != '\0') {
+        flow_key k = {0};
+        if (flow_key_parse(cfg->fair_key, &k, &err) != RMQS_OK) {
+            log_error(MOD, "invalid --fair-key", "fair_key=\"%s\" error=\"%s\"",
+                      cfg->fair_key, err.message);
+            return RMQS_EINVAL;
+        }
+        svc->fair = fair_new(&k, FAIR_MAX_KEYS);
+        flow_key_clear(&k);
+        if (svc->fair == NULL) {
+            log_error(MOD, "out of memory", NULL);
+            return RMQS_ENOMEM;
+        }
+    }
     return RMQS_OK;
 }
 
@@ -447,6 +474,7 @@ static void teardown(service_t *svc)
     if (svc->lock_fd >= 0)
         close(svc->lock_fd);
     pubpol_free(svc->policy); /* after every thread that reads it */
+    fair_free(svc->fair);     /* after the writer */
     free(svc);
 }
 
@@ -478,6 +506,8 @@ rmqs_rc service_start(const config *cfg, service_t **out)
     svc->lock_fd = -1;
     rc = make_policy(svc); /* a setting: refused before the database opens */
     if (rc == RMQS_OK)
+        rc = make_fair(svc);
+    if (rc == RMQS_OK)
         rc = open_database(svc);
     if (rc != RMQS_OK)
         goto fail;
@@ -502,9 +532,11 @@ rmqs_rc service_start(const config *cfg, service_t **out)
         goto fail;
     svc->writer =
         writer_new(svc->st, svc->disp, WRITER_MAX_ROWS, cfg->min_free_bytes);
-    if (svc->writer != NULL)
+    if (svc->writer != NULL) {
         writer_set_admission_budget(svc->writer,
                                     (size_t)cfg->write_queue_bytes);
+        writer_set_fair(svc->writer, svc->fair);
+    }
     rc = thread_started(svc->writer == NULL ? RMQS_ENOMEM
                                             : writer_start(svc->writer),
                         "cannot start the writer thread");

@@ -126,6 +126,9 @@
 
 #define MOD "amqp"
 #define CHANNEL 1
+#define QUERY_CHANNEL \
+    2                            /* passive queue.declare (amqpp_queue_ready): a
+                           404 closes this channel, not the publishes' */
 #define POLL_EVERY 64            /* publishes between two socket polls */
 #define PUMP_MAX_FRAMES 256      /* frames handled before a poll returns */
 #define DEFAULT_CONFIRM_MS 30000 /* confirm_timeout_ms <= 0 */
@@ -162,6 +165,7 @@ struct amqpp {
     int64_t nack_dropped_ms; /* tu_mono_ms() of the last nack-drop, or 0 */
     int64_t hold_until_ms;   /* amqpp_connect refuses before this */
     const pubpol_t *policy;  /* borrowed, or NULL */
+    bool query_open;         /* QUERY_CHANNEL is open */
 };
 
 /* ------------------------------------------------------------------ */
@@ -283,6 +287,7 @@ static void reset_state(amqpp_t *p)
     p->content = CONTENT_NONE;
     p->body_left = 0;
     p->corked = false;
+    p->query_open = false;
 }
 
 /* Drop the connection without a handshake (it is broken or we no longer
@@ -623,6 +628,50 @@ static rmqs_rc check_confirm_deadline(amqpp_t *p)
     }
     drop(p, "%s", lost);
     return RMQS_EBROKER;
+}
+
+rmqs_rc amqpp_queue_ready(amqpp_t *p, const char *queue, int64_t *ready,
+                          rmqs_error *err)
+{
+    amqp_queue_declare_ok_t *ok;
+    amqp_rpc_reply_t r;
+
+    if (!p->conn)
+        return rmqs_fail(err, RMQS_EBROKER, "", "not connected");
+    cork(p, false); /* what is held back goes before we wait */
+    if (!p->query_open) {
+        if (!amqp_channel_open(p->conn, QUERY_CHANNEL)) {
+            r = amqp_get_rpc_reply(p->conn);
+            drop(p, "channel.open of the query channel failed");
+            return amqpc_rpc_fail(err, r, "channel.open failed");
+        }
+        p->query_open = true;
+    }
+    /* A synchronous call: frames of the publishing channel that arrive
+     * meanwhile (confirms, returns) are queued by rabbitmq-c and read by
+     * the next pump (amqpp_buffered says so). */
+    ok = amqp_queue_declare(p->conn, QUERY_CHANNEL, amqp_cstring_bytes(queue),
+                            1 /* passive */, 0, 0, 0, amqp_empty_table);
+    r = amqp_get_rpc_reply(p->conn);
+    if (ok != NULL) {
+        *ready = (int64_t)ok->message_count;
+        return RMQS_OK;
+    }
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        const amqp_channel_close_t *m = r.reply.decoded;
+        amqp_channel_close_ok_t close_ok = {0};
+        int code = m->reply_code;
+        (void)amqp_send_method(p->conn, QUERY_CHANNEL,
+                               AMQP_CHANNEL_CLOSE_OK_METHOD, &close_ok);
+        p->query_open = false;
+        return rmqs_fail(err, code == 404 ? RMQS_ENOTFOUND : RMQS_EBROKER, "",
+                         "queue.declare %s: %d %.*s", queue, code,
+                         (int)m->reply_text.len,
+                         (const char *)m->reply_text.bytes);
+    }
+    drop(p, "queue.declare of %s failed", queue);
+    return amqpc_rpc_fail(err, r, "queue.declare failed");
 }
 
 void amqpp_flush(amqpp_t *p)

@@ -102,6 +102,17 @@ void amqpp_flush(amqpp_t *p);
  */
 rmqs_rc amqpp_poll(amqpp_t *p, int wait_ms);
 
+/*
+ * How many messages are ready in queue (a passive queue.declare on a
+ * channel of its own, not the management API), into *ready. A
+ * synchronous round trip: the caller's publishes wait for it. RMQS_OK;
+ * RMQS_ENOTFOUND if there is no such queue (err says so; the connection
+ * stays); RMQS_EBROKER if the connection went (disconnected now, as
+ * amqpp_poll).
+ */
+rmqs_rc amqpp_queue_ready(amqpp_t *p, const char *queue, int64_t *ready,
+                          rmqs_error *err);
+
 /* The socket to wait on (-1 when disconnected), and whether frames are
  * already read into memory (then do not wait on the socket). */
 int amqpp_fd(const amqpp_t *p);

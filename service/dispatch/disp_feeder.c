@@ -9,10 +9,13 @@
 #include "dispatcher_int.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "due_queue.h"
+#include "flow.h"
+#include "limit.h"
 #include "log.h"
 #include "worker.h"
 
@@ -57,6 +60,206 @@ static bool claims_reserve_locked(disp_t *d, size_t k)
     return true;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Flow control: the limits, and what they do to a claim                    */
+
+/* Read the limits from the store when LIMITS_REFRESH_MS have passed or
+ * disp_limits_changed() asked; a limit that no longer validates is left
+ * out (logged). On a store error the limits in force stay. */
+static void read_limits(disp_t *d, int64_t now)
+{
+    store_limit *rows = NULL;
+    limit_t *ls = NULL;
+    const char **specs = NULL;
+    size_t n = 0, m = 0;
+    bool kick = atomic_exchange(&d->limits_kick, false);
+
+    if (!kick && d->limits_read_at != INT64_MIN &&
+        now - d->limits_read_at < LIMITS_REFRESH_MS)
+        return;
+    d->limits_read_at = now;
+    if (store_limit_list(d->st, &rows, &n) != RMQS_OK)
+        return; /* logged by the store */
+    ls = n ? calloc(n, sizeof(*ls)) : NULL;
+    specs = n ? calloc(n, sizeof(*specs)) : NULL;
+    if (n > 0 && (ls == NULL || specs == NULL)) {
+        log_error(MOD, "cannot read the limits", "error=\"out of memory\"");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rmqs_error err = {0};
+        if (limit_from_spec(rows[i].name, rows[i].spec, &ls[m], &err) !=
+            RMQS_OK) {
+            log_warn(MOD, "stored limit no longer valid; not applied",
+                     "limit=\"%s\" field=%s error=\"%s\"", rows[i].name,
+                     err.field, err.message);
+            continue;
+        }
+        specs[m++] = rows[i].spec;
+    }
+    if (flow_set_limits(d->flow, ls, specs, m) != RMQS_OK)
+        log_error(MOD, "cannot apply the limits", "error=\"out of memory\"");
+out:
+    for (size_t i = 0; ls != NULL && i < n; i++)
+        limit_clear(&ls[i]);
+    free(ls);
+    free(specs);
+    store_limits_free(rows, n);
+}
+
+/* dispatcher_int.h: name the limit that held j back and add what it cost
+ * j. */
+void disp_mark_held(job_t *j, const char *limit, int64_t until)
+{
+    char *name = strdup(limit);
+
+    if (name != NULL) { /* out of memory: the reason goes unsaid */
+        free(j->held_by);
+        j->held_by = name;
+    }
+    if (until > j->due_at)
+        j->held_ms += until - j->due_at;
+}
+
+/*
+ * The limits' verdict on the claimed items[0..*n) (in claim order): those
+ * a limit holds past the lookahead go to held[] (*n_held of them, each an
+ * outcome STORE_OUT_HOLD at its slot), those it delays within it wait in
+ * `ahead` for their slot (due_at moved, held_ms added); items[0..*n) keeps
+ * the rest, in due order again.
+ */
+static void decide(disp_t *d, dueq_item **items, size_t *n, dueq_item **held,
+                   size_t *n_held, int64_t now)
+{
+    size_t keep = 0;
+
+    *n_held = 0;
+    for (size_t i = 0; i < *n; i++) {
+        dueq_item *it = items[i];
+        flow_verdict v;
+
+        flow_admit(d->flow, &it->job, now, now + d->opt.lookahead_ms, &v);
+        if (v.hold) {
+            disp_mark_held(&it->job, v.limit, v.send_at);
+            it->out = (store_outcome){.id = it->job.id,
+                                      .kind = STORE_OUT_HOLD,
+                                      .retry_at = v.send_at,
+                                      .held_by = it->job.held_by,
+                                      .held_ms = it->job.held_ms};
+            held[(*n_held)++] = it;
+            continue;
+        }
+        if (v.limit != NULL && v.send_at > it->job.due_at) {
+            disp_mark_held(&it->job, v.limit, v.send_at);
+            it->job.due_at = v.send_at;
+            it->delayed = true;
+        }
+        if (v.hold_queue != NULL) {
+            snprintf(it->hold_limit, sizeof it->hold_limit, "%s", v.hold_limit);
+            snprintf(it->hold_queue, sizeof it->hold_queue, "%s", v.hold_queue);
+            it->hold_messages = v.hold_messages;
+        }
+        /* insertion: stable, and the claim was in order already */
+        size_t k = keep++;
+        while (k > 0 && (items[k - 1]->job.due_at > it->job.due_at ||
+                         (items[k - 1]->job.due_at == it->job.due_at &&
+                          items[k - 1]->job.claim_rank > it->job.claim_rank))) {
+            items[k] = items[k - 1];
+            k--;
+        }
+        items[k] = it;
+    }
+    *n = keep;
+}
+
+/* What decide() needs inside store_buckets_update's transaction. */
+typedef struct shared_ctx {
+    disp_t *d;
+    dueq_item **items, **held;
+    size_t *n, *n_held;
+    int64_t now;
+    flow_bucket_ref *refs;
+    bool decided; /* decide() ran (its verdicts stand whatever the commit
+                     did) */
+} shared_ctx;
+
+/* store_bucket_fn: the buckets' shared state (locked) into the flow, the
+ * verdicts, and the state the verdicts left back to the store. */
+static void decide_shared(void *cls, store_bucket *b, size_t m)
+{
+    shared_ctx *c = cls;
+
+    for (size_t i = 0; i < m; i++) {
+        *c->refs[i].tat = b[i].tat_us;
+        *c->refs[i].tail = b[i].tail_us;
+    }
+    decide(c->d, c->items, c->n, c->held, c->n_held, c->now);
+    c->decided = true;
+    for (size_t i = 0; i < m; i++) {
+        b[i].tat_us = *c->refs[i].tat;
+        b[i].tail_us = *c->refs[i].tail;
+    }
+}
+
+/* decide(), on the buckets every instance shares when the store is shared
+ * (several instances on one database): they are locked in the store from
+ * the read of their state to the write of the new one, so the rates hold
+ * for the sum of the instances. Out of memory or a store error: decided on
+ * this instance's copy (logged; the rates then hold per instance). */
+static void apply_limits(disp_t *d, dueq_item **items, size_t *n,
+                         dueq_item **held, size_t *n_held, int64_t now)
+{
+    job_t **jobs = NULL;
+    flow_bucket_ref *refs = NULL;
+    store_bucket *sb = NULL;
+    size_t m = 0, cap;
+    rmqs_rc rc = RMQS_ENOMEM;
+    shared_ctx c = {.d = d,
+                    .items = items,
+                    .held = held,
+                    .n = n,
+                    .n_held = n_held,
+                    .now = now};
+
+    flow_sweep(d->flow, now);
+    if (!store_buckets_shared(d->st)) {
+        decide(d, items, n, held, n_held, now);
+        return;
+    }
+    cap = *n * flow_limit_count(d->flow);
+    jobs = calloc(*n, sizeof(*jobs));
+    refs = cap ? calloc(cap, sizeof(*refs)) : NULL;
+    sb = cap ? calloc(cap, sizeof(*sb)) : NULL;
+    if (jobs != NULL && refs != NULL && sb != NULL) {
+        c.refs = refs;
+        for (size_t i = 0; i < *n; i++)
+            jobs[i] = &items[i]->job;
+        m = flow_touched(d->flow, (const job_t *const *)jobs, *n, now, refs,
+                         cap);
+        for (size_t i = 0; i < m; i++)
+            sb[i] = (store_bucket){.limit = refs[i].limit, .key = refs[i].key};
+        rc = m == 0
+                 ? RMQS_OK
+                 : store_buckets_update(d->st, sb, m, now, decide_shared, &c);
+        if (m == 0) {
+            decide(d, items, n, held, n_held, now);
+            c.decided = true;
+        }
+    }
+    if (rc != RMQS_OK) {
+        log_warn(MOD, "shared limit buckets unavailable; decided here alone",
+                 "error=%s", rmqs_rc_name(rc));
+        if (!c.decided)
+            decide(d, items, n, held, n_held, now);
+    }
+    free(jobs);
+    free(refs);
+    free(sb);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Claiming                                                                 */
+
 /*
  * Claim what falls due before now + lookahead, as far as `ahead` has room.
  * Returns how many were claimed, or -1 on a store error (logged).
@@ -64,8 +267,8 @@ static bool claims_reserve_locked(disp_t *d, size_t k)
 static long feed(disp_t *d, size_t room, bool *more)
 {
     job_t *jobs = NULL;
-    dueq_item **items = NULL;
-    size_t n = 0, k = 0;
+    dueq_item **items = NULL, **held = NULL;
+    size_t n = 0, k = 0, n_ahead = 0, n_held = 0;
     int64_t now = disp_now(d);
     rmqs_rc rc;
 
@@ -80,30 +283,44 @@ static long feed(disp_t *d, size_t room, bool *more)
         return 0;
     *more = n == room;
     items = calloc(n, sizeof(*items));
-    for (k = 0; items != NULL && k < n; k++) {
+    held = calloc(n, sizeof(*held));
+    for (k = 0; items != NULL && held != NULL && k < n; k++) {
         items[k] = dueq_item_new(&jobs[k]); /* moves the job's allocations */
         if (items[k] == NULL)
             break;
     }
+    /* The limits' verdicts before the lock: the publisher waits for it. */
+    n_ahead = k;
+    if (k > 0 && flow_limit_count(d->flow) > 0)
+        apply_limits(d, items, &n_ahead, held, &n_held, now);
     /* One critical section from the room for the claims to the merge: the
      * recorder takes the claims array whenever it holds d->w.mu. */
     pthread_mutex_lock(&d->w.mu);
     if (k > 0 && !claims_reserve_locked(d, k)) {
-        for (size_t i = 0; i < k; i++) { /* the jobs go back below */
+        for (size_t i = 0; i < n_ahead; i++) { /* the jobs go back below */
             jobs[i] = items[i]->job;
             free(items[i]);
         }
-        k = 0;
+        for (size_t i = 0; i < n_held; i++) {
+            jobs[n_ahead + i] = held[i]->job;
+            free(held[i]);
+        }
+        k = n_ahead = n_held = 0;
     }
     /* The claims first: the recorder writes each before its outcome. */
-    for (size_t i = 0; i < k; i++)
+    for (size_t i = 0; i < n_ahead; i++)
         memcpy(d->claims[d->claims_n++], items[i]->job.id, JOB_ID_LEN + 1);
+    for (size_t i = 0; i < n_held; i++) {
+        memcpy(d->claims[d->claims_n++], held[i]->job.id, JOB_ID_LEN + 1);
+        (void)dueq_done_push(d->q, held[i], now); /* pending again, held */
+    }
     /* A later claim can hold jobs due before the last ones of an earlier
      * claim (a job scheduled at short notice): dueq_merge keeps due order.
      * It fits (the claim was bounded by the room); at stop the publisher
      * has handed back `ahead` already. */
-    if (k > 0 && (d->w.stop || dueq_merge(d->q, items, k) != RMQS_OK)) {
-        for (size_t i = 0; i < k; i++)
+    if (n_ahead > 0 &&
+        (d->w.stop || dueq_merge(d->q, items, n_ahead) != RMQS_OK)) {
+        for (size_t i = 0; i < n_ahead; i++)
             (void)dueq_release(d->q, items[i], now);
     }
     if (k > 0)
@@ -119,9 +336,10 @@ static long feed(disp_t *d, size_t room, bool *more)
         log_error(MOD, "out of memory; jobs released", "n=%zu", n - k);
         n = k;
     }
-    if (n > 0)
+    if (n_ahead > 0)
         wake_publisher(d);
     free(items);
+    free(held);
     free(jobs);
     return (long)n;
 }
@@ -155,7 +373,9 @@ void *disp_feeder_main(void *arg)
         pthread_mutex_unlock(&d->w.mu);
 
         if (claim) {
-            long got = feed(d, room, &more);
+            long got;
+            read_limits(d, now);
+            got = feed(d, room, &more);
             if (got < 0)
                 claim_retry_at = disp_now(d) + CLAIM_RETRY_MS; /* no spinning */
             else if (!more && store_next_due(d->st, &any, &next) != RMQS_OK)

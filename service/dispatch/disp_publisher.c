@@ -109,6 +109,10 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
     switch (r->kind) {
     case AMQPP_ACKED:
         it->out.kind = STORE_OUT_SENT;
+        if (it->delayed) { /* a limit held it back: say which, and how long */
+            it->out.held_by = j->held_by;
+            it->out.held_ms = j->held_ms;
+        }
         metrics_publish_attempts(1);
         metrics_job_sent(it->sent_ms - j->due_at);
         log_debug(MOD, "sent",
@@ -149,6 +153,104 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
                      j->max_attempts, r->reason);
         break;
     }
+    done_push(d, it);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Queue holds: hold_when_queue_ready_over                                  */
+
+#define QUEUE_READ_MS \
+    100 /* a queue's ready count is read again
+                                      after this long */
+#define QUEUE_HELD_MIN_MS \
+    250 /* a job held for a full queue comes
+                                      back after this long, then twice as
+                                      long each time, up to ... */
+#define QUEUE_HELD_MAX_MS 5000
+#define QUEUE_STATES 64 /* queues watched at once (LRU) */
+
+/* What the publisher knows of a watched queue (its thread alone). */
+typedef struct qstate {
+    char name[JOB_MAX_SHORTSTR + 1];
+    int64_t ready;      /* ready messages at the last read */
+    int64_t sent_since; /* publishes counted against it since */
+    int64_t read_at;    /* wall ms of the last read, INT64_MIN: never */
+    bool missing;       /* no such queue at the last read (not held) */
+    bool holding;       /* the last check held a job (for the log) */
+} qstate;
+
+typedef struct qstates {
+    qstate q[QUEUE_STATES];
+    size_t n;
+} qstates;
+
+static qstate *qstate_of(qstates *qs, const char *name)
+{
+    size_t oldest = 0;
+
+    for (size_t i = 0; i < qs->n; i++) {
+        if (strcmp(qs->q[i].name, name) == 0)
+            return &qs->q[i];
+        if (qs->q[i].read_at < qs->q[oldest].read_at)
+            oldest = i;
+    }
+    if (qs->n < QUEUE_STATES)
+        oldest = qs->n++;
+    qs->q[oldest] = (qstate){.read_at = INT64_MIN};
+    snprintf(qs->q[oldest].name, sizeof qs->q[oldest].name, "%s", name);
+    return &qs->q[oldest];
+}
+
+/* Whether it's queue holds it back now: more ready than the limit allows,
+ * counting what was published since the last read (a read at most
+ * QUEUE_READ_MS old). A queue that does not exist holds nothing (said
+ * once); a lost connection neither (the publish reports it). */
+static bool queue_too_full(disp_t *d, qstate *q, const dueq_item *it,
+                           int64_t now)
+{
+    if (q->read_at == INT64_MIN || now - q->read_at >= QUEUE_READ_MS) {
+        rmqs_error err = {0};
+        int64_t ready = 0;
+        rmqs_rc rc = amqpp_queue_ready(d->pub, q->name, &ready, &err);
+
+        if (rc != RMQS_OK && rc != RMQS_ENOTFOUND)
+            return false;
+        if (rc == RMQS_ENOTFOUND && !q->missing)
+            log_warn(MOD,
+                     "the queue of a limit's hold does not exist; not held",
+                     "limit=\"%s\" queue=\"%s\" error=\"%s\"", it->hold_limit,
+                     q->name, err.message);
+        q->missing = rc == RMQS_ENOTFOUND;
+        q->ready = ready;
+        q->sent_since = 0;
+        q->read_at = now;
+    }
+    return q->ready + q->sent_since > it->hold_messages;
+}
+
+/* Give it back to the store, pending, held by its queue's limit: it comes
+ * back after QUEUE_HELD_MIN_MS, then longer the longer it has been held. */
+static void hold_for_queue(disp_t *d, dueq_item *it, qstate *q, int64_t now)
+{
+    int64_t wait = it->job.held_ms;
+
+    if (wait < QUEUE_HELD_MIN_MS)
+        wait = QUEUE_HELD_MIN_MS;
+    if (wait > QUEUE_HELD_MAX_MS)
+        wait = QUEUE_HELD_MAX_MS;
+    if (!q->holding)
+        log_info(MOD, "queue too full; holding its jobs",
+                 "limit=\"%s\" queue=\"%s\" ready=%lld max=%lld",
+                 it->hold_limit, q->name, (long long)q->ready,
+                 (long long)it->hold_messages);
+    q->holding = true;
+    disp_mark_held(&it->job, it->hold_limit, now + wait);
+    flow_count_held(d->flow, it->hold_limit);
+    it->out = (store_outcome){.id = it->job.id,
+                              .kind = STORE_OUT_HOLD,
+                              .retry_at = now + wait,
+                              .held_by = it->job.held_by,
+                              .held_ms = it->job.held_ms};
     done_push(d, it);
 }
 
@@ -232,9 +334,11 @@ static bool wait_events(disp_t *d, int64_t wall_ms, int64_t cap_ms)
 }
 
 /* Connected and publishing until the connection goes or stop. */
-static void publish_loop(disp_t *d, int64_t idle_cap)
+static void publish_loop(disp_t *d, int64_t idle_cap, qstates *qs)
 {
     bool was_blocked = true; /* so the first pass allows claiming */
+
+    qs->n = 0; /* the queues are read again on every connection */
 
     while (!worker_stopping(&d->w) && amqpp_connected(d->pub)) {
         int64_t now = disp_now(d), next_due = INT64_MAX;
@@ -281,6 +385,19 @@ static void publish_loop(disp_t *d, int64_t idle_cap)
                 pthread_mutex_unlock(&d->w.mu);
                 continue;
             }
+            if (it->hold_queue[0] != '\0') {
+                qstate *q = qstate_of(qs, it->hold_queue);
+                if (queue_too_full(d, q, it, now)) {
+                    hold_for_queue(d, it, q, now);
+                    continue;
+                }
+                if (q->holding)
+                    log_info(MOD, "queue has room again; publishing",
+                             "limit=\"%s\" queue=\"%s\" ready=%lld",
+                             it->hold_limit, q->name, (long long)q->ready);
+                q->holding = false;
+                q->sent_since++;
+            }
             it->sent_ms = now;
             if (amqpp_send(d->pub, &it->job, it) != RMQS_OK)
                 break; /* the connection went: everything reported */
@@ -305,6 +422,7 @@ void *disp_publisher_main(void *arg)
     int64_t idle_cap = IDLE_CAP_MS;
     bool was_down_logged = false;
     bool ever_connected = false;
+    qstates qs; /* about 18 KiB: the publisher thread's stack has room */
 
     if (d->opt.heartbeat_s > 0 && d->opt.heartbeat_s * 500 < idle_cap)
         idle_cap = d->opt.heartbeat_s * 500;
@@ -351,7 +469,7 @@ void *disp_publisher_main(void *arg)
         if (d->opt.on_connected != NULL)
             d->opt.on_connected(d->opt.connected_cls);
 
-        publish_loop(d, idle_cap);
+        publish_loop(d, idle_cap, &qs);
 
         if (!amqpp_connected(d->pub)) {
             atomic_store(&d->connected, false);

@@ -82,8 +82,9 @@ static int64_t record_list(disp_t *d, char (*claims)[JOB_ID_LEN + 1], size_t nc,
         out[i++] = it->out;
         if (it->out.kind == STORE_OUT_RELEASE)
             due = it->job.due_at;
-        else if (it->out.kind == STORE_OUT_RETRY &&
-                 it->job.attempts < it->job.max_attempts)
+        else if ((it->out.kind == STORE_OUT_RETRY &&
+                  it->job.attempts < it->job.max_attempts) ||
+                 it->out.kind == STORE_OUT_HOLD)
             due = it->out.retry_at;
         if (due < again)
             again = due;

@@ -122,7 +122,10 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->next_claim_at = INT64_MIN; /* claim at once */
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
-    if (d->q == NULL || d->wake_fd < 0 ||
+    d->flow = flow_new();
+    d->limits_read_at = INT64_MIN;
+    atomic_init(&d->limits_kick, false);
+    if (d->q == NULL || d->wake_fd < 0 || d->flow == NULL ||
         amqpp_set_window(pub, window, d->opt.confirm_timeout_ms, disp_on_report,
                          d) != RMQS_OK) {
         d->pub = NULL; /* still the caller's on failure */
@@ -136,6 +139,16 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
 void disp_notify(disp_t *d, int64_t due_at_ms)
 {
     disp_feeder_plan(d, due_at_ms); /* the feeder's plan: disp_feeder.c */
+}
+
+void disp_limits_changed(disp_t *d)
+{
+    atomic_store(&d->limits_kick, true); /* read at the next claim */
+}
+
+flow_t *disp_flow(disp_t *d)
+{
+    return d->flow;
 }
 
 bool disp_broker_connected(disp_t *d)
@@ -191,6 +204,7 @@ void disp_free(disp_t *d)
     amqpp_free(d->pub);
     /* Items are left only if the threads never ran. */
     dueq_free(d->q);
+    flow_free(d->flow);
     free(d->claims);
     if (d->wake_fd >= 0)
         close(d->wake_fd);

@@ -20,6 +20,7 @@
 
 #include "amqp_publisher.h"
 #include "disp_types.h"
+#include "flow.h"
 #include "rmqs.h"
 #include "store.h"
 
@@ -34,6 +35,15 @@ rmqs_rc disp_start(disp_t *d);
 /* A job became due at due_at_ms: wake the thread if that is sooner than
  * what it sleeps for. Cheap; callable from any thread. */
 void disp_notify(disp_t *d, int64_t due_at_ms);
+
+/* The limits changed (PUT, PATCH, DELETE /limits): the feeder reads them
+ * again before its next claim (other instances' changes show within
+ * LIMITS_REFRESH_MS). Any thread. */
+void disp_limits_changed(disp_t *d);
+
+/* The flow control the dispatcher applies, for its counts (flow_stats).
+ * Lives as long as d. */
+flow_t *disp_flow(disp_t *d);
 
 /* Whether the AMQP connection is up (for /readyz). Any thread. */
 bool disp_broker_connected(disp_t *d);

@@ -27,6 +27,7 @@
 #include "amqp_publisher.h"
 #include "disp_types.h"
 #include "due_queue.h"
+#include "flow.h"
 #include "store.h"
 #include "timeutil.h"
 #include "worker.h"
@@ -62,7 +63,16 @@ struct disp {
                                the dispatcher from claim to record */
 
     atomic_bool connected;
+
+    /* Flow control (flow.h): the limits as last read from the store, used
+     * by the feeder alone; read again every LIMITS_REFRESH_MS and when
+     * disp_limits_changed() sets limits_kick. */
+    flow_t *flow;
+    int64_t limits_read_at; /* wall ms of the last read, INT64_MIN: never */
+    atomic_bool limits_kick;
 };
+
+#define LIMITS_REFRESH_MS 1000 /* another instance's change shows by then */
 
 /* Now on the clock due times are compared with (dispatcher.c's file
  * comment). */
@@ -97,5 +107,10 @@ int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms);
  * for a job pending again): a job is due at due_at_ms; wake the feeder if
  * that is sooner than it planned to look. Takes d->w.mu. disp_feeder.c */
 void disp_feeder_plan(disp_t *d, int64_t due_at_ms);
+
+/* A limit holds j back until wall ms `until`: j->held_by = limit (copied;
+ * out of memory leaves the old one), j->held_ms += until - due_at.
+ * disp_feeder.c */
+void disp_mark_held(job_t *j, const char *limit, int64_t until);
 
 #endif

@@ -17,18 +17,27 @@
 #ifndef RMQS_DUE_QUEUE_H
 #define RMQS_DUE_QUEUE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "job.h"
+#include "limit.h"
 #include "rmqs.h"
 #include "store.h"
 
 /* A claimed job on its way: in `ahead`, unconfirmed at the broker (the
  * caller's), then in `done` with its outcome. */
 typedef struct dueq_item {
-    job_t job;              /* owned */
-    int64_t sent_ms;        /* wall ms of the publish, -1 before */
+    job_t job;       /* owned */
+    int64_t sent_ms; /* wall ms of the publish, -1 before */
+    bool delayed;    /* a limit moved its due_at in this claim (its
+                               held_by and held_ms are recorded when sent) */
+    /* A limit that holds publishing while a queue is too full (the
+     * publisher checks it), or hold_queue[0] == '\0': */
+    char hold_limit[LIMIT_NAME_MAX + 1];
+    char hold_queue[JOB_MAX_SHORTSTR + 1];
+    int64_t hold_messages;
     store_outcome out;      /* set when the broker answered (or released) */
     char reason[256];       /* out.error points here */
     struct dueq_item *next; /* in `done` */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "fair.h"
 #include "log.h"
 #include "metrics.h"
 #include "worker.h"
@@ -35,7 +36,13 @@ struct writer {
     size_t admitted; /* bytes admitted and not yet released */
     writer_waiter *wait_head, *wait_tail; /* not admitted yet, FIFO */
     writer_waiter *granted; /* admitted, to be woken by the thread */
+    fair_t *fair;           /* borrowed; NULL: no --fair-key */
 };
+
+void writer_set_fair(writer_t *w, fair_t *fair)
+{
+    w->fair = fair;
+}
 
 writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
                      int64_t min_free_bytes)
@@ -244,8 +251,14 @@ static void *writer_main(void *arg)
         if (n == 0)
             continue;
 
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             rq[i] = b[i]->ins;
+            /* The jobs are the requester's, lent until done(): their rank
+             * among jobs due at the same ms is set here, where every new
+             * job passes in order (fair.h). */
+            for (size_t j = 0; w->fair != NULL && j < rq[i].n; j++)
+                fair_rank(w->fair, (job_t *)&rq[i].jobs[j]);
+        }
         if (below_reserve(w)) {
             rc = RMQS_EFULL;
             for (size_t i = 0; i < n; i++) {

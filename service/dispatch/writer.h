@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "dispatcher.h"
+#include "fair.h"
 #include "rmqs.h"
 #include "store.h"
 
@@ -45,6 +46,11 @@ writer_t *writer_new(store_t *st, disp_t *d, size_t max_rows,
 /* Whether the last check found less than the reserve free (for /readyz). */
 bool writer_disk_full(writer_t *w);
 rmqs_rc writer_start(writer_t *w);
+
+/* --fair-key: rank every new job among those due at the same ms (fair.h)
+ * before it is stored. fair is borrowed and outlives w; call before
+ * writer_start. */
+void writer_set_fair(writer_t *w, fair_t *fair);
 
 /*
  * Queue req (borrowed until its done() runs). RMQS_ESYS if the writer is

@@ -50,6 +50,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "flow.h"
 #include "http_handlers.h"
 #include "log.h"
 #include "netaddr.h"
@@ -113,7 +114,7 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
 static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 {
     metrics_sources src = {0};
-    char *text;
+    char *text, *limits;
 
     src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
     src.db_bytes = store_size_bytes(api->st);
@@ -124,6 +125,15 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
         store_schedule_counts(api->st, src.schedules_by_state) == RMQS_OK;
     src.tzdata_version = api->opt.tzdata_version;
     text = metrics_render(&src);
+    limits = flow_metrics_text(disp_flow(api->disp), tu_now_ms());
+    if (text != NULL && limits != NULL) { /* the limits' families after */
+        size_t a = strlen(text), n = strlen(limits);
+        char *all = realloc(text, a + n + 1);
+        if (all != NULL)
+            memcpy(all + a, limits, n + 1);
+        text = all;
+    }
+    free(limits);
     if (text == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     return http_reply_raw(c, MHD_HTTP_OK,

@@ -19,10 +19,10 @@
 typedef const char *(*lookup_fn)(void *ctx, const char *name);
 
 static const char *const params[] = {
-    "status",       "source",     "message_id",
-    "schedule",     "exchange",   "routing_key",
-    "deliver_from", "deliver_to", "id_prefix",
-    "header",       "q",          NULL};
+    "status",     "source",    "message_id",  "schedule",
+    "held_by",    "exchange",  "routing_key", "deliver_from",
+    "deliver_to", "id_prefix", "header",      "q",
+    NULL};
 
 bool http_filter_is_param(const char *name)
 {
@@ -152,6 +152,7 @@ static rmqs_rc parse(lookup_fn get, void *ctx, bool json, store_filter *f,
     *f = (store_filter){.status = -1, .source = -1};
     f->message_id = get(ctx, "message_id");
     f->schedule = get(ctx, "schedule");
+    f->held_by = get(ctx, "held_by");
     if (status != NULL) {
         job_status s;
         if (job_status_parse(status, &s) != RMQS_OK)

@@ -74,6 +74,7 @@ void job_clear(job_t *job)
     json_decref(job->properties);
     free(job->body);
     free(job->schedule);
+    free(job->held_by);
     memset(job, 0, sizeof *job);
 }
 
@@ -554,8 +555,8 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
                       job_t *out, char **canonical_out, rmqs_error *err)
 {
     static const char *const allowed[] = {
-        "exchange",   "routing_key", "body",       "body_base64", "delay_ms",
-        "deliver_at", "headers",     "properties", "max_attempts"};
+        "exchange",   "routing_key", "body",       "body_base64",  "delay_ms",
+        "deliver_at", "headers",     "properties", "max_attempts", "priority"};
     job_t job = {0};
     char *canonical = NULL;
     const char *exchange, *routing_key;
@@ -626,6 +627,18 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         }
         job.max_attempts = (int)json_integer_value(ma);
     }
+    json_t *pr = json_object_get(root, "priority");
+    if (pr != NULL) {
+        if (!json_is_integer(pr) || json_integer_value(pr) < 0 ||
+            json_integer_value(pr) > JOB_PRIORITY_MAX) {
+            rc = rmqs_fail(err, RMQS_EINVAL, "priority",
+                           "priority: must be an integer from 0 to %d",
+                           JOB_PRIORITY_MAX);
+            goto out;
+        }
+        job.priority = (int)json_integer_value(pr);
+    }
+    job.claim_rank = -(int64_t)job.priority << 32;
 
     job.exchange = strdup(exchange);
     job.routing_key = strdup(routing_key);

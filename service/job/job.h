@@ -80,7 +80,20 @@ typedef struct job {
     int64_t expires_at; /* ms: a job claimed after this is not
                                  published but settled STORE_OUT_EXPIRE
                                  (cancelled); 0: never */
+    /* Flow control (issue 23; flow/flow.h): */
+    int priority;       /* 0-9 (default 0): of jobs due at the same time,
+                                 or held by a limit, the higher goes first */
+    int64_t claim_rank; /* the order of jobs due at the same ms, lowest
+                                 first: -priority * 2^32 + the job's rank
+                                 among its --fair-key's jobs due then
+                                 (flow/fair.c); set at insert */
+    char *held_by;      /* owned; the limit that last held it back (with
+                                 status pending: holds it now), or NULL */
+    int64_t held_ms;    /* how long limits have held it back in all: its
+                                 due_at moved this much later */
 } job_t;
+
+#define JOB_PRIORITY_MAX 9
 
 /* Limits and defaults the validation applies; from the configuration. */
 typedef struct job_limits {

@@ -252,6 +252,15 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
     put_int(b, job->attempts);
     PUT_LIT(b, ",\"max_attempts\":");
     put_int(b, job->max_attempts);
+    PUT_LIT(b, ",\"priority\":");
+    put_int(b, job->priority);
+    PUT_LIT(b, ",\"held_by\":");
+    if (job->held_by != NULL)
+        put_cstring(b, job->held_by);
+    else
+        PUT_LIT(b, "null");
+    PUT_LIT(b, ",\"held_ms\":");
+    put_int(b, job->held_ms);
     PUT_LIT(b, ",\"last_error\":");
     if (job->last_error != NULL)
         put_cstring(b, job->last_error);

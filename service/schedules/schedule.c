@@ -463,6 +463,8 @@ rmqs_rc schedule_make_run(const schedule_t *s, int64_t generation,
     j.body_len = t->body_len;
     j.body_kind = t->body_kind;
     j.max_attempts = t->max_attempts;
+    j.priority = t->priority;
+    j.claim_rank = t->claim_rank;
     j.status = JOB_PENDING;
     j.source = JOB_SOURCE_SCHEDULE;
     j.fire_at = fire_ms;

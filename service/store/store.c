@@ -278,9 +278,10 @@ static bool status_only(const store_filter *f)
 {
     return f == NULL ||
            (f->source < 0 && f->message_id == NULL && f->schedule == NULL &&
-            f->exchange == NULL && f->routing_key == NULL &&
-            !f->has_deliver_from && !f->has_deliver_to &&
-            f->id_prefix[0] == '\0' && f->header_name == NULL && f->q == NULL);
+            f->held_by == NULL && f->exchange == NULL &&
+            f->routing_key == NULL && !f->has_deliver_from &&
+            !f->has_deliver_to && f->id_prefix[0] == '\0' &&
+            f->header_name == NULL && f->q == NULL);
 }
 
 rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
@@ -593,7 +594,7 @@ rmqs_rc store_record(store_t *st, const char *const *claims, size_t n_claims,
     }
     for (size_t i = 0; i < n; i++) {
         if (!o[i].id || job_id_parse(o[i].id, ids[n_claims + i]) != RMQS_OK ||
-            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_FAIL) {
+            o[i].kind < STORE_OUT_SENT || o[i].kind > STORE_OUT_HOLD) {
             free(ids);
             return RMQS_EINVAL;
         }
@@ -621,6 +622,26 @@ rmqs_rc store_recover(store_t *st, size_t *n_out)
 {
     *n_out = 0;
     return st->ops->recover(st->b, n_out);
+}
+
+bool store_buckets_shared(store_t *st)
+{
+    return st->ops->buckets_update != NULL;
+}
+
+rmqs_rc store_buckets_update(store_t *st, store_bucket *b, size_t n,
+                             int64_t now_ms, store_bucket_fn fn, void *cls)
+{
+    rmqs_rc rc;
+
+    if (st->ops->buckets_update == NULL) {
+        fn(cls, b, n);
+        return RMQS_OK;
+    }
+    pthread_mutex_lock(&st->feed_mu); /* the feeder's connection */
+    rc = st->ops->buckets_update(st->b, b, n, now_ms * 1000, fn, cls);
+    pthread_mutex_unlock(&st->feed_mu);
+    return rc;
 }
 
 void store_set_wake(store_t *st, store_wake_fn fn, void *arg)

@@ -292,6 +292,21 @@ int64_t store_clock_offset_ms(store_t *st);
 int64_t store_lease_renewed_until(store_t *st);
 
 /* ------------------------------------------------------------------------ */
+/* Flow control (issue 23; flow/flow.h): the token buckets of the limits.
+ * On a store several instances share (PostgreSQL), every bucket is a row:
+ * store_buckets_update locks the n buckets (created full if new), reads
+ * their state into b[], calls fn(cls, b, n), which decides and updates
+ * b[], and stores what it left, in one transaction, so each limit's rate
+ * holds for the sum of the instances. Buckets idle for a minute, and those
+ * of limits that are gone, are deleted on the way. RMQS_OK; a store
+ * error (fn may have run: its decisions were not stored). On a store of
+ * one instance (SQLite) the caller's own buckets are the truth:
+ * store_buckets_shared is false and store_buckets_update calls fn on b as
+ * given. now_ms: the dispatcher's clock (disp_now). */
+bool store_buckets_shared(store_t *st);
+rmqs_rc store_buckets_update(store_t *st, store_bucket *b, size_t n,
+                             int64_t now_ms, store_bucket_fn fn, void *cls);
+
 /* Recurring schedules (issue 13). The store keeps the schedules and makes
  * their runs as jobs (source JOB_SOURCE_SCHEDULE, schedule = the name,
  * fire_at = the fire time, id derived from (name, generation, fire time)

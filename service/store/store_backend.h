@@ -170,6 +170,12 @@ typedef struct store_ops {
      * path. */
     rmqs_rc (*search_index)(store_backend *b, size_t limit, size_t *indexed);
     int64_t (*search_index_lag)(store_backend *b);
+    /* Optional (NULL: the buckets are the caller's alone):
+     * store_buckets_update, for backends shared by several instances;
+     * called on the feeder's connection (store_backend.h's promise of one
+     * feeder call at a time holds: the front takes feed_mu). */
+    rmqs_rc (*buckets_update)(store_backend *b, store_bucket *bk, size_t n,
+                              int64_t now_us, store_bucket_fn fn, void *cls);
 
     /* Recurring schedules (above). */
     const store_schedule_ops *sched;

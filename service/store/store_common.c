@@ -141,6 +141,8 @@ static int claimed_cmp(const void *a, const void *b)
 
     if (x->job.due_at != y->job.due_at)
         return x->job.due_at < y->job.due_at ? -1 : 1;
+    if (x->job.claim_rank != y->job.claim_rank)
+        return x->job.claim_rank < y->job.claim_rank ? -1 : 1;
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
@@ -156,7 +158,9 @@ void store_jobs_sort_due(job_t *jobs, size_t n)
     for (size_t i = 1; i < n; i++) {
         job_t t = jobs[i];
         size_t k = i;
-        while (k > 0 && jobs[k - 1].due_at > t.due_at) {
+        while (k > 0 && (jobs[k - 1].due_at > t.due_at ||
+                         (jobs[k - 1].due_at == t.due_at &&
+                          jobs[k - 1].claim_rank > t.claim_rank))) {
             jobs[k] = jobs[k - 1];
             k--;
         }

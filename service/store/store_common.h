@@ -108,10 +108,11 @@ typedef struct store_claimed {
     job_t job;
 } store_claimed;
 
-/* Sort c[0..n) in due order: (due_at, seq). */
+/* Sort c[0..n) in due order: (due_at, claim_rank, seq). */
 void store_claimed_sort(store_claimed *c, size_t n);
 
-/* Stable sort of jobs[0..n) by due_at (rounds of claims, each in order). */
+/* Stable sort of jobs[0..n) by (due_at, claim_rank) (rounds of claims,
+ * each in order). */
 void store_jobs_sort_due(job_t *jobs, size_t n);
 
 /* Room for more elements in arr (*cap of elem bytes, all in use): the

@@ -66,6 +66,8 @@ typedef struct store_filter {
     const char *message_id;  /* the message_id property, or NULL */
     const char *schedule;    /* runs of this schedule (job_t.schedule), or
                                NULL (GET /jobs?schedule=) */
+    const char *held_by;     /* jobs this limit held back (job_t.held_by),
+                               or NULL (GET /jobs?held_by=) */
     const char *exchange;    /* exact, or NULL ("" is the default exchange) */
     const char *routing_key; /* exact, or NULL */
     bool has_deliver_from;   /* deliver_at >= deliver_from (inclusive) */
@@ -113,7 +115,8 @@ typedef struct store_change {
 } store_change;
 
 typedef enum store_outcome_kind {
-    STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now */
+    STORE_OUT_SENT,    /* confirmed by the broker: sent, sent_at = now,
+                          held_ms and held_by (if not NULL) as given */
     STORE_OUT_RETRY,   /* the attempt failed: last_error set; failed if
                           attempts >= max_attempts, else pending at retry_at */
     STORE_OUT_RELEASE, /* not attempted after all: pending again at due_at
@@ -121,17 +124,23 @@ typedef enum store_outcome_kind {
     STORE_OUT_EXPIRE,  /* not published: claimed after its expires_at;
                           cancelled, last_error = error (the caller's
                           reason), attempts as claimed */
-    STORE_OUT_FAIL     /* not published and never will be (the exchange
+    STORE_OUT_FAIL,    /* not published and never will be (the exchange
                           allow-list or the broker login refuses it):
                           failed now, last_error = error, attempts as
                           claimed */
+    STORE_OUT_HOLD     /* held back by a limit (flow/flow.h): pending
+                          again at due_at = retry_at, attempts - 1, held_by
+                          and held_ms as given */
 } store_outcome_kind;
 
 typedef struct store_outcome {
     const char *id; /* job id text (borrowed) */
     store_outcome_kind kind;
-    const char *error; /* RETRY, EXPIRE, FAIL: why (borrowed), else NULL */
-    int64_t retry_at;  /* RETRY: next due_at */
+    const char *error;   /* RETRY, EXPIRE, FAIL: why (borrowed), else NULL */
+    int64_t retry_at;    /* RETRY, HOLD: next due_at */
+    const char *held_by; /* SENT, HOLD: the limit that held it (borrowed),
+                            or NULL (SENT: left as it was) */
+    int64_t held_ms;     /* SENT, HOLD: how long limits held it in all */
 } store_outcome;
 
 typedef enum store_schedule_state {
@@ -194,6 +203,24 @@ void store_limits_free(store_limit *rows, size_t n);
  * the only writer (the writer wakes the dispatcher itself), never calls
  * it. */
 typedef void (*store_wake_fn)(void *arg, int64_t due_at_ms);
+
+/* One token bucket of a limit (flow/flow.h), shared by every instance of
+ * a shared store: its state in microseconds on the dispatcher's clock.
+ * store_buckets_update reads it into tat_us and tail_us, and stores what
+ * its callback leaves there. */
+typedef struct store_bucket {
+    const char *limit; /* the limit's name (borrowed) */
+    const char *key;   /* the bucket's key value, "" for an unkeyed limit
+                          (borrowed) */
+    int64_t tat_us;    /* GCRA's theoretical arrival time */
+    int64_t tail_us;   /* the latest slot estimated for a held job */
+} store_bucket;
+
+/* The decision on buckets b[0..n), locked (store_buckets_update). */
+typedef void (*store_bucket_fn)(void *cls, store_bucket *b, size_t n);
+
+/* A bucket that was never used: full, nothing held. */
+#define STORE_BUCKET_NEW (INT64_MIN / 2)
 
 /* The cap of a count (store_count) without one. */
 #define STORE_COUNT_CAP_DEFAULT 100000 /* GET /jobs/count without max */

@@ -115,6 +115,10 @@ static const opt_def opt_table[] = {
      F(dispatch_lookahead_ms), "500", 0, 60000,
      "jobs are claimed this long before they are due (then 409 to cancel)",
      NULL},
+    {"fair-key", "RMQS_FAIR_KEY", OPT_STR, F(fair_key), NULL, 0, 0,
+     "jobs due at the same ms go out round-robin across this key's values: "
+     "header:NAME, routing_key or exchange (default: arrival order)",
+     NULL},
     {"stats-interval-ms", "RMQS_STATS_INTERVAL_MS", OPT_INT,
      F(stats_interval_ms), "10000", 100, 60000,
      "GET /stats keeps a sample of the job counters this often (2,160 "

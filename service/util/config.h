@@ -64,6 +64,7 @@ typedef struct config {
     int64_t batch_size;
     int64_t publish_window;
     int64_t dispatch_lookahead_ms;
+    char *fair_key; /* owned; NULL: no fair dispatch (flow/fair.h) */
     int64_t dispatch_rt_priority; /* publisher thread SCHED_FIFO; 0 = off */
     int64_t http_threads;
     int64_t http_timeout_s; /* idle connection timeout */

@@ -82,7 +82,8 @@ static json_t *parsed(const job_t *j)
 static const char *const api_keys[] = {
     "id",         "status",          "source",     "exchange",   "routing_key",
     "deliver_at", "next_attempt_at", "created_at", "updated_at", "sent_at",
-    "attempts",   "max_attempts",    "last_error", "headers",    "properties",
+    "attempts",   "max_attempts",    "priority",   "held_by",    "held_ms",
+    "last_error", "headers",         "properties",
 };
 #define N_KEYS (sizeof api_keys / sizeof api_keys[0])
 
@@ -226,14 +227,15 @@ Test(job_json, damaged_body_shown_as_base64)
 /* ------------------------------------------------------------------------ */
 /* the exact text                                                            */
 
-#define GOLDEN_PENDING                                                      \
-    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","        \
-    "\"exchange\":\"e\",\"routing_key\":\"r\","                             \
-    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\","                          \
-    "\"next_attempt_at\":\"2026-01-01T00:00:01.500Z\","                     \
-    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                          \
-    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"         \
-    "\"attempts\":0,\"max_attempts\":5,\"last_error\":null,\"headers\":{}," \
+#define GOLDEN_PENDING                                                   \
+    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","     \
+    "\"exchange\":\"e\",\"routing_key\":\"r\","                          \
+    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\","                       \
+    "\"next_attempt_at\":\"2026-01-01T00:00:01.500Z\","                  \
+    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                       \
+    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"      \
+    "\"attempts\":0,\"max_attempts\":5,\"priority\":0,\"held_by\":null," \
+    "\"held_ms\":0,\"last_error\":null,\"headers\":{},"                  \
     "\"properties\":{},\"body\":\"hello\"}"
 #define GOLDEN_FAILED                                                       \
     "{\"id\":\"" ID "\",\"status\":\"failed\",\"source\":\"amqp\","         \
@@ -241,7 +243,8 @@ Test(job_json, damaged_body_shown_as_base64)
     "\"deliver_at\":\"2026-01-01T00:00:01.500Z\",\"next_attempt_at\":null," \
     "\"created_at\":\"2026-01-01T00:00:00.000Z\","                          \
     "\"updated_at\":\"2026-01-01T00:00:00.002Z\",\"sent_at\":null,"         \
-    "\"attempts\":5,\"max_attempts\":5,\"last_error\":\"NO_ROUTE ?\","      \
+    "\"attempts\":5,\"max_attempts\":5,\"priority\":0,\"held_by\":null,"    \
+    "\"held_ms\":0,\"last_error\":\"NO_ROUTE ?\","                          \
     "\"headers\":{},\"properties\":{},\"body\":\"hello\"}"
 #define GOLDEN_JSON_BODY                                                     \
     "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","         \
@@ -250,7 +253,8 @@ Test(job_json, damaged_body_shown_as_base64)
     "\"next_attempt_at\":\"2026-01-01T00:00:00.000Z\","                      \
     "\"created_at\":\"2026-01-01T00:00:00.000Z\","                           \
     "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"          \
-    "\"attempts\":0,\"max_attempts\":5,\"last_error\":null,"                 \
+    "\"attempts\":0,\"max_attempts\":5,\"priority\":0,\"held_by\":null,"     \
+    "\"held_ms\":0,\"last_error\":null,"                                     \
     "\"headers\":{\"h\":true},"                                              \
     "\"properties\":{\"priority\":5,\"content_type\":\"application/json\"}," \
     "\"body\":{\"n\":[1,2.5,null],\"s\":\"\xc3\xa9\\n\"}}"

@@ -531,6 +531,7 @@ const store_ops store_pg_ops = {
     .set_wake = pg_set_wake,
     .clock_offset_ms = pg_clock_offset_ms,
     .lease_renewed_until = pg_lease_renewed_until,
+    .buckets_update = pg_buckets_update,
     .sched = &pg_schedule_ops,
     .lim = &pg_limit_ops,
 };

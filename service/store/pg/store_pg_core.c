@@ -442,6 +442,10 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out, int64_t *seq_out)
     out->fire_at =
         PQgetisnull(res, r, PC_FIRE_AT) ? -1 : pg_int(res, r, PC_FIRE_AT);
     out->expires_at = pg_int(res, r, PC_EXPIRES_AT); /* NULL: 0, never */
+    out->priority = (int)pg_int(res, r, PC_PRIORITY);
+    out->claim_rank = pg_int(res, r, PC_CLAIM_RANK);
+    out->held_by = col_text(res, r, PC_HELD_BY, &nomem);
+    out->held_ms = pg_int(res, r, PC_HELD_MS);
     if (nomem || !out->exchange || !out->routing_key)
         goto nomem;
     rc = store_job_row_tail(out, col_or_null(res, r, PC_HEADERS),

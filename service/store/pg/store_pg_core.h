@@ -66,7 +66,7 @@
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, " \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
     "headers, properties, body_kind, body, source, lease_until, schedule, "  \
-    "fire_at, expires_at"
+    "fire_at, expires_at, priority, claim_rank, held_by, held_ms"
 
 enum {
     PC_SEQ,
@@ -92,6 +92,10 @@ enum {
     PC_SCHEDULE,
     PC_FIRE_AT,
     PC_EXPIRES_AT,
+    PC_PRIORITY,
+    PC_CLAIM_RANK,
+    PC_HELD_BY,
+    PC_HELD_MS,
     PC_COUNT
 };
 
@@ -135,6 +139,8 @@ struct store_backend {
     int64_t ix_safe_at; /* tu_mono_ms() of the last bound read */
     store_ix *indexer;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
+    int64_t buckets_cleaned_us;   /* store_pg_buckets.c's last clean-up (the
+                                   feeder's, under feed's mutex) */
     /* store_lease_renewed_until, and the end of the lease the last
      * continuous renewal wrote (0: the chain broke; store_pg_dispatch.c) */
     _Atomic int64_t renewed_until, renew_chain;
@@ -292,5 +298,9 @@ rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc);
 /* Start / stop the housekeeping and listener threads. */
 rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err);
 void pg_threads_stop(store_backend *b);
+
+/* store_buckets_update (store_pg_buckets.c). */
+rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
+                          int64_t now_us, store_bucket_fn fn, void *cls);
 
 #endif

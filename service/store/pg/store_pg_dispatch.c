@@ -14,7 +14,7 @@
  *       UPDATE jobs SET status = publishing, owner = <instance>,
  *         lease_until = <db now + lease>, attempts = attempts + 1
  *       WHERE seq = ANY(ARRAY(SELECT seq ... WHERE status = pending AND
- *         due_at <= <due_by> ORDER BY due_at, seq LIMIT n
+ *         due_at <= <due_by> ORDER BY due_at, claim_rank, seq LIMIT n
  *         FOR NO KEY UPDATE SKIP LOCKED))
  *     Two instances claiming at once skip each other's locked rows, so a
  *     job is claimed once; a cancel or reschedule waits for the claim's row
@@ -82,12 +82,13 @@ const char pg_claim_sql[] =
     "lease_until = " PG_NOW_MS " + $2::bigint, attempts = attempts + 1, "
     "updated_at = $3::bigint "
     "WHERE seq = ANY(ARRAY(SELECT seq FROM jobs WHERE status = 0 AND "
-    "due_at <= $4::bigint ORDER BY due_at, seq LIMIT $5::bigint "
+    "due_at <= $4::bigint ORDER BY due_at, claim_rank, seq LIMIT $5::bigint "
     "FOR NO KEY UPDATE SKIP LOCKED)) "
     "RETURNING seq, id, 0::smallint, exchange, routing_key, deliver_at, "
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "
-    "lease_until, schedule, fire_at, expires_at";
+    "lease_until, schedule, fire_at, expires_at, priority, claim_rank, "
+    "held_by, held_ms";
 
 /* Expired leases back to pending (every instance, every lease/4). */
 static const char reclaim_sql[] =
@@ -240,6 +241,14 @@ rmqs_rc pg_read_due(store_backend *b, claimset_t *held, int64_t due_by_ms,
 /* ------------------------------------------------------------------------ */
 /* Record: outcomes as a compare-and-set on the owner                       */
 
+/* Whether outcome o is settled with the others of kind k in one statement
+ * (settle_group): SENT and RELEASE, but not a SENT that a limit held back
+ * (its held_by and held_ms are its own: settle_held). */
+static bool in_group(const store_outcome *o, store_outcome_kind k)
+{
+    return o->kind == k && !(k == STORE_OUT_SENT && o->held_by != NULL);
+}
+
 /* "{hex,hex,...}" of the ids of outcomes of kind k, for decode(..., 'hex');
  * malloc'd, *count how many (0: NULL returned, nothing to do). */
 static char *id_array(const store_outcome *o,
@@ -250,7 +259,7 @@ static char *id_array(const store_outcome *o,
     char *s;
 
     for (size_t i = 0; i < n; i++)
-        m += o[i].kind == k;
+        m += in_group(&o[i], k);
     *count = m;
     if (m == 0)
         return NULL;
@@ -259,7 +268,7 @@ static char *id_array(const store_outcome *o,
         return NULL;
     s[at++] = '{';
     for (size_t i = 0; i < n; i++) {
-        if (o[i].kind != k)
+        if (!in_group(&o[i], k))
             continue;
         if (at > 1)
             s[at++] = ',';
@@ -356,6 +365,56 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
     return RMQS_OK;
 }
 
+/* A HOLD outcome (pending again at retry_at, held by a limit), or a SENT
+ * one that a limit held back: its held_by and held_ms; *matched 0 or 1. */
+static rmqs_rc settle_held(pg_conn *pc, store_backend *b,
+                           const store_outcome *o,
+                           const unsigned char id[JOB_ID_BYTES], int64_t now_ms,
+                           size_t *matched)
+{
+    bool hold = o->kind == STORE_OUT_HOLD;
+    char now[24], at[24], held[24];
+    const char *vals[6] = {
+        pg_i64(now, now_ms),     (const char *)id,         o->held_by,
+        pg_i64(at, o->retry_at), pg_i64(held, o->held_ms), b->instance};
+    int lens[6] = {0, JOB_ID_BYTES, 0, 0, 0, 0}, fmts[6] = {0, 1, 0, 0, 0, 0};
+    PGresult *res;
+    rmqs_rc rc;
+
+    *matched = 0;
+    if (hold) {
+        res = pg_exec(pc, "settle_hold",
+                      "UPDATE jobs SET status = 0, "
+                      "attempts = greatest(attempts - 1, 0), "
+                      "updated_at = $1, held_by = $3, due_at = $4, "
+                      "held_ms = $5, owner = NULL, lease_until = NULL "
+                      "WHERE id = $2 AND status = 1 AND owner = $6 "
+                      "RETURNING 1",
+                      6, vals, lens, fmts, &rc);
+    } else {
+        vals[3] = vals[4]; /* no due_at: $4 is held_ms, $5 the owner */
+        vals[4] = vals[5];
+        res = pg_exec(pc, "settle_sent_held",
+                      "UPDATE jobs SET status = 2, sent_at = $1, "
+                      "updated_at = $1, held_by = $3, held_ms = $4, "
+                      "owner = NULL, lease_until = NULL "
+                      "WHERE id = $2 AND status = 1 AND owner = $5 "
+                      "RETURNING 1",
+                      5, vals, lens, fmts, &rc);
+    }
+    if (rc != RMQS_OK)
+        return rc;
+    if (PQntuples(res) == 1) {
+        *matched = 1;
+        store_delta_move(&pc->delta, JOB_PUBLISHING,
+                         hold ? JOB_PENDING : JOB_SENT, 1);
+        if (hold)
+            pg_note_due(pc, o->retry_at);
+    }
+    PQclear(res);
+    return RMQS_OK;
+}
+
 /* One EXPIRE outcome (its own error text); *matched 0 or 1. */
 /* EXPIRE (cancelled) or FAIL (failed): ends a claimed job unpublished. */
 static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
@@ -431,6 +490,13 @@ rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
         if (o[i].kind != STORE_OUT_EXPIRE && o[i].kind != STORE_OUT_FAIL)
             continue;
         rc = settle_expire(pc, b, &o[i], ids[i], now_ms, &matched);
+        lost += 1 - matched;
+    }
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        if (o[i].kind != STORE_OUT_HOLD &&
+            !(o[i].kind == STORE_OUT_SENT && o[i].held_by != NULL))
+            continue;
+        rc = settle_held(pc, b, &o[i], ids[i], now_ms, &matched);
         lost += 1 - matched;
     }
     if (rc == RMQS_OK)

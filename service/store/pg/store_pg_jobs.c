@@ -32,13 +32,14 @@
 
 #define MOD "store"
 
-#define INSERT_NCOLS 22
+#define INSERT_NCOLS 24
 
 #define INSERT_HEAD                                                     \
     "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, " \
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts, "     \
     "max_attempts, last_error, headers, properties, body_kind, body, "  \
-    "source, message_id, schedule, fire_at, expires_at) VALUES "
+    "source, message_id, schedule, fire_at, expires_at, priority, "     \
+    "claim_rank) VALUES "
 
 /* A new job's due_at on the database's clock: the HTTP layer made it the
  * later of deliver_at and its own clock; where that clock won (due_at >
@@ -48,7 +49,7 @@
     ",CASE WHEN $%zu::bigint > $%zu::bigint THEN " \
     "greatest($%zu::bigint, " PG_NOW_MS ") ELSE $%zu::bigint END"
 
-#define ROW_NUMS 12 /* numbers a row binds as text */
+#define ROW_NUMS 14 /* numbers a row binds as text */
 
 /* The parameters of one multi-row INSERT. */
 typedef struct rows {
@@ -142,6 +143,8 @@ static rmqs_rc rows_bind(rows *r, const job_t *const *jobs, size_t n,
         v[19] = j->schedule;
         v[20] = j->schedule != NULL ? pg_i64(num[10], j->fire_at) : NULL;
         v[21] = j->expires_at > 0 ? pg_i64(num[11], j->expires_at) : NULL;
+        v[22] = pg_i64(num[12], j->priority);
+        v[23] = pg_i64(num[13], j->claim_rank);
     }
     return RMQS_OK;
 }
@@ -291,7 +294,7 @@ static void cb_text(cbuf *b, const char *t)
     "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "     \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, " \
     "headers, properties, body_kind, body, source, message_id, schedule, "  \
-    "fire_at, expires_at"
+    "fire_at, expires_at, priority, claim_rank"
 #define COPY_COLS "(" COPY_COLS_LIST ")"
 #define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
 
@@ -365,6 +368,8 @@ static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
             cb_i64(&b, j->expires_at);
         else
             cb_field(&b, NULL, 0);
+        cb_i16(&b, j->priority);
+        cb_i64(&b, j->claim_rank);
         free(hdr);
         free(props);
     }
@@ -605,7 +610,8 @@ fail_all:
     "created_at bigint, updated_at bigint, sent_at bigint, attempts "       \
     "integer, max_attempts integer, last_error text, headers text, "        \
     "properties text, body_kind smallint, body bytea, source smallint, "    \
-    "message_id text, schedule text, fire_at bigint, expires_at bigint) "   \
+    "message_id text, schedule text, fire_at bigint, expires_at bigint, "   \
+    "priority smallint, claim_rank bigint) "                                \
     "ON COMMIT DELETE ROWS; END IF; END$$"
 #define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
 #define RUNS_INSERT_SQL                                     \
@@ -699,7 +705,7 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     "UPDATE jobs SET status = 0, attempts = 0, "                           \
     "deliver_at = coalesce($1::bigint, deliver_at), "                      \
     "due_at = greatest(coalesce($1::bigint, deliver_at), " PG_NOW_MS "), " \
-    "delay_ms = $2, updated_at = $3 "                                      \
+    "delay_ms = $2, updated_at = $3, held_by = NULL "                      \
     "WHERE id = $4 AND status = 3 RETURNING "
 
 rmqs_rc pg_update_batch(store_backend *b,
@@ -805,7 +811,7 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                 : pg_exec(pc, "reschedule",
                           "UPDATE jobs SET deliver_at = $1, "
                           "due_at = greatest($1::bigint, " PG_NOW_MS "), "
-                          "delay_ms = $2, updated_at = $3 "
+                          "delay_ms = $2, updated_at = $3, held_by = NULL "
                           "WHERE id = $4 AND status = 0 RETURNING " PG_JOB_COLS,
                           4, vals, lens, fmts, &rc);
     if (rc == RMQS_OK && PQntuples(res) == 1) {

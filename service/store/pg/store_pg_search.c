@@ -151,6 +151,8 @@ static rmqs_rc build(const store_filter *f, q_shape shape,
         add(q, " AND message_id = $%d", param(q, f->message_id, -1));
     if (f->schedule) /* the partial index jobs_schedule */
         add(q, " AND schedule = $%d", param(q, f->schedule, -1));
+    if (f->held_by) /* the partial index jobs_held_by */
+        add(q, " AND held_by = $%d", param(q, f->held_by, -1));
     if (f->exchange)
         add(q, " AND exchange = $%d", param(q, f->exchange, -1));
     if (f->routing_key)

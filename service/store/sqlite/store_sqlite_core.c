@@ -40,9 +40,10 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                   "deliver_at, due_at, delay_ms, created_at, updated_at, "
                   "sent_at, attempts, max_attempts, last_error, headers, "
                   "properties, body_kind, body, source, message_id, "
-                  "schedule, fire_at, expires_at) VALUES "
-                  "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                  "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)"},
+                  "schedule, fire_at, expires_at, priority, claim_rank) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                  "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, "
+                  "?24)"},
     /* a schedule's run (store_schedule_advance): its id is derived from
      * the fire time, so a run created already is simply not inserted */
     [S_INSERT_RUN] = {"insert_run",
@@ -50,10 +51,10 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                       "deliver_at, due_at, delay_ms, created_at, updated_at, "
                       "sent_at, attempts, max_attempts, last_error, headers, "
                       "properties, body_kind, body, source, message_id, "
-                      "schedule, fire_at, expires_at) VALUES "
-                      "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                      "?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) "
-                      "ON CONFLICT (id) DO NOTHING"},
+                      "schedule, fire_at, expires_at, priority, claim_rank) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+                      "?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, "
+                      "?23, ?24) ON CONFLICT (id) DO NOTHING"},
     [S_IDEM_LOOKUP] = {"idem_lookup",
                        "SELECT " JOB_COLS ", request FROM idempotency "
                        "JOIN jobs ON jobs.seq = idempotency.job_seq "
@@ -78,13 +79,15 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
          "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_RESCHEDULE] = {"reschedule",
                       "UPDATE jobs SET deliver_at = ?1, due_at = max(?1, ?3), "
-                      "delay_ms = ?2, updated_at = ?3 "
+                      "delay_ms = ?2, updated_at = ?3, held_by = NULL "
                       "WHERE id = ?4 AND status = 0 RETURNING " JOB_COLS},
     [S_CANCEL] = {"cancel", "UPDATE jobs SET status = 4, updated_at = ?1 "
                             "WHERE id = ?2 AND status = 0 RETURNING " JOB_COLS},
     [S_SETTLE_SENT] = {"settle_sent",
                        "UPDATE jobs SET status = 2, sent_at = ?1, "
-                       "updated_at = ?1 WHERE id = ?2 AND status = 1"},
+                       "updated_at = ?1, held_by = coalesce(?3, held_by), "
+                       "held_ms = CASE WHEN ?3 IS NULL THEN held_ms "
+                       "ELSE ?4 END WHERE id = ?2 AND status = 1"},
     [S_SETTLE_RETRY] = {"settle_retry",
                         "UPDATE jobs SET last_error = ?3, updated_at = ?1, "
                         "status = CASE WHEN attempts >= max_attempts "
@@ -102,6 +105,12 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_SETTLE_FAIL] = {"settle_fail",
                        "UPDATE jobs SET status = 3, last_error = ?3, "
                        "updated_at = ?1 WHERE id = ?2 AND status = 1"},
+    /* held back by a limit: pending again at ?4, the attempt not counted */
+    [S_SETTLE_HOLD] = {"settle_hold",
+                       "UPDATE jobs SET status = 0, "
+                       "attempts = max(attempts - 1, 0), updated_at = ?1, "
+                       "held_by = ?3, due_at = ?4, held_ms = ?5 "
+                       "WHERE id = ?2 AND status = 1"},
     [S_RECOVER] = {"recover", "UPDATE jobs SET status = 0, "
                               "attempts = max(attempts - 1, 0) "
                               "WHERE status = 1"},
@@ -117,7 +126,7 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                  "UPDATE jobs SET status = 0, attempts = 0, "
                  "deliver_at = coalesce(?1, deliver_at), "
                  "due_at = max(coalesce(?1, deliver_at), ?3), delay_ms = ?2, "
-                 "updated_at = ?3 "
+                 "updated_at = ?3, held_by = NULL "
                  "WHERE id = ?4 AND status = 3 RETURNING " JOB_COLS},
 };
 
@@ -391,6 +400,14 @@ rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
                        ? -1
                        : sqlite3_column_int64(s, COL_FIRE_AT);
     out->expires_at = sqlite3_column_int64(s, COL_EXPIRES_AT); /* NULL: 0 */
+    out->priority = sqlite3_column_int(s, COL_PRIORITY);
+    out->claim_rank = sqlite3_column_int64(s, COL_CLAIM_RANK);
+    out->held_ms = sqlite3_column_int64(s, COL_HELD_MS);
+    if (sqlite3_column_type(s, COL_HELD_BY) != SQLITE_NULL) {
+        out->held_by = col_strdup(s, COL_HELD_BY);
+        if (out->held_by == NULL)
+            goto nomem;
+    }
 
     out->exchange = col_strdup(s, COL_EXCHANGE);
     out->routing_key = col_strdup(s, COL_ROUTING_KEY);

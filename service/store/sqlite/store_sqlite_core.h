@@ -43,7 +43,7 @@
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, " \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
     "headers, properties, body_kind, body, source, schedule, fire_at, "      \
-    "expires_at"
+    "expires_at, priority, claim_rank, held_by, held_ms"
 
 enum {
     COL_SEQ,
@@ -68,6 +68,10 @@ enum {
     COL_SCHEDULE,
     COL_FIRE_AT,
     COL_EXPIRES_AT,
+    COL_PRIORITY,
+    COL_CLAIM_RANK,
+    COL_HELD_BY,
+    COL_HELD_MS,
     COL_COUNT
 };
 
@@ -104,6 +108,7 @@ typedef enum stmt_id {
     S_SETTLE_RELEASE,
     S_SETTLE_EXPIRE,
     S_SETTLE_FAIL,
+    S_SETTLE_HOLD,
     S_RECOVER,
     S_CLAIM_HELD,
     S_COUNTS,
@@ -124,10 +129,10 @@ extern const stmt_def sq_stmt_defs[S_COUNT];
  * jobs in due order; the caller stops stepping when it has enough. */
 #define RD_DUE_SQL                                       \
     "SELECT " JOB_COLS " FROM jobs INDEXED BY jobs_due " \
-    "WHERE status = 0 AND due_at <= ?1 ORDER BY due_at, seq"
+    "WHERE status = 0 AND due_at <= ?1 ORDER BY due_at, claim_rank, seq"
 #define RD_NEXT_SQL                                                     \
     "SELECT id, due_at FROM jobs INDEXED BY jobs_due WHERE status = 0 " \
-    "ORDER BY due_at, seq"
+    "ORDER BY due_at, claim_rank, seq"
 
 struct store_backend {
     pthread_mutex_t mu; /* held by every call but the read connection's */

@@ -165,6 +165,7 @@ rmqs_rc sq_record(store_backend *st,
                       : o[i].kind == STORE_OUT_RETRY  ? S_SETTLE_RETRY
                       : o[i].kind == STORE_OUT_EXPIRE ? S_SETTLE_EXPIRE
                       : o[i].kind == STORE_OUT_FAIL   ? S_SETTLE_FAIL
+                      : o[i].kind == STORE_OUT_HOLD   ? S_SETTLE_HOLD
                                                       : S_SETTLE_RELEASE;
         sqlite3_stmt *s = sq_stmt(st, sid);
         int rc;
@@ -176,6 +177,13 @@ rmqs_rc sq_record(store_backend *st,
             sqlite3_bind_int64(s, 4, o[i].retry_at);
         } else if (sid == S_SETTLE_EXPIRE || sid == S_SETTLE_FAIL) {
             sq_bind_text_or_null(s, 3, o[i].error);
+        } else if (sid == S_SETTLE_SENT) {
+            sq_bind_text_or_null(s, 3, o[i].held_by);
+            sqlite3_bind_int64(s, 4, o[i].held_ms);
+        } else if (sid == S_SETTLE_HOLD) {
+            sq_bind_text_or_null(s, 3, o[i].held_by);
+            sqlite3_bind_int64(s, 4, o[i].retry_at);
+            sqlite3_bind_int64(s, 5, o[i].held_ms);
         }
         /* a job no longer publishing (e.g. recovered meanwhile) is left
          * alone: the UPDATE simply matches no row, and counts nothing */

@@ -82,6 +82,8 @@ rmqs_rc sq_insert_job(store_backend *st, stmt_id sid, const job_t *job,
         sqlite3_bind_int64(s, 22, job->expires_at);
     else
         sqlite3_bind_null(s, 22);
+    sqlite3_bind_int(s, 23, job->priority);
+    sqlite3_bind_int64(s, 24, job->claim_rank);
 
     rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) {
@@ -280,7 +282,7 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     stmt_id sid;
     rmqs_rc out;
 
-    if (f && (f->source >= 0 || f->message_id || f->schedule ||
+    if (f && (f->source >= 0 || f->message_id || f->schedule || f->held_by ||
               store_filter_is_search(f)))
         return sq_search_list(st, f, limit, max_bytes, after, jobs_out, n_out,
                               more, last);

@@ -27,6 +27,7 @@
  *               (json_each of the headers; instr() of the body).
  *   message_id  jobs_message_id, sorted
  *   schedule    jobs_schedule (schedule, deliver_at, seq): in order
+ *   held_by     jobs_held_by (held_by, deliver_at, seq): in order
  *   exchange    jobs_exchange (exchange, deliver_at, seq): in order
  *   routing_key jobs_routing_key (routing_key, deliver_at, seq): in order
  *   id_prefix   jobs_id (a range of ids), sorted, when the range holds at
@@ -88,7 +89,8 @@ enum {
     P_HNAME,
     P_HVALUE,
     P_FTS,
-    P_Q
+    P_Q,
+    P_HELD_BY
 };
 
 typedef struct search_sql {
@@ -195,6 +197,7 @@ typedef enum driver {
     D_Q,
     D_MESSAGE_ID,
     D_SCHEDULE,
+    D_HELD_BY,
     D_EXCHANGE,
     D_ROUTING_KEY,
     D_ID,
@@ -208,6 +211,7 @@ static const char *const driver_from[] = {
     [D_Q] = "jobs NOT INDEXED",
     [D_MESSAGE_ID] = "jobs INDEXED BY jobs_message_id",
     [D_SCHEDULE] = "jobs INDEXED BY jobs_schedule",
+    [D_HELD_BY] = "jobs INDEXED BY jobs_held_by",
     [D_EXCHANGE] = "jobs INDEXED BY jobs_exchange",
     [D_ROUTING_KEY] = "jobs INDEXED BY jobs_routing_key",
     [D_ID] = "jobs INDEXED BY jobs_id",
@@ -250,6 +254,8 @@ static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count, bool after,
         d = D_MESSAGE_ID;
     else if (f->schedule != NULL)
         d = D_SCHEDULE;
+    else if (f->held_by != NULL)
+        d = D_HELD_BY;
     else if (f->exchange != NULL)
         d = D_EXCHANGE;
     else if (f->routing_key != NULL)
@@ -288,6 +294,8 @@ static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count, bool after,
         add(q, " AND message_id = ?6");
     if (f->schedule != NULL)
         add(q, " AND schedule = ?7");
+    if (f->held_by != NULL)
+        add(q, " AND held_by = ?18");
     if (f->exchange != NULL)
         add(q, " AND exchange = ?8");
     if (f->routing_key != NULL)
@@ -325,6 +333,8 @@ static void bind(sqlite3_stmt *s, const store_filter *f, const search_sql *q,
         sqlite3_bind_text(s, P_MESSAGE_ID, f->message_id, -1, SQLITE_STATIC);
     if (f->schedule)
         sqlite3_bind_text(s, P_SCHEDULE, f->schedule, -1, SQLITE_STATIC);
+    if (f->held_by)
+        sqlite3_bind_text(s, P_HELD_BY, f->held_by, -1, SQLITE_STATIC);
     if (f->exchange)
         sqlite3_bind_text(s, P_EXCHANGE, f->exchange, -1, SQLITE_STATIC);
     if (f->routing_key)

@@ -1,0 +1,131 @@
+/*
+ * flow.h - flow control at dispatch: when a claimed job may go out under
+ * the limits it matches (token buckets, one per limit or per key value),
+ * and which limit holds it back.
+ *
+ * Why a module: the dispatcher must decide for every job it claims, at
+ * claim time and without waiting for anything, whether a limit lets it go
+ * now, a little later (still within the claim's lookahead: it waits in
+ * memory for its slot) or much later (it goes back to the store, pending,
+ * with held_by and a due time at its estimated slot, where it can be seen,
+ * searched, cancelled, and claimed again when its slot comes). The rules
+ * are pure arithmetic on times the caller passes in, tested alone
+ * (tests/unit/test_flow.c).
+ *
+ * The bucket is GCRA (the generic cell rate algorithm, a token bucket
+ * written as one time per bucket): a limit of rate r and burst b lets a job
+ * out at t if t >= tat - (b - 1) / r, and then tat = max(tat, t) + 1 / r.
+ * Jobs held back get estimated slots behind each other (a bucket's "tail"),
+ * so they come back, and go out, in the order they were claimed (due time,
+ * priority, fair rank); a new job of priority 0 queues behind them, one of
+ * higher priority goes before them. A bucket whose tat and tail have
+ * passed is as good as new and is dropped: "live buckets" are those that
+ * remember something (flow_sweep drops the others). A keyed limit keeps at
+ * most max_buckets live ones; past that, new keys share one overflow
+ * bucket (counted).
+ *
+ * Not thread-safe for its decisions: the dispatcher's feeder thread alone
+ * calls flow_set_limits and flow_admit; flow_stats may be called from any
+ * thread (an internal mutex guards what it reads).
+ */
+#ifndef RMQS_FLOW_H
+#define RMQS_FLOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "job.h"
+#include "limit.h"
+#include "rmqs.h"
+
+typedef struct flow flow_t;
+
+flow_t *flow_new(void);
+void flow_free(flow_t *f);
+
+/* Replace the limits with limits[0..n) (taken over: each is zeroed) and
+ * their canonical specs (copied). A limit whose name and spec are those of
+ * one before keeps its buckets; the others start full. RMQS_ENOMEM leaves
+ * the old set. */
+rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
+                        size_t n);
+
+/* How many limits are set. */
+size_t flow_limit_count(const flow_t *f);
+
+/* Drop the idle buckets of the keyed limits that are half full or more
+ * (at most every 100 ms each): before a claim's verdicts, never between
+ * flow_touched and the last flow_admit of a claim. Feeder thread. */
+void flow_sweep(flow_t *f, int64_t now_ms);
+
+typedef struct flow_verdict {
+    int64_t send_at;   /* wall ms the job may go out at, >= its due_at */
+    bool hold;         /* send_at is past the horizon: give it back */
+    const char *limit; /* the limit that delays it most (borrowed from f
+                          until the next flow_set_limits), or NULL when
+                          no limit delays it (send_at == max(due, now)) */
+    /* The first matching limit with hold_when_queue_ready_over, which the
+     * publisher checks before it publishes (borrowed as limit), or NULL: */
+    const char *hold_limit;
+    const char *hold_queue;
+    int64_t hold_messages;
+} flow_verdict;
+
+/*
+ * Decide for job j, claimed at now_ms, that the caller can keep in memory
+ * until horizon_ms (the claim's lookahead): the verdict in *v. A job no
+ * limit matches goes at max(due_at, now_ms). A job some limits match goes
+ * at the earliest time all of them allow: if that is within the horizon,
+ * its tokens are taken (it is granted); otherwise nothing is taken and
+ * send_at is its estimated slot (hold). j->held_by set means it was held
+ * before: it is one of the queue, not behind it.
+ */
+void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
+                flow_verdict *v);
+
+/*
+ * Shared buckets (several instances on one database): the buckets the
+ * jobs jobs[0..n) fall in, each once, into out[0..cap) (their state is
+ * read and written through tat and tail, in microseconds on the
+ * dispatcher's clock); returns how many (at most cap). The caller puts
+ * the shared state in, calls flow_admit for the jobs, and takes the state
+ * out, all while the store holds the buckets locked. Feeder thread.
+ */
+typedef struct flow_bucket_ref {
+    const char *limit; /* borrowed from f until the next flow_set_limits */
+    char key[LIMIT_KEY_VALUE_MAX + 1]; /* "" for an unkeyed limit and the
+                                          overflow bucket */
+    int64_t *tat, *tail;               /* the bucket in f */
+} flow_bucket_ref;
+
+size_t flow_touched(flow_t *f, const job_t *const *jobs, size_t n,
+                    int64_t now_ms, flow_bucket_ref *out, size_t cap);
+
+/* Count a job held back by limit's queue hold (the publisher's). Any
+ * thread. */
+void flow_count_held(flow_t *f, const char *limit);
+
+/* What one limit did, for /metrics, /limits and the dashboard. */
+typedef struct flow_limit_stats {
+    char name[LIMIT_NAME_MAX + 1];
+    uint64_t granted;  /* jobs let out since the limit was set */
+    uint64_t held;     /* times a job was held back (given back) */
+    uint64_t delayed;  /* jobs let out later than due, within the
+                           lookahead */
+    uint64_t overflow; /* jobs of a new key put in the overflow bucket */
+    size_t buckets;    /* live buckets now */
+    double rate_now;   /* jobs let out per second over the last second
+                           or so */
+} flow_limit_stats;
+
+/* Up to cap limits' stats into out (name order as set); returns how many
+ * limits there are. Any thread. */
+size_t flow_stats(flow_t *f, int64_t now_ms, flow_limit_stats *out, size_t cap);
+
+/* The limits' metrics in the Prometheus text format (rmqs_limit_*:
+ * granted, held, overflow, live buckets, rate over the last second, and
+ * the wait histogram), malloc'd; NULL on ENOMEM. Any thread. */
+char *flow_metrics_text(flow_t *f, int64_t now_ms);
+
+#endif

@@ -425,6 +425,7 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .api_token = cfg->api_token,
                 .policy = svc->policy,
                 .max_schedules = cfg->max_schedules,
+                .max_limits = cfg->max_limits,
                 .public_origins = cfg->public_origin,
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,

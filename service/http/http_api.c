@@ -210,6 +210,10 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? http_schedules_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/schedules/", 11) == 0 && strchr(url + 11, '/') == NULL)
         return http_schedules_one(api, c, method, url + 11, rq);
+    if (strcmp(url, "/limits") == 0 || strcmp(url, "/limits/") == 0)
+        return get ? http_limits_list(api, c) : method_not_allowed(c, "GET");
+    if (strncmp(url, "/limits/", 8) == 0 && strchr(url + 8, '/') == NULL)
+        return http_limits_one(api, c, method, url + 8, rq);
     return http_reply_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,
                             "no such route");
 }

@@ -1,7 +1,7 @@
 /*
  * http_handlers.h - the endpoints that the router (http_api.c) calls, one
- * file each: http_jobs.c, http_schedules.c, http_bulk.c, http_stats.c,
- * http_ui.c. They answer through the reply layer (http_reply.h) and call
+ * file each: http_jobs.c, http_schedules.c, http_limits.c, http_bulk.c,
+ * http_stats.c, http_ui.c. They answer through the reply layer (http_reply.h) and call
  * nothing of the router.
  */
 #ifndef RMQS_HTTP_HANDLERS_H
@@ -46,6 +46,15 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
 enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
                                    const char *method, const char *name,
                                    http_req *rq);
+
+/* ---- the flow limit endpoints (http_limits.c) -------------------------- */
+
+/* GET /limits. */
+enum MHD_Result http_limits_list(http_api_t *api, struct MHD_Connection *c);
+/* PUT, GET, PATCH, DELETE /limits/{name}. */
+enum MHD_Result http_limits_one(http_api_t *api, struct MHD_Connection *c,
+                                const char *method, const char *name,
+                                http_req *rq);
 
 /* POST /jobs/bulk (id NULL) and GET /jobs/bulk/{id} (http_bulk.c). */
 enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,

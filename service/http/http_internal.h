@@ -13,6 +13,7 @@
  *                       /jobs/count, GET/PATCH/DELETE /jobs/{id}, POST
  *                       /jobs/{id}/run and /jobs/{id}/retry
  *     http_schedules.c  /schedules and /schedules/{name}
+ *     http_limits.c     /limits and /limits/{name}
  *     http_bulk.c       POST /jobs/bulk and GET /jobs/bulk/{id}
  *     http_stats.c      GET /stats
  *     http_ui.c         the dashboard at /ui/ and the read-only mode

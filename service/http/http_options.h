@@ -35,6 +35,8 @@ typedef struct http_api_options {
     const char *api_token;      /* NULL: no authentication (borrowed) */
     const pubpol_t *policy;     /* borrowed: --allow-exchanges, the login */
     int64_t max_schedules;      /* a PUT creating one more is refused */
+    int64_t max_limits;         /* PUT /limits creating one more is refused
+                                    (409); 0: 1000 */
     const char *public_origins; /* --public-origin (http_origin.h); NULL:
                                     none (copied) */
     const char *tls_cert_file;  /* both set: serve HTTPS */
@@ -46,6 +48,13 @@ typedef struct http_api_options {
     /* Told of every schedule change (PUT, PATCH, DELETE /schedules); may be
      * NULL (borrowed, outlives the API). */
     scheduler_t *scheduler;
+    /* Called with limits_cls after every change of a limit that the store
+     * committed: a PUT that created or replaced one, a PATCH that changed
+     * one, a DELETE (the same body again changes nothing and calls
+     * nothing). On an HTTP thread, several at once: quick and
+     * thread-safe. May be NULL. */
+    void (*limits_changed)(void *cls);
+    void *limits_cls;
     /* The sampled history for GET /stats; may be NULL (404 then). Borrowed,
      * outlives the API. */
     stats_t *stats;

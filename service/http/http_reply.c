@@ -12,9 +12,10 @@
  * The thread-local request state is the status of the answer queued (the
  * router notes it for metrics) and the API the thread serves, so that
  * answers say Connection: close while it stops. Request checks: the
- * bearer token, the JSON content type, unknown query arguments, integer
- * query values (http_parse_int, the one reader of limit, max, count and
- * window) and --allow-exchanges.
+ * bearer token, the JSON content type, a named resource's method, name
+ * and media type, unknown query arguments, integer query values
+ * (http_parse_int, the one reader of limit, max, count and window) and
+ * --allow-exchanges.
  */
 #include "http_reply.h"
 
@@ -266,6 +267,30 @@ bool http_is_json_content(struct MHD_Connection *c)
     while (*ct == ' ')
         ct++;
     return *ct == '\0' || *ct == ';';
+}
+
+bool http_resource_refused(struct MHD_Connection *c, const char *method,
+                           bool name_ok, enum MHD_Result *ret)
+{
+    bool change = strcmp(method, "PUT") == 0 || strcmp(method, "PATCH") == 0;
+
+    if (!change && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0 &&
+        strcmp(method, "DELETE") != 0)
+        *ret = http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
+                                  "method_not_allowed", NULL,
+                                  "method not allowed", MHD_HTTP_HEADER_ALLOW,
+                                  "PUT, GET, PATCH, DELETE");
+    else if (!name_ok)
+        *ret = http_reply_error(
+            c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "name",
+            "name: 1 to 200 characters of A-Z a-z 0-9 . _ : -");
+    else if (change && !http_is_json_content(c))
+        *ret = http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                "unsupported_media_type", NULL,
+                                "Content-Type must be application/json");
+    else
+        return false;
+    return true;
 }
 
 /* Collect query arguments not in allowed[] (first one wins). */

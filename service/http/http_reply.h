@@ -74,6 +74,13 @@ const char *http_query_unknown(struct MHD_Connection *c,
 /* The same, with the job filter's parameters (http_filter.h) allowed too. */
 const char *http_query_unknown_filter(struct MHD_Connection *c,
                                       const char *const *allowed);
+/* The checks of a named resource's route (/schedules/{name},
+ * /limits/{name}: PUT, GET, PATCH, DELETE) before its handler: another
+ * method is 405 with Allow, a name that is not name_ok 400 (field name),
+ * a PUT or PATCH without application/json 415. True when it answered
+ * (*ret), false when the handler goes on. */
+bool http_resource_refused(struct MHD_Connection *c, const char *method,
+                           bool name_ok, enum MHD_Result *ret);
 /* Whether --allow-exchanges lets a job publish to name. */
 bool http_exchange_allowed(const http_api_t *api, const char *name);
 

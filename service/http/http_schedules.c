@@ -500,21 +500,10 @@ enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
                                    http_req *rq)
 {
     bool put = strcmp(method, "PUT") == 0, patch = strcmp(method, "PATCH") == 0;
+    enum MHD_Result ret;
 
-    if (!put && !patch && strcmp(method, "GET") != 0 &&
-        strcmp(method, "HEAD") != 0 && strcmp(method, "DELETE") != 0)
-        return http_reply_error_h(c, MHD_HTTP_METHOD_NOT_ALLOWED,
-                                  "method_not_allowed", NULL,
-                                  "method not allowed", MHD_HTTP_HEADER_ALLOW,
-                                  "PUT, GET, PATCH, DELETE");
-    if (!schedule_name_valid(name))
-        return http_reply_error(
-            c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "name",
-            "name: 1 to 200 characters of A-Z a-z 0-9 . _ : -");
-    if ((put || patch) && !http_is_json_content(c))
-        return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
-                                "unsupported_media_type", NULL,
-                                "Content-Type must be application/json");
+    if (http_resource_refused(c, method, schedule_name_valid(name), &ret))
+        return ret;
     if (put)
         return h_put(api, c, name, rq);
     if (patch)

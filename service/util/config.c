@@ -194,6 +194,10 @@ static const opt_def opt_table[] = {
      "recurring schedules the service keeps; a PUT "
      "that would create one more is 409",
      NULL},
+    {"max-limits", "RMQS_MAX_LIMITS", OPT_INT, F(max_limits), "1000", 1, 100000,
+     "flow limits the service keeps (PUT /limits/{name}); a PUT that would "
+     "create one more is 409",
+     NULL},
     {"search-timeout-ms", "RMQS_SEARCH_TIMEOUT_MS", OPT_INT,
      F(search_timeout_ms), "2000", 10, 600000,
      "a job list, count or search "

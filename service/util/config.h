@@ -81,6 +81,7 @@ typedef struct config {
     int64_t lease_ms;       /* PostgreSQL: a claim's lease (renewed) */
     int64_t search_timeout_ms; /* a list, count or search's budget */
     int64_t max_schedules;     /* PUT refuses to create more */
+    int64_t max_limits;        /* PUT /limits refuses to create more */
     int64_t schedule_lead_ms;  /* runs of schedules are created this early */
     int64_t stats_interval_ms; /* GET /stats samples this often */
     int64_t bulk_pause_ms;     /* pause between the pages of a bulk action */

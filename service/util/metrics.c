@@ -45,6 +45,8 @@ static const char *const route_names[MR_COUNT] = {"/schedule",
                                                   "/stats",
                                                   "/jobs/bulk",
                                                   "/jobs/bulk/{id}",
+                                                  "/limits",
+                                                  "/limits/{name}",
                                                   "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
@@ -210,6 +212,10 @@ metrics_route metrics_route_of(const char *url)
         return MR_SCHEDULES;
     if (strncmp(url, "/schedules/", 11) == 0)
         return MR_SCHEDULE_ONE;
+    if (strcmp(url, "/limits") == 0 || strcmp(url, "/limits/") == 0)
+        return MR_LIMITS;
+    if (strncmp(url, "/limits/", 8) == 0)
+        return MR_LIMIT_ONE;
     if (strcmp(url, "/healthz") == 0)
         return MR_HEALTHZ;
     if (strcmp(url, "/readyz") == 0)

@@ -30,6 +30,8 @@ typedef enum metrics_route {
     MR_STATS,
     MR_JOBS_BULK,
     MR_JOBS_BULK_ONE,
+    MR_LIMITS,
+    MR_LIMIT_ONE,
     MR_OTHER,
     MR_COUNT
 } metrics_route;

@@ -1,7 +1,7 @@
 """The documentation's examples are what the service takes and answers,
 and its links lead somewhere. For README.md and every docs/*.md: each
 ```json block validates against the api/openapi.yaml schema it shows (a
-job, an error, a batch error, a schedule), each JSON body of a curl command
+job, an error, a batch error, a schedule, a limit), each JSON body of a curl command
 in a ```sh block against the request schema of its route, and the "Schedule
 a message" request sent to the real service answers a job with the same
 members as the job example (so a field the server adds, like `source`,
@@ -42,6 +42,10 @@ def answer_schema(value):
         return "Job"
     if isinstance(value, dict) and {"name", "next_runs"} <= set(value):
         return "Schedule"
+    if isinstance(value, dict) and {"name", "generation"} <= set(value):
+        return "Limit"
+    if isinstance(value, dict) and "limits" in value:
+        return "LimitList"
     return None
 
 
@@ -71,7 +75,9 @@ REQUEST_SCHEMAS = {("POST", "/schedule"): "ScheduleRequest",
                    ("POST", "/jobs/{id}/retry"): "RetryRequest",
                    ("POST", "/jobs/bulk"): "BulkRequest",
                    ("PUT", "/schedules/{name}"): "ScheduleSpec",
-                   ("PATCH", "/schedules/{name}"): "SchedulePatch"}
+                   ("PATCH", "/schedules/{name}"): "SchedulePatch",
+                   ("PUT", "/limits/{name}"): "LimitRequest",
+                   ("PATCH", "/limits/{name}"): "LimitPatch"}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +101,7 @@ def test_every_json_example_of_the_docs_matches_its_schema(contract):
         errs = contract.schemas.errors(schema(name), value)
         assert not errs, f"{place} ({name}): {errs}"
         checked.append(name)
-    assert {"Job", "BatchError", "Schedule"} <= set(checked), checked
+    assert {"Job", "BatchError", "Schedule", "Limit"} <= set(checked), checked
 
 
 def test_every_curl_body_of_the_docs_matches_its_request_schema(contract):
@@ -112,7 +118,7 @@ def test_every_curl_body_of_the_docs_matches_its_request_schema(contract):
         assert not errs, f"{place} ({name}): {errs}"
         checked.append(name)
     assert {"ScheduleRequest", "RescheduleRequest", "ScheduleSpec",
-            "SchedulePatch"} <= set(checked), checked
+            "SchedulePatch", "LimitRequest", "LimitPatch"} <= set(checked), checked
 
 
 def test_the_docs_job_is_what_the_service_answers_to_the_docs_request(service):

@@ -262,7 +262,8 @@ class OpenApiContract:
     """api/openapi.yaml, to look operations up and check answers."""
 
     # Paths the server answers as another (info.description says so).
-    ALIASES = {"/jobs/": "/jobs", "/schedules/": "/schedules"}
+    ALIASES = {"/jobs/": "/jobs", "/schedules/": "/schedules",
+               "/limits/": "/limits"}
 
     def __init__(self, path=OPENAPI_PATH):
         try:
@@ -288,7 +289,8 @@ class OpenApiContract:
 
     def path_template(self, path):
         """The documented path template that path (no query) falls under,
-        or None. /jobs/ is /jobs, /schedules/ is /schedules (README, http_api.c)."""
+        or None. /jobs/ is /jobs, /schedules/ is /schedules, /limits/ is
+        /limits (README, http_api.c)."""
         path = path.split("?", 1)[0].split("#", 1)[0]
         path = self.ALIASES.get(path, path)
         for _, template, rx in self._templates:

@@ -27,6 +27,9 @@ Test(metrics, routes_are_classified_without_ids_in_labels)
     cr_expect_eq(
         metrics_route_of("/jobs/bulk/0190a1b2-0000-7000-8000-000000000000"),
         MR_JOBS_BULK_ONE);
+    cr_expect_eq(metrics_route_of("/limits"), MR_LIMITS);
+    cr_expect_eq(metrics_route_of("/limits/"), MR_LIMITS);
+    cr_expect_eq(metrics_route_of("/limits/orders.eu"), MR_LIMIT_ONE);
     cr_expect_eq(metrics_route_of("/nope"), MR_OTHER);
 }
 

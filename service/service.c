@@ -85,6 +85,13 @@ static bool ingest_up(void *cls)
     return ingest_connected(cls);
 }
 
+/* PUT, PATCH, DELETE /limits: the dispatcher reads them again before its
+ * next claim. */
+static void limits_changed(void *cls)
+{
+    disp_limits_changed(cls);
+}
+
 /* Create the folder that will hold path (like mkdir -p of its dirname). */
 static rmqs_rc make_parent_dirs(const char *path, rmqs_error *err)
 {
@@ -426,6 +433,8 @@ static rmqs_rc start_http(service_t *svc, const job_limits *limits)
                 .policy = svc->policy,
                 .max_schedules = cfg->max_schedules,
                 .max_limits = cfg->max_limits,
+                .limits_changed = limits_changed,
+                .limits_cls = svc->disp,
                 .public_origins = cfg->public_origin,
                 .tls_cert_file = cfg->tls_cert_file,
                 .tls_key_file = cfg->tls_key_file,

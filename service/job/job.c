@@ -638,7 +638,7 @@ rmqs_rc job_from_json(json_t *root, const job_limits *lim, int64_t now_ms,
         }
         job.priority = (int)json_integer_value(pr);
     }
-    job.claim_rank = -(int64_t)job.priority << 32;
+    job.claim_rank = -((int64_t)job.priority << 32);
 
     job.exchange = strdup(exchange);
     job.routing_key = strdup(routing_key);

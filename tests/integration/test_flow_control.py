@@ -20,7 +20,7 @@ Due times are built from now; every wait is for a condition."""
 
 import time
 
-from helpers import wait_until
+from helpers import ts_ms, wait_until
 from pylib.metrics import metric
 from pylib.times import format_ts_ms
 
@@ -72,8 +72,10 @@ def test_rate_limit_spreads_a_burst_in_due_order(service, amqp_factory):
     held = wait_until(some_held, 15, "jobs held by the limit to be listed")
     for j in held:
         assert j["held_by"] == "orders", j
-        assert j["next_attempt_at"] is not None
         assert j["held_ms"] > 0, j
+        # pending until its slot comes (then claimed: publishing)
+        if j["status"] == "pending":
+            assert j["next_attempt_at"] is not None, j
 
     got = limited.wait_for_jobs(ids, timeout=60)
     free.wait_for_jobs(free_ids, timeout=30)
@@ -162,6 +164,11 @@ def test_priority_orders_jobs_due_together_and_overtakes_held_ones(
 
 
 def test_fair_key_keeps_a_small_tenant_on_time(service, amqp):
+    """The service's part is measured where it ends: when the broker
+    confirmed each publish (sent_at) and the order the queue holds them in.
+    When a Python consumer on a loaded machine gets them is the broker's
+    and the consumer's (the benchmark measures arrival, with a C
+    consumer)."""
     svc = service("--fair-key", "header:tenant")
     due = int(time.time() * 1000) + 12000
     a = batch(svc, [job(amqp, due, f"a{k}", headers={"tenant": "A"})
@@ -169,15 +176,23 @@ def test_fair_key_keeps_a_small_tenant_on_time(service, amqp):
     b = batch(svc, [job(amqp, due, f"b{k}", headers={"tenant": "B"})
                     for k in range(100)])
     assert time.time() * 1000 < due, "scheduling took past the due time"
-    got = amqp.wait_for_jobs(a + b, timeout=120)
-    b_late = sorted(got[i][0].received_at - due / 1000 for i in b)
-    a_end = max(got[i][0].received_at for i in a) - due / 1000
-    assert b_late[0] >= -0.001, "a job of B arrived early"
-    assert b_late[-1] <= 0.3, \
-        f"B's last job {b_late[-1] * 1000:.0f} ms late (A drained in " \
-        f"{a_end * 1000:.0f} ms)"
-    print(f"fair: B's jobs at most {b_late[-1] * 1000:.1f} ms late; "
-          f"A's 20,000 drained in {a_end * 1000:.0f} ms")
+    amqp.wait_for_jobs(a + b, timeout=120)
+    order = [m.body.decode() for m in amqp.snapshot()]
+    b_at = [i for i, body in enumerate(order) if body.startswith("b")]
+    # round-robin: B's k-th job right after A's k-th
+    assert b_at == [2 * k + 1 for k in range(100)], b_at[:10]
+    assert order[:4] == ["a0", "b0", "a1", "b1"], order[:4]
+    a_order = [int(x[1:]) for x in order if x.startswith("a")]
+    assert a_order == sorted(a_order), "A's own jobs stay in order"
+    wait_until(lambda: count(svc, "sent") == 20100, 30, "all recorded sent")
+    sent_b = [ts_ms(svc.job(i)["sent_at"]) - due for i in b]
+    sent_a_last = max(ts_ms(svc.job(i)["sent_at"]) for i in a[-50:]) - due
+    assert min(sent_b) >= 0, "a job of B went early"
+    assert max(sent_b) <= 300, \
+        f"B's last job confirmed {max(sent_b)} ms after its due time " \
+        f"(A's last {sent_a_last} ms)"
+    print(f"fair: B's jobs confirmed at most {max(sent_b)} ms after due; "
+          f"A's 20,000 by {sent_a_last} ms")
 
 
 def test_without_fair_key_jobs_due_together_go_in_arrival_order(

@@ -350,32 +350,64 @@ void flow_count_held(flow_t *f, const char *limit)
     pthread_mutex_unlock(&f->mu);
 }
 
-size_t flow_stats(flow_t *f, int64_t now_ms, flow_limit_stats *out, size_t cap)
+/* x's stats into *out. f->mu held. */
+static void stats_locked(const lim *x, int64_t now_ms, flow_limit_stats *out)
 {
     int64_t now_slot = now_ms * US / RATE_SLOT_US;
+    uint64_t sum = 0, n = 0, seen = 0;
+
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", x->l.name);
+    out->granted = x->granted;
+    out->held = x->held;
+    out->delayed = x->delayed;
+    out->overflow = x->overflow;
+    out->buckets =
+        x->keyed != NULL ? g_hash_table_size(x->keyed) : (x->t_us > 0);
+    for (int s = 0; s < RATE_SLOTS; s++)
+        if (x->slot_at[s] < now_slot && x->slot_at[s] >= now_slot - 10)
+            sum += x->slot_n[s];
+    out->rate_now = (double)sum; /* the last 10 slots: one second */
+    for (size_t b = 0; b <= WAIT_N; b++)
+        n += x->wait[b];
+    out->wait_count = n;
+    out->wait_p50_ms = out->wait_p99_ms = -1;
+    for (size_t b = 0; n > 0 && b <= WAIT_N; b++) {
+        int64_t bound = wait_bounds_ms[b < WAIT_N ? b : WAIT_N - 1];
+        seen += x->wait[b];
+        if (out->wait_p50_ms < 0 && seen * 2 >= n)
+            out->wait_p50_ms = bound;
+        if (out->wait_p99_ms < 0 && seen * 100 >= n * 99)
+            out->wait_p99_ms = bound;
+    }
+}
+
+size_t flow_stats(flow_t *f, int64_t now_ms, flow_limit_stats *out, size_t cap)
+{
     size_t n;
 
     pthread_mutex_lock(&f->mu);
     n = f->n;
-    for (size_t i = 0; i < n && i < cap; i++) {
-        const lim *x = &f->lims[i];
-        uint64_t sum = 0;
-
-        memset(&out[i], 0, sizeof out[i]);
-        snprintf(out[i].name, sizeof out[i].name, "%s", x->l.name);
-        out[i].granted = x->granted;
-        out[i].held = x->held;
-        out[i].delayed = x->delayed;
-        out[i].overflow = x->overflow;
-        out[i].buckets =
-            x->keyed != NULL ? g_hash_table_size(x->keyed) : (x->t_us > 0);
-        for (int s = 0; s < RATE_SLOTS; s++)
-            if (x->slot_at[s] < now_slot && x->slot_at[s] >= now_slot - 10)
-                sum += x->slot_n[s];
-        out[i].rate_now = (double)sum; /* the last 10 slots: one second */
-    }
+    for (size_t i = 0; i < n && i < cap; i++)
+        stats_locked(&f->lims[i], now_ms, &out[i]);
     pthread_mutex_unlock(&f->mu);
     return n;
+}
+
+bool flow_stats_of(flow_t *f, const char *name, int64_t now_ms,
+                   flow_limit_stats *out)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->n && !found; i++) {
+        if (strcmp(f->lims[i].l.name, name) == 0) {
+            stats_locked(&f->lims[i], now_ms, out);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return found;
 }
 
 /* Append printf-style text to a growing buffer; false once out of

@@ -109,19 +109,28 @@ void flow_count_held(flow_t *f, const char *limit);
 /* What one limit did, for /metrics, /limits and the dashboard. */
 typedef struct flow_limit_stats {
     char name[LIMIT_NAME_MAX + 1];
-    uint64_t granted;  /* jobs let out since the limit was set */
-    uint64_t held;     /* times a job was held back (given back) */
-    uint64_t delayed;  /* jobs let out later than due, within the
+    uint64_t granted;    /* jobs let out since the limit was set */
+    uint64_t held;       /* times a job was held back (given back) */
+    uint64_t delayed;    /* jobs let out later than due, within the
                            lookahead */
-    uint64_t overflow; /* jobs of a new key put in the overflow bucket */
-    size_t buckets;    /* live buckets now */
-    double rate_now;   /* jobs let out per second over the last second
+    uint64_t overflow;   /* jobs of a new key put in the overflow bucket */
+    size_t buckets;      /* live buckets now */
+    double rate_now;     /* jobs let out per second over the last second
                            or so */
+    uint64_t wait_count; /* jobs let out that a limit had held back */
+    int64_t wait_p50_ms, wait_p99_ms; /* their wait in all, as the upper
+                           bound of the histogram's bucket (-1: none; the
+                           last bound for the +Inf bucket) */
 } flow_limit_stats;
 
 /* Up to cap limits' stats into out (name order as set); returns how many
  * limits there are. Any thread. */
 size_t flow_stats(flow_t *f, int64_t now_ms, flow_limit_stats *out, size_t cap);
+
+/* One limit's stats; false if f has no limit of that name (yet). Any
+ * thread. */
+bool flow_stats_of(flow_t *f, const char *name, int64_t now_ms,
+                   flow_limit_stats *out);
 
 /* The limits' metrics in the Prometheus text format (rmqs_limit_*:
  * granted, held, overflow, live buckets, rate over the last second, and

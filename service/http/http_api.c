@@ -52,6 +52,7 @@
 
 #include "flow.h"
 #include "http_handlers.h"
+#include "limit.h"
 #include "log.h"
 #include "netaddr.h"
 #include "metrics.h"
@@ -111,6 +112,44 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
     return http_reply_json(c, MHD_HTTP_SERVICE_UNAVAILABLE, j, NULL, NULL);
 }
 
+/* The limits' families: the dispatcher's (flow_metrics_text), then
+ * rmqs_limit_held_jobs, counted in the store (every instance's held jobs).
+ * malloc'd; NULL on ENOMEM. */
+static char *limits_metrics(http_api_t *api)
+{
+    flow_t *f = disp_flow(api->disp);
+    char *text = flow_metrics_text(f, tu_now_ms());
+    flow_limit_stats *st = NULL;
+    size_t n = flow_stats(f, tu_now_ms(), NULL, 0), len, cap;
+    static const char head[] =
+        "# HELP rmqs_limit_held_jobs Pending jobs a limit holds back now\n"
+        "# TYPE rmqs_limit_held_jobs gauge\n";
+
+    if (text == NULL)
+        return NULL;
+    st = n ? calloc(n, sizeof(*st)) : NULL;
+    n = st ? flow_stats(f, tu_now_ms(), st, n) : 0;
+    len = strlen(text);
+    cap = len + sizeof head + n * (LIMIT_NAME_MAX + 64);
+    char *all = realloc(text, cap);
+    if (all == NULL) {
+        free(text);
+        free(st);
+        return NULL;
+    }
+    len += (size_t)snprintf(all + len, cap - len, "%s", head);
+    for (size_t i = 0; i < n; i++) {
+        bool capped;
+        int64_t held = http_limit_held_now(api, st[i].name, &capped);
+        if (held >= 0)
+            len += (size_t)snprintf(all + len, cap - len,
+                                    "rmqs_limit_held_jobs{limit=\"%s\"} %lld\n",
+                                    st[i].name, (long long)held);
+    }
+    free(st);
+    return all;
+}
+
 static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 {
     metrics_sources src = {0};
@@ -125,7 +164,7 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
         store_schedule_counts(api->st, src.schedules_by_state) == RMQS_OK;
     src.tzdata_version = api->opt.tzdata_version;
     text = metrics_render(&src);
-    limits = flow_metrics_text(disp_flow(api->disp), tu_now_ms());
+    limits = limits_metrics(api);
     if (text != NULL && limits != NULL) { /* the limits' families after */
         size_t a = strlen(text), n = strlen(limits);
         char *all = realloc(text, a + n + 1);

@@ -51,6 +51,11 @@ enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
 
 /* GET /limits. */
 enum MHD_Result http_limits_list(http_api_t *api, struct MHD_Connection *c);
+/* How many pending jobs limit `name` holds now (GET /limits' stats and
+ * rmqs_limit_held_jobs), counted up to HELD_COUNT_CAP (*capped then);
+ * -1 if the store cannot say. */
+#define HELD_COUNT_CAP 1000000
+int64_t http_limit_held_now(http_api_t *api, const char *name, bool *capped);
 /* PUT, GET, PATCH, DELETE /limits/{name}. */
 enum MHD_Result http_limits_one(http_api_t *api, struct MHD_Connection *c,
                                 const char *method, const char *name,

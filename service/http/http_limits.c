@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow.h"
 #include "limit.h"
 #include "log.h"
 #include "schedule.h"
@@ -48,9 +49,47 @@ static void changed(http_api_t *api)
         api->opt.limits_changed(api->opt.limits_cls);
 }
 
+/* How many pending jobs limit `name` holds now (a count capped at
+ * HELD_COUNT_CAP), -1 if the store cannot say. */
+int64_t http_limit_held_now(http_api_t *api, const char *name, bool *capped)
+{
+    store_filter f = {.status = JOB_PENDING, .source = -1, .held_by = name};
+    int64_t n = -1;
+
+    *capped = false;
+    if (store_count(api->st, &f, HELD_COUNT_CAP, &n, capped) != RMQS_OK)
+        return -1;
+    return n;
+}
+
+/* What this instance's dispatcher did under the limit (flow_stats_of) and
+ * what the limit holds now, as the representation's "stats"; NULL when the
+ * dispatcher has not read the limit yet. */
+static json_t *stats_json(http_api_t *api, const char *name)
+{
+    flow_limit_stats st;
+    bool capped;
+    int64_t held;
+
+    if (!flow_stats_of(disp_flow(api->disp), name, tu_now_ms(), &st))
+        return json_null();
+    held = http_limit_held_now(api, name, &capped);
+    return json_pack(
+        "{s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:f, s:{s:I, s:o, s:o}}",
+        "held_now", held >= 0 ? json_integer(held) : json_null(),
+        "held_now_capped", capped, "granted", (json_int_t)st.granted, "held",
+        (json_int_t)st.held, "delayed", (json_int_t)st.delayed, "overflow",
+        (json_int_t)st.overflow, "buckets", (json_int_t)st.buckets,
+        "rate_per_s", st.rate_now, "wait_ms", "count",
+        (json_int_t)st.wait_count, "p50",
+        st.wait_p50_ms >= 0 ? json_integer(st.wait_p50_ms) : json_null(), "p99",
+        st.wait_p99_ms >= 0 ? json_integer(st.wait_p99_ms) : json_null());
+}
+
 /* The representation of row (new reference, NULL on failure): the
- * canonical spec's members, name, generation, created_at, updated_at. */
-static json_t *limit_json(const store_limit *row)
+ * canonical spec's members, name, generation, created_at, updated_at, and
+ * this instance's stats. */
+static json_t *limit_json(http_api_t *api, const store_limit *row)
 {
     limit_t l;
     rmqs_error err = {0};
@@ -71,7 +110,8 @@ static json_t *limit_json(const store_limit *row)
          json_object_set_new(o, "created_at",
                              schedule_time_json(row->created_at)) != 0 ||
          json_object_set_new(o, "updated_at",
-                             schedule_time_json(row->updated_at)) != 0)) {
+                             schedule_time_json(row->updated_at)) != 0 ||
+         json_object_set_new(o, "stats", stats_json(api, row->name)) != 0)) {
         json_decref(o);
         o = NULL;
     }
@@ -80,10 +120,10 @@ static json_t *limit_json(const store_limit *row)
     return o;
 }
 
-static enum MHD_Result reply_limit(struct MHD_Connection *c, unsigned status,
-                                   const store_limit *row)
+static enum MHD_Result reply_limit(http_api_t *api, struct MHD_Connection *c,
+                                   unsigned status, const store_limit *row)
 {
-    json_t *o = limit_json(row);
+    json_t *o = limit_json(api, row);
 
     if (o == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "cannot show the limit");
@@ -127,7 +167,7 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
                  (long long)row.generation);
         changed(api);
     }
-    ret = reply_limit(c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, &row);
+    ret = reply_limit(api, c, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, &row);
     store_limit_clear(&row);
     return ret;
 }
@@ -158,7 +198,7 @@ static enum MHD_Result h_patch(http_api_t *api, struct MHD_Connection *c,
         limit_clear(&l);
         if (strcmp(merged, old.spec) == 0) { /* nothing to change */
             free(merged);
-            ret = reply_limit(c, MHD_HTTP_OK, &old);
+            ret = reply_limit(api, c, MHD_HTTP_OK, &old);
             goto out;
         }
         store_limit_clear(&stored);
@@ -178,7 +218,7 @@ static enum MHD_Result h_patch(http_api_t *api, struct MHD_Connection *c,
         log_info(MOD, "limit changed", "limit=\"%s\" generation=%lld", name,
                  (long long)stored.generation);
         changed(api);
-        ret = reply_limit(c, MHD_HTTP_OK, &stored);
+        ret = reply_limit(api, c, MHD_HTTP_OK, &stored);
     }
 out:
     store_limit_clear(&old);
@@ -227,7 +267,7 @@ static enum MHD_Result h_get(http_api_t *api, struct MHD_Connection *c,
         return reply_not_found(c);
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, NULL, "cannot read the limit");
-    ret = reply_limit(c, MHD_HTTP_OK, &row);
+    ret = reply_limit(api, c, MHD_HTTP_OK, &row);
     store_limit_clear(&row);
     return ret;
 }
@@ -265,7 +305,7 @@ enum MHD_Result http_limits_list(http_api_t *api, struct MHD_Connection *c)
         return http_reply_rc(c, rc, NULL, "cannot list the limits");
     list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
-        json_t *o = limit_json(&rows[i]);
+        json_t *o = limit_json(api, &rows[i]);
         if (o == NULL || json_array_append_new(list, o) != 0) {
             json_decref(list);
             list = NULL;

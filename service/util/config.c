@@ -117,7 +117,7 @@ static const opt_def opt_table[] = {
      NULL},
     {"fair-key", "RMQS_FAIR_KEY", OPT_STR, F(fair_key), NULL, 0, 0,
      "jobs due at the same ms go out round-robin across this key's values: "
-     "header:NAME, routing_key or exchange (default: arrival order)",
+     "header:NAME, routing_key or exchange; unset: in arrival order",
      NULL},
     {"stats-interval-ms", "RMQS_STATS_INTERVAL_MS", OPT_INT,
      F(stats_interval_ms), "10000", 100, 60000,

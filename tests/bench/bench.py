@@ -56,6 +56,7 @@ import stores  # issue 12: SQLite / PostgreSQL 1 / PostgreSQL 3, side by side
 import schedules  # issue 13: N recurring schedules firing at one minute boundary
 import search  # issue 14: the search's insert cost and request times at N jobs
 import poison  # issue 21: a job the broker refuses for a whole channel, in a burst
+import flow  # issue 23: limits' cost, a drain's neighbour, fairness, shared limits
 
 
 # --- the benchmark ----------------------------------------------------------------------
@@ -110,6 +111,8 @@ class Bench(benchlib.BenchBase, Precision, Burst, Ingest, Comparisons, Backlog):
             self.step("search", search.scenario, self, svc)
         if only is not None and "poison" in only:  # only when asked
             self.step("poison", poison.scenario, self, svc)
+        if only is not None and "flow" in only:  # issue 23; only when asked
+            self.step("flow", flow.scenario, self, svc)
         if want("backlog"):
             try:
                 (pending,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due WHERE status = 0")
@@ -303,6 +306,8 @@ def table(R, a):
         search.table_rows(R["search"], row)
     if R.get("poison"):
         poison.table_rows(R["poison"], row)
+    if R.get("flow"):
+        flow.table_rows(R["flow"], row)
     return rows
 
 
@@ -371,7 +376,7 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog,stores,schedules,search,poison")
+                    "comparisons,ingest,backlog,stores,schedules,search,poison,flow")
     ap.add_argument("--search-jobs", type=int, default=1_000_000,
                     help="search scenario: jobs on SQLite (--full: 10,000,000)")
     ap.add_argument("--search-pg-jobs", type=int, default=1_000_000,

@@ -9,6 +9,7 @@
 #   tests/bench/run.sh --only stores           # SQLite vs PostgreSQL 1 and 3 instances
 #   tests/bench/run.sh --only schedules        # 100,000 schedules firing at one minute
 #   tests/bench/run.sh --only poison           # a poison job in a burst of 20,000
+#   tests/bench/run.sh --only flow             # limits, fairness, shared limits (issue 23)
 #   tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
 #   tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
 #   tests/bench/run.sh -- --precision-seconds 5 # after --: options of bench.py

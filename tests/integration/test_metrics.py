@@ -42,6 +42,13 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_schedule_runs_total": "counter",
     "rmqs_schedules": "gauge",
     "rmqs_build_info": "gauge",
+    "rmqs_limit_granted_total": "counter",
+    "rmqs_limit_held_total": "counter",
+    "rmqs_limit_overflow_total": "counter",
+    "rmqs_limit_buckets": "gauge",
+    "rmqs_limit_rate_per_second": "gauge",
+    "rmqs_limit_wait_seconds": "histogram",
+    "rmqs_limit_held_jobs": "gauge",
 }
 
 

@@ -344,8 +344,10 @@ static void publish_loop(disp_t *d, int64_t idle_cap, qstates *qs)
         int64_t now = disp_now(d), next_due = INT64_MAX;
         bool blocked = amqpp_blocked(d->pub);
 
-        if (blocked != was_blocked) /* tell the feeder only of changes */
+        if (blocked != was_blocked) { /* tell the feeder only of changes */
             set_can_claim(d, !blocked);
+            atomic_store(&d->blocked, blocked);
+        }
         was_blocked = blocked;
         if (blocked)
             release_ahead(d); /* hand them back; claimed again once unblocked */
@@ -471,6 +473,7 @@ void *disp_publisher_main(void *arg)
 
         publish_loop(d, idle_cap, &qs);
 
+        atomic_store(&d->blocked, false);
         if (!amqpp_connected(d->pub)) {
             atomic_store(&d->connected, false);
             set_can_claim(d, false);

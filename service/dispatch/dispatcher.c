@@ -122,6 +122,7 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->next_claim_at = INT64_MIN; /* claim at once */
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
+    atomic_init(&d->blocked, false);
     d->flow = flow_new();
     d->limits_read_at = INT64_MIN;
     atomic_init(&d->limits_kick, false);
@@ -149,6 +150,11 @@ void disp_limits_changed(disp_t *d)
 flow_t *disp_flow(disp_t *d)
 {
     return d->flow;
+}
+
+bool disp_broker_blocked(disp_t *d)
+{
+    return atomic_load(&d->blocked);
 }
 
 bool disp_broker_connected(disp_t *d)

@@ -45,6 +45,11 @@ void disp_limits_changed(disp_t *d);
  * Lives as long as d. */
 flow_t *disp_flow(disp_t *d);
 
+/* Whether the broker blocks publishing (connection.blocked: a memory or
+ * disk alarm), so everything waits (for /readyz and /metrics). Any
+ * thread. */
+bool disp_broker_blocked(disp_t *d);
+
 /* Whether the AMQP connection is up (for /readyz). Any thread. */
 bool disp_broker_connected(disp_t *d);
 

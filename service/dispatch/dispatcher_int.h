@@ -63,6 +63,8 @@ struct disp {
                                the dispatcher from claim to record */
 
     atomic_bool connected;
+    atomic_bool
+        blocked; /* the broker blocked publishing (connection.blocked) */
 
     /* Flow control (flow.h): the limits as last read from the store, used
      * by the feeder alone; read again every LIMITS_REFRESH_MS and when

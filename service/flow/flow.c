@@ -27,9 +27,9 @@ static const int64_t wait_bounds_ms[] = {
 #define WAIT_N (sizeof wait_bounds_ms / sizeof wait_bounds_ms[0])
 
 typedef struct bucket {
-    int64_t tat;  /* theoretical arrival time, us: the next conforming
-                     instant once the burst is used up */
-    int64_t tail; /* the latest slot estimated for a held job, us */
+    int64_t tat; /* theoretical arrival time, us: the next conforming
+                    instant once the burst is used up (the next free slot
+                    is tat - tau) */
 } bucket;
 
 typedef struct lim {
@@ -88,14 +88,20 @@ size_t flow_limit_count(const flow_t *f)
     return f->n;
 }
 
-/* The old limit of this name and spec, or NULL. */
-static lim *find_same(flow_t *f, const char *name, const char *spec)
+/* The old limit of this name, or NULL. */
+static lim *find_named(flow_t *f, const char *name)
 {
     for (size_t i = 0; i < f->n; i++)
-        if (f->lims[i].l.name != NULL && strcmp(f->lims[i].l.name, name) == 0 &&
-            strcmp(f->lims[i].spec, spec) == 0)
+        if (f->lims[i].l.name != NULL && strcmp(f->lims[i].l.name, name) == 0)
             return &f->lims[i];
     return NULL;
+}
+
+/* Whether two limits' keys make the same buckets. */
+static bool same_key(const flow_key *a, const flow_key *b)
+{
+    return a->kind == b->kind &&
+           (a->kind != FLOW_KEY_HEADER || strcmp(a->header, b->header) == 0);
 }
 
 rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
@@ -118,16 +124,8 @@ rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
     }
     pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < n; i++) {
-        lim *x = &nl[i], *same = find_same(f, limits[i].name, specs[i]);
+        lim *x = &nl[i], *was = find_named(f, limits[i].name);
 
-        if (same != NULL) { /* keep its buckets and counts */
-            char *spec = x->spec;
-            limit_clear(&limits[i]);
-            *x = *same;
-            free(spec);
-            memset(same, 0, sizeof *same); /* moved */
-            continue;
-        }
         x->l = limits[i];
         memset(&limits[i], 0, sizeof limits[i]);
         if (x->l.rate_per_s > 0) {
@@ -135,10 +133,31 @@ rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
             x->t_us = t < 1 ? 1 : (int64_t)(t + 0.5);
             x->tau_us = (int64_t)((double)(x->l.burst - 1) * t + 0.5);
         }
-        x->one.tat = x->one.tail = INT64_MIN / 2;
-        if (x->l.key.kind != FLOW_KEY_NONE)
-            x->keyed =
-                g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
+        if (was != NULL && strcmp(was->spec, x->spec) == 0) {
+            /* unchanged: its counts go on */
+            x->granted = was->granted;
+            x->held = was->held;
+            x->delayed = was->delayed;
+            x->overflow = was->overflow;
+            memcpy(x->slot_at, was->slot_at, sizeof x->slot_at);
+            memcpy(x->slot_n, was->slot_n, sizeof x->slot_n);
+            memcpy(x->wait, was->wait, sizeof x->wait);
+            x->wait_sum_ms = was->wait_sum_ms;
+        }
+        if (was != NULL && same_key(&was->l.key, &x->l.key)) {
+            /* the slots it gave are kept, whatever else changed (as the
+             * rows of a shared store are): a new rate applies from the
+             * next free slot on */
+            x->one = was->one;
+            x->keyed = was->keyed;
+            x->swept_at = was->swept_at;
+            was->keyed = NULL; /* moved */
+        } else {
+            x->one.tat = INT64_MIN / 2;
+            if (x->l.key.kind != FLOW_KEY_NONE)
+                x->keyed = g_hash_table_new_full(g_str_hash, g_str_equal,
+                                                 g_free, g_free);
+        }
     }
     old = f->lims;
     old_n = f->n;
@@ -151,7 +170,7 @@ rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
     return RMQS_OK;
 }
 
-/* Drop the buckets that remember nothing (tat and tail passed). */
+/* Drop the buckets that remember nothing (their tat has passed). */
 static void sweep(lim *x, int64_t now)
 {
     GHashTableIter it;
@@ -161,7 +180,7 @@ static void sweep(lim *x, int64_t now)
     g_hash_table_iter_init(&it, x->keyed);
     while (g_hash_table_iter_next(&it, &k, &v)) {
         const bucket *b = v;
-        if (b->tat <= now && b->tail < now)
+        if (b->tat <= now)
             g_hash_table_iter_remove(&it);
     }
 }
@@ -200,7 +219,7 @@ static bucket *bucket_of(lim *x, const job_t *j, char *key, bool count)
         return &x->one;
     }
     b = g_new(bucket, 1);
-    b->tat = b->tail = INT64_MIN / 2;
+    b->tat = INT64_MIN / 2;
     g_hash_table_insert(x->keyed, g_strdup(key), b);
     return b;
 }
@@ -219,14 +238,22 @@ static void count_grant(lim *x, int64_t at)
 
 #define MAX_MATCH 16 /* limits one job waits for, at most (more: the first) */
 
+/* Whether j comes back for the slot limit x gave it when it held j: its
+ * held_by names x (a reschedule, retry or run clears held_by). */
+static bool returning(const job_t *j, const lim *x)
+{
+    return j->held_by != NULL && strcmp(j->held_by, x->l.name) == 0;
+}
+
 void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
                 flow_verdict *v)
 {
     int64_t now = now_ms * US, due = j->due_at * US;
-    int64_t t0 = due > now ? due : now, send, worst = t0;
+    int64_t t0 = due > now ? due : now, send = t0;
     lim *hit[MAX_MATCH];
     bucket *bk[MAX_MATCH];
     size_t m = 0;
+    const char *back = NULL; /* the limit it comes back to */
 
     v->send_at = t0 / US;
     v->hold = false;
@@ -238,6 +265,7 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
     pthread_mutex_lock(&f->mu); /* flow_stats reads the counts */
     for (size_t i = 0; i < f->n && m < MAX_MATCH; i++) {
         lim *x = &f->lims[i];
+        char key[LIMIT_KEY_VALUE_MAX + 1];
         int64_t e;
 
         if (!limit_matches(&x->l, j->exchange ? j->exchange : "",
@@ -250,40 +278,48 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
         }
         if (x->t_us == 0)
             continue; /* a queue hold only */
-        char key[LIMIT_KEY_VALUE_MAX + 1];
         bk[m] = bucket_of(x, j, key, true);
         hit[m++] = x;
+        if (back == NULL && returning(j, x))
+            back = x->l.name;
         e = bk[m - 1]->tat - x->tau_us;
-        if (e < t0)
-            e = t0;
-        /* a new job of priority 0 queues behind those held already */
-        if (j->held_by == NULL && j->priority == 0 && bk[m - 1]->tail >= t0 &&
-            bk[m - 1]->tail + x->t_us > e)
-            e = bk[m - 1]->tail + x->t_us;
-        if (e > worst) { /* the one that delays it most names it */
-            worst = e;
+        if (e > send) { /* the one that delays it most names it */
+            send = e;
             v->limit = x->l.name;
         }
     }
-    send = worst;
     if (m == 0) {
         pthread_mutex_unlock(&f->mu);
         return;
+    }
+    if (back) {
+        /* Its slot was taken from every bucket when it was held: it goes at
+         * its due time, which is that slot (or now, if late), and takes
+         * nothing again. Buckets that do not know of the slot (a SQLite
+         * service restarted since) put new jobs after it. */
+        send = t0;
+        v->limit = back;
+        for (size_t i = 0; i < m; i++)
+            if (bk[i]->tat < send + hit[i]->t_us)
+                bk[i]->tat = send + hit[i]->t_us;
+    } else {
+        /* The slot is taken now, whether the job waits for it in memory or
+         * in the store: every decision takes the next slot of each bucket,
+         * so the slots never overlap and the held jobs' due times are when
+         * they go. */
+        for (size_t i = 0; i < m; i++)
+            bk[i]->tat = (bk[i]->tat > send ? bk[i]->tat : send) + hit[i]->t_us;
     }
     /* round up to the ms: never before the slot */
     v->send_at = (send + US - 1) / US;
     if (v->send_at > horizon_ms) {
         v->hold = true;
-        for (size_t i = 0; i < m; i++) {
-            if (bk[i]->tail < send)
-                bk[i]->tail = send;
+        for (size_t i = 0; i < m; i++)
             hit[i]->held++;
-        }
         pthread_mutex_unlock(&f->mu);
         return;
     }
     for (size_t i = 0; i < m; i++) {
-        bk[i]->tat = (bk[i]->tat > send ? bk[i]->tat : send) + hit[i]->t_us;
         hit[i]->granted++;
         if (send > t0)
             hit[i]->delayed++;
@@ -297,7 +333,7 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
         lim *x = hit[0];
         size_t b = 0;
         for (size_t i = 0; v->limit != NULL && i < m; i++)
-            if (hit[i]->l.name == v->limit)
+            if (strcmp(hit[i]->l.name, v->limit) == 0)
                 x = hit[i];
         while (b < WAIT_N && waited > wait_bounds_ms[b])
             b++;
@@ -333,7 +369,6 @@ size_t flow_touched(flow_t *f, const job_t *const *jobs, size_t n,
             out[m].limit = x->l.name;
             snprintf(out[m].key, sizeof out[m].key, "%s", key);
             out[m].tat = &b->tat;
-            out[m].tail = &b->tail;
             m++;
         }
     }

@@ -7,22 +7,25 @@
  * claim time and without waiting for anything, whether a limit lets it go
  * now, a little later (still within the claim's lookahead: it waits in
  * memory for its slot) or much later (it goes back to the store, pending,
- * with held_by and a due time at its estimated slot, where it can be seen,
+ * with held_by and its slot as its due time, where it can be seen,
  * searched, cancelled, and claimed again when its slot comes). The rules
  * are pure arithmetic on times the caller passes in, tested alone
  * (tests/unit/test_flow.c).
  *
  * The bucket is GCRA (the generic cell rate algorithm, a token bucket
- * written as one time per bucket): a limit of rate r and burst b lets a job
- * out at t if t >= tat - (b - 1) / r, and then tat = max(tat, t) + 1 / r.
- * Jobs held back get estimated slots behind each other (a bucket's "tail"),
- * so they come back, and go out, in the order they were claimed (due time,
- * priority, fair rank); a new job of priority 0 queues behind them, one of
- * higher priority goes before them. A bucket whose tat and tail have
- * passed is as good as new and is dropped: "live buckets" are those that
- * remember something (flow_sweep drops the others). A keyed limit keeps at
- * most max_buckets live ones; past that, new keys share one overflow
- * bucket (counted).
+ * written as one time per bucket): a limit of rate r and burst b has its
+ * next free slot at tat - (b - 1) / r; a job takes the slot max(its due
+ * time, that), and then tat = max(tat, slot) + 1 / r. Every decision takes
+ * a slot, whether the job waits for it in memory or in the store, so slots
+ * never overlap and a held job's due time is when it goes: it comes back
+ * to its slot (held_by names the limit) and takes nothing again. Jobs take
+ * slots in the order they are claimed (due time, priority, fair rank), so
+ * a limit's queue is first come, first served: a slot given is kept (that
+ * is what keeps the rate exact across instances, and next_attempt_at
+ * true). A bucket whose tat has passed is as good as new and is dropped:
+ * "live buckets" are those that remember something (flow_sweep drops the
+ * others). A keyed limit keeps at most max_buckets live ones; past that,
+ * new keys share one overflow bucket (counted).
  *
  * Not thread-safe for its decisions: the dispatcher's feeder thread alone
  * calls flow_set_limits and flow_admit; flow_stats may be called from any
@@ -45,9 +48,10 @@ flow_t *flow_new(void);
 void flow_free(flow_t *f);
 
 /* Replace the limits with limits[0..n) (taken over: each is zeroed) and
- * their canonical specs (copied). A limit whose name and spec are those of
- * one before keeps its buckets; the others start full. RMQS_ENOMEM leaves
- * the old set. */
+ * their canonical specs (copied). A limit of a name set before keeps its
+ * buckets (the slots it gave) unless its key changed, and its counts if
+ * its spec is the same; the others start full. RMQS_ENOMEM leaves the old
+ * set. */
 rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
                         size_t n);
 
@@ -75,11 +79,11 @@ typedef struct flow_verdict {
 /*
  * Decide for job j, claimed at now_ms, that the caller can keep in memory
  * until horizon_ms (the claim's lookahead): the verdict in *v. A job no
- * limit matches goes at max(due_at, now_ms). A job some limits match goes
- * at the earliest time all of them allow: if that is within the horizon,
- * its tokens are taken (it is granted); otherwise nothing is taken and
- * send_at is its estimated slot (hold). j->held_by set means it was held
- * before: it is one of the queue, not behind it.
+ * limit matches goes at max(due_at, now_ms). A job some limits match takes
+ * the earliest slot all of them have free (from each): within the horizon
+ * it is granted, past it held (send_at is its slot, its due time in the
+ * store). A job whose held_by names a matching limit comes back for the
+ * slot it was given: it goes at max(due_at, now_ms) and takes nothing.
  */
 void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
                 flow_verdict *v);
@@ -87,8 +91,8 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
 /*
  * Shared buckets (several instances on one database): the buckets the
  * jobs jobs[0..n) fall in, each once, into out[0..cap) (their state is
- * read and written through tat and tail, in microseconds on the
- * dispatcher's clock); returns how many (at most cap). The caller puts
+ * read and written through tat, in microseconds on the dispatcher's
+ * clock); returns how many (at most cap). The caller puts
  * the shared state in, calls flow_admit for the jobs, and takes the state
  * out, all while the store holds the buckets locked. Feeder thread.
  */
@@ -96,7 +100,7 @@ typedef struct flow_bucket_ref {
     const char *limit; /* borrowed from f until the next flow_set_limits */
     char key[LIMIT_KEY_VALUE_MAX + 1]; /* "" for an unkeyed limit and the
                                           overflow bucket */
-    int64_t *tat, *tail;               /* the bucket in f */
+    int64_t *tat;                      /* the bucket in f */
 } flow_bucket_ref;
 
 size_t flow_touched(flow_t *f, const job_t *const *jobs, size_t n,

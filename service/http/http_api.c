@@ -84,6 +84,7 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
     bool db = store_ping(api->st) == RMQS_OK;
     bool full = writer_disk_full(api->writer);
     bool broker = disp_broker_connected(api->disp);
+    bool blocked = broker && disp_broker_blocked(api->disp);
     bool has_ingest = api->opt.ingest_up != NULL;
     bool ingest = has_ingest && api->opt.ingest_up(api->opt.ingest_cls);
     char msg[128] = "";
@@ -93,7 +94,10 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
                   !db    ? "down"
                   : full ? "full"
                          : "up",
-                  "broker", broker ? "up" : "down");
+                  "broker",
+                  blocked  ? "blocked"
+                  : broker ? "up"
+                           : "down");
     if (j == NULL)
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (has_ingest)
@@ -159,6 +163,7 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     src.db_bytes = store_size_bytes(api->st);
     src.search_index_lag = store_search_index_lag(api->st);
     src.broker_connected = disp_broker_connected(api->disp);
+    src.broker_blocked = disp_broker_blocked(api->disp);
     src.requests_waiting = (int64_t)writer_waiting(api->writer);
     src.have_schedule_counts =
         store_schedule_counts(api->st, src.schedules_by_state) == RMQS_OK;

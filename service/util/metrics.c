@@ -387,6 +387,12 @@ char *metrics_render(const metrics_sources *src)
               "rmqs_broker_connected %d\n",
               src != NULL && src->broker_connected ? 1 : 0);
     sb_printf(&b,
+              "# HELP rmqs_broker_blocked Whether the broker blocks "
+              "publishing (connection.blocked); jobs wait meanwhile.\n"
+              "# TYPE rmqs_broker_blocked gauge\n"
+              "rmqs_broker_blocked %d\n",
+              src != NULL && src->broker_blocked ? 1 : 0);
+    sb_printf(&b,
               "# HELP rmqs_http_requests_waiting POST requests waiting, "
               "unparsed, for room in the write queue "
               "(--write-queue-bytes).\n"

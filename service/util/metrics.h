@@ -86,6 +86,7 @@ typedef struct metrics_sources {
     int64_t jobs_by_status[5]; /* indexed by job_status */
     int64_t db_bytes;          /* database file + WAL, -1 if unknown */
     bool broker_connected;
+    bool broker_blocked;      /* connection.blocked: publishing waits */
     int64_t requests_waiting; /* POSTs waiting for write-queue room */
     bool have_schedule_counts;
     int64_t schedules_by_state[3]; /* active, paused, ended */

@@ -9,18 +9,22 @@ RabbitMQ, on both stores:
   behind them;
 - a held job stays steerable: it can be cancelled while held;
 - priorities: of jobs due at the same ms the higher priority goes first,
-  and a priority job overtakes the jobs a limit holds;
+  also when a limit gives them their slots;
 - --fair-key header:tenant: tenant B's 100 jobs due at the same instant as
   tenant A's 20,000 all arrive within 300 ms of their due time; without
   the setting the order is due time, then arrival;
 - a limit changed at run time (PATCH) applies to the next claims;
-- the limits' metrics (rmqs_limit_*) count what they did.
+- the limits' metrics (rmqs_limit_*) count what they did;
+- a limit holding on a queue with no consumer keeps it at N plus the
+  publish window; the rest wait, held; a consumer drains them all.
 
 Due times are built from now; every wait is for a condition."""
 
 import time
 
-from helpers import ts_ms, wait_until
+import pika
+
+from helpers import Consumer, amqp_params, env, ts_ms, wait_until
 from pylib.metrics import metric
 from pylib.times import format_ts_ms
 
@@ -134,7 +138,7 @@ def test_a_held_job_can_be_cancelled(service, amqp):
     assert svc.job(victim)["status"] == "cancelled"
 
 
-def test_priority_orders_jobs_due_together_and_overtakes_held_ones(
+def test_priority_orders_jobs_due_together_also_under_a_limit(
         service, amqp):
     svc = service()
     due = int(time.time() * 1000) + 2000
@@ -148,19 +152,23 @@ def test_priority_orders_jobs_due_together_and_overtakes_held_ones(
     assert got == want, "jobs due together go by priority, then arrival"
     assert svc.job(ids[2])["priority"] == 9
 
-    # Held by a limit: a priority job scheduled after them goes first.
+    # Held by a limit: jobs due together take its slots in priority order
+    # (a slot once given is kept: first come, first served).
     put_limit(svc, "drip", {"rate_per_s": 4})
     amqp.messages.clear()
     due = int(time.time() * 1000) + 1500
-    low = batch(svc, [job(amqp, due, f"low-{k}") for k in range(8)])
-    wait_until(lambda: svc.job(low[-1])["held_by"] == "drip", 15,
-               "the low ones to be held")
-    high = svc.schedule(job(amqp, int(time.time() * 1000), "high",
-                            priority=9))
-    got = amqp.wait_for_jobs(low + [high["id"]], timeout=30)
+    mixed = batch(svc, [job(amqp, due, f"low-{k}") for k in range(8)] +
+                  [job(amqp, due, "high", priority=9)])
+    got = amqp.wait_for_jobs(mixed, timeout=30)
     order = [m.body.decode() for m in amqp.snapshot()]
-    assert order.index("high") < order.index("low-7"), order
-    assert got[high["id"]][0].received_at < got[low[-1]][0].received_at
+    assert order == ["high"] + [f"low-{k}" for k in range(8)], order
+    held = [svc.job(i) for i in mixed]
+    assert held[-1]["held_ms"] == 0, "the high one went first, unheld"
+    assert all(j["held_by"] == "drip" for j in held[1:8]), held
+    # one every 250 ms
+    t = [got[i][0].received_at for i in [mixed[-1]] + mixed[:8]]
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    assert min(gaps) >= 0.2, gaps
 
 
 def test_fair_key_keeps_a_small_tenant_on_time(service, amqp):
@@ -238,3 +246,82 @@ def test_limit_metrics_count_what_the_limits_did(service, amqp):
     assert metric(svc, 'rmqs_limit_held_total{limit="m1"}') > 0
     # 10 at once, then one every 5 ms: all but the burst waited
     assert metric(svc, 'rmqs_limit_wait_seconds_count{limit="m1"}') >= 280
+
+
+def test_a_full_queue_holds_its_jobs_until_a_consumer_drains_it(
+        service, amqp_factory):
+    """hold_when_queue_ready_over: with no consumer the queue never holds
+    more than N plus the publish window (publishes in flight when the
+    count was read); the rest stay pending, held, none failed; a consumer
+    drains them all."""
+    svc = service("--publish-window", "20")
+    later = Consumer(env("RMQS_TEST_AMQP_URL"))  # not consuming yet
+    conn = pika.BlockingConnection(amqp_params(env("RMQS_TEST_AMQP_URL")))
+    ch = conn.channel()
+    later._declare(ch)  # pylint: disable=protected-access
+    put_limit(svc, "q-hold", {"match": {"exchange": later.exchange},
+                              "hold_when_queue_ready_over":
+                                  {"queue": later.queue, "messages": 100}})
+    due = int(time.time() * 1000) + 1500
+    ids = batch(svc, [job(later, due, f"{k}") for k in range(1000)])
+
+    def ready():
+        return ch.queue_declare(later.queue, passive=True).method.message_count
+    most = 0
+
+    def held_many():
+        nonlocal most
+        most = max(most, ready())
+        _, _, held = svc.get("/jobs/count?held_by=q-hold&status=pending")
+        return count(svc, "pending") >= 850 and held["count"] >= 800
+    wait_until(held_many, 30, "the queue to fill and the rest to be held")
+    # a while longer: the held jobs come back, find it full, go back
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        most = max(most, ready())
+        time.sleep(0.05)
+    assert most <= 100 + 20, f"the queue held {most} ready messages"
+    assert count(svc, "failed") == 0
+    st, _, body = svc.get("/jobs?held_by=q-hold&status=pending&limit=3")
+    assert st == 200 and body["jobs"], body
+    assert all(j["held_by"] == "q-hold" for j in body["jobs"])
+    conn.close()
+
+    later.start()  # a consumer: the queue drains, the held jobs follow
+    try:
+        later.wait_for_jobs(ids, timeout=60)
+    finally:
+        later.stop()
+    wait_until(lambda: count(svc, "sent") == 1000, 30, "all recorded sent")
+    assert count(svc, "failed") == 0
+
+
+def test_a_blocked_broker_holds_everything_and_says_so(service, amqp, broker):
+    """connection.blocked (a memory alarm, forced here with a watermark of
+    0): /readyz says broker "blocked", rmqs_broker_blocked is 1, a due job
+    waits, pending; once the alarm clears it is delivered."""
+    svc = service()
+    try:
+        broker.ctl("set_vm_memory_high_watermark", "0")
+        # The broker tells a connection it is blocked when it next publishes
+        # (RabbitMQ blocks publishers only): a job due now makes it publish.
+        first = svc.schedule(job(amqp, int(time.time() * 1000), "first"))
+
+        def blocked():
+            st, _, body = svc.get("/readyz")
+            return st == 200 and body["broker"] == "blocked"
+        wait_until(blocked, 30, "/readyz to say the broker blocks publishing")
+        assert metric(svc, "rmqs_broker_blocked") == 1
+        waiting = svc.schedule(job(amqp, int(time.time() * 1000), "waiting"))
+        # while blocked nothing is claimed: it stays pending
+        wait_until(lambda: svc.job(waiting["id"])["status"] == "pending", 5,
+                   "the job to be pending")
+        assert "waiting" not in [m.body.decode() for m in amqp.snapshot()]
+    finally:
+        broker.ctl("set_vm_memory_high_watermark", "0.4")
+    amqp.wait_for_jobs([first["id"], waiting["id"]], timeout=60)
+    def up():
+        _, _, body = svc.get("/readyz")
+        return body["broker"] == "up"
+    wait_until(up, 30, "/readyz to say the broker is up again")
+    assert metric(svc, "rmqs_broker_blocked") == 0

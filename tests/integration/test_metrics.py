@@ -49,6 +49,7 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_limit_rate_per_second": "gauge",
     "rmqs_limit_wait_seconds": "histogram",
     "rmqs_limit_held_jobs": "gauge",
+    "rmqs_broker_blocked": "gauge",
 }
 
 

@@ -9,15 +9,15 @@
  *     every 1/r, never before a job's due time; within the horizon the job
  *     is granted (tokens taken), past it held with its estimated slot, and
  *     the held ones' slots follow each other in claim order;
- *   - a held job that comes back at its slot is granted there; a new job of
- *     priority 0 queues behind the held ones, one of higher priority goes
- *     before them;
+ *   - a held job that comes back at its slot is granted there and takes
+ *     nothing again; new jobs, whatever their priority, take the slots
+ *     after those given (first come, first served);
  *   - a keyed limit has a bucket per key value, at most max_buckets live
  *     ones (then an overflow bucket, counted); idle buckets are dropped;
  *   - a job several limits match waits for all, and the one that delays it
  *     most names it;
- *   - setting the same limits again keeps their buckets; a changed one
- *     starts full.
+ *   - setting the limits again keeps a limit's buckets (the slots it gave)
+ *     unless its key changed.
  * Times are built from a base picked here; nothing waits on a clock.
  */
 #include <criterion/criterion.h>
@@ -141,12 +141,17 @@ Test(flow, held_job_back_at_its_slot_is_granted_there)
     flow_admit(f, &b, T0 + 50, T0 + 100, &v);
     cr_expect(!v.hold);
     cr_expect_eq(v.send_at, T0 + 100);
+    /* it took nothing again: the next new job's slot is T0 + 200 */
+    job_t c = mk("x", "k", T0, NULL);
+    flow_admit(f, &c, T0 + 50, T0 + 100, &v);
+    cr_expect_eq(v.send_at, T0 + 200);
+    job_clear(&c);
     job_clear(&a);
     job_clear(&b);
     flow_free(f);
 }
 
-Test(flow, new_job_queues_behind_held_priority_goes_before)
+Test(flow, a_limits_queue_is_first_come_first_served)
 {
     flow_t *f = flow_new();
     job_t j;
@@ -166,11 +171,12 @@ Test(flow, new_job_queues_behind_held_priority_goes_before)
     cr_expect(v.hold);
     cr_expect_eq(v.send_at, T0 + 200);
     job_clear(&j);
-    /* priority 5: the bucket's next slot, before the held ones */
+    /* priority 5 too: a slot given is kept (priority orders the jobs
+     * claimed together, which take their slots in that order) */
     j = mk("x", "k", T0 + 10, NULL);
     j.priority = 5;
     flow_admit(f, &j, T0 + 10, T0 + 60, &v);
-    cr_expect_eq(v.send_at, T0 + 100);
+    cr_expect_eq(v.send_at, T0 + 300);
     job_clear(&j);
     flow_free(f);
 }
@@ -257,7 +263,7 @@ Test(flow, several_limits_wait_for_all)
     flow_free(f);
 }
 
-Test(flow, same_limits_keep_their_buckets)
+Test(flow, limits_set_again_keep_their_slots)
 {
     flow_t *f = flow_new();
     flow_verdict v;
@@ -269,9 +275,13 @@ Test(flow, same_limits_keep_their_buckets)
     set1(f, "one", "{\"rate_per_s\":1}"); /* read again, unchanged */
     flow_admit(f, &j, T0, T0 + 10, &v);
     cr_expect(v.hold, "the bucket was kept: its token is spent");
-    set1(f, "one", "{\"rate_per_s\":2}"); /* changed: a new bucket */
+    set1(f, "one", "{\"rate_per_s\":2}"); /* a new rate: the slot given stays */
     flow_admit(f, &j, T0, T0 + 10, &v);
-    cr_expect(!v.hold);
+    cr_expect(v.hold);
+    cr_expect_eq(v.send_at, T0 + 2000, "after the two slots the old rate gave");
+    set1(f, "one", "{\"rate_per_s\":2,\"key\":\"exchange\"}"); /* new key */
+    flow_admit(f, &j, T0, T0 + 10, &v);
+    cr_expect(!v.hold, "a new key makes new buckets");
     job_clear(&j);
     flow_free(f);
 }

@@ -5,15 +5,16 @@
  *
  * Why rows: a limit's rate must hold for the sum of the instances, and an
  * instance that dies must not take its share with it. Each bucket is a row
- * of limit_buckets (0005_flow.sql) with GCRA's time (tat_us) and the last
- * slot promised to a held job (tail_us). A claim's buckets are locked in
+ * of limit_buckets (0005_flow.sql) with GCRA's time (tat_us), whose
+ * arithmetic gives every job its slot. A claim's buckets are locked in
  * one transaction on the feeder's connection (after its claim committed):
  * created if new, locked in (limit, key) order so that two instances
  * never wait for each other in a circle, read, decided on by the caller's
  * callback, written back. Two instances deciding on the same bucket take
- * turns: the second sees the first's slots. What a dead instance had
- * granted but not published comes back with its lease and takes new
- * slots; nothing of the bucket is lost with it.
+ * turns: the second sees the first's slots. A held job keeps its slot in
+ * the store (its due time); what a dead instance had granted but not
+ * published comes back with its lease and takes a new slot; nothing of the
+ * bucket is lost with it.
  *
  * Rows idle for a minute (their state is that of a new bucket by then) and
  * rows of limits that no longer exist are deleted, at most once a minute,
@@ -36,21 +37,21 @@
  * read them. $1 limits, $2 keys, $3 the new bucket's value. */
 static const char lock_sql[] =
     "WITH want AS (SELECT l, k FROM unnest($1::text[], $2::text[]) AS "
-    "w(l, k)), made AS (INSERT INTO limit_buckets (limit_name, key, tat_us, "
-    "tail_us) SELECT l, k, $3::bigint, $3::bigint FROM want ORDER BY l, k "
+    "w(l, k)), made AS (INSERT INTO limit_buckets (limit_name, key, tat_us) "
+    "SELECT l, k, $3::bigint FROM want ORDER BY l, k "
     "ON CONFLICT DO NOTHING) "
     "SELECT 1";
 static const char read_sql[] =
-    "SELECT limit_name, key, tat_us, tail_us FROM limit_buckets WHERE "
+    "SELECT limit_name, key, tat_us FROM limit_buckets WHERE "
     "(limit_name, key) IN (SELECT l, k FROM unnest($1::text[], $2::text[]) "
     "AS w(l, k)) ORDER BY limit_name, key FOR UPDATE";
 static const char write_sql[] =
-    "UPDATE limit_buckets b SET tat_us = w.t, tail_us = w.h FROM "
-    "unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS "
-    "w(l, k, t, h) WHERE b.limit_name = w.l AND b.key = w.k";
+    "UPDATE limit_buckets b SET tat_us = w.t FROM "
+    "unnest($1::text[], $2::text[], $3::bigint[]) AS "
+    "w(l, k, t) WHERE b.limit_name = w.l AND b.key = w.k";
 static const char clean_sql[] =
-    "DELETE FROM limit_buckets WHERE (tat_us < $1::bigint AND tail_us < "
-    "$1::bigint) OR limit_name NOT IN (SELECT name FROM limits)";
+    "DELETE FROM limit_buckets WHERE tat_us < $1::bigint "
+    "OR limit_name NOT IN (SELECT name FROM limits)";
 
 /* A text[] literal of n strings taken from b[] by `key` (1) or limit
  * (0): {"a","b\"c"}; malloc'd, NULL on ENOMEM. */
@@ -82,8 +83,8 @@ static char *text_array(const store_bucket *b, size_t n, bool key)
     return s;
 }
 
-/* A bigint[] literal of tat_us (tail false) or tail_us of b[0..n). */
-static char *int_array(const store_bucket *b, size_t n, bool tail)
+/* A bigint[] literal of the tat_us of b[0..n). */
+static char *int_array(const store_bucket *b, size_t n)
 {
     char *s = malloc(n * 22 + 3);
     size_t at = 0;
@@ -93,7 +94,7 @@ static char *int_array(const store_bucket *b, size_t n, bool tail)
     s[at++] = '{';
     for (size_t i = 0; i < n; i++)
         at += (size_t)snprintf(s + at, 23, "%s%lld", i ? "," : "",
-                               (long long)(tail ? b[i].tail_us : b[i].tat_us));
+                               (long long)b[i].tat_us);
     s[at++] = '}';
     s[at] = '\0';
     return s;
@@ -114,13 +115,13 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
 {
     pg_conn *pc = &b->feed;
     char *limits = text_array(bk, n, false), *keys = text_array(bk, n, true);
-    char *tats = NULL, *tails = NULL, fresh[24], idle[24];
-    const char *vals[4] = {limits, keys, pg_i64(fresh, STORE_BUCKET_NEW)};
+    char *tats = NULL, fresh[24], idle[24];
+    const char *vals[3] = {limits, keys, pg_i64(fresh, STORE_BUCKET_NEW)};
     PGresult *res = NULL;
     rmqs_rc rc;
 
     for (size_t i = 0; i < n; i++)
-        bk[i].tat_us = bk[i].tail_us = STORE_BUCKET_NEW;
+        bk[i].tat_us = STORE_BUCKET_NEW;
     if (limits == NULL || keys == NULL) {
         free(limits);
         free(keys);
@@ -138,7 +139,6 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
         size_t i = find(bk, n, PQgetvalue(res, r, 0), PQgetvalue(res, r, 1));
         if (i < n) {
             bk[i].tat_us = pg_int(res, r, 2);
-            bk[i].tail_us = pg_int(res, r, 3);
         }
     }
     PQclear(res);
@@ -147,16 +147,14 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
         goto done;
     }
     fn(cls, bk, n);
-    tats = int_array(bk, n, false);
-    tails = int_array(bk, n, true);
-    if (tats == NULL || tails == NULL) {
+    tats = int_array(bk, n);
+    if (tats == NULL) {
         pg_tx_abort(pc);
         rc = RMQS_ENOMEM;
         goto done;
     }
     vals[2] = tats;
-    vals[3] = tails;
-    PQclear(pg_exec(pc, "buckets_write", write_sql, 4, vals, NULL, NULL, &rc));
+    PQclear(pg_exec(pc, "buckets_write", write_sql, 3, vals, NULL, NULL, &rc));
     if (rc == RMQS_OK && now_us - b->buckets_cleaned_us >= CLEAN_EVERY_US) {
         const char *cv[1] = {pg_i64(idle, now_us - IDLE_US)};
         PQclear(
@@ -172,6 +170,5 @@ done:
     free(limits);
     free(keys);
     free(tats);
-    free(tails);
     return rc;
 }

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "flow.h"
+#include "hexdigit.h"
 #include "http_handlers.h"
 #include "limit.h"
 #include "log.h"
@@ -534,6 +535,32 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     http_deadline_request_end(api->deadline, conn_deadline(c));
 }
 
+/* The %-escapes of the URL and its query arguments decoded in place, as
+ * libmicrohttpd's own MHD_http_unescape does, but for "%00": a NUL would
+ * end the C string every handler gets, so "/limits/a%00b" acted on the
+ * limit "a" and "/schedules/a%00b" on the schedule "a". It stays "%00",
+ * which no name, id or route takes (400 or 404). */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    char *out = s;
+    const char *in = s;
+    int hi, lo;
+
+    (void)cls;
+    (void)c;
+    while (*in != '\0') {
+        if (in[0] == '%' && (hi = hex_digit(in[1])) >= 0 &&
+            (lo = hex_digit(in[2])) >= 0 && (hi | lo) != 0) {
+            *out++ = (char)(hi << 4 | lo);
+            in += 3;
+        } else {
+            *out++ = *in++;
+        }
+    }
+    *out = '\0';
+    return (size_t)(out - s);
+}
+
 /* libmicrohttpd's own messages (e.g. "connection limit reached"), at most
  * MHD_LOG_PER_S lines a second: an attack must not flood the log. */
 #define MHD_LOG_PER_S 5
@@ -745,9 +772,11 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
         MHD_OPTION_CONNECTION_TIMEOUT, opt->conn_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, opt->max_conns,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, api, MHD_OPTION_NOTIFY_CONNECTION, on_connection, api,
-        MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, api,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, api, MHD_OPTION_ARRAY, tls,
+        MHD_OPTION_END);
     if (api->daemon == NULL) {
         rc = rmqs_fail(err, RMQS_ESYS, "listen",
                        "cannot listen on %s (address in use or not available, "

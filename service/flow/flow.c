@@ -19,6 +19,10 @@
     32 /* rate_now: grants per 100 ms slot (the
                                   past second and the lookahead ahead) */
 #define RATE_SLOT_US 100000
+#define BACK_GRACE_US 1000000  /* a held job claimed this long after its
+                                  slot (its claimer died, the lease ran out)
+                                  takes a new slot: going at once would
+                                  exceed the rate */
 
 /* rmqs_limit_wait_seconds: how long limits held a job in all, observed
  * when it is let out; upper bounds in ms, the last bucket +Inf. */
@@ -291,6 +295,18 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
     if (m == 0) {
         pthread_mutex_unlock(&f->mu);
         return;
+    }
+    if (back != NULL && now - due > BACK_GRACE_US) {
+        back = NULL; /* its slot is long gone: a new one, as a new job */
+        v->limit = NULL;
+        send = t0;
+        for (size_t i = 0; i < m; i++) {
+            int64_t e = bk[i]->tat - hit[i]->tau_us;
+            if (e > send) {
+                send = e;
+                v->limit = hit[i]->l.name;
+            }
+        }
     }
     if (back) {
         /* Its slot was taken from every bucket when it was held: it goes at

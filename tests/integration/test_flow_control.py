@@ -20,6 +20,7 @@ RabbitMQ, on both stores:
 
 Due times are built from now; every wait is for a condition."""
 
+import os
 import time
 
 import pika
@@ -27,6 +28,11 @@ import pika
 from helpers import Consumer, amqp_params, env, ts_ms, wait_until
 from pylib.metrics import metric
 from pylib.times import format_ts_ms
+
+
+# Under ThreadSanitizer (tests/run.sh's second stage) the service is ~10x
+# slower: fewer jobs, a longer lead, and no bound on times.
+TSAN = os.environ.get("RMQS_TEST_TSAN") == "1"
 
 
 def put_limit(svc, name, spec, expect=(200, 201)):
@@ -102,7 +108,8 @@ def test_rate_limit_spreads_a_burst_in_due_order(service, amqp_factory):
     # The unlimited target's jobs were not held behind them.
     for k, i in enumerate(free_ids):
         late = free.by_job()[i][0].received_at - (due + 50 * k) / 1000
-        assert -0.001 <= late <= 1.0, f"free job {k} {late * 1000:.0f} ms late"
+        assert -0.001 <= late <= (3.0 if TSAN else 1.0), \
+            f"free job {k} {late * 1000:.0f} ms late"
     st, _, body = svc.get("/jobs?held_by=orders&status=pending")
     assert st == 200 and body["jobs"] == [], body
     wait_until(lambda: count(svc, "sent") == 5200, 30,
@@ -178,9 +185,10 @@ def test_fair_key_keeps_a_small_tenant_on_time(service, amqp):
     and the consumer's (the benchmark measures arrival, with a C
     consumer)."""
     svc = service("--fair-key", "header:tenant")
-    due = int(time.time() * 1000) + 12000
+    n_a = 5000 if TSAN else 20000
+    due = int(time.time() * 1000) + (30000 if TSAN else 12000)
     a = batch(svc, [job(amqp, due, f"a{k}", headers={"tenant": "A"})
-                    for k in range(20000)])
+                    for k in range(n_a)])
     b = batch(svc, [job(amqp, due, f"b{k}", headers={"tenant": "B"})
                     for k in range(100)])
     assert time.time() * 1000 < due, "scheduling took past the due time"
@@ -192,11 +200,12 @@ def test_fair_key_keeps_a_small_tenant_on_time(service, amqp):
     assert order[:4] == ["a0", "b0", "a1", "b1"], order[:4]
     a_order = [int(x[1:]) for x in order if x.startswith("a")]
     assert a_order == sorted(a_order), "A's own jobs stay in order"
-    wait_until(lambda: count(svc, "sent") == 20100, 30, "all recorded sent")
+    wait_until(lambda: count(svc, "sent") == n_a + 100, 30,
+               "all recorded sent")
     sent_b = [ts_ms(svc.job(i)["sent_at"]) - due for i in b]
     sent_a_last = max(ts_ms(svc.job(i)["sent_at"]) for i in a[-50:]) - due
     assert min(sent_b) >= 0, "a job of B went early"
-    assert max(sent_b) <= 300, \
+    assert TSAN or max(sent_b) <= 300, \
         f"B's last job confirmed {max(sent_b)} ms after its due time " \
         f"(A's last {sent_a_last} ms)"
     print(f"fair: B's jobs confirmed at most {max(sent_b)} ms after due; "

@@ -324,3 +324,26 @@ Test(flow, fair_rank_interleaves_tenants)
     job_clear(&later);
     fair_free(fr);
 }
+
+Test(flow, a_held_job_long_past_its_slot_takes_a_new_one)
+{
+    flow_t *f = flow_new();
+    job_t a = mk("x", "k", T0, NULL), b = mk("x", "k", T0, NULL);
+    flow_verdict v;
+
+    set1(f, "slow", "{\"rate_per_s\":10}");
+    flow_admit(f, &a, T0, T0 + 50, &v);
+    flow_admit(f, &b, T0, T0 + 50, &v); /* held for T0 + 100 */
+    cr_assert(v.hold);
+    /* its claimer died; the lease brought it back 3 s after its slot */
+    b.due_at = v.send_at;
+    b.held_by = strdup("slow");
+    flow_admit(f, &b, T0 + 3100, T0 + 3600, &v);
+    cr_expect(!v.hold);
+    cr_expect_eq(v.send_at, T0 + 3100, "the bucket is idle by then: now");
+    flow_admit(f, &b, T0 + 3100, T0 + 3600, &v);
+    cr_expect_eq(v.send_at, T0 + 3200, "and it took a slot: the next is later");
+    job_clear(&a);
+    job_clear(&b);
+    flow_free(f);
+}

@@ -53,50 +53,33 @@ static const char clean_sql[] =
     "DELETE FROM limit_buckets WHERE tat_us < $1::bigint "
     "OR limit_name NOT IN (SELECT name FROM limits)";
 
-/* A text[] literal of n strings taken from b[] by `key` (1) or limit
- * (0): {"a","b\"c"}; malloc'd, NULL on ENOMEM. */
-static char *text_array(const store_bucket *b, size_t n, bool key)
+/* The text[] literal of b[0..n)'s limits (key false) or keys. */
+static char *names(const store_bucket *b, size_t n, bool key)
 {
-    size_t cap = 3, at = 0;
+    const char **v = malloc((n ? n : 1) * sizeof(*v));
     char *s;
 
-    for (size_t i = 0; i < n; i++)
-        cap += 2 * strlen(key ? b[i].key : b[i].limit) + 3;
-    s = malloc(cap);
-    if (s == NULL)
+    if (v == NULL)
         return NULL;
-    s[at++] = '{';
-    for (size_t i = 0; i < n; i++) {
-        const char *v = key ? b[i].key : b[i].limit;
-        if (i > 0)
-            s[at++] = ',';
-        s[at++] = '"';
-        for (; *v; v++) {
-            if (*v == '"' || *v == '\\')
-                s[at++] = '\\';
-            s[at++] = *v;
-        }
-        s[at++] = '"';
-    }
-    s[at++] = '}';
-    s[at] = '\0';
+    for (size_t i = 0; i < n; i++)
+        v[i] = key ? b[i].key : b[i].limit;
+    s = pg_text_array(v, n);
+    free(v);
     return s;
 }
 
-/* A bigint[] literal of the tat_us of b[0..n). */
-static char *int_array(const store_bucket *b, size_t n)
+/* The bigint[] literal of b[0..n)'s tat_us. */
+static char *tats_of(const store_bucket *b, size_t n)
 {
-    char *s = malloc(n * 22 + 3);
-    size_t at = 0;
+    int64_t *v = malloc((n ? n : 1) * sizeof(*v));
+    char *s;
 
-    if (s == NULL)
+    if (v == NULL)
         return NULL;
-    s[at++] = '{';
     for (size_t i = 0; i < n; i++)
-        at += (size_t)snprintf(s + at, 23, "%s%lld", i ? "," : "",
-                               (long long)b[i].tat_us);
-    s[at++] = '}';
-    s[at] = '\0';
+        v[i] = b[i].tat_us;
+    s = pg_int_array(v, n);
+    free(v);
     return s;
 }
 
@@ -114,7 +97,7 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
                           int64_t now_us, store_bucket_fn fn, void *cls)
 {
     pg_conn *pc = &b->feed;
-    char *limits = text_array(bk, n, false), *keys = text_array(bk, n, true);
+    char *limits = names(bk, n, false), *keys = names(bk, n, true);
     char *tats = NULL, fresh[24], idle[24];
     const char *vals[3] = {limits, keys, pg_i64(fresh, STORE_BUCKET_NEW)};
     PGresult *res = NULL;
@@ -147,7 +130,7 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
         goto done;
     }
     fn(cls, bk, n);
-    tats = int_array(bk, n);
+    tats = tats_of(bk, n);
     if (tats == NULL) {
         pg_tx_abort(pc);
         rc = RMQS_ENOMEM;

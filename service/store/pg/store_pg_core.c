@@ -461,3 +461,52 @@ nomem:
     job_clear(out);
     return RMQS_ENOMEM;
 }
+
+char *pg_text_array(const char *const *v, size_t n)
+{
+    size_t cap = 3, at = 0;
+    char *s;
+
+    for (size_t i = 0; i < n; i++)
+        cap += 2 * strlen(v[i] ? v[i] : "") + 5;
+    s = malloc(cap);
+    if (s == NULL)
+        return NULL;
+    s[at++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        const char *p = v[i];
+        if (i > 0)
+            s[at++] = ',';
+        if (p == NULL) {
+            memcpy(s + at, "NULL", 4);
+            at += 4;
+            continue;
+        }
+        s[at++] = '"';
+        for (; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                s[at++] = '\\';
+            s[at++] = *p;
+        }
+        s[at++] = '"';
+    }
+    s[at++] = '}';
+    s[at] = '\0';
+    return s;
+}
+
+char *pg_int_array(const int64_t *v, size_t n)
+{
+    char *s = malloc(n * 22 + 3);
+    size_t at = 0;
+
+    if (s == NULL)
+        return NULL;
+    s[at++] = '{';
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(s + at, 23, "%s%lld", i ? "," : "",
+                               (long long)v[i]);
+    s[at++] = '}';
+    s[at] = '\0';
+    return s;
+}

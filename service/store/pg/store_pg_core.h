@@ -299,6 +299,11 @@ rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc);
 rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err);
 void pg_threads_stop(store_backend *b);
 
+/* Array literals for a parameter ($1::text[], $1::bigint[]): v[0..n),
+ * a NULL string as NULL; malloc'd, NULL on ENOMEM. */
+char *pg_text_array(const char *const *v, size_t n);
+char *pg_int_array(const int64_t *v, size_t n);
+
 /* store_buckets_update (store_pg_buckets.c). */
 rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
                           int64_t now_us, store_bucket_fn fn, void *cls);

@@ -365,54 +365,100 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
     return RMQS_OK;
 }
 
-/* A HOLD outcome (pending again at retry_at, held by a limit), or a SENT
- * one that a limit held back: its held_by and held_ms; *matched 0 or 1. */
+/* Whether o is settled by settle_held: a HOLD, or a SENT that a limit
+ * held back. */
+static bool is_held(const store_outcome *o)
+{
+    return o->kind == STORE_OUT_HOLD ||
+           (o->kind == STORE_OUT_SENT && o->held_by != NULL);
+}
+
+/* Every HOLD outcome (hold true: pending again at retry_at, held by a
+ * limit) or every SENT one that a limit held back (hold false), with its
+ * own held_by and held_ms: one statement over arrays (a burst held by a
+ * limit is thousands of them); *asked and *matched count them. */
 static rmqs_rc settle_held(pg_conn *pc, store_backend *b,
                            const store_outcome *o,
-                           const unsigned char id[JOB_ID_BYTES], int64_t now_ms,
+                           const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
+                           bool hold, int64_t now_ms, size_t *asked,
                            size_t *matched)
 {
-    bool hold = o->kind == STORE_OUT_HOLD;
-    char now[24], at[24], held[24];
-    const char *vals[6] = {
-        pg_i64(now, now_ms),     (const char *)id,         o->held_by,
-        pg_i64(at, o->retry_at), pg_i64(held, o->held_ms), b->instance};
-    int lens[6] = {0, JOB_ID_BYTES, 0, 0, 0, 0}, fmts[6] = {0, 1, 0, 0, 0, 0};
-    PGresult *res;
-    rmqs_rc rc;
+    const char **hex = calloc(n ? n : 1, sizeof(*hex)),
+               **by = calloc(n ? n : 1, sizeof(*by));
+    char(*buf)[2 * JOB_ID_BYTES + 1] = calloc(n ? n : 1, sizeof(*buf));
+    int64_t *at = calloc(n ? n : 1, sizeof(*at)),
+            *ms = calloc(n ? n : 1, sizeof(*ms));
+    char *a_ids = NULL, *a_by = NULL, *a_at = NULL, *a_ms = NULL, now[24];
+    PGresult *res = NULL;
+    size_t m = 0;
+    rmqs_rc rc = RMQS_ENOMEM;
 
-    *matched = 0;
-    if (hold) {
-        res = pg_exec(pc, "settle_hold",
-                      "UPDATE jobs SET status = 0, "
-                      "attempts = greatest(attempts - 1, 0), "
-                      "updated_at = $1, held_by = $3, due_at = $4, "
-                      "held_ms = $5, owner = NULL, lease_until = NULL "
-                      "WHERE id = $2 AND status = 1 AND owner = $6 "
-                      "RETURNING 1",
-                      6, vals, lens, fmts, &rc);
-    } else {
-        vals[3] = vals[4]; /* no due_at: $4 is held_ms, $5 the owner */
-        vals[4] = vals[5];
-        res = pg_exec(pc, "settle_sent_held",
-                      "UPDATE jobs SET status = 2, sent_at = $1, "
-                      "updated_at = $1, held_by = $3, held_ms = $4, "
-                      "owner = NULL, lease_until = NULL "
-                      "WHERE id = $2 AND status = 1 AND owner = $5 "
-                      "RETURNING 1",
-                      5, vals, lens, fmts, &rc);
+    *asked = *matched = 0;
+    if (hex == NULL || by == NULL || buf == NULL || at == NULL || ms == NULL)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_held(&o[i]) || (o[i].kind == STORE_OUT_HOLD) != hold)
+            continue;
+        for (int j = 0; j < JOB_ID_BYTES; j++)
+            snprintf(buf[m] + 2 * j, 3, "%02x", ids[i][j]);
+        hex[m] = buf[m];
+        by[m] = o[i].held_by;
+        at[m] = o[i].retry_at;
+        ms[m] = o[i].held_ms;
+        m++;
     }
+    *asked = m;
+    rc = RMQS_OK;
+    if (m == 0)
+        goto out;
+    a_ids = pg_text_array(hex, m);
+    a_by = pg_text_array(by, m);
+    a_at = pg_int_array(at, m);
+    a_ms = pg_int_array(ms, m);
+    if (a_ids == NULL || a_by == NULL || a_at == NULL || a_ms == NULL) {
+        rc = RMQS_ENOMEM;
+        goto out;
+    }
+    const char *vals[6] = {pg_i64(now, now_ms), a_ids, a_by, a_at, a_ms,
+                           b->instance};
+    res = hold ? pg_exec(pc, "settle_hold",
+                         "UPDATE jobs j SET status = 0, "
+                         "attempts = greatest(j.attempts - 1, 0), "
+                         "updated_at = $1, held_by = u.h, due_at = u.d, "
+                         "held_ms = u.m, owner = NULL, lease_until = NULL "
+                         "FROM unnest($2::text[], $3::text[], $4::bigint[], "
+                         "$5::bigint[]) AS u(x, h, d, m) "
+                         "WHERE j.id = decode(u.x, 'hex') AND j.status = 1 "
+                         "AND j.owner = $6 RETURNING j.due_at",
+                         6, vals, NULL, NULL, &rc)
+               : pg_exec(pc, "settle_sent_held",
+                         "UPDATE jobs j SET status = 2, sent_at = $1, "
+                         "updated_at = $1, held_by = u.h, held_ms = u.m, "
+                         "owner = NULL, lease_until = NULL "
+                         "FROM unnest($2::text[], $3::text[], $4::bigint[], "
+                         "$5::bigint[]) AS u(x, h, d, m) "
+                         "WHERE j.id = decode(u.x, 'hex') AND j.status = 1 "
+                         "AND j.owner = $6 RETURNING j.due_at",
+                         6, vals, NULL, NULL, &rc);
     if (rc != RMQS_OK)
-        return rc;
-    if (PQntuples(res) == 1) {
-        *matched = 1;
-        store_delta_move(&pc->delta, JOB_PUBLISHING,
-                         hold ? JOB_PENDING : JOB_SENT, 1);
-        if (hold)
-            pg_note_due(pc, o->retry_at);
-    }
+        goto out;
+    *matched = (size_t)PQntuples(res);
+    store_delta_move(&pc->delta, JOB_PUBLISHING, hold ? JOB_PENDING : JOB_SENT,
+                     (int64_t)*matched);
+    for (size_t i = 0; hold && i < *matched; i++)
+        pg_note_due(pc, pg_int(res, (int)i, 0));
+out:
     PQclear(res);
-    return RMQS_OK;
+    free(hex);
+    free(by);
+    free(buf);
+    free(at);
+    free(ms);
+    free(a_ids);
+    free(a_by);
+    free(a_at);
+    free(a_ms);
+    return rc;
 }
 
 /* One EXPIRE outcome (its own error text); *matched 0 or 1. */
@@ -492,12 +538,9 @@ rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
         rc = settle_expire(pc, b, &o[i], ids[i], now_ms, &matched);
         lost += 1 - matched;
     }
-    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
-        if (o[i].kind != STORE_OUT_HOLD &&
-            !(o[i].kind == STORE_OUT_SENT && o[i].held_by != NULL))
-            continue;
-        rc = settle_held(pc, b, &o[i], ids[i], now_ms, &matched);
-        lost += 1 - matched;
+    for (int hold = 0; rc == RMQS_OK && hold < 2; hold++) {
+        rc = settle_held(pc, b, o, ids, n, hold, now_ms, &asked, &matched);
+        lost += asked - matched;
     }
     if (rc == RMQS_OK)
         rc = pg_tx_commit(b, pc);

@@ -6,10 +6,9 @@
 -- (0001) is rebuilt with the rank.
 --
 -- limit_buckets: the limits' token buckets, shared by every instance
--- (service/store/pg/store_pg_buckets.c): GCRA's theoretical arrival time
--- and when the last held job came back and went, in microseconds on the
--- database's clock; "" is the key of an unkeyed limit (and of a keyed
--- limit's overflow bucket).
+-- (service/store/pg/store_pg_buckets.c): GCRA's theoretical arrival time,
+-- in microseconds on the database's clock; "" is the key of an unkeyed
+-- limit (and of a keyed limit's overflow bucket).
 ALTER TABLE jobs ADD COLUMN priority smallint NOT NULL DEFAULT 0
     CHECK (priority BETWEEN 0 AND 9);
 ALTER TABLE jobs ADD COLUMN claim_rank bigint NOT NULL DEFAULT 0;
@@ -25,6 +24,5 @@ CREATE TABLE limit_buckets (
     limit_name text   NOT NULL,
     key        text   NOT NULL,
     tat_us     bigint NOT NULL,
-    back_us    bigint NOT NULL,
     PRIMARY KEY (limit_name, key)
 );

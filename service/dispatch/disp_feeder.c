@@ -189,16 +189,12 @@ static void decide_shared(void *cls, store_bucket *b, size_t m)
 {
     shared_ctx *c = cls;
 
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         *c->refs[i].tat = b[i].tat_us;
-        *c->refs[i].back = b[i].back_us;
-    }
     decide(c->d, c->items, c->n, c->held, c->n_held, c->now);
     c->decided = true;
-    for (size_t i = 0; i < m; i++) {
+    for (size_t i = 0; i < m; i++)
         b[i].tat_us = *c->refs[i].tat;
-        b[i].back_us = *c->refs[i].back;
-    }
 }
 
 /* decide(), on the buckets every instance shares when the store is shared

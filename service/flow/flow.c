@@ -19,8 +19,7 @@
     32 /* rate_now: grants per 100 ms slot (the
                                   past second and the lookahead ahead) */
 #define RATE_SLOT_US 100000
-#define BACK_GRACE_US \
-    1000000 /* a held job claimed this long after its
+#define BACK_GRACE_US 1000000  /* a held job claimed this long after its
                                   slot (its claimer died, the lease ran out)
                                   takes a new slot: going at once would
                                   exceed the rate */
@@ -32,12 +31,9 @@ static const int64_t wait_bounds_ms[] = {
 #define WAIT_N (sizeof wait_bounds_ms / sizeof wait_bounds_ms[0])
 
 typedef struct bucket {
-    int64_t tat;  /* theoretical arrival time, us: the next conforming
-                     instant once the burst is used up (the next free slot
-                     is tat - tau) */
-    int64_t back; /* the last time a held job came back and was let out,
-                     us: late ones (a backlog of slots) go one slot apart,
-                     not at once */
+    int64_t tat; /* theoretical arrival time, us: the next conforming
+                    instant once the burst is used up (the next free slot
+                    is tat - tau) */
 } bucket;
 
 typedef struct lim {
@@ -161,7 +157,7 @@ rmqs_rc flow_set_limits(flow_t *f, limit_t *limits, const char *const *specs,
             x->swept_at = was->swept_at;
             was->keyed = NULL; /* moved */
         } else {
-            x->one.tat = x->one.back = INT64_MIN / 2;
+            x->one.tat = INT64_MIN / 2;
             if (x->l.key.kind != FLOW_KEY_NONE)
                 x->keyed = g_hash_table_new_full(g_str_hash, g_str_equal,
                                                  g_free, g_free);
@@ -188,7 +184,7 @@ static void sweep(lim *x, int64_t now)
     g_hash_table_iter_init(&it, x->keyed);
     while (g_hash_table_iter_next(&it, &k, &v)) {
         const bucket *b = v;
-        if (b->tat <= now && b->back <= now)
+        if (b->tat <= now)
             g_hash_table_iter_remove(&it);
     }
 }
@@ -227,7 +223,7 @@ static bucket *bucket_of(lim *x, const job_t *j, char *key, bool count)
         return &x->one;
     }
     b = g_new(bucket, 1);
-    b->tat = b->back = INT64_MIN / 2;
+    b->tat = INT64_MIN / 2;
     g_hash_table_insert(x->keyed, g_strdup(key), b);
     return b;
 }
@@ -314,22 +310,14 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
     }
     if (back) {
         /* Its slot was taken from every bucket when it was held: it goes at
-         * its due time, which is that slot, and takes nothing again. Late
-         * (claimed after its slot: a burst being held takes the feeder's
-         * time first), it goes one slot after the last one that came back,
-         * so a backlog of slots drains at the rate, not at once. Buckets
-         * that do not know of the slot (a SQLite service restarted since)
-         * put new jobs after it. */
+         * its due time, which is that slot (or now, if late), and takes
+         * nothing again. Buckets that do not know of the slot (a SQLite
+         * service restarted since) put new jobs after it. */
         send = t0;
         v->limit = back;
         for (size_t i = 0; i < m; i++)
-            if (bk[i]->back + hit[i]->t_us > send)
-                send = bk[i]->back + hit[i]->t_us;
-        for (size_t i = 0; i < m; i++) {
-            bk[i]->back = send;
             if (bk[i]->tat < send + hit[i]->t_us)
                 bk[i]->tat = send + hit[i]->t_us;
-        }
     } else {
         /* The slot is taken now, whether the job waits for it in memory or
          * in the store: every decision takes the next slot of each bucket,
@@ -397,7 +385,6 @@ size_t flow_touched(flow_t *f, const job_t *const *jobs, size_t n,
             out[m].limit = x->l.name;
             snprintf(out[m].key, sizeof out[m].key, "%s", key);
             out[m].tat = &b->tat;
-            out[m].back = &b->back;
             m++;
         }
     }

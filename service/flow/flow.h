@@ -83,9 +83,7 @@ typedef struct flow_verdict {
  * the earliest slot all of them have free (from each): within the horizon
  * it is granted, past it held (send_at is its slot, its due time in the
  * store). A job whose held_by names a matching limit comes back for the
- * slot it was given: it goes at its due time and takes nothing (late, one
- * slot after the last that came back; more than a second late, it takes a
- * new slot).
+ * slot it was given: it goes at max(due_at, now_ms) and takes nothing.
  */
 void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
                 flow_verdict *v);
@@ -93,8 +91,8 @@ void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
 /*
  * Shared buckets (several instances on one database): the buckets the
  * jobs jobs[0..n) fall in, each once, into out[0..cap) (their state is
- * read and written through tat and back, in microseconds on the
- * dispatcher's clock); returns how many (at most cap). The caller puts
+ * read and written through tat, in microseconds on the dispatcher's
+ * clock); returns how many (at most cap). The caller puts
  * the shared state in, calls flow_admit for the jobs, and takes the state
  * out, all while the store holds the buckets locked. Feeder thread.
  */
@@ -102,7 +100,7 @@ typedef struct flow_bucket_ref {
     const char *limit; /* borrowed from f until the next flow_set_limits */
     char key[LIMIT_KEY_VALUE_MAX + 1]; /* "" for an unkeyed limit and the
                                           overflow bucket */
-    int64_t *tat, *back;               /* the bucket in f */
+    int64_t *tat;                      /* the bucket in f */
 } flow_bucket_ref;
 
 size_t flow_touched(flow_t *f, const job_t *const *jobs, size_t n,

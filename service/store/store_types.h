@@ -206,14 +206,13 @@ typedef void (*store_wake_fn)(void *arg, int64_t due_at_ms);
 
 /* One token bucket of a limit (flow/flow.h), shared by every instance of
  * a shared store: its state in microseconds on the dispatcher's clock.
- * store_buckets_update reads it into tat_us and back_us, and stores what
- * its callback leaves there. */
+ * store_buckets_update reads it into tat_us, and stores what its callback
+ * leaves there. */
 typedef struct store_bucket {
     const char *limit; /* the limit's name (borrowed) */
     const char *key;   /* the bucket's key value, "" for an unkeyed limit
                           (borrowed) */
     int64_t tat_us;    /* GCRA's theoretical arrival time */
-    int64_t back_us;   /* when the last held job came back and went */
 } store_bucket;
 
 /* The decision on buckets b[0..n), locked (store_buckets_update). */

@@ -347,29 +347,3 @@ Test(flow, a_held_job_long_past_its_slot_takes_a_new_one)
     job_clear(&b);
     flow_free(f);
 }
-
-Test(flow, late_held_jobs_drain_at_the_rate_not_at_once)
-{
-    flow_t *f = flow_new();
-    job_t j[4];
-    flow_verdict v;
-    int64_t slot[4];
-
-    set1(f, "slow", "{\"rate_per_s\":10}");
-    for (int i = 0; i < 4; i++) {
-        j[i] = mk("x", "k", T0, NULL);
-        flow_admit(f, &j[i], T0, T0, &v);
-        slot[i] = v.send_at; /* T0, T0 + 100, + 200, + 300 */
-        j[i].due_at = slot[i];
-        j[i].held_by = strdup("slow");
-    }
-    cr_assert_eq(slot[3], T0 + 300);
-    /* all claimed back together, 500 ms late (a burst held them up) */
-    for (int i = 1; i < 4; i++) {
-        flow_admit(f, &j[i], T0 + 500, T0 + 1000, &v);
-        cr_expect_eq(v.send_at, T0 + 500 + 100 * (i - 1), "job %d", i);
-        job_clear(&j[i]);
-    }
-    job_clear(&j[0]);
-    flow_free(f);
-}

@@ -6,8 +6,7 @@
  * Why rows: a limit's rate must hold for the sum of the instances, and an
  * instance that dies must not take its share with it. Each bucket is a row
  * of limit_buckets (0005_flow.sql) with GCRA's time (tat_us), whose
- * arithmetic gives every job its slot, and the time the last held job
- * came back and went (back_us), which spaces late ones. A claim's buckets are locked in
+ * arithmetic gives every job its slot. A claim's buckets are locked in
  * one transaction on the feeder's connection (after its claim committed):
  * created if new, locked in (limit, key) order so that two instances
  * never wait for each other in a circle, read, decided on by the caller's
@@ -38,21 +37,20 @@
  * read them. $1 limits, $2 keys, $3 the new bucket's value. */
 static const char lock_sql[] =
     "WITH want AS (SELECT l, k FROM unnest($1::text[], $2::text[]) AS "
-    "w(l, k)), made AS (INSERT INTO limit_buckets (limit_name, key, tat_us, "
-    "back_us) SELECT l, k, $3::bigint, $3::bigint FROM want ORDER BY l, k "
+    "w(l, k)), made AS (INSERT INTO limit_buckets (limit_name, key, tat_us) "
+    "SELECT l, k, $3::bigint FROM want ORDER BY l, k "
     "ON CONFLICT DO NOTHING) "
     "SELECT 1";
 static const char read_sql[] =
-    "SELECT limit_name, key, tat_us, back_us FROM limit_buckets WHERE "
+    "SELECT limit_name, key, tat_us FROM limit_buckets WHERE "
     "(limit_name, key) IN (SELECT l, k FROM unnest($1::text[], $2::text[]) "
     "AS w(l, k)) ORDER BY limit_name, key FOR UPDATE";
 static const char write_sql[] =
-    "UPDATE limit_buckets b SET tat_us = w.t, back_us = w.c FROM "
-    "unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS "
-    "w(l, k, t, c) WHERE b.limit_name = w.l AND b.key = w.k";
+    "UPDATE limit_buckets b SET tat_us = w.t FROM "
+    "unnest($1::text[], $2::text[], $3::bigint[]) AS "
+    "w(l, k, t) WHERE b.limit_name = w.l AND b.key = w.k";
 static const char clean_sql[] =
-    "DELETE FROM limit_buckets WHERE tat_us < $1::bigint AND back_us < "
-    "$1::bigint "
+    "DELETE FROM limit_buckets WHERE tat_us < $1::bigint "
     "OR limit_name NOT IN (SELECT name FROM limits)";
 
 /* The text[] literal of b[0..n)'s limits (key false) or keys. */
@@ -70,8 +68,8 @@ static char *names(const store_bucket *b, size_t n, bool key)
     return s;
 }
 
-/* The bigint[] literal of b[0..n)'s tat_us (back false) or back_us. */
-static char *times_of(const store_bucket *b, size_t n, bool back)
+/* The bigint[] literal of b[0..n)'s tat_us. */
+static char *tats_of(const store_bucket *b, size_t n)
 {
     int64_t *v = malloc((n ? n : 1) * sizeof(*v));
     char *s;
@@ -79,7 +77,7 @@ static char *times_of(const store_bucket *b, size_t n, bool back)
     if (v == NULL)
         return NULL;
     for (size_t i = 0; i < n; i++)
-        v[i] = back ? b[i].back_us : b[i].tat_us;
+        v[i] = b[i].tat_us;
     s = pg_int_array(v, n);
     free(v);
     return s;
@@ -100,13 +98,13 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
 {
     pg_conn *pc = &b->feed;
     char *limits = names(bk, n, false), *keys = names(bk, n, true);
-    char *tats = NULL, *backs = NULL, fresh[24], idle[24];
-    const char *vals[4] = {limits, keys, pg_i64(fresh, STORE_BUCKET_NEW)};
+    char *tats = NULL, fresh[24], idle[24];
+    const char *vals[3] = {limits, keys, pg_i64(fresh, STORE_BUCKET_NEW)};
     PGresult *res = NULL;
     rmqs_rc rc;
 
     for (size_t i = 0; i < n; i++)
-        bk[i].tat_us = bk[i].back_us = STORE_BUCKET_NEW;
+        bk[i].tat_us = STORE_BUCKET_NEW;
     if (limits == NULL || keys == NULL) {
         free(limits);
         free(keys);
@@ -124,7 +122,6 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
         size_t i = find(bk, n, PQgetvalue(res, r, 0), PQgetvalue(res, r, 1));
         if (i < n) {
             bk[i].tat_us = pg_int(res, r, 2);
-            bk[i].back_us = pg_int(res, r, 3);
         }
     }
     PQclear(res);
@@ -133,16 +130,14 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
         goto done;
     }
     fn(cls, bk, n);
-    tats = times_of(bk, n, false);
-    backs = times_of(bk, n, true);
-    if (tats == NULL || backs == NULL) {
+    tats = tats_of(bk, n);
+    if (tats == NULL) {
         pg_tx_abort(pc);
         rc = RMQS_ENOMEM;
         goto done;
     }
     vals[2] = tats;
-    vals[3] = backs;
-    PQclear(pg_exec(pc, "buckets_write", write_sql, 4, vals, NULL, NULL, &rc));
+    PQclear(pg_exec(pc, "buckets_write", write_sql, 3, vals, NULL, NULL, &rc));
     if (rc == RMQS_OK && now_us - b->buckets_cleaned_us >= CLEAN_EVERY_US) {
         const char *cv[1] = {pg_i64(idle, now_us - IDLE_US)};
         PQclear(
@@ -158,6 +153,5 @@ done:
     free(limits);
     free(keys);
     free(tats);
-    free(backs);
     return rc;
 }

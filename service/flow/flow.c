@@ -19,10 +19,12 @@
     32 /* rate_now: grants per 100 ms slot (the
                                   past second and the lookahead ahead) */
 #define RATE_SLOT_US 100000
-#define BACK_GRACE_US 1000000  /* a held job claimed this long after its
-                                  slot (its claimer died, the lease ran out)
-                                  takes a new slot: going at once would
-                                  exceed the rate */
+#define BACK_GRACE_US \
+    250000 /* a held job claimed this long after its
+                                slot (a burst being held took the feeder's
+                                time first, or its claimer died and the
+                                lease ran out) takes a new slot: going at
+                                once would exceed the rate */
 
 /* rmqs_limit_wait_seconds: how long limits held a job in all, observed
  * when it is let out; upper bounds in ms, the last bucket +Inf. */

@@ -83,7 +83,8 @@ typedef struct flow_verdict {
  * the earliest slot all of them have free (from each): within the horizon
  * it is granted, past it held (send_at is its slot, its due time in the
  * store). A job whose held_by names a matching limit comes back for the
- * slot it was given: it goes at max(due_at, now_ms) and takes nothing.
+ * slot it was given: it goes at max(due_at, now_ms) and takes nothing
+ * (more than 250 ms late, it takes a new slot).
  */
 void flow_admit(flow_t *f, const job_t *j, int64_t now_ms, int64_t horizon_ms,
                 flow_verdict *v);

@@ -52,10 +52,13 @@ def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
     assert time.time() * 1000 < due, "scheduling took past the due time"
 
     t_due = due / 1000
-    # Every instance dispatches under the shared limit: the first 7 s.
-    wait_until(lambda: time.time() > t_due + 7.5, 30, "7 s of draining")
+    # Every instance dispatches under the shared limit. From 3 s on: while
+    # the burst is being held (every job given its slot, 12,000 of them
+    # across the instances), the first slots' jobs come back late, and
+    # those past a grace take new slots (the rate dips, never exceeds).
+    wait_until(lambda: time.time() > t_due + 9.5, 30, "9 s of draining")
     times = [m.received_at for m in amqp.snapshot()]
-    together = rate_between(times, t_due + 1, t_due + 7)
+    together = rate_between(times, t_due + 3, t_due + 9)
     print("per 250 ms:", [sum(1 for t in times if t_due + k / 4 <= t < t_due + (k + 1) / 4)
                           for k in range(32)])
     assert abs(together - RATE) <= 0.1 * RATE, \

@@ -460,7 +460,8 @@ def test_limits_survive_a_restart(service):
     assert svc.delete(f"/limits/{b}").status == 204
     svc.terminate()
     svc.restart()
-    assert listed(svc) == [before], "the limit is as it was, the deleted one gone"
+    assert listed(svc) == [spec_of(before)], \
+        "the limit is as it was, the deleted one gone"
     # and it goes on from its generation
     st, _, after = svc.patch(f"/limits/{a}", {"burst": 4})
     assert st == 200 and after["generation"] == before["generation"] + 1, after

@@ -187,12 +187,9 @@ test('a limit holding jobs back: its held count links to them, each says held by
     for (let i = 0; i < 3; i++) {
       ids.push((await svc.schedule({ exchange: '', routing_key: q.name, delay_ms: 0, priority: i, body: `j${i}` })).id);
     }
-    // One goes at once, the next every 5 s: two are held, the last ~10 s.
-    const held = await waitFor('jobs held by the limit', async () => {
-      const { body } = await svc.api('GET', '/jobs?held_by=slow&status=pending');
-      return body.jobs.length === 2 && body.jobs;
-    });
-    const last = held.reduce((a, b) => (a.next_attempt_at > b.next_attempt_at ? a : b));
+    // One goes at once, the others one every 5 s: two are held.
+    const heldNow = async () => (await svc.api('GET', '/jobs?held_by=slow&status=pending')).body.jobs;
+    await waitFor('jobs held by the limit', async () => (await heldNow()).length === 2);
     const { page, rec } = await openPage(browser, svc);
     await visit(page, svc, '#/limits');
     const link = limitRow(page, 'slow').locator('td[data-stat="held"] a');
@@ -207,6 +204,13 @@ test('a limit holding jobs back: its held count links to them, each says held by
     assert.equal(await page.locator('#list [data-held-by="slow"]').count(), n, 'each listed job has the badge');
     assert.equal(await page.locator('#list [data-held-by="slow"]').first().textContent(), 'held by slow');
 
+    // A job held a few seconds more (the last one is, once the first held
+    // one goes): its page says so while it waits.
+    const last = await waitFor(
+      'a job held a few seconds more',
+      async () => (await heldNow()).find((j) => Date.parse(j.next_attempt_at) > Date.now() + 2500),
+      15000,
+    );
     await visit(page, svc, '#/jobs/' + last.id);
     await page.locator('[data-field="held_by"] a').waitFor();
     assert.equal(await page.locator('[data-field="held_by"] a').getAttribute('href'), '#/limits/slow');

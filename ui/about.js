@@ -1,11 +1,10 @@
 // about.js - version, store, broker (no password), the settings that
 // matter and the dashboard's mode, from /ui/config.json.
 import { config } from './api.js';
-import { h, replace, table } from './dom.js';
+import { h, replace, table, dd } from './dom.js';
 
 export function render(main) {
   const c = config;
-  const dd = (k, v) => [h('dt', {}, k), h('dd', { 'data-field': k }, v)];
   const s = c.settings || {};
   replace(
     main,

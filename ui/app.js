@@ -8,6 +8,7 @@ import * as overview from './overview.js';
 import * as jobs from './jobs.js';
 import * as job from './job.js';
 import * as schedules from './schedules.js';
+import * as limits from './limits.js';
 import * as about from './about.js';
 
 const main = document.getElementById('main');
@@ -66,6 +67,14 @@ function route() {
     name = 'schedules';
     title = 'Schedules';
     schedules.renderList(main, ctx, params);
+  } else if (parts[0] === 'limits' && parts.length === 2) {
+    name = 'limits';
+    title = 'Limit';
+    limits.renderOne(main, ctx, params, parts[1]);
+  } else if (parts[0] === 'limits') {
+    name = 'limits';
+    title = 'Limits';
+    limits.renderList(main, ctx, params);
   } else if (parts[0] === 'about') {
     name = 'about';
     title = 'About';

@@ -80,6 +80,47 @@ export function field(id, label, input, hint) {
   );
 }
 
+// A term and its value in a <dl class="fields">; data-field names it for
+// tests and styles.
+export const dd = (k, v) => [h('dt', {}, k), h('dd', { 'data-field': k }, v)];
+
+// Marks a form control as refused with message: aria-invalid, and the
+// message beside it, read with the control (aria-describedby).
+export function fieldError(input, message) {
+  const id = input.id + '-error';
+  let msg = document.getElementById(id);
+  if (!msg) {
+    msg = h('span', { class: 'field-error', id });
+    input.closest('.field').appendChild(msg);
+    const by = input.getAttribute('aria-describedby');
+    input.setAttribute('aria-describedby', by ? by + ' ' + id : id);
+  }
+  msg.textContent = message;
+  input.setAttribute('aria-invalid', 'true');
+}
+
+// Undoes every fieldError under root.
+export function clearFieldErrors(root) {
+  for (const input of root.querySelectorAll('[aria-invalid="true"]')) {
+    input.removeAttribute('aria-invalid');
+    const id = input.id + '-error';
+    const by = (input.getAttribute('aria-describedby') || '').split(' ').filter((x) => x && x !== id);
+    if (by.length) input.setAttribute('aria-describedby', by.join(' '));
+    else input.removeAttribute('aria-describedby');
+  }
+  for (const m of root.querySelectorAll('.field-error')) m.remove();
+}
+
+// A span of milliseconds for people: 850 ms, 12.3 s, 4 min 5 s, 2 h 3 min.
+export function duration(ms) {
+  if (ms === null || ms === undefined) return '—';
+  if (ms < 1000) return `${ms} ms`;
+  if (ms < 59950) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
 export function statusBadge(s) {
   return h('span', { class: 'status st-' + (/^[a-z]+$/.test(s) ? s : 'x') }, s);
 }

@@ -1,8 +1,9 @@
 // job.js - one job: every field, the body shown safely (JSON pretty-printed,
 // text as text, binary as hex and base64), its actions, live status.
 import { get, call, readOnly } from './api.js';
-import { h, replace, table, statusBadge, when, toast, confirmDialog } from './dom.js';
+import { h, replace, table, dd, duration, statusBadge, when, utc, toast, confirmDialog } from './dom.js';
 import { fromLocalInput } from './jobs.js';
+import { limitHref } from './limits.js';
 
 function hexDump(bytes) {
   const lines = [];
@@ -66,6 +67,14 @@ function kvTable(label, obj) {
       ),
     ),
   );
+}
+
+// The limit that holds the job back now (pending) or last did, linked.
+function heldBy(j) {
+  if (!j.held_by) return '—';
+  const link = h('a', { href: limitHref(j.held_by) }, j.held_by);
+  if (j.status !== 'pending') return link;
+  return [link, h('span', { class: 'hint' }, ' holds it now; it goes at ' + utc(j.next_attempt_at))];
 }
 
 export function render(main, ctx, params, id) {
@@ -170,7 +179,6 @@ export function render(main, ctx, params, id) {
     );
     if (!changed) return;
     showActions(j);
-    const dd = (k, v) => [h('dt', {}, k), h('dd', { 'data-field': k }, v)];
     replace(
       fields,
       h(
@@ -190,6 +198,9 @@ export function render(main, ctx, params, id) {
         dd('updated_at', when(j.updated_at)),
         dd('sent_at', when(j.sent_at)),
         dd('attempts', `${j.attempts} of ${j.max_attempts}`),
+        dd('priority', j.priority ?? '—'),
+        dd('held_by', heldBy(j)),
+        dd('held_ms', duration(j.held_ms)),
         dd('last_error', j.last_error ?? '—'),
       ),
     );

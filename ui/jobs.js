@@ -10,6 +10,7 @@ export const FILTERS = [
   ['exchange', 'Exchange'],
   ['routing_key', 'Routing key'],
   ['schedule', 'Schedule'],
+  ['held_by', 'Held by', 'text', null, 'a limit\u2019s name'],
   ['message_id', 'Message id'],
   ['deliver_from', 'Due from', 'datetime-local'],
   ['deliver_to', 'Due to', 'datetime-local'],
@@ -37,6 +38,9 @@ export function fromLocalInput(v) {
   const d = new Date(v);
   return isNaN(d) ? '' : d.toISOString();
 }
+
+// A pending job a limit holds back now.
+const heldBadge = (name) => [' ', h('span', { class: 'badge held', 'data-held-by': name }, 'held by ' + name)];
 
 export function render(main, ctx, params) {
   const filter = {};
@@ -132,7 +136,7 @@ export function render(main, ctx, params) {
           'tr',
           {},
           h('td', { class: 'mono' }, h('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
-          h('td', {}, statusBadge(j.status)),
+          h('td', {}, statusBadge(j.status), j.status === 'pending' && j.held_by ? heldBadge(j.held_by) : null),
           h('td', {}, j.exchange),
           h('td', {}, j.routing_key),
           h('td', {}, when(j.deliver_at)),

@@ -2,7 +2,7 @@
 // next runs (UTC, its time zone, the browser's), its jobs, pause/resume and
 // delete.
 import { get, call, query, readOnly } from './api.js';
-import { h, replace, table, statusBadge, when, local, utc, toast, confirmDialog } from './dom.js';
+import { h, replace, table, dd, statusBadge, when, local, utc, toast, confirmDialog } from './dom.js';
 
 function every(ms) {
   if (ms % 86400000 === 0) return `every ${ms / 86400000} d`;
@@ -74,7 +74,6 @@ export function renderOne(main, ctx, params, name) {
       replace(actions);
       return;
     }
-    const dd = (k, v) => [h('dt', {}, k), h('dd', { 'data-field': k }, v)];
     replace(
       info,
       h(

@@ -28,6 +28,8 @@ const ROUTES = () => [
   ['job', '#/jobs/' + jobId, '#body'],
   ['schedules', '#/schedules', '#main table'],
   ['schedule', '#/schedules/nightly-report', '#schedule-state'],
+  ['limits', '#/limits', '#limits table'],
+  ['limit', '#/limits/orders-per-tenant', '[data-field="rate_per_s"]'],
   ['about', '#/about', '[data-field="version"]'],
 ];
 
@@ -55,6 +57,19 @@ before(async () => {
     job: { exchange: 'amq.direct', routing_key: 'reports.nightly', body: 'run' },
   });
   assert.ok(r.status === 201 || r.status === 200, JSON.stringify(r.body));
+  for (const [name, spec] of [
+    [
+      'orders-per-tenant',
+      { match: { exchange: 'amq.direct', routing_key: 'orders.#' }, rate_per_s: 500, burst: 50, key: 'header:tenant' },
+    ],
+    [
+      'reports-queue',
+      { match: { routing_key: 'reports.*' }, hold_when_queue_ready_over: { queue: 'reports', messages: 1000 } },
+    ],
+  ]) {
+    const l = await svc.api('PUT', '/limits/' + name, spec);
+    assert.equal(l.status, 201, JSON.stringify(l.body));
+  }
   // Traffic over several stats intervals: jobs sent to a real queue (spread
   // over each interval), one failed now and then (no queue: NO_ROUTE, 1
   // attempt), one cancelled; each round waits for the sample that holds it.

@@ -350,6 +350,7 @@ void *disp_feeder_main(void *arg)
         bool claim, more = false, any = false;
         int64_t now = disp_now(d), next = INT64_MAX, wait;
 
+        read_limits(d, now); /* when changed, else once a second */
         pthread_mutex_lock(&d->w.mu);
         if (d->w.stop) {
             d->feeder_done = true;
@@ -369,9 +370,7 @@ void *disp_feeder_main(void *arg)
         pthread_mutex_unlock(&d->w.mu);
 
         if (claim) {
-            long got;
-            read_limits(d, now);
-            got = feed(d, room, &more);
+            long got = feed(d, room, &more);
             if (got < 0)
                 claim_retry_at = disp_now(d) + CLAIM_RETRY_MS; /* no spinning */
             else if (!more && store_next_due(d->st, &any, &next) != RMQS_OK)

@@ -144,7 +144,10 @@ void disp_notify(disp_t *d, int64_t due_at_ms)
 
 void disp_limits_changed(disp_t *d)
 {
-    atomic_store(&d->limits_kick, true); /* read at the next claim */
+    atomic_store(&d->limits_kick, true);
+    pthread_mutex_lock(&d->w.mu); /* the feeder reads them now */
+    pthread_cond_signal(&d->w.cv);
+    pthread_mutex_unlock(&d->w.mu);
 }
 
 flow_t *disp_flow(disp_t *d)

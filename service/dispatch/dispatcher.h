@@ -37,8 +37,8 @@ rmqs_rc disp_start(disp_t *d);
 void disp_notify(disp_t *d, int64_t due_at_ms);
 
 /* The limits changed (PUT, PATCH, DELETE /limits): the feeder reads them
- * again before its next claim (other instances' changes show within
- * LIMITS_REFRESH_MS). Any thread. */
+ * again at once (other instances' changes show within LIMITS_REFRESH_MS).
+ * Any thread. */
 void disp_limits_changed(disp_t *d);
 
 /* The flow control the dispatcher applies, for its counts (flow_stats).

@@ -38,7 +38,10 @@ test('reschedule by click: the datetime input sets deliver_at', async () => {
   const j = await svc.schedule({ exchange: '', routing_key: q.name, deliver_at: inMinutes(30), body: 'r' });
   const { page } = await jobPage(j.id);
   const target = new Date(Date.now() + 3 * 3600 * 1000);
-  target.setMilliseconds(0);
+  // Seconds never 0: Chromium shows a datetime-local value of hh:mm:00 as
+  // hh:mm, and playwright's fill then calls the value it set "Malformed"
+  // (it failed one run in 60, both stores at once in neighbouring lanes).
+  target.setSeconds(30, 0);
   const p = (n) => String(n).padStart(2, '0');
   const local = `${target.getFullYear()}-${p(target.getMonth() + 1)}-${p(target.getDate())}T${p(target.getHours())}:${p(target.getMinutes())}:${p(target.getSeconds())}`;
   await page.getByLabel('New due time (local)').fill(local);

@@ -204,6 +204,9 @@ static rmqs_rc open_database(service_t *svc)
             &(store_options){.synchronous_full = cfg->sync_full,
                              .manual_checkpoint = true,
                              .lease_ms = cfg->lease_ms,
+                             .db_timeout_ms = cfg->db_timeout_ms,
+                             .wake_horizon_ms = cfg->dispatch_lookahead_ms +
+                                                2 * DISP_REPLAN_MS,
                              .search_budget_ms = cfg->search_timeout_ms,
                              .page_max_bytes = (size_t)cfg->page_max_bytes},
             &svc->st, &err) != RMQS_OK) {

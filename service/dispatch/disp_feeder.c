@@ -384,6 +384,9 @@ void *disp_feeder_main(void *arg)
                  * claim then takes a bunch, still well ahead of time. */
                 int64_t at = any ? next - d->opt.lookahead_ms : INT64_MAX;
                 int64_t soonest = disp_now(d) + d->opt.lookahead_ms / 4;
+                int64_t latest = disp_now(d) + DISP_REPLAN_MS;
+                if (at > latest)
+                    at = latest; /* see what others stored unannounced */
                 if (at < soonest)
                     at = soonest;
                 if (d->notified_due != INT64_MAX &&

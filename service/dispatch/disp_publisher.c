@@ -45,14 +45,18 @@ int64_t disp_backoff_ms(int attempt, int64_t base_ms, int64_t cap_ms)
 }
 
 /* Whether the claim on j may have passed to another instance by the time
- * a publish at now reaches the broker (its lease, as renewed, ends within
- * LEASE_MARGIN_MS). Claims without a lease (SQLite) never lapse. */
+ * a publish at now reaches the broker: it was made before this instance's
+ * database session began (the session was lost since), or its lease, as
+ * renewed, ends within LEASE_MARGIN_MS. Claims without a lease (SQLite)
+ * never lapse. */
 static bool lease_lapsing(const disp_t *d, const job_t *j, int64_t now)
 {
     int64_t until = store_lease_renewed_until(d->st);
 
     if (j->lease_until == 0)
         return false;
+    if (j->updated_at < store_claims_valid_since(d->st))
+        return true;
     if (until < j->lease_until)
         until = j->lease_until;
     return now >= until - LEASE_MARGIN_MS;

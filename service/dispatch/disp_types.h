@@ -12,6 +12,12 @@
 
 typedef struct disp disp_t;
 
+/* The feeder looks at the store's next due job at least this often, even
+ * when nothing woke it: a job stored by another instance without a
+ * wake-up (store_options.wake_horizon_ms) is still claimed in time when it
+ * is due later than this plus the lookahead. */
+#define DISP_REPLAN_MS 1000
+
 typedef struct disp_options {
     int batch_size;          /* most jobs claimed ahead at a time */
     int window;              /* most unconfirmed publishes; 0: twice

@@ -680,6 +680,13 @@ int64_t store_lease_renewed_until(store_t *st)
                : 0;
 }
 
+int64_t store_claims_valid_since(store_t *st)
+{
+    return st->ops->claims_valid_since != NULL
+               ? st->ops->claims_valid_since(st->b)
+               : INT64_MIN;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
  * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too.

@@ -291,6 +291,14 @@ int64_t store_clock_offset_ms(store_t *st);
  * another instance has taken over. */
 int64_t store_lease_renewed_until(store_t *st);
 
+/* Database-clock ms: a claim made before it (its job_t.updated_at, the
+ * claim time) may have passed to another instance whatever its lease says,
+ * because this instance lost the database session that marked it alive
+ * (PostgreSQL: store_pg_presence.c); INT64_MAX while it has none, INT64_MIN
+ * for a backend whose claims hold until their lease (SQLite: always). A
+ * publisher checks it with the lease before each publish. */
+int64_t store_claims_valid_since(store_t *st);
+
 /* ------------------------------------------------------------------------ */
 /* Flow control (issue 23; flow/flow.h): the token buckets of the limits.
  * On a store several instances share (PostgreSQL), every bucket is a row:

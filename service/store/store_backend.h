@@ -159,12 +159,13 @@ typedef struct store_ops {
                       int64_t now_ms);
     rmqs_rc (*recover)(store_backend *b, size_t *n_out);
 
-    /* Optional (NULL: never calls fn / 0): store_set_wake,
-     * store_clock_offset_ms and store_lease_renewed_until, for backends
-     * shared by several instances. */
+    /* Optional (NULL: never calls fn / 0 / INT64_MIN): store_set_wake,
+     * store_clock_offset_ms, store_lease_renewed_until and
+     * store_claims_valid_since, for backends shared by several instances. */
     void (*set_wake)(store_backend *b, store_wake_fn fn, void *arg);
     int64_t (*clock_offset_ms)(store_backend *b);
     int64_t (*lease_renewed_until)(store_backend *b);
+    int64_t (*claims_valid_since)(store_backend *b);
     /* Optional (NULL: RMQS_OK with nothing indexed / 0): store_search_index
      * and store_search_index_lag, for backends that index off the insert
      * path. */

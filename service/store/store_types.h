@@ -29,6 +29,14 @@ typedef struct store_options {
                                the owner calls store_checkpoint() */
     int64_t lease_ms;         /* PostgreSQL: how long a claim holds without
                                renewal (0: 10000; at least 500) */
+    int64_t wake_horizon_ms;  /* PostgreSQL: a commit wakes the other
+                               instances (NOTIFY) only for a job due within
+                               this of now: their feeders look again at least
+                               every DISP_REPLAN_MS (0: every commit) */
+    int64_t db_timeout_ms;    /* PostgreSQL: the longest one call may take
+                               (statement_timeout; the answer is awaited a
+                               second longer, then the connection is given
+                               up); 0: 5000 */
     bool index_manual;        /* SQLite: no search indexer thread; the owner
                                calls store_search_index() (tests) */
     int64_t search_budget_ms; /* a list, count or search ends after this

@@ -189,6 +189,16 @@ static const opt_def opt_table[] = {
      "PostgreSQL: a job claimed by an instance that stops renewing "
      "it (crashed, frozen) is published again by another after this long",
      NULL},
+    {"db-timeout-ms", "RMQS_DB_TIMEOUT_MS", OPT_INT, F(db_timeout_ms), "5000",
+     100, 600000,
+     "PostgreSQL: the longest one database call may take. The server ends a "
+     "statement after it (statement_timeout; and a session left idle in a "
+     "transaction); the service waits a second more for an answer, then "
+     "gives the connection up, so a frozen server or network path fails "
+     "calls (HTTP 503) instead of hanging them. Connections also get TCP "
+     "keepalives, tcp_user_timeout at this value and, when the URL sets "
+     "none, connect_timeout",
+     NULL},
     {"max-schedules", "RMQS_MAX_SCHEDULES", OPT_INT, F(max_schedules), "10000",
      1, 10000000,
      "recurring schedules the service keeps; a PUT "

@@ -79,6 +79,7 @@ typedef struct config {
     int64_t page_max_bytes;    /* a list page stops at this many bytes */
     int64_t min_free_bytes; /* disk reserve kept for delivering stored jobs */
     int64_t lease_ms;       /* PostgreSQL: a claim's lease (renewed) */
+    int64_t db_timeout_ms;  /* PostgreSQL: the longest one call may take */
     int64_t search_timeout_ms; /* a list, count or search's budget */
     int64_t max_schedules;     /* PUT refuses to create more */
     int64_t max_limits;        /* PUT /limits refuses to create more */

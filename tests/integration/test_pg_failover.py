@@ -13,114 +13,22 @@ it applies to PostgreSQL only.
 
 import http.client
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
 from helpers import format_ts, http_request, parse_ts, wait_until
-from pylib.wait import free_ports
+from pylib.pgserver import PgServers
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RMQS_TEST_STORE", "sqlite") != "postgres",
     reason="fails over a PostgreSQL primary to its standby: no such thing "
            "for a SQLite file")
 
-PG_BIN = "/usr/lib/postgresql/15/bin"
-
-
-def run(*cmd, as_postgres=False, timeout=60, **kw):
-    if as_postgres:
-        cmd = ("runuser", "-u", "postgres", "--") + cmd
-    return subprocess.run(cmd, check=True, timeout=timeout, capture_output=True,
-                          text=True, **kw)
-
-
-class PrimaryAndStandby:
-    """A primary (p1) and a hot standby (s1) streaming from it, synchronous
-    (synchronous_standby_names = FIRST 1 (s1), set after the base backup as
-    TESTING-NOTES.md says), in a temporary folder, on private ports."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="rmqs-pgfo-")
-        shutil.chown(self.dir, "postgres", "postgres")
-        self.p1_port, self.s1_port = free_ports(2)
-        self.started = []  # data folders of servers started
-
-    def psql(self, port, *sql, db="postgres"):
-        args = [f"{PG_BIN}/psql", "-h", self.dir, "-p", str(port), "-U",
-                "postgres", "-d", db, "-v", "ON_ERROR_STOP=1", "-qAt"]
-        for s in sql:
-            args += ["-c", s]
-        return run(*args).stdout.strip()
-
-    def _conf(self, name, text):
-        with open(os.path.join(self.dir, name, "postgresql.conf"), "a") as f:
-            f.write(text)
-
-    def _start(self, name):
-        run(f"{PG_BIN}/pg_ctl", "-D", os.path.join(self.dir, name), "-l",
-            os.path.join(self.dir, name + ".log"), "-w", "-t", "60", "start",
-            as_postgres=True, timeout=90)
-        self.started.append(name)
-
-    def start(self):
-        p1 = os.path.join(self.dir, "p1")
-        run(f"{PG_BIN}/initdb", "-D", p1, "-U", "postgres", "--auth-local=trust",
-            "--auth-host=scram-sha-256", as_postgres=True)
-        self._conf("p1", f"port={self.p1_port}\nlisten_addresses='127.0.0.1'\n"
-                         f"unix_socket_directories='{self.dir}'\n")
-        self._start("p1")
-        self.psql(self.p1_port, "CREATE ROLE app LOGIN PASSWORD 'secret'",
-                  "CREATE DATABASE appdb OWNER app",
-                  "CREATE ROLE repl REPLICATION LOGIN PASSWORD 'replpw'")
-        run(f"{PG_BIN}/pg_basebackup", "-d",
-            f"host=127.0.0.1 port={self.p1_port} user=repl password=replpw",
-            "-D", os.path.join(self.dir, "s1"), "-R", "-X", "stream", "-c", "fast",
-            as_postgres=True)
-        self._conf("s1", f"port={self.s1_port}\ncluster_name='s1'\n"
-                         "wal_retrieve_retry_interval='100ms'\n")
-        self._start("s1")
-        self.psql(self.p1_port,
-                  "ALTER SYSTEM SET synchronous_standby_names='FIRST 1 (s1)'",
-                  "SELECT pg_reload_conf()")
-        wait_until(lambda: self.psql(
-            self.p1_port, "SELECT sync_state FROM pg_stat_replication "
-                          "WHERE application_name = 's1'") == "sync",
-            30, "the standby to be synchronous")
-        return self
-
-    def url(self):
-        return (f"postgresql://app:secret@127.0.0.1:{self.p1_port},"
-                f"127.0.0.1:{self.s1_port}/appdb?target_session_attrs=read-write"
-                "&connect_timeout=2")
-
-    def kill9_primary(self):
-        with open(os.path.join(self.dir, "p1", "postmaster.pid")) as f:
-            pid = int(f.readline())
-        os.kill(pid, signal.SIGKILL)
-        self.started.remove("p1")  # never restarted: it would be a 2nd primary
-
-    def promote_standby(self):
-        run(f"{PG_BIN}/pg_ctl", "-D", os.path.join(self.dir, "s1"), "-w",
-            "promote", as_postgres=True)
-
-    def stop(self):
-        for name in self.started:
-            subprocess.run(("runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_ctl",
-                            "-D", os.path.join(self.dir, name), "-m", "immediate",
-                            "-w", "stop"), timeout=60, capture_output=True)
-        # the killed primary's children die with their postmaster
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
 def pg_pair():
-    pair = PrimaryAndStandby().start()
+    pair = PgServers(standby=True).start()
     yield pair
     pair.stop()
 

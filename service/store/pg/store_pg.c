@@ -179,13 +179,15 @@ unlock:
 /* ------------------------------------------------------------------------ */
 /* Open, close, the small calls                                             */
 
-static void conn_init(pg_conn *pc, const char *role, bool relaxed, int slot)
+static void conn_init(pg_conn *pc, const char *role, bool relaxed, int slot,
+                      int64_t timeout_ms)
 {
     pthread_mutex_init(&pc->mu, NULL);
     pc->role = role;
     pc->relaxed = relaxed;
     pc->slot = slot;
     pc->notify_due = INT64_MAX;
+    pc->timeout_ms = timeout_ms;
 }
 
 static void conn_free(pg_conn *pc)
@@ -202,6 +204,7 @@ static void pg_free(store_backend *b)
         return;
     pg_threads_stop(b);
     pg_ix_stop(b);
+    conn_free(&b->lsn);
     conn_free(&b->ix);
     conn_free(&b->wr);
     conn_free(&b->feed);
@@ -210,6 +213,7 @@ static void pg_free(store_backend *b)
     for (int i = 0; i < PG_SEARCHERS; i++)
         conn_free(&b->search[i]);
     pthread_mutex_destroy(&b->wake_mu);
+    pthread_mutex_destroy(&b->id_mu);
     pthread_mutex_destroy(&b->stop_mu);
     pthread_cond_destroy(&b->stop_cv);
     if (b->stop_pipe[0] >= 0)
@@ -221,18 +225,15 @@ static void pg_free(store_backend *b)
     free(b);
 }
 
-/* A random instance id (hex), and the job_counts slot base it hashes to. */
+/* The first instance id, and the job_counts slot base it hashes to. */
 static rmqs_rc new_instance(store_backend *b, unsigned *hash)
 {
-    unsigned char r[12];
     unsigned h = 2166136261u; /* FNV-1a */
 
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+    if (pg_new_id(b->ids[0]) != RMQS_OK)
         return RMQS_ESYS;
-    for (size_t i = 0; i < sizeof(r); i++) {
-        snprintf(b->instance + 2 * i, 3, "%02x", r[i]);
-        h = (h ^ r[i]) * 16777619u;
-    }
+    for (const char *p = b->ids[0]; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
     *hash = h;
     return RMQS_OK;
 }
@@ -267,7 +268,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
     b->stop_pipe[0] = b->stop_pipe[1] = -1;
     pthread_mutex_init(&b->wake_mu, NULL);
+    pthread_mutex_init(&b->id_mu, NULL);
     pthread_mutex_init(&b->stop_mu, NULL);
+    atomic_store(&b->present_since, INT64_MAX);
     {
         pthread_condattr_t ca; /* the keeper waits on CLOCK_MONOTONIC */
         pthread_condattr_init(&ca);
@@ -279,6 +282,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         opt && opt->lease_ms > 0 ? opt->lease_ms : PG_DEFAULT_LEASE_MS;
     if (b->lease_ms < PG_MIN_LEASE_MS)
         b->lease_ms = PG_MIN_LEASE_MS;
+    b->db_timeout_ms = opt && opt->db_timeout_ms > 0 ? opt->db_timeout_ms
+                                                      : PG_DEFAULT_DB_TIMEOUT_MS;
+    b->wake_horizon_ms = opt ? opt->wake_horizon_ms : 0;
     b->url = strdup(target);
     b->safe_url = malloc(2 * strlen(target) + 64); /* "=***" may be longer */
     if (b->url == NULL || b->safe_url == NULL) {
@@ -302,20 +308,29 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     }
     /* one slot per connection that writes counts, so two connections of
      * this instance never wait for each other's row lock */
-    conn_init(&b->wr, "writer", opt && !opt->synchronous_full,
-              (int)(hash % PG_SLOTS));
-    conn_init(&b->feed, "feeder", true, (int)((hash + 1) % PG_SLOTS));
-    conn_init(&b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS));
-    conn_init(&b->sched, "scheduler", b->wr.relaxed,
-              (int)((hash + 3) % PG_SLOTS));
-    /* rebuildable from the mark: no need to wait for the flush */
-    conn_init(&b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS));
+    {
+        int64_t t = b->db_timeout_ms;
+        conn_init(&b->wr, "writer", opt && !opt->synchronous_full,
+                  (int)(hash % PG_SLOTS), t);
+        conn_init(&b->feed, "feeder", true, (int)((hash + 1) % PG_SLOTS), t);
+        conn_init(&b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS), t);
+        conn_init(&b->sched, "scheduler", b->wr.relaxed,
+                  (int)((hash + 3) % PG_SLOTS), t);
+        /* rebuildable from the mark: no need to wait for the flush */
+        conn_init(&b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS), t);
+        conn_init(&b->lsn, "listener", true, 0, t);
+    }
     b->ix_safe = b->ix_mark = -1;
 
     for (int i = 0; i < PG_SEARCHERS; i++) {
-        conn_init(&b->search[i], "search", true, (int)((hash + 5) % PG_SLOTS));
-        b->search[i].timeout_ms = opt ? opt->search_budget_ms : 0;
+        conn_init(&b->search[i], "search", true, (int)((hash + 5) % PG_SLOTS),
+                  opt && opt->search_budget_ms > 0 ? opt->search_budget_ms
+                                                   : b->db_timeout_ms);
+        b->search[i].budget = opt && opt->search_budget_ms > 0;
     }
+    /* the migrations may take long (an index on a big table): no bound
+     * until they are done */
+    b->wr.timeout_ms = 0;
     b->wr.c = pg_connect(b, "writer", b->wr.relaxed, 0, msg, sizeof(msg));
     if (b->wr.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL,
@@ -327,9 +342,27 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     rc = migrate(b, migrations, n, err);
     if (rc != RMQS_OK)
         goto fail;
-    b->feed.c = pg_connect(b, "feeder", true, 0, msg, sizeof(msg));
+    b->wr.timeout_ms = b->db_timeout_ms;
+    {
+        char set[160];
+        snprintf(set, sizeof(set),
+                 "SET statement_timeout = %lld; "
+                 "SET idle_in_transaction_session_timeout = %lld",
+                 (long long)b->db_timeout_ms,
+                 (long long)(b->db_timeout_ms + PG_ANSWER_MARGIN_MS));
+        if (pg_exec_simple(&b->wr, "set_timeout", set) != RMQS_OK) {
+            rc = rmqs_fail(err, RMQS_EDB, NULL,
+                           "cannot set the statement timeout on %s",
+                           b->safe_url);
+            goto fail;
+        }
+    }
+    b->feed.c = pg_connect(b, "feeder", true, b->feed.timeout_ms, msg,
+                           sizeof(msg));
     b->disp.c =
-        b->feed.c ? pg_connect(b, "dispatch", true, 0, msg, sizeof(msg)) : NULL;
+        b->feed.c ? pg_connect(b, "dispatch", true, b->disp.timeout_ms, msg,
+                              sizeof(msg))
+                 : NULL;
     if (b->feed.c == NULL || b->disp.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL,
                        "cannot connect to database %s: "
@@ -353,8 +386,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         goto fail;
     log_info(MOD, "database open",
              "backend=postgres url=%s instance=%s lease_ms=%" PRId64
-             " clock_offset_ms=%" PRId64 " synchronous_commit=%s",
-             b->safe_url, b->instance, b->lease_ms,
+             " db_timeout_ms=%" PRId64 " clock_offset_ms=%" PRId64
+             " synchronous_commit=%s",
+             b->safe_url, b->ids[0], b->lease_ms, b->db_timeout_ms,
              atomic_load(&b->clock_offset), b->wr.relaxed ? "off" : "on");
     *out = b;
     return RMQS_OK;
@@ -531,6 +565,7 @@ const store_ops store_pg_ops = {
     .set_wake = pg_set_wake,
     .clock_offset_ms = pg_clock_offset_ms,
     .lease_renewed_until = pg_lease_renewed_until,
+    .claims_valid_since = pg_claims_valid_since,
     .buckets_update = pg_buckets_update,
     .sched = &pg_schedule_ops,
     .lim = &pg_limit_ops,

@@ -10,7 +10,10 @@
 
 #include <ctype.h>
 #include <endian.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,14 +70,41 @@ void pg_quiet(PGconn *c)
     PQsetNoticeProcessor(c, on_notice, NULL);
 }
 
-/* Open a connection to b->url; NULL (message in buf) on failure. */
-PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
-                   int64_t timeout_ms, char *buf, size_t len)
+/* Seconds for libpq's connect_timeout: the call bound, at least 2 (libpq
+ * waits at least 2 s whatever it is told). */
+static void connect_seconds(const store_backend *b, char buf[24])
 {
-    char set[192];
-    PGconn *c = PQconnectdb(b->url);
-    PGresult *res;
+    int64_t s = (b->db_timeout_ms + 999) / 1000;
 
+    pg_i64(buf, s < 2 ? 2 : s);
+}
+
+PGconn *pg_open_conn(store_backend *b, char *buf, size_t len)
+{
+    /* Before the URL: what the URL says wins (libpq's expand_dbname rule);
+     * an empty value is skipped. Why each: a peer that vanished without a
+     * word (host gone, path cut) is found by keepalives while idle and by
+     * tcp_user_timeout while data waits for its acknowledgement, and a
+     * server that accepts the TCP connection but never answers (frozen) by
+     * connect_timeout; without them libpq waits for ever. */
+    char cto[24], uto[24];
+    const char *keys[] = {"connect_timeout",     "keepalives",
+                          "keepalives_idle",     "keepalives_interval",
+                          "keepalives_count",    "tcp_user_timeout",
+                          "dbname",              NULL};
+    const char *vals[] = {getenv("PGCONNECT_TIMEOUT") ? "" : cto,
+                          "1",
+                          "5",
+                          "2",
+                          "3",
+                          uto,
+                          b->url,
+                          NULL};
+    PGconn *c;
+
+    connect_seconds(b, cto);
+    pg_i64(uto, b->db_timeout_ms);
+    c = PQconnectdbParams(keys, vals, 1);
     if (c == NULL) {
         snprintf(buf, len, "out of memory");
         return NULL;
@@ -86,14 +116,32 @@ PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
         return NULL;
     }
     pg_quiet(c);
+    return c;
+}
+
+PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
+                   int64_t timeout_ms, char *buf, size_t len)
+{
+    char set[320];
+    PGconn *c = pg_open_conn(b, buf, len);
+    PGresult *res;
+
+    if (c == NULL)
+        return NULL;
     /* the dispatcher's connections commit without waiting for the flush,
      * as SQLite's relaxed transactions (store.h): a claim or settle lost
-     * by a server crash only makes a job published again */
+     * by a server crash only makes a job published again. A session left
+     * idle inside a transaction (its client frozen) is ended by the
+     * server after the same bound, so the row locks it holds do not stop
+     * the other instances. */
     snprintf(set, sizeof(set),
              "SET application_name = 'rmq-scheduler %s'; "
              "SET synchronous_commit = %s; SET client_min_messages = warning; "
-             "SET statement_timeout = %lld",
-             role, relaxed ? "off" : "on", (long long)timeout_ms);
+             "SET statement_timeout = %lld; "
+             "SET idle_in_transaction_session_timeout = %lld",
+             role, relaxed ? "off" : "on", (long long)timeout_ms,
+             (long long)(timeout_ms > 0 ? timeout_ms + PG_ANSWER_MARGIN_MS
+                                        : 0));
     res = PQexec(c, set);
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
@@ -103,6 +151,75 @@ PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
     }
     PQclear(res);
     return c;
+}
+
+int64_t pg_deadline(const pg_conn *pc)
+{
+    return pc->timeout_ms > 0
+               ? tu_mono_ms() + pc->timeout_ms + PG_ANSWER_MARGIN_MS
+               : INT64_MAX;
+}
+
+PGresult *pg_result_by(pg_conn *pc, const char *op, int64_t deadline,
+                       bool *late)
+{
+    *late = false;
+    while (PQisBusy(pc->c)) {
+        int64_t left = deadline == INT64_MAX ? -1 : deadline - tu_mono_ms();
+        struct pollfd p = {.fd = PQsocket(pc->c), .events = POLLIN};
+        int r;
+
+        if (deadline != INT64_MAX && left <= 0) {
+            /* A server or path that stopped answering: its cancel would
+             * hang as well, so the connection is given up. Whatever the
+             * call was doing is rolled back by the server, or committed
+             * unacknowledged (the caller answered an error: a client
+             * retries with its Idempotency-Key). */
+            log_error(MOD, "the database did not answer in time; "
+                      "connection given up",
+                      "op=%s role=%s waited_ms=%lld", op, pc->role,
+                      (long long)(pc->timeout_ms + PG_ANSWER_MARGIN_MS));
+            PQfinish(pc->c);
+            pc->c = NULL;
+            *late = true;
+            return NULL;
+        }
+        r = poll(&p, 1, left < 0 ? -1 : left > INT_MAX ? INT_MAX : (int)left);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r > 0 && !PQconsumeInput(pc->c))
+            break; /* lost: PQgetResult says so */
+    }
+    return PQgetResult(pc->c);
+}
+
+static bool res_ok(const PGresult *res)
+{
+    ExecStatusType s = PQresultStatus(res);
+
+    return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
+}
+
+/* Everything the statement sent on pc returns: the first failed result,
+ * else the last one; NULL with *late after the deadline (pc->c closed). */
+static PGresult *await_all(pg_conn *pc, const char *op, bool *late)
+{
+    int64_t deadline = pg_deadline(pc);
+    PGresult *keep = NULL, *res;
+
+    while ((res = pg_result_by(pc, op, deadline, late)) != NULL) {
+        if (keep != NULL && !res_ok(keep)) {
+            PQclear(res); /* the first failure is the one that counts */
+            continue;
+        }
+        PQclear(keep);
+        keep = res;
+    }
+    if (*late) {
+        PQclear(keep);
+        return NULL;
+    }
+    return keep;
 }
 
 /* pc (locked) up, (re)connected if needed. */
@@ -155,7 +272,7 @@ rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
      * again later) is expected under load, not a failure to shout about */
     if (st != NULL && strcmp(st, "55P03") == 0)
         log_debug(MOD, "lock wait given up", "op=%s role=%s", op, pc->role);
-    else if (st != NULL && strcmp(st, "57014") == 0 && pc->timeout_ms > 0)
+    else if (st != NULL && strcmp(st, "57014") == 0 && pc->budget)
         out = RMQS_ETIMEDOUT; /* a search past its budget: the caller's */
     else if (out != RMQS_ECONFLICT && out != RMQS_EINVAL)
         log_error(MOD, "database call failed",
@@ -175,15 +292,22 @@ PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
                   rmqs_rc *rc)
 {
     PGresult *res;
-    ExecStatusType s;
+    bool late;
 
     if (pc->c == NULL) {
         *rc = RMQS_EDB;
         return NULL;
     }
-    res = PQexecParams(pc->c, sql, n, NULL, vals, lens, bin, 1);
-    s = PQresultStatus(res);
-    if (s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK) {
+    if (!PQsendQueryParams(pc->c, sql, n, NULL, vals, lens, bin, 1)) {
+        *rc = pg_fail(pc, op, NULL);
+        return NULL;
+    }
+    res = await_all(pc, op, &late);
+    if (late) {
+        *rc = RMQS_EDB;
+        return NULL;
+    }
+    if (res_ok(res)) {
         *rc = RMQS_OK;
         return res;
     }
@@ -195,14 +319,17 @@ PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
 rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql)
 {
     PGresult *res;
-    ExecStatusType s;
     rmqs_rc out = RMQS_OK;
+    bool late;
 
     if (pc->c == NULL)
         return RMQS_EDB;
-    res = PQexec(pc->c, sql);
-    s = PQresultStatus(res);
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK)
+    if (!PQsendQuery(pc->c, sql))
+        return pg_fail(pc, op, NULL);
+    res = await_all(pc, op, &late);
+    if (late)
+        return RMQS_EDB;
+    if (!res_ok(res))
         out = pg_fail(pc, op, res);
     PQclear(res);
     return out;
@@ -336,8 +463,13 @@ rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc)
     rmqs_rc rc = counts_flush(pc);
     char due[24];
 
-    (void)b;
-    if (rc == RMQS_OK && pc->notify_due != INT64_MAX) {
+    /* Only a job due soon is worth a wake-up: PostgreSQL serialises the
+     * commits that notify (a global lock at commit), and the other
+     * instances see later jobs by themselves (store_options). */
+    if (rc == RMQS_OK && pc->notify_due != INT64_MAX &&
+        (b->wake_horizon_ms <= 0 ||
+         pc->notify_due < tu_now_ms() + atomic_load(&b->clock_offset) +
+                              b->wake_horizon_ms)) {
         const char *vals[1] = {pg_i64(due, pc->notify_due)};
         PGresult *res = pg_exec(pc, "notify",
                                 "SELECT pg_notify('" PG_NOTIFY_CHANNEL "', $1)",

@@ -6,8 +6,10 @@
  *   - store_pg_core.c: connections and their repair, statements, page
  *     measuring, transactions with their count deltas and notifications,
  *     rows -> jobs;
+ *   - store_pg_presence.c: this instance's session (its ids, the
+ *     presence lock, LISTEN) and the watch for dead instances;
  *   - store_pg_dispatch.c: claim, record, lease renewal and reclaim,
- *     LISTEN/NOTIFY, the clock; store_pg_indexer.c: the search's side
+ *     the clock; store_pg_indexer.c: the search's side
  *     table, filled off the insert path; store_pg_search.c: lists and
  *     counts under a filter;
  *   - store_pg_jobs.c: the clients' calls; store_pg_schedules.c: the
@@ -28,7 +30,8 @@
  *     next_due), so a claim never waits for the writer's commit;
  *   - disp: record, recover and the housekeeping thread (lease renewal,
  *     reclaim of expired leases, the clock offset);
- *   - the listener thread's own connection (LISTEN rmqs_due).
+ *   - lsn: the listener thread's session (LISTEN rmqs_due, and the lock
+ *     that marks this instance alive: store_pg_presence.c).
  * A connection found broken is closed and opened again on the next call
  * (a fresh PQconnectdb of the same URL: a multi-host URL with
  * target_session_attrs=read-write then lands on whichever host is now the
@@ -49,6 +52,11 @@
 #include "store_pg_url.h"
 
 #define PG_SLOTS 64 /* job_counts slots (migration 0001) */
+#define PG_ID_LEN 25 /* an instance id: 24 hex digits and a NUL */
+#define PG_OWNED_IDS 8
+#define PG_OWNED_LEN (PG_OWNED_IDS * PG_ID_LEN + 3) /* "{id,id,...}" */
+/* How often each instance looks for instances whose session ended. */
+#define PG_WATCH_MS 250
 #define PG_DEFAULT_LEASE_MS 10000
 #define PG_MIN_LEASE_MS 500
 #define PG_NOTIFY_CHANNEL "rmqs_due"
@@ -108,8 +116,17 @@ typedef struct pg_conn {
     int slot;           /* its job_counts slot */
     store_delta delta;  /* the open transaction's count changes */
     int64_t notify_due; /* earliest pending due_at stored, or INT64_MAX */
-    int64_t timeout_ms; /* statement_timeout of the connection, 0: none */
+    int64_t timeout_ms; /* statement_timeout of the connection (its answer
+                           is awaited PG_ANSWER_MARGIN_MS longer); 0: none */
+    bool budget;        /* timeout_ms is a search budget: a statement it
+                           ends is RMQS_ETIMEDOUT, the caller's answer */
 } pg_conn;
+
+/* How much longer than a connection's statement_timeout its answer is
+ * awaited before the connection is given up (store_pg_core.c): the
+ * server's own cancel comes first when the server is alive. */
+#define PG_ANSWER_MARGIN_MS 1000
+#define PG_DEFAULT_DB_TIMEOUT_MS 5000
 
 /* Lists, counts and searches that run side by side (store_pg_search.c):
  * two for the HTTP search pool's threads, one always free for the
@@ -119,8 +136,19 @@ typedef struct pg_conn {
 struct store_backend {
     char *url;         /* as given (may hold a password: never logged) */
     char *safe_url;    /* for logs: no password */
-    char instance[40]; /* this store's instance id (random hex) */
+    /* This instance's ids (store_pg_presence.c): one per database
+     * session, the current one at id_at, the last PG_OWNED_IDS kept (the
+     * owners whose claims settles still match); under id_mu */
+    pthread_mutex_t id_mu;
+    char ids[PG_OWNED_IDS][PG_ID_LEN];
+    int id_at;
+    /* pg_claims_valid_since: database-clock ms the session began,
+     * INT64_MAX while there is none */
+    _Atomic int64_t present_since;
+    pg_conn lsn; /* the session: LISTEN and the presence lock */
     int64_t lease_ms;
+    int64_t db_timeout_ms;   /* store_options.db_timeout_ms */
+    int64_t wake_horizon_ms; /* store_options.wake_horizon_ms (0: none) */
     pg_conn wr, feed, disp;
     /* the scheduler's thread (store_schedule_due/next_at/advance), so
      * creating runs never queues behind HTTP writes; connected on first
@@ -167,11 +195,25 @@ void pg_done(pg_conn *pc);
 /* Route c's notices and asynchronous errors to the log (one line each)
  * instead of stderr. */
 void pg_quiet(PGconn *c);
-/* Open a connection to b->url for role (the application_name; relaxed:
- * synchronous_commit off; timeout_ms the statement_timeout, 0 none); NULL
- * (the reason, without the password, in buf) on failure. */
+/* Open a bare connection to b->url with the service's bounds (TCP
+ * keepalives, tcp_user_timeout, and connect_timeout unless the URL or
+ * PGCONNECT_TIMEOUT sets one); NULL (the reason, without the password, in
+ * buf) on failure. */
+PGconn *pg_open_conn(store_backend *b, char *buf, size_t len);
+/* pg_open_conn, set up for role (the application_name; relaxed:
+ * synchronous_commit off; timeout_ms the statement_timeout and
+ * idle_in_transaction_session_timeout, 0 none); NULL (reason in buf) on
+ * failure. */
 PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
                    int64_t timeout_ms, char *buf, size_t len);
+/* The next result of what was sent on pc, awaited until deadline
+ * (tu_mono_ms): NULL when there is none left, or when the deadline passed
+ * first (*late set: the connection is closed and pc->c NULL, the call's
+ * outcome unknown, as after a crash). */
+PGresult *pg_result_by(pg_conn *pc, const char *op, int64_t deadline,
+                       bool *late);
+/* The deadline of a statement sent on pc now (tu_mono_ms). */
+int64_t pg_deadline(const pg_conn *pc);
 /* The first line of libpq's message msg into buf, for one-line logs. */
 void pg_first_line(const char *msg, char *buf, size_t len);
 
@@ -276,6 +318,25 @@ extern const store_schedule_ops pg_schedule_ops;
 /* ---- store_pg_limits.c ---- */
 extern const store_limit_ops pg_limit_ops;
 
+/* ---- store_pg_presence.c: the session, wake-ups, the watch ---- */
+/* A random id (24 hex digits) into out. */
+rmqs_rc pg_new_id(char out[PG_ID_LEN]);
+/* The current id (the owner of the claims made now). */
+void pg_owner_current(store_backend *b, char out[PG_ID_LEN]);
+/* The last PG_OWNED_IDS ids as an array literal (settles match these). */
+void pg_owner_mine(store_backend *b, char out[PG_OWNED_LEN]);
+/* Database-clock ms: claims made before it are no longer this instance's
+ * for sure (store_claims_valid_since); INT64_MAX without a session. */
+int64_t pg_claims_valid_since(store_backend *b);
+/* Begin the session at open, on b->lsn (the listener thread keeps it, and
+ * begins it again when lost). */
+rmqs_rc pg_presence_open(store_backend *b);
+void *pg_listener_main(void *arg);
+void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
+/* On pc (locked, up): the instances whose session ended, their rows
+ * deleted and their claimed jobs pending again; *n_out how many jobs. */
+rmqs_rc pg_watch_dead(store_backend *b, pg_conn *pc, size_t *n_out);
+
 /* ---- store_pg_dispatch.c ---- */
 /* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):
  * test_store_pg_dispatch.c checks its plan. */
@@ -290,7 +351,6 @@ rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
                   const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                   int64_t now_ms);
 rmqs_rc pg_recover(store_backend *b, size_t *n_out);
-void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
 int64_t pg_clock_offset_ms(store_backend *b);
 int64_t pg_lease_renewed_until(store_backend *b);
 /* Measure the clock offset on pc (locked, up) and store it. */

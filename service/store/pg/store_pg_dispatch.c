@@ -173,7 +173,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
                      size_t limit, store_claimed **c, size_t *cap,
                      size_t *n_out)
 {
-    char lease[24], now[24], due[24], lim[24];
+    char lease[24], now[24], due[24], lim[24], id[PG_ID_LEN];
     const char *vals[5];
     PGresult *res = NULL;
     pg_conn *pc = &b->feed;
@@ -181,9 +181,14 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     rmqs_rc rc;
 
     *n_out = 0;
+    /* no claim without the session that marks this instance alive: the
+     * others would take it over at once (store_pg_presence.c) */
+    if (pg_claims_valid_since(b) == INT64_MAX)
+        return RMQS_OK;
     if (limit > (size_t)INT64_MAX)
         limit = (size_t)INT64_MAX;
-    vals[0] = b->instance;
+    pg_owner_current(b, id);
+    vals[0] = id;
     vals[1] = pg_i64(lease, b->lease_ms);
     vals[2] = pg_i64(now, now_ms);
     vals[3] = pg_i64(due, due_by_ms);
@@ -282,7 +287,7 @@ static char *id_array(const store_outcome *o,
 
 #define IDS_MATCH                                                         \
     "id = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($2::text[]) h)) " \
-    "AND status = 1 AND owner = $3"
+    "AND status = 1 AND owner = ANY($3::text[])"
 
 /* SENT or RELEASE of every outcome of kind k, one statement; *matched
  * gets the rows changed. */
@@ -292,9 +297,9 @@ static rmqs_rc settle_group(pg_conn *pc, store_backend *b,
                             store_outcome_kind k, int64_t now_ms, size_t *asked,
                             size_t *matched)
 {
-    char now[24];
+    char now[24], mine[PG_OWNED_LEN];
     char *arr = id_array(o, ids, n, k, asked);
-    const char *vals[3] = {pg_i64(now, now_ms), arr, b->instance};
+    const char *vals[3] = {pg_i64(now, now_ms), arr, mine};
     PGresult *res;
     rmqs_rc rc;
 
@@ -303,6 +308,7 @@ static rmqs_rc settle_group(pg_conn *pc, store_backend *b,
         return RMQS_OK;
     if (arr == NULL)
         return RMQS_ENOMEM;
+    pg_owner_mine(b, mine);
     res = k == STORE_OUT_SENT
               ? pg_exec(pc, "settle_sent",
                         "UPDATE jobs SET status = 2, sent_at = $1, "
@@ -334,14 +340,15 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
                             const unsigned char id[JOB_ID_BYTES],
                             int64_t now_ms, size_t *matched)
 {
-    char now[24], retry[24];
+    char now[24], retry[24], mine[PG_OWNED_LEN];
     const char *vals[5] = {pg_i64(now, now_ms), (const char *)id, o->error,
-                           pg_i64(retry, o->retry_at), b->instance};
+                           pg_i64(retry, o->retry_at), mine};
     int lens[5] = {0, JOB_ID_BYTES, 0, 0, 0}, fmts[5] = {0, 1, 0, 0, 0};
     PGresult *res;
     rmqs_rc rc;
 
     *matched = 0;
+    pg_owner_mine(b, mine);
     res = pg_exec(pc, "settle_retry",
                   "UPDATE jobs SET last_error = $3, updated_at = $1, "
                   "status = CASE WHEN attempts >= max_attempts "
@@ -349,7 +356,7 @@ static rmqs_rc settle_retry(pg_conn *pc, store_backend *b,
                   "due_at = CASE WHEN attempts >= max_attempts "
                   "THEN due_at ELSE $4::bigint END, "
                   "owner = NULL, lease_until = NULL "
-                  "WHERE id = $2 AND status = 1 AND owner = $5 "
+                  "WHERE id = $2 AND status = 1 AND owner = ANY($5::text[]) "
                   "RETURNING status, due_at",
                   5, vals, lens, fmts, &rc);
     if (rc != RMQS_OK)
@@ -389,6 +396,7 @@ static rmqs_rc settle_held(pg_conn *pc, store_backend *b,
     int64_t *at = calloc(n ? n : 1, sizeof(*at)),
             *ms = calloc(n ? n : 1, sizeof(*ms));
     char *a_ids = NULL, *a_by = NULL, *a_at = NULL, *a_ms = NULL, now[24];
+    char mine[PG_OWNED_LEN];
     PGresult *res = NULL;
     size_t m = 0;
     rmqs_rc rc = RMQS_ENOMEM;
@@ -419,8 +427,9 @@ static rmqs_rc settle_held(pg_conn *pc, store_backend *b,
         rc = RMQS_ENOMEM;
         goto out;
     }
+    pg_owner_mine(b, mine);
     const char *vals[6] = {pg_i64(now, now_ms), a_ids, a_by, a_at, a_ms,
-                           b->instance};
+                           mine};
     res = hold ? pg_exec(pc, "settle_hold",
                          "UPDATE jobs j SET status = 0, "
                          "attempts = greatest(j.attempts - 1, 0), "
@@ -429,7 +438,7 @@ static rmqs_rc settle_held(pg_conn *pc, store_backend *b,
                          "FROM unnest($2::text[], $3::text[], $4::bigint[], "
                          "$5::bigint[]) AS u(x, h, d, m) "
                          "WHERE j.id = decode(u.x, 'hex') AND j.status = 1 "
-                         "AND j.owner = $6 RETURNING j.due_at",
+                         "AND j.owner = ANY($6::text[]) RETURNING j.due_at",
                          6, vals, NULL, NULL, &rc)
                : pg_exec(pc, "settle_sent_held",
                          "UPDATE jobs j SET status = 2, sent_at = $1, "
@@ -438,7 +447,7 @@ static rmqs_rc settle_held(pg_conn *pc, store_backend *b,
                          "FROM unnest($2::text[], $3::text[], $4::bigint[], "
                          "$5::bigint[]) AS u(x, h, d, m) "
                          "WHERE j.id = decode(u.x, 'hex') AND j.status = 1 "
-                         "AND j.owner = $6 RETURNING j.due_at",
+                         "AND j.owner = ANY($6::text[]) RETURNING j.due_at",
                          6, vals, NULL, NULL, &rc);
     if (rc != RMQS_OK)
         goto out;
@@ -469,25 +478,28 @@ static rmqs_rc settle_expire(pg_conn *pc, store_backend *b,
                              int64_t now_ms, size_t *matched)
 {
     bool fail = o->kind == STORE_OUT_FAIL;
-    char now[24];
+    char now[24], mine[PG_OWNED_LEN];
     const char *vals[4] = {pg_i64(now, now_ms), (const char *)id, o->error,
-                           b->instance};
+                           mine};
     int lens[4] = {0, JOB_ID_BYTES, 0, 0}, fmts[4] = {0, 1, 0, 0};
     PGresult *res;
     rmqs_rc rc;
 
     *matched = 0;
+    pg_owner_mine(b, mine);
     res =
         fail
             ? pg_exec(pc, "settle_fail",
                       "UPDATE jobs SET status = 3, last_error = $3, "
                       "updated_at = $1, owner = NULL, lease_until = NULL "
-                      "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                      "WHERE id = $2 AND status = 1 AND owner = ANY($4::text[]) "
+                      "RETURNING 1",
                       4, vals, lens, fmts, &rc)
             : pg_exec(pc, "settle_expire",
                       "UPDATE jobs SET status = 4, last_error = $3, "
                       "updated_at = $1, owner = NULL, lease_until = NULL "
-                      "WHERE id = $2 AND status = 1 AND owner = $4 RETURNING 1",
+                      "WHERE id = $2 AND status = 1 AND owner = ANY($4::text[]) "
+                      "RETURNING 1",
                       4, vals, lens, fmts, &rc);
     if (rc != RMQS_OK)
         return rc;
@@ -546,11 +558,15 @@ rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
         rc = pg_tx_commit(b, pc);
     else
         pg_tx_abort(pc);
-    if (rc == RMQS_OK && lost > 0)
+    if (rc == RMQS_OK && lost > 0) {
+        char id[PG_ID_LEN];
+        pg_owner_current(b, id);
         log_warn(MOD,
                  "outcomes not recorded: the jobs are no longer "
-                 "this instance's (lease expired and reclaimed)",
-                 "n=%zu of=%zu instance=%s", lost, n, b->instance);
+                 "this instance's (lease expired or session lost, and "
+                 "taken over)",
+                 "n=%zu of=%zu instance=%s", lost, n, id);
+    }
 unlock:
     pg_done(pc);
     return rc;
@@ -605,12 +621,13 @@ rmqs_rc pg_recover(store_backend *b, size_t *n_out)
  * value stays 0, and each claim holds only until its own lease_until. */
 static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
 {
-    char lease[24];
-    const char *vals[2] = {b->instance, pg_i64(lease, b->lease_ms)};
+    char lease[24], id[PG_ID_LEN];
+    const char *vals[2] = {id, pg_i64(lease, b->lease_ms)};
     PGresult *res;
     rmqs_rc rc;
 
     *n_out = 0;
+    pg_owner_current(b, id);
     res = pg_exec(pc, "renew",
                   "WITH u AS (SELECT " PG_NOW_MS " AS r), "
                   "upd AS (UPDATE jobs SET lease_until = "
@@ -634,7 +651,7 @@ static rmqs_rc renew(store_backend *b, pg_conn *pc, size_t *n_out)
                      "lease renewal came after the lease ended "
                      "(frozen, or cut off from the database): each claim "
                      "now holds only until its own lease",
-                     "late_ms=%" PRId64 " instance=%s", r - prev, b->instance);
+                     "late_ms=%" PRId64 " instance=%s", r - prev, id);
         }
     }
     PQclear(res);
@@ -661,131 +678,42 @@ static bool wait_stop(store_backend *b, int64_t ms)
     return stop;
 }
 
+/* Every PG_WATCH_MS the watch for instances whose session ended
+ * (store_pg_presence.c); every lease/4 the clock, our renewals and the
+ * reclaim of expired leases. */
 static void *keeper_main(void *arg)
 {
     store_backend *b = arg;
-    int64_t period = b->lease_ms / 4;
+    int64_t period = b->lease_ms / 4, next_lease = tu_mono_ms() + period;
 
-    while (!wait_stop(b, period)) {
+    while (!wait_stop(b, PG_WATCH_MS)) {
         pg_conn *pc = &b->disp;
-        size_t renewed = 0, reclaimed = 0;
+        size_t renewed = 0, reclaimed = 0, taken = 0;
+        bool lease_work = tu_mono_ms() >= next_lease;
 
         if (pg_use(b, pc) == RMQS_OK) {
-            (void)pg_measure_clock(b, pc);
-            if (pc->c != NULL)
+            (void)pg_watch_dead(b, pc, &taken);
+            if (lease_work && pc->c != NULL)
+                (void)pg_measure_clock(b, pc);
+            if (lease_work && pc->c != NULL)
                 (void)renew(b, pc, &renewed);
-            if (pc->c != NULL)
+            if (lease_work && pc->c != NULL)
                 (void)reclaim(b, pc, &reclaimed);
         }
         pg_done(pc);
+        if (lease_work)
+            next_lease = tu_mono_ms() + period;
         if (reclaimed > 0)
             log_warn(MOD,
                      "jobs whose claimer's lease expired will be "
                      "published again",
-                     "n=%zu instance=%s", reclaimed, b->instance);
+                     "n=%zu", reclaimed);
     }
     return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
-/* LISTEN/NOTIFY                                                            */
-
-void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg)
-{
-    pthread_mutex_lock(&b->wake_mu);
-    b->wake_fn = fn;
-    b->wake_arg = arg;
-    pthread_mutex_unlock(&b->wake_mu);
-}
-
-static void wake(store_backend *b, int64_t due_at)
-{
-    pthread_mutex_lock(&b->wake_mu);
-    if (b->wake_fn != NULL)
-        b->wake_fn(b->wake_arg, due_at);
-    pthread_mutex_unlock(&b->wake_mu);
-}
-
-/* A listening connection, or NULL (logged once per outage). */
-static PGconn *listen_connect(store_backend *b, bool *logged)
-{
-    PGconn *c = PQconnectdb(b->url);
-    PGresult *res = NULL;
-
-    if (c != NULL && PQstatus(c) == CONNECTION_OK) {
-        pg_quiet(c);
-        res = PQexec(c, "LISTEN " PG_NOTIFY_CHANNEL);
-        if (PQresultStatus(res) == PGRES_COMMAND_OK) {
-            PQclear(res);
-            if (*logged)
-                log_info(MOD, "listening for due jobs again", "url=%s",
-                         b->safe_url);
-            *logged = false;
-            return c;
-        }
-    }
-    if (!*logged) {
-        char msg[256];
-        store_pg_scrub(b->url, c ? PQerrorMessage(c) : "out of memory", msg,
-                       sizeof(msg));
-        log_warn(MOD, "cannot listen for due jobs; retrying",
-                 "url=%s reason=\"%s\"", b->safe_url, msg);
-    }
-    *logged = true;
-    PQclear(res);
-    PQfinish(c);
-    return NULL;
-}
-
-static void *listener_main(void *arg)
-{
-    store_backend *b = arg;
-    bool logged = false, first = true;
-    PGconn *c = NULL;
-
-    for (;;) {
-        struct pollfd fds[2] = {{.fd = b->stop_pipe[0], .events = POLLIN},
-                                {.fd = -1, .events = POLLIN}};
-        int64_t due = INT64_MAX;
-        PGnotify *nf;
-
-        if (c == NULL) {
-            c = listen_connect(b, &logged);
-            if (c == NULL) {
-                if (poll(fds, 1, 1000) > 0)
-                    break; /* stopping */
-                continue;
-            }
-            if (!first)
-                wake(b, 0); /* notifications may have been missed */
-            first = false;
-        }
-        fds[1].fd = PQsocket(c);
-        if (poll(fds, 2, -1) < 0) {
-            if (errno == EINTR)
-                continue;
-            break;
-        }
-        if (fds[0].revents)
-            break; /* stopping */
-        if (!PQconsumeInput(c)) {
-            PQfinish(c);
-            c = NULL;
-            continue;
-        }
-        while ((nf = PQnotifies(c)) != NULL) {
-            char *end;
-            long long v = strtoll(nf->extra, &end, 10);
-            if (end != nf->extra && v < due)
-                due = v;
-            PQfreemem(nf);
-        }
-        if (due != INT64_MAX)
-            wake(b, due);
-    }
-    PQfinish(c);
-    return NULL;
-}
+/* Threads                                                                  */
 
 rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err)
 {
@@ -795,8 +723,11 @@ rmqs_rc pg_threads_start(store_backend *b, rmqs_error *err)
         RMQS_OK)
         return rmqs_fail(err, RMQS_ESYS, NULL,
                          "cannot start the lease keeper thread");
-    if (worker_thread_start(&b->listener, "rmqs-pg-listen", listener_main, b) !=
-        RMQS_OK)
+    /* the session begins now, so that claims can be made at once; if it
+     * cannot, the listener keeps trying */
+    (void)pg_presence_open(b);
+    if (worker_thread_start(&b->listener, "rmqs-pg-listen", pg_listener_main,
+                            b) != RMQS_OK)
         return rmqs_fail(err, RMQS_ESYS, NULL,
                          "cannot start the listener thread");
     return RMQS_OK;

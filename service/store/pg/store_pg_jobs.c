@@ -310,6 +310,8 @@ static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
     cbuf b = {0};
     PGresult *res;
     rmqs_rc rc = RMQS_OK;
+    int64_t deadline;
+    bool late = false;
 
     *bad = 0;
     cb_put(&b, head, sizeof(head));
@@ -380,25 +382,34 @@ static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
         free(b.p);
         return rc;
     }
-    res = pc->c ? PQexec(pc->c, copy_sql) : NULL;
-    if (PQresultStatus(res) != PGRES_COPY_IN)
-        rc = pc->c ? pg_fail(pc, "copy", res) : RMQS_EDB;
+    /* every wait bounded (pg_result_by): a server that stops answering
+     * fails the COPY instead of hanging the writer */
+    deadline = pg_deadline(pc);
+    if (pc->c == NULL || !PQsendQuery(pc->c, copy_sql)) {
+        rc = pc->c ? pg_fail(pc, "copy", NULL) : RMQS_EDB;
+        free(b.p);
+        return rc;
+    }
+    res = pg_result_by(pc, "copy", deadline, &late);
+    if (late)
+        rc = RMQS_EDB;
+    else if (PQresultStatus(res) != PGRES_COPY_IN)
+        rc = pg_fail(pc, "copy", res);
     PQclear(res);
     if (rc == RMQS_OK &&
         (PQputCopyData(pc->c, (const char *)b.p, (int)b.n) != 1 ||
          PQputCopyEnd(pc->c, NULL) != 1))
         rc = pg_fail(pc, "copy_data", NULL);
     free(b.p);
-    if (rc != RMQS_OK)
-        return rc;
     /* the COPY's own result, then the end of results */
-    while ((res = PQgetResult(pc->c)) != NULL) {
+    while (pc->c != NULL && !late &&
+           (res = pg_result_by(pc, "copy", deadline, &late)) != NULL) {
         if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == RMQS_OK)
             rc = pg_fail(pc, "copy", res);
         PQclear(res);
-        if (pc->c == NULL)
-            break;
     }
+    if (late)
+        rc = RMQS_EDB;
     rows_done(pc, jobs, n, rc);
     return rc;
 }

@@ -352,7 +352,7 @@ rmqs_rc pg_watch_dead(store_backend *b, pg_conn *pc, size_t *n_out)
         log_warn(MOD,
                  "instances whose database session ended: their claimed "
                  "jobs go to the others",
-                 "instances=%s jobs=%zu", ids, jobs);
+                 "n=%zu instances=%s", jobs, ids);
     if (rc == RMQS_OK)
         *n_out = jobs;
     return rc;

@@ -450,10 +450,11 @@ def under_load(front, amqp_urls, instances, label, fault, report):
     lo, hi = t_fault - LEASE_MS / 1000 - 5, first_del + 5
     stray = {j: round(acked[j] - t_fault, 2) for j in dups if not lo <= acked[j] <= hi}
     assert not stray, f"{label}: duplicates of jobs due far from the fault (s after it): {stray}"
-    failed = {}
+    failed = {}  # "status: message" (or the exception without an answer): count
     for r in load.records:
         if r["start"] >= t_fault and r["status"] != 201:
-            k = str(r["status"] or r["error"])
+            err = r["body"].get("error", {}) if isinstance(r["body"], dict) else {}
+            k = f"{r['status'] or r['error']}: {err.get('message', '')}"
             failed[k] = failed.get(k, 0) + 1
     def span(a, b):
         if a is None:

@@ -458,6 +458,7 @@ def under_load(front, amqp_urls, instances, label, fault, report):
             err = r["body"].get("error", {}) if isinstance(r["body"], dict) else {}
             k = f"{r['status'] or r['error']}: {err.get('message', '')}"
             failed[k] = failed.get(k, 0) + 1
+
     def span(a, b):
         if a is None:
             return "never red"

@@ -404,6 +404,9 @@ def main():
                     help="retention scenario: the service's --retention-s (>= 1)")
     ap.add_argument("--retention-every", type=int, default=10,
                     help="retention scenario: seconds between two rows")
+    ap.add_argument("--retention-backlog", type=int, default=0,
+                    help="retention scenario: pending jobs (due 1-30 days ahead) "
+                    "written before the load")
     ap.add_argument("--retention-reloptions", default="",
                     help="retention scenario: storage parameters set on jobs and "
                     "job_text first, e.g. autovacuum_vacuum_scale_factor=0,"

@@ -29,6 +29,10 @@ Every --retention-every seconds (10) a row is printed:
   p99         the service's own lateness histogram (GET /metrics,
               publish - deliver_at) in this window: the bucket holding its
               p99, so an upper bound
+  vac s       seconds of the autovacuums of jobs and job_text that ended in
+              this window (the server's log: log_autovacuum_min_duration
+              is set to 0 on both; the JSON has each run's index scans,
+              tuples removed, pages and CPU)
   pg%, svc%   CPU of the whole postgres server (autovacuum workers
               included) and of the service, % of one core
 After the run the consumer's lateness (receive - deliver_at) per window
@@ -39,6 +43,9 @@ the second half of the run, when autovacuum has run at least once.
 --retention-reloptions "k=v,..." sets storage parameters on jobs and
 job_text before the load (e.g. autovacuum_vacuum_scale_factor=0,
 autovacuum_vacuum_threshold=10000), to compare autovacuum settings.
+--retention-backlog N first writes N pending jobs due 1-30 days ahead
+(stores.fill_backlog, then VACUUM (ANALYZE)): the load then runs beside a
+large table, whose every index each autovacuum of jobs reads in full.
 
 Nothing here asserts a time or a size: it is a benchmark.
 """
@@ -60,6 +67,7 @@ from pylib.http import KeepAlive, exchange
 from pylib.times import format_ts_ms, now_ms
 import benchlib as B
 from benchlib import BenchError, log
+from backlog import post_template
 import stores
 
 TICK_S = 0.1  # one batch every TICK_S
@@ -134,6 +142,44 @@ def _table_stats(database):
     return out
 
 
+AV_HEAD = re.compile(r'automatic vacuum of table "([^"]+)\.public\.(jobs|job_text)": '
+                     r'index scans: (\d+)')
+
+
+def autovacuums(log_path, database, offset=0):
+    """The autovacuums of jobs and job_text in database that the server's
+    log (log_autovacuum_min_duration = 0 on both tables) reports from
+    byte offset on: [{table, index_scans, tuples_removed, pages_remain,
+    elapsed_s, cpu_s}], and the offset to read from next time."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return [], offset
+    end = text.rfind("\n") + 1  # a message still being written: next time
+    out = []
+    parts = AV_HEAD.split(text[:end])
+    # split() gives [before, db, table, scans, body, db, table, scans, body...]
+    for k in range(1, len(parts) - 3, 4):
+        db, table, scans, body = parts[k:k + 4]
+        if db != database:
+            continue
+        m = {key: re.search(rx, body) for key, rx in (
+            ("removed", r"tuples: (\d+) removed"), ("remain", r"pages: \d+ removed, (\d+) remain"),
+            ("elapsed", r"elapsed: ([0-9.]+) s"), ("user", r"CPU: user: ([0-9.]+) s"),
+            ("system", r"system: ([0-9.]+) s"))}
+        if not m["elapsed"]:
+            continue
+        out.append({"table": table, "index_scans": int(scans),
+                    "tuples_removed": int(m["removed"].group(1)) if m["removed"] else None,
+                    "pages_remain": int(m["remain"].group(1)) if m["remain"] else None,
+                    "elapsed_s": float(m["elapsed"].group(1)),
+                    "cpu_s": round(float(m["user"].group(1)) + float(m["system"].group(1)), 2)
+                    if m["user"] and m["system"] else None})
+    return out, offset + len(text[:end].encode())
+
+
 class Load:
     """The client: a batch of rate * TICK_S jobs every TICK_S on one
     keep-alive connection, job i due at t0 + LEAD_MS + i / rate; catches up
@@ -186,7 +232,11 @@ class RetentionBench:
     def __init__(self, b):
         self.b = b
         self.a = b.a
-        self.postmaster = int(open(os.environ["RMQS_BENCH_PG_PIDFILE"]).readline())
+        pidfile = os.environ["RMQS_BENCH_PG_PIDFILE"]
+        self.postmaster = int(open(pidfile).readline())
+        # run.sh's server logs here (tests/lib/common.sh rmqs_pg_start)
+        self.pg_log = os.path.join(os.path.dirname(os.path.dirname(pidfile)), "postgres.log")
+        self.pg_log_at = 0
         self.PgService = stores.pg_service_class(B.Service)
 
     def run(self):
@@ -204,13 +254,26 @@ class RetentionBench:
                                       "FROM pg_settings WHERE name IN ("
                                       + ", ".join(f"'{s}'" for s in AUTOVACUUM_SETTINGS)
                                       + ") ORDER BY name"))
-        if a.retention_reloptions:
-            for table in ("jobs", "job_text"):
-                pg.sql(db, f"ALTER TABLE {table} SET ({a.retention_reloptions})")
+        # every autovacuum of the two tables in the server's log, read back
+        opts = ",".join(filter(None, ["log_autovacuum_min_duration=0", a.retention_reloptions]))
+        for table in ("jobs", "job_text"):
+            pg.sql(db, f"ALTER TABLE {table} SET ({opts})")
+        try:
+            self.pg_log_at = os.path.getsize(self.pg_log)
+        except OSError:
+            self.pg_log_at = 0
         res["reloptions"] = {r[0]: r[1] for r in pg.sql(
             db, "SELECT relname, array_to_string(reloptions, ',') FROM pg_class "
                 "WHERE relname IN ('jobs', 'job_text')")}
         (dbid,), = pg.sql("postgres", f"SELECT oid FROM pg_database WHERE datname = '{db}'")
+        if a.retention_backlog:
+            # pending jobs far ahead beside the load: what the claim, the
+            # purge and every autovacuum of jobs then work beside
+            log(f"retention: writing a backlog of {a.retention_backlog} pending jobs "
+                "due 1-30 days ahead")
+            post_template(svc)
+            res["backlog"] = stores.fill_backlog(svc, a.retention_backlog, "bench-backlog")
+            res["backlog_sizes"] = stores.relation_sizes(db)
         ex, q, rk = self.b.admin.target(self.b.tag())
         n = int(rate * seconds)
         cons = self.b.consumer(q, n, seconds + 120)
@@ -269,6 +332,7 @@ class RetentionBench:
             if qid is not None:
                 pg.sql("postgres", f"SELECT pg_stat_statements_reset(0, {dbid}, {qid})")
         sent, h1 = _metrics(svc.port)
+        vacs, self.pg_log_at = autovacuums(self.pg_log, db, self.pg_log_at)
         now = time.monotonic()
         pg_t, svc_t = stores.tree_ticks(self.postmaster), B.proc_ticks(svc.pid)
         wall = now - cpu0[2]
@@ -279,6 +343,7 @@ class RetentionBench:
         row = {"elapsed_s": round(now - t0, 1), "stored": load.stored, "sent": sent,
                "jobs": st.get("jobs"), "job_text": st.get("job_text"), "bytes": st["bytes"],
                "purge": purge, "claim": claim, "service_p99_bound_ms": _p99_bound_ms(h0, h1),
+               "autovacuums": vacs,
                "cpu": cpu}
         return row, (pg_t, svc_t, now), h1
 
@@ -288,7 +353,7 @@ class RetentionBench:
         print(f"{'t s':>6} {'stored':>8} {'sent':>8} {'live':>8} {'dead':>8} {'heap MB':>8} "
               f"{'idx MB':>7} {'text MB':>7} {'db MB':>7} {'av j/t':>6} {'purge n':>7} "
               f"{'rows':>7} {'ms mean/max':>13} {'claim mean/max':>15} {'p99<=':>6} "
-              f"{'pg%':>5} {'svc%':>5}", flush=True)
+              f"{'vac s':>5} {'pg%':>5} {'svc%':>5}", flush=True)
 
     @staticmethod
     def _print(r):
@@ -303,6 +368,7 @@ class RetentionBench:
               f"{str(j.get('autovacuum_count', 0)) + '/' + str(t.get('autovacuum_count', 0)):>6} "
               f"{pu['calls']:>7} {pu['rows']:>7} {mm(pu):>13} {mm(cl):>15} "
               f"{r['service_p99_bound_ms'] if r['service_p99_bound_ms'] is not None else '-':>6} "
+              f"{sum(v['elapsed_s'] for v in r['autovacuums']):>5.1f} "
               f"{r['cpu']['postgres_pct']:>5} {r['cpu']['service_pct']:>5}", flush=True)
 
     @staticmethod
@@ -361,7 +427,8 @@ def scenario(b, _svc):
 
 def table_rows(R, row):
     scn = (f"retention (PostgreSQL, {R['rate_per_s']:,}/s x {R['seconds']} s, "
-           f"--retention-s {R['retention_s']})")
+           f"--retention-s {R['retention_s']}"
+           + (f", backlog {R['backlog']['jobs']:,}" if R.get("backlog") else "") + ")")
     row(scn, "received / stored, missing, duplicates",
         f"{R['received']:,}/{R['stored']:,}, {R['missing']}, {R['duplicates']}", "all, 0, 0",
         R["missing"] == 0 and R["duplicates"] == 0)
@@ -389,6 +456,15 @@ def table_rows(R, row):
         f"{t['purge_calls']:,}, {t['purge_rows']:,}, "
         f"{t['purge_ms'] / t['purge_calls'] if t['purge_calls'] else 0:.2f} / "
         f"{t['purge_max_ms']:.1f}")
+    for table in ("jobs", "job_text"):
+        vs = [v for r in R["rows"] for v in r["autovacuums"] if v["table"] == table]
+        if vs:
+            el = [v["elapsed_s"] for v in vs]
+            row(scn, f"autovacuum of {table}: runs, elapsed mean / max s, tuples removed "
+                "mean, index scans max",
+                f"{len(vs)}, {sum(el) / len(el):.2f} / {max(el):.2f}, "
+                f"{sum(v['tuples_removed'] or 0 for v in vs) / len(vs):,.0f}, "
+                f"{max(v['index_scans'] for v in vs)}")
     pgc = [r["cpu"]["postgres_pct"] for r in R["rows"] if r["cpu"]["postgres_pct"] is not None]
     if pgc:
         row(scn, "CPU of postgres (mean / max window, % of a core)",

@@ -324,6 +324,7 @@ def table(R, a):
         flow.table_rows(R["flow"], row)
     if R.get("retention"):
         retention.table_rows(R["retention"], row)
+        noise_row("retention", R["retention"])
     return rows
 
 

@@ -35,6 +35,8 @@ Every --retention-every seconds (10) a row is printed:
               tuples removed, pages and CPU)
   pg%, svc%   CPU of the whole postgres server (autovacuum workers
               included) and of the service, % of one core
+  oth%        CPU of the processes the benchmark did not start (other
+              work on a shared machine), % of one core
 After the run the consumer's lateness (receive - deliver_at) per window
 of due time is added to the rows (JSON) and summed up in bench.py's table,
 with whether the table stayed flat: the growth of jobs' total size over
@@ -285,7 +287,14 @@ class RetentionBench:
                             "purge_max_ms": 0.0}
         self._header()
         t0 = time.monotonic()
-        cpu0 = (stores.tree_ticks(self.postmaster), B.proc_ticks(svc.pid), t0)
+        # CPU per window: the postgres server's whole tree, the service, the
+        # broker, the consumer, and the processes the bench did not start
+        window = stores.window_class(B.CpuWindow, {"postgres": self.postmaster}, {})
+        pids = self.b.cpu_pids(svc, cons)
+
+        def new_window():
+            return window(pids, svc.pid).start()
+        cpu0 = new_window()
         h0 = h_start = _metrics(svc.port)[1]
         load.thread.start()
         try:
@@ -294,7 +303,7 @@ class RetentionBench:
                 load.thread.join(timeout=max(0.0, t0 + k * every - time.monotonic()))
                 if load.errors:
                     raise BenchError(f"retention: the client failed: {load.errors[:2]}")
-                row, cpu0, h0 = self._sample(svc, db, dbid, load, t0, cpu0, h0)
+                row, cpu0, h0 = self._sample(svc, db, dbid, load, t0, cpu0, h0, new_window)
                 rows.append(row)
                 self._print(row)
                 k += 1
@@ -304,7 +313,7 @@ class RetentionBench:
         got = cons.result()
         # the last jobs sent and purged: one more row
         time.sleep(max(2.0, a.retention_keep_s + 2.0))
-        row, cpu0, h0 = self._sample(svc, db, dbid, load, t0, cpu0, h0)
+        row, cpu0, h0 = self._sample(svc, db, dbid, load, t0, cpu0, h0, new_window)
         rows.append(row)
         self._print(row)
         for row in rows:
@@ -324,7 +333,7 @@ class RetentionBench:
         res["stop"] = svc.stop(timeout=60)
         return res
 
-    def _sample(self, svc, db, dbid, load, t0, cpu0, h0):
+    def _sample(self, svc, db, dbid, load, t0, cpu0, h0, new_window):
         st = _table_stats(db)
         purge, purge_id = _stmt(dbid, PURGE_LIKE)
         claim, claim_id = _stmt(dbid, stores.CLAIM_LIKE)
@@ -333,19 +342,19 @@ class RetentionBench:
                 pg.sql("postgres", f"SELECT pg_stat_statements_reset(0, {dbid}, {qid})")
         sent, h1 = _metrics(svc.port)
         vacs, self.pg_log_at = autovacuums(self.pg_log, db, self.pg_log_at)
+        usage = cpu0.stop()
+        cpu0 = new_window()
         now = time.monotonic()
-        pg_t, svc_t = stores.tree_ticks(self.postmaster), B.proc_ticks(svc.pid)
-        wall = now - cpu0[2]
-        cpu = {"postgres_pct": None if None in (pg_t, cpu0[0]) else
-               round((pg_t - cpu0[0]) / B.CLK_TCK / wall * 100, 1),
-               "service_pct": None if None in (svc_t, cpu0[1]) else
-               round((svc_t - cpu0[1]) / B.CLK_TCK / wall * 100, 1)}
+        cpu = {"postgres_pct": usage["cpu_pct"].get("postgres"),
+               "service_pct": usage["cpu_pct"].get("service"),
+               "machine_busy_pct": usage.get("machine_busy_pct"),
+               "other_processes_cpu_pct": usage.get("other_processes_cpu_pct")}
         row = {"elapsed_s": round(now - t0, 1), "stored": load.stored, "sent": sent,
                "jobs": st.get("jobs"), "job_text": st.get("job_text"), "bytes": st["bytes"],
                "purge": purge, "claim": claim, "service_p99_bound_ms": _p99_bound_ms(h0, h1),
                "autovacuums": vacs,
                "cpu": cpu}
-        return row, (pg_t, svc_t, now), h1
+        return row, cpu0, h1
 
     @staticmethod
     def _header():
@@ -353,7 +362,7 @@ class RetentionBench:
         print(f"{'t s':>6} {'stored':>8} {'sent':>8} {'live':>8} {'dead':>8} {'heap MB':>8} "
               f"{'idx MB':>7} {'text MB':>7} {'db MB':>7} {'av j/t':>6} {'purge n':>7} "
               f"{'rows':>7} {'ms mean/max':>13} {'claim mean/max':>15} {'p99<=':>6} "
-              f"{'vac s':>5} {'pg%':>5} {'svc%':>5}", flush=True)
+              f"{'vac s':>5} {'pg%':>5} {'svc%':>5} {'oth%':>5}", flush=True)
 
     @staticmethod
     def _print(r):
@@ -369,7 +378,8 @@ class RetentionBench:
               f"{pu['calls']:>7} {pu['rows']:>7} {mm(pu):>13} {mm(cl):>15} "
               f"{r['service_p99_bound_ms'] if r['service_p99_bound_ms'] is not None else '-':>6} "
               f"{sum(v['elapsed_s'] for v in r['autovacuums']):>5.1f} "
-              f"{r['cpu']['postgres_pct']:>5} {r['cpu']['service_pct']:>5}", flush=True)
+              f"{r['cpu']['postgres_pct']:>5} {r['cpu']['service_pct']:>5} "
+              f"{r['cpu']['other_processes_cpu_pct']:>5}", flush=True)
 
     @staticmethod
     def _lateness(res, load, got, every):

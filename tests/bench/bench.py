@@ -20,7 +20,10 @@ Scenarios (see the README of issue 4 for the targets):
                expiration, per-delay TTL queues, the 28-level binary TTL
                topology, and bare_publisher publishing at the due time.
   backlog      N pending jobs far in the future, restart: start-up time, RSS,
-               precision and ingest again, database bytes per job.
+               precision and ingest again, database bytes per job (on SQLite,
+               or with --backlog-store postgres on the run's PostgreSQL).
+  retention    (only when asked) PostgreSQL: a steady load with a short
+               retention, purge cost and table size every 10 s.
 
 Results: a table on stdout and a JSON file (--out).
 """
@@ -47,6 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import benchlib
 from benchlib import (BenchError, Terminated, disk_probe, log, on_sigterm,
                       renice)
+import backlog
 from backlog import Backlog
 from burst import Burst
 from comparisons import Comparisons
@@ -57,6 +61,7 @@ import schedules  # issue 13: N recurring schedules firing at one minute boundar
 import search  # issue 14: the search's insert cost and request times at N jobs
 import poison  # issue 21: a job the broker refuses for a whole channel, in a burst
 import flow  # issue 23: limits' cost, a drain's neighbour, fairness, shared limits
+import retention  # issue 24: purge and table size at a steady load on PostgreSQL
 
 
 # --- the benchmark ----------------------------------------------------------------------
@@ -113,7 +118,12 @@ class Bench(benchlib.BenchBase, Precision, Burst, Ingest, Comparisons, Backlog):
             self.step("poison", poison.scenario, self, svc)
         if only is not None and "flow" in only:  # issue 23; only when asked
             self.step("flow", flow.scenario, self, svc)
-        if want("backlog"):
+        if only is not None and "retention" in only:  # issue 24; only when asked
+            self.step("retention", retention.scenario, self, svc)
+        if want("backlog") and self.a.backlog_store == "postgres":
+            R["empty_stop"] = svc.stop()
+            self.step("backlog", self.scenario_backlog_pg)
+        elif want("backlog"):
             try:
                 (pending,), = svc.query("SELECT count(*) FROM jobs INDEXED BY jobs_due WHERE status = 0")
             except Exception:
@@ -249,6 +259,10 @@ def table(R, a):
             row("compare burst", f"{kind}: 10,000 due at once, all received after", f"{val} ms{extra}")
         noise_row("comparisons", c)
     k = R.get("backlog")
+    if k and k.get("store") == "postgres":
+        backlog.table_rows_pg(k, row)
+        noise_row(f"backlog {k['jobs']:,} (PostgreSQL)", k)
+        k = None
     if k:
         n = k["jobs"]
         scn = f"backlog {n:,}"
@@ -308,6 +322,9 @@ def table(R, a):
         poison.table_rows(R["poison"], row)
     if R.get("flow"):
         flow.table_rows(R["flow"], row)
+    if R.get("retention"):
+        retention.table_rows(R["retention"], row)
+        noise_row("retention", R["retention"])
     return rows
 
 
@@ -376,7 +393,25 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog,stores,schedules,search,poison,flow")
+                    "comparisons,ingest,backlog,stores,schedules,search,poison,flow,retention")
+    ap.add_argument("--backlog-store", choices=("sqlite", "postgres"), default="sqlite",
+                    help="backlog scenario: the store (postgres: on the run's server, "
+                    "empty then --backlog pending jobs)")
+    ap.add_argument("--retention-rate", type=int, default=1000,
+                    help="retention scenario: jobs/s posted (batches every 100 ms)")
+    ap.add_argument("--retention-seconds", type=int, default=0,
+                    help="retention scenario: how long (0: 180 s, --full 1,800 s)")
+    ap.add_argument("--retention-keep-s", type=int, default=1,
+                    help="retention scenario: the service's --retention-s (>= 1)")
+    ap.add_argument("--retention-every", type=int, default=10,
+                    help="retention scenario: seconds between two rows")
+    ap.add_argument("--retention-backlog", type=int, default=0,
+                    help="retention scenario: pending jobs (due 1-30 days ahead) "
+                    "written before the load")
+    ap.add_argument("--retention-reloptions", default="",
+                    help="retention scenario: storage parameters set on jobs and "
+                    "job_text first, e.g. autovacuum_vacuum_scale_factor=0,"
+                    "autovacuum_vacuum_threshold=10000")
     ap.add_argument("--search-jobs", type=int, default=1_000_000,
                     help="search scenario: jobs on SQLite (--full: 10,000,000)")
     ap.add_argument("--search-pg-jobs", type=int, default=1_000_000,

@@ -10,6 +10,8 @@
 #   tests/bench/run.sh --only schedules        # 100,000 schedules firing at one minute
 #   tests/bench/run.sh --only poison           # a poison job in a burst of 20,000
 #   tests/bench/run.sh --only flow             # limits, fairness, shared limits (issue 23)
+#   tests/bench/run.sh --only retention        # purge and table size at a steady load, PostgreSQL
+#   tests/bench/run.sh --only backlog --store postgres  # the backlog on PostgreSQL (issue 24)
 #   tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
 #   tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
 #   tests/bench/run.sh -- --precision-seconds 5 # after --: options of bench.py
@@ -28,7 +30,8 @@
 #   4. runs the scenarios (tests/bench/bench.py: precision, burst, ingest,
 #      backlog, comparisons; tests/bench/stores.py: stores, SQLite against
 #      PostgreSQL with 1 and 3 instances; tests/bench/schedules.py: schedules,
-#      recurring schedules at scale), each bounded in time, prints a table
+#      recurring schedules at scale; tests/bench/retention.py: retention, the
+#      purge at a steady load on PostgreSQL), each bounded in time, prints a table
 #      (scenario, figure, target, met?) and writes build-bench/bench-results.json;
 #   5. cleans up: the node, its data folder, every process it started (by PID).
 # Package install, free ports and the node are tests/lib/common.sh's, as
@@ -55,7 +58,7 @@ PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench
 
 usage() {
-    sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
@@ -70,6 +73,7 @@ while [ $# -gt 0 ]; do
         --quick) MODE=quick; shift ;;
         --full) MODE=full; shift ;;
         --only) [ $# -ge 2 ] || usage; BENCH_ARGS+=(--only "$2"); shift 2 ;;
+        --store) [ $# -ge 2 ] || usage; BENCH_ARGS+=(--backlog-store "$2"); shift 2 ;;
         --wait-quiet) [ $# -ge 2 ] || usage; BENCH_ARGS+=(--wait-quiet "$2"); shift 2 ;;
         --rev) [ $# -ge 2 ] || usage; REV=$2; shift 2 ;;
         --) shift; BENCH_ARGS+=("$@"); break ;;

@@ -247,12 +247,18 @@ def claim_text(binary):
     return m.group(0).decode() if m else None
 
 
+# The claim in pg_stat_statements: its text normalized (literals as $n) when
+# the entry was made at the statement's PREPARE, as written (status = 1)
+# when made at an EXECUTE after the entry was reset.
+CLAIM_LIKE = "UPDATE jobs SET status = %, owner = $1,%"
+
+
 def claim_stats(database):
-    """pg_stat_statements of the claim (its text normalized: literals as $n)."""
+    """pg_stat_statements of the claim."""
     rows = pg.sql("postgres", "SELECT calls, round(mean_exec_time::numeric, 3), "
                   "round(max_exec_time::numeric, 3), rows FROM pg_stat_statements "
                   "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = "
-                  f"'{database}') AND query LIKE 'UPDATE jobs SET status = $%, owner = $1,%'")
+                  f"'{database}') AND query LIKE '{CLAIM_LIKE}'")
     return [{"calls": int(r[0]), "mean_ms": float(r[1]), "max_ms": float(r[2]),
              "rows": int(r[3])} for r in rows]
 
@@ -289,6 +295,73 @@ def explain_claim(svc, text, due_rows=100, limit=100, repeats=5):
     return {"execution_ms": times,
             "median_ms": round(statistics.median(times), 3) if times else None,
             "plan": lines[plan_start:]}
+
+
+# --- a backlog written behind the service's back, and where its bytes go ------------
+
+def fill_backlog(svc, n, template_exchange):
+    """n pending jobs due 1-30 days ahead (random, as clients would send
+    them) written by one INSERT ... SELECT generate_series through psql into
+    svc's database, copying the content of a job of template_exchange made
+    through the API; ids grow with seq (as UUIDv7s do with time). In the
+    same transaction, as the service would have it: the store's insert lock
+    (shared, see migrations/postgres/0003_search.sql), the search side table
+    job_text and its mark (store_pg_indexer.c's copy), the count of pending
+    jobs (job_counts slot 0). Then VACUUM (ANALYZE) and CHECKPOINT. The
+    service may be running."""
+    base, span = now_ms(), 29 * 86400000
+    fill = (
+        "BEGIN; SELECT pg_advisory_xact_lock_shared(hashtext('rmqs-jobs-insert')); "
+        "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, due_at, "
+        "delay_ms, created_at, updated_at, attempts, max_attempts, headers, properties, "
+        "body_kind, body, source) "
+        f"SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), 0, 'bench-backlog', j.routing_key, "
+        f"d, d, d - {base}, {base}, {base}, 0, j.max_attempts, j.headers, j.properties, "
+        f"j.body_kind, j.body, 0 FROM generate_series(1, {n}) i, "
+        f"LATERAL (SELECT {base} + 86400000 + (random() * {span})::bigint + i * 0 AS d) t, "
+        f"(SELECT * FROM jobs WHERE exchange = '{template_exchange}' LIMIT 1) j; "
+        "INSERT INTO job_text (seq, headers, body) SELECT seq, headers::jsonb, "
+        "CASE WHEN body_kind < 2 THEN encode(body, 'escape') END FROM jobs "
+        "WHERE seq > (SELECT mark FROM search_index) ORDER BY seq "
+        "ON CONFLICT (seq) DO NOTHING; "
+        "UPDATE search_index SET mark = greatest(mark, (SELECT max(seq) FROM jobs)); "
+        "INSERT INTO job_counts (slot, status, n) VALUES (0, 0, "
+        f"{n}) ON CONFLICT (slot, status) DO UPDATE SET n = job_counts.n + EXCLUDED.n; "
+        "COMMIT;")
+    t0 = time.monotonic()
+    psql(svc.pg_database, fill, timeout=4 * 3600)
+    secs = time.monotonic() - t0
+    # what autovacuum would have done long before a backlog this size is
+    # measured in production (one statement a call: VACUUM refuses a
+    # transaction block)
+    for stmt in ("VACUUM (ANALYZE) jobs", "VACUUM (ANALYZE) job_text", "CHECKPOINT"):
+        psql(svc.pg_database, stmt, timeout=4 * 3600)
+    return {"method": "one INSERT ... SELECT generate_series through psql, due times "
+                      "random over 1-30 days, the template job's content, job_text "
+                      "and its mark in the same transaction; then VACUUM (ANALYZE)",
+            "jobs": n, "seconds": round(secs, 2), "jobs_per_s": round(n / secs, 1),
+            "vacuum_analyze_checkpoint_s": round(time.monotonic() - t0 - secs, 2)}
+
+
+def relation_sizes(database):
+    """Bytes of the jobs table and of each of its indexes, of job_text
+    (with its indexes) and of the database, from the server's own
+    functions: {"jobs_heap": .., "jobs_indexes": .., "index": {name: ..},
+    "job_text_total": .., "database": ..}."""
+    rows = pg.sql(database,
+                  "SELECT 'i', c.relname, pg_relation_size(c.oid) FROM pg_index x "
+                  "JOIN pg_class c ON c.oid = x.indexrelid WHERE x.indrelid = 'jobs'::regclass "
+                  "UNION ALL SELECT 't', 'jobs_heap', pg_table_size('jobs') "
+                  "UNION ALL SELECT 't', 'jobs_indexes', pg_indexes_size('jobs') "
+                  "UNION ALL SELECT 't', 'job_text_total', pg_total_relation_size('job_text') "
+                  "UNION ALL SELECT 't', 'database', pg_database_size(current_database())")
+    out = {"index": {}}
+    for kind, name, size in rows:
+        if kind == "i":
+            out["index"][name] = int(size)
+        else:
+            out[name] = int(size)
+    return out
 
 
 # --- the scenario -------------------------------------------------------------------
@@ -400,28 +473,10 @@ class StoreBench:
         out["claim_empty_10k_due"] = explain_claim(svc, text, 10000, 1000, repeats=3)
         B.log(f"backlog: claim of 100 due jobs on an empty database "
               f"{out['claim_empty']['median_ms']} ms (median)")
-        base, span = now_ms(), 29 * 86400000
-        fill = (
-            "BEGIN; INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, due_at, "
-            "delay_ms, created_at, updated_at, attempts, max_attempts, headers, properties, "
-            "body_kind, body, source) "
-            f"SELECT decode(lpad(to_hex(i), 32, '0'), 'hex'), 0, 'bench-backlog', j.routing_key, "
-            f"d, d, d - {base}, {base}, {base}, 0, j.max_attempts, j.headers, j.properties, "
-            f"j.body_kind, j.body, 0 FROM generate_series(1, {n}) i, "
-            f"LATERAL (SELECT {base} + 86400000 + (random() * {span})::bigint + i * 0 AS d) t, "
-            f"(SELECT * FROM jobs WHERE exchange = '{ex}' LIMIT 1) j; "
-            "INSERT INTO job_counts (slot, status, n) VALUES (0, 0, "
-            f"{n}) ON CONFLICT (slot, status) DO UPDATE SET n = job_counts.n + EXCLUDED.n; "
-            "COMMIT; ANALYZE jobs; CHECKPOINT;")
         B.log(f"backlog: filling {n} pending jobs (INSERT ... SELECT through psql)")
         cpu = self.B.CpuWindow(self.b.cpu_pids(svc), svc.pid).start()
-        t0 = time.monotonic()
-        psql(svc.pg_database, fill, timeout=3600)
-        secs = time.monotonic() - t0
-        out["fill"] = {"method": "one INSERT ... SELECT generate_series through psql, "
-                                 "due times random over 1-30 days, the template job's "
-                                 "content", "seconds": round(secs, 2),
-                       "jobs_per_s": round(n / secs, 1), "cpu": cpu.stop()}
+        out["fill"] = fill_backlog(svc, n, ex)
+        out["fill"]["cpu"] = cpu.stop()
         (pending,), = svc.query("SELECT count(*) FROM jobs WHERE status = 0")
         out["pending_in_db"] = pending
         out["db_bytes"] = svc.db_bytes()

@@ -192,9 +192,7 @@ static void conn_init(pg_conn *pc, const char *role, bool relaxed, int slot,
 
 static void conn_free(pg_conn *pc)
 {
-    if (pc->c != NULL)
-        PQfinish(pc->c);
-    pc->c = NULL;
+    pg_close(pc);
     pthread_mutex_destroy(&pc->mu);
 }
 
@@ -527,8 +525,7 @@ static rmqs_rc pg_ping(store_backend *b)
             log_warn(MOD,
                      "the database takes no writes (a standby, or read-only)",
                      "url=%s", b->safe_url);
-            PQfinish(b->wr.c);
-            b->wr.c = NULL; /* the next call looks for the primary */
+            pg_close(&b->wr); /* the next call looks for the primary */
             rc = RMQS_EDB;
         }
         PQclear(res);

@@ -124,7 +124,9 @@ PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
 {
     char set[320];
     PGconn *c = pg_open_conn(b, buf, len);
+    pg_conn tmp = {.role = role, .c = c};
     PGresult *res;
+    bool late = false, ok = true;
 
     if (c == NULL)
         return NULL;
@@ -134,22 +136,34 @@ PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
      * idle inside a transaction (its client frozen) is ended by the
      * server after the same bound, so the row locks it holds do not stop
      * the other instances. */
-    snprintf(set, sizeof(set),
-             "SET application_name = 'rmq-scheduler %s'; "
-             "SET synchronous_commit = %s; SET client_min_messages = warning; "
-             "SET statement_timeout = %lld; "
-             "SET idle_in_transaction_session_timeout = %lld",
-             role, relaxed ? "off" : "on", (long long)timeout_ms,
-             (long long)(timeout_ms > 0 ? timeout_ms + PG_ANSWER_MARGIN_MS
-                                        : 0));
-    res = PQexec(c, set);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
+    snprintf(
+        set, sizeof(set),
+        "SET application_name = 'rmq-scheduler %s'; "
+        "SET synchronous_commit = %s; SET client_min_messages = warning; "
+        "SET statement_timeout = %lld; "
+        "SET idle_in_transaction_session_timeout = %lld",
+        role, relaxed ? "off" : "on", (long long)timeout_ms,
+        (long long)(timeout_ms > 0 ? timeout_ms + PG_ANSWER_MARGIN_MS : 0));
+    /* nonblocking: a send never waits on a server that stops reading;
+     * the waits of pg_result_by flush it, bounded like the answers */
+    if (PQsetnonblocking(c, 1) != 0 || !PQsendQuery(c, set))
+        ok = false;
+    while (ok && (res = pg_result_by(&tmp, "connect",
+                                     tu_mono_ms() + b->db_timeout_ms +
+                                         PG_ANSWER_MARGIN_MS,
+                                     &late)) != NULL) {
+        ok = PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
+    }
+    if (late) {
+        snprintf(buf, len, "the server did not answer the session set-up");
+        return NULL; /* pg_result_by closed it */
+    }
+    if (!ok) {
+        store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
         PQfinish(c);
         return NULL;
     }
-    PQclear(res);
     return c;
 }
 
@@ -160,34 +174,46 @@ int64_t pg_deadline(const pg_conn *pc)
                : INT64_MAX;
 }
 
+void pg_close(pg_conn *pc)
+{
+    if (pc->c != NULL)
+        PQfinish(pc->c);
+    pc->c = NULL;
+    pc->n_prepared = 0; /* they lived in that session */
+}
+
 PGresult *pg_result_by(pg_conn *pc, const char *op, int64_t deadline,
                        bool *late)
 {
     *late = false;
     while (PQisBusy(pc->c)) {
         int64_t left = deadline == INT64_MAX ? -1 : deadline - tu_mono_ms();
-        struct pollfd p = {.fd = PQsocket(pc->c), .events = POLLIN};
+        int unsent = PQflush(pc->c); /* 1: more to send */
+        struct pollfd p = {.fd = PQsocket(pc->c),
+                           .events = POLLIN | (unsent > 0 ? POLLOUT : 0)};
         int r;
 
+        if (unsent < 0 || PQstatus(pc->c) != CONNECTION_OK)
+            break; /* lost: PQgetResult says so */
         if (deadline != INT64_MAX && left <= 0) {
             /* A server or path that stopped answering: its cancel would
              * hang as well, so the connection is given up. Whatever the
              * call was doing is rolled back by the server, or committed
              * unacknowledged (the caller answered an error: a client
              * retries with its Idempotency-Key). */
-            log_error(MOD, "the database did not answer in time; "
+            log_error(MOD,
+                      "the database did not answer in time; "
                       "connection given up",
                       "op=%s role=%s waited_ms=%lld", op, pc->role,
                       (long long)(pc->timeout_ms + PG_ANSWER_MARGIN_MS));
-            PQfinish(pc->c);
-            pc->c = NULL;
+            pg_close(pc);
             *late = true;
             return NULL;
         }
         r = poll(&p, 1, left < 0 ? -1 : left > INT_MAX ? INT_MAX : (int)left);
         if (r < 0 && errno != EINTR)
             break;
-        if (r > 0 && !PQconsumeInput(pc->c))
+        if (r > 0 && (p.revents & ~POLLOUT) && !PQconsumeInput(pc->c))
             break; /* lost: PQgetResult says so */
     }
     return PQgetResult(pc->c);
@@ -200,26 +226,18 @@ static bool res_ok(const PGresult *res)
     return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
 }
 
-/* Everything the statement sent on pc returns: the first failed result,
- * else the last one; NULL with *late after the deadline (pc->c closed). */
-static PGresult *await_all(pg_conn *pc, const char *op, bool *late)
+/* Whether c, idle, is still open: a server that closed it (restart,
+ * failover, backend terminated) has sent its FIN or error by now, read
+ * here without blocking. */
+static bool conn_alive(PGconn *c)
 {
-    int64_t deadline = pg_deadline(pc);
-    PGresult *keep = NULL, *res;
+    struct pollfd p = {.fd = PQsocket(c), .events = POLLIN};
 
-    while ((res = pg_result_by(pc, op, deadline, late)) != NULL) {
-        if (keep != NULL && !res_ok(keep)) {
-            PQclear(res); /* the first failure is the one that counts */
-            continue;
-        }
-        PQclear(keep);
-        keep = res;
-    }
-    if (*late) {
-        PQclear(keep);
-        return NULL;
-    }
-    return keep;
+    if (PQstatus(c) != CONNECTION_OK)
+        return false;
+    if (poll(&p, 1, 0) > 0 && !PQconsumeInput(c))
+        return false;
+    return PQstatus(c) == CONNECTION_OK;
 }
 
 /* pc (locked) up, (re)connected if needed. */
@@ -227,12 +245,9 @@ static rmqs_rc ensure_up(store_backend *b, pg_conn *pc)
 {
     char msg[256];
 
-    if (pc->c != NULL && PQstatus(pc->c) == CONNECTION_OK)
+    if (pc->c != NULL && conn_alive(pc->c))
         return RMQS_OK;
-    if (pc->c != NULL) {
-        PQfinish(pc->c);
-        pc->c = NULL;
-    }
+    pg_close(pc);
     pc->c =
         pg_connect(b, pc->role, pc->relaxed, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c == NULL) {
@@ -278,61 +293,335 @@ rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
         log_error(MOD, "database call failed",
                   "op=%s role=%s sqlstate=%s reason=\"%s\"", op, pc->role,
                   st ? st : "none", msg);
-    if (conn_gone(pc->c, st)) {
-        PQfinish(pc->c);
-        pc->c = NULL;
+    /* 26000: a prepared statement the session no longer has (a pooler
+     * between, DISCARD ALL): a new session prepares them again */
+    if (conn_gone(pc->c, st) || (st != NULL && strcmp(st, "26000") == 0)) {
+        pg_close(pc);
         if (out != RMQS_EFULL)
             out = RMQS_EDB;
     }
     return out;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Statements                                                               */
+
+static _Thread_local uint64_t round_trips;
+
+uint64_t pg_round_trips(void)
+{
+    return round_trips;
+}
+
+/* The statements a pending BEGIN stands for, in either protocol. */
+#define INSERT_LOCK_SQL \
+    "SELECT pg_advisory_xact_lock_shared(" PG_INSERT_LOCK ")"
+static const pg_stmt begin_stmt = {"begin", "BEGIN", false};
+static const pg_stmt insert_lock_stmt = {"insert_lock", INSERT_LOCK_SQL, false};
+
+static bool is_prepared(const pg_conn *pc, const pg_stmt *st)
+{
+    for (int i = 0; i < pc->n_prepared; i++)
+        if (pc->prepared[i] == st)
+            return true;
+    return false;
+}
+
+/* What one answer of a pipeline is for. */
+typedef struct pipe_slot {
+    const pg_stmt *st;
+    bool prepare;  /* st's PREPARE (else its run) */
+    pg_call *call; /* the call run, NULL for the BEGIN's statements */
+} pipe_slot;
+
+/* Queue st (prepared first if it is worth it and not yet) and note the
+ * answers to expect in slots[*ns...]; *preparing counts the PREPAREs. */
+static bool pipe_send(pg_conn *pc, const pg_stmt *st, pg_call *call,
+                      pipe_slot *slots, size_t *ns, int *preparing)
+{
+    int n = call ? call->n : 0;
+    const char *const *vals = call ? call->vals : NULL;
+    const int *lens = call ? call->lens : NULL, *bin = call ? call->bin : NULL;
+    bool named = !st->once && (is_prepared(pc, st) ||
+                               pc->n_prepared + *preparing < PG_PREPARED_MAX);
+
+    if (named && !is_prepared(pc, st)) {
+        if (!PQsendPrepare(pc->c, st->name, st->sql, 0, NULL))
+            return false;
+        slots[(*ns)++] = (pipe_slot){st, true, call};
+        (*preparing)++;
+    }
+    if (named ? !PQsendQueryPrepared(pc->c, st->name, n, vals, lens, bin, 1)
+              : !PQsendQueryParams(pc->c, st->sql, n, NULL, vals, lens, bin, 1))
+        return false;
+    /* set in pipeline mode, single-row mode ends with its statement (set
+     * outside it, libpq 15 would keep it for the first statement of the
+     * next pipeline) */
+    if (call != NULL && call->rows != NULL && !PQsetSingleRowMode(pc->c))
+        return false;
+    slots[(*ns)++] = (pipe_slot){st, false, call};
+    return true;
+}
+
+/* Read the answers of slots[0..ns) and the end of the pipeline. The first
+ * failed answer into *fail (its op in *fail_op); false if the connection
+ * was lost or given up (*late) on the way. */
+static bool pipe_read(pg_conn *pc, pipe_slot *slots, size_t ns, PGresult **fail,
+                      const char **fail_op, bool *late)
+{
+    size_t k = 0;
+    int nulls = 0;
+
+    /* at most an answer and its end per slot, and the end (rows counted
+     * in single-row mode aside) */
+    for (size_t reads = 0; reads < 2 * ns + 4; reads++) {
+        const char *op = slots[k < ns ? k : ns - 1].st->name;
+        PGresult *res = pg_result_by(pc, op, pg_deadline(pc), late);
+        ExecStatusType s;
+
+        if (*late)
+            return false;
+        if (res == NULL) { /* one between two statements' answers */
+            if (++nulls > 1 || PQstatus(pc->c) != CONNECTION_OK)
+                return false;
+            continue;
+        }
+        nulls = 0;
+        s = PQresultStatus(res);
+        if (s == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            return k == ns;
+        }
+        if (s == PGRES_SINGLE_TUPLE && k < ns && slots[k].call != NULL &&
+            slots[k].call->rows != NULL) {
+            (*slots[k].call->rows)++; /* more of the same statement follow */
+            PQclear(res);
+            reads--;
+            continue;
+        }
+        if (k == ns || s == PGRES_PIPELINE_ABORTED) {
+            PQclear(res);
+        } else if (!res_ok(res)) {
+            if (*fail == NULL) {
+                *fail = res;
+                *fail_op = op;
+            } else {
+                PQclear(res);
+            }
+        } else if (slots[k].prepare) {
+            pc->prepared[pc->n_prepared++] = slots[k].st;
+            PQclear(res);
+        } else if (slots[k].call != NULL) {
+            slots[k].call->res = res;
+        } else {
+            PQclear(res);
+        }
+        if (k < ns)
+            k++;
+    }
+    return false; /* answers that do not end: out of step */
+}
+
+rmqs_rc pg_pipeline(pg_conn *pc, pg_call *calls, size_t n)
+{
+    pipe_slot few[8], *slots = few;
+    size_t cap = 2 * (n + 2), ns = 0;
+    const char *op = n > 0 ? calls[0].st->name : "pipeline", *fail_op = op;
+    PGresult *fail = NULL;
+    int preparing = 0;
+    bool sent, late = false, whole;
+    rmqs_rc rc = RMQS_OK;
+
+    for (size_t i = 0; i < n; i++)
+        calls[i].res = NULL;
+    if (n == 0 && pc->begin == PG_BEGIN_NONE)
+        return RMQS_OK;
+    if (pc->c == NULL)
+        return RMQS_EDB;
+    if (cap > sizeof(few) / sizeof(few[0]) &&
+        (slots = malloc(cap * sizeof(*slots))) == NULL)
+        return RMQS_ENOMEM;
+    sent = PQenterPipelineMode(pc->c) == 1;
+    if (sent && pc->begin != PG_BEGIN_NONE)
+        sent = pipe_send(pc, &begin_stmt, NULL, slots, &ns, &preparing) &&
+               (pc->begin != PG_BEGIN_INSERT ||
+                pipe_send(pc, &insert_lock_stmt, NULL, slots, &ns, &preparing));
+    pc->begin = PG_BEGIN_NONE;
+    for (size_t i = 0; sent && i < n; i++)
+        sent = pipe_send(pc, calls[i].st, &calls[i], slots, &ns, &preparing);
+    if (sent)
+        sent = PQpipelineSync(pc->c) == 1;
+    if (!sent) { /* the connection is in no state to go on with */
+        rc = pg_fail(pc, op, NULL);
+        pg_close(pc);
+        goto out;
+    }
+    round_trips++;
+    whole = pipe_read(pc, slots, ns, &fail, &fail_op, &late);
+    if (late)
+        rc = RMQS_EDB; /* given up, closed */
+    else if (fail != NULL)
+        rc = pg_fail(pc, fail_op, fail);
+    else if (!whole)
+        rc = pg_fail(pc, op, NULL);
+    if (pc->c != NULL && (!whole || PQexitPipelineMode(pc->c) != 1))
+        pg_close(pc); /* answers missing: the session is out of step */
+out:
+    PQclear(fail);
+    if (rc != RMQS_OK)
+        for (size_t i = 0; i < n; i++) {
+            PQclear(calls[i].res);
+            calls[i].res = NULL;
+        }
+    if (slots != few)
+        free(slots);
+    return rc;
+}
+
+PGresult *pg_run(pg_conn *pc, const pg_stmt *st, int n, const char *const *vals,
+                 const int *lens, const int *bin, rmqs_rc *rc)
+{
+    pg_call call = {st, n, vals, lens, bin, NULL, NULL};
+
+    *rc = pg_pipeline(pc, &call, 1);
+    return call.res;
+}
+
 PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
                   const char *const *vals, const int *lens, const int *bin,
                   rmqs_rc *rc)
 {
-    PGresult *res;
-    bool late;
+    pg_stmt st = {op, sql, true};
 
-    if (pc->c == NULL) {
-        *rc = RMQS_EDB;
-        return NULL;
+    return pg_run(pc, &st, n, vals, lens, bin, rc);
+}
+
+/* Feed data[0..len) to the COPY in progress on pc and end it, flushing as
+ * the server takes it (its answers read meanwhile), until pc's deadline. */
+static bool put_copy(pg_conn *pc, const char *op, const void *data, size_t len,
+                     bool *late)
+{
+    const size_t chunk = 1 << 16;
+    int64_t deadline = pg_deadline(pc);
+    size_t at = 0;
+
+    for (;;) {
+        size_t n = len - at < chunk ? len - at : chunk;
+        bool end = at == len;
+        int unsent;
+
+        if (end ? PQputCopyEnd(pc->c, NULL) != 1
+                : PQputCopyData(pc->c, (const char *)data + at, (int)n) != 1)
+            return false;
+        at += n;
+        while ((unsent = PQflush(pc->c)) == 1) {
+            int64_t left = deadline == INT64_MAX ? -1 : deadline - tu_mono_ms();
+            struct pollfd p = {.fd = PQsocket(pc->c),
+                               .events = POLLIN | POLLOUT};
+
+            if (deadline != INT64_MAX && left <= 0) {
+                log_error(MOD,
+                          "the database did not take the data in time; "
+                          "connection given up",
+                          "op=%s role=%s", op, pc->role);
+                pg_close(pc);
+                *late = true;
+                return false;
+            }
+            if (poll(&p, 1,
+                     left < 0         ? -1
+                     : left > INT_MAX ? INT_MAX
+                                      : (int)left) > 0 &&
+                (p.revents & ~POLLOUT) && !PQconsumeInput(pc->c))
+                return false;
+        }
+        if (unsent < 0)
+            return false;
+        if (end)
+            return true;
     }
-    if (!PQsendQueryParams(pc->c, sql, n, NULL, vals, lens, bin, 1)) {
-        *rc = pg_fail(pc, op, NULL);
-        return NULL;
+}
+
+rmqs_rc pg_exec_text(pg_conn *pc, const char *op, const char *const *stmts,
+                     size_t n, const void *copy, size_t copy_len,
+                     int *failed_at, PGresult **last)
+{
+    int at = pc->begin == PG_BEGIN_INSERT  ? -2
+             : pc->begin == PG_BEGIN_PLAIN ? -1
+                                           : 0; /* the answer's statement */
+    size_t len = sizeof("BEGIN; " INSERT_LOCK_SQL "; ");
+    PGresult *res, *fail = NULL, *kept = NULL;
+    bool late = false, broken = false;
+    char *sql;
+
+    if (failed_at != NULL)
+        *failed_at = -1;
+    if (last != NULL)
+        *last = NULL;
+    if (pc->c == NULL)
+        return RMQS_EDB;
+    for (size_t i = 0; i < n; i++)
+        len += strlen(stmts[i]) + 2;
+    if ((sql = malloc(len)) == NULL)
+        return RMQS_ENOMEM;
+    snprintf(sql, len, "%s",
+             pc->begin == PG_BEGIN_INSERT  ? "BEGIN; " INSERT_LOCK_SQL "; "
+             : pc->begin == PG_BEGIN_PLAIN ? "BEGIN; "
+                                           : "");
+    for (size_t i = 0; i < n; i++) {
+        strcat(sql, stmts[i]);
+        if (i + 1 < n)
+            strcat(sql, "; ");
     }
-    res = await_all(pc, op, &late);
+    pc->begin = PG_BEGIN_NONE;
+    if (!PQsendQuery(pc->c, sql)) {
+        free(sql);
+        return pg_fail(pc, op, NULL);
+    }
+    free(sql);
+    round_trips++;
+    while ((res = pg_result_by(pc, op, pg_deadline(pc), &late)) != NULL) {
+        if (PQresultStatus(res) == PGRES_COPY_IN) { /* its answer follows */
+            PQclear(res);
+            round_trips++;
+            broken = copy == NULL ? PQputCopyEnd(pc->c, "no data") != 1
+                                  : !put_copy(pc, op, copy, copy_len, &late);
+            if (broken)
+                break;
+            continue;
+        }
+        if (!res_ok(res) && fail == NULL) {
+            fail = res;
+            if (failed_at != NULL && at >= 0)
+                *failed_at = at;
+        } else if (last != NULL && at == (int)n - 1 && res_ok(res)) {
+            kept = res;
+        } else {
+            PQclear(res);
+        }
+        at++;
+    }
     if (late) {
-        *rc = RMQS_EDB;
-        return NULL;
+        PQclear(fail);
+        PQclear(kept);
+        return RMQS_EDB;
     }
-    if (res_ok(res)) {
-        *rc = RMQS_OK;
-        return res;
+    if (fail != NULL || broken || PQstatus(pc->c) != CONNECTION_OK) {
+        rmqs_rc rc = pg_fail(pc, op, fail);
+        if (broken)
+            pg_close(pc); /* a COPY cut short: the session is out of step */
+        PQclear(fail);
+        PQclear(kept);
+        return rc;
     }
-    *rc = pg_fail(pc, op, res);
-    PQclear(res);
-    return NULL;
+    if (last != NULL)
+        *last = kept;
+    return RMQS_OK;
 }
 
 rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql)
 {
-    PGresult *res;
-    rmqs_rc out = RMQS_OK;
-    bool late;
-
-    if (pc->c == NULL)
-        return RMQS_EDB;
-    if (!PQsendQuery(pc->c, sql))
-        return pg_fail(pc, op, NULL);
-    res = await_all(pc, op, &late);
-    if (late)
-        return RMQS_EDB;
-    if (!res_ok(res))
-        out = pg_fail(pc, op, res);
-    PQclear(res);
-    return out;
+    return pg_exec_text(pc, op, &sql, 1, NULL, 0, NULL, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -373,38 +662,31 @@ void pg_page_end(pg_conn *pc)
 /* ------------------------------------------------------------------------ */
 /* Transactions                                                             */
 
-static rmqs_rc tx_begin(store_backend *b, pg_conn *pc, const char *sql)
+static rmqs_rc tx_begin(pg_conn *pc, int begin)
 {
-    rmqs_rc rc;
-
     store_delta_clear(&pc->delta);
     pc->notify_due = INT64_MAX;
-    rc = pg_exec_simple(pc, "begin", sql);
-    /* A connection that died while idle (server restarted, failed over,
-     * a backend terminated) is only found out here, before anything was
-     * sent: connect again and begin once more. */
-    if (rc == RMQS_EDB && pc->c == NULL && ensure_up(b, pc) == RMQS_OK)
-        rc = pg_exec_simple(pc, "begin", sql);
-    return rc;
+    pc->begin = begin;
+    return pc->c != NULL ? RMQS_OK : RMQS_EDB;
 }
 
 rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc)
 {
-    return tx_begin(b, pc, "BEGIN");
+    (void)b;
+    return tx_begin(pc, PG_BEGIN_PLAIN);
 }
 
 rmqs_rc pg_tx_begin_insert(store_backend *b, pg_conn *pc)
 {
-    /* one round trip: the lock rides with the BEGIN */
-    return tx_begin(b, pc,
-                    "BEGIN; SELECT pg_advisory_xact_lock_shared(" PG_INSERT_LOCK
-                    ")");
+    (void)b;
+    return tx_begin(pc, PG_BEGIN_INSERT);
 }
 
 void pg_tx_abort(pg_conn *pc)
 {
     store_delta_clear(&pc->delta);
     pc->notify_due = INT64_MAX;
+    pc->begin = PG_BEGIN_NONE; /* nothing sent: nothing to roll back */
     if (pc->c != NULL && PQtransactionStatus(pc->c) != PQTRANS_IDLE)
         (void)pg_exec_simple(pc, "rollback", "ROLLBACK");
 }
@@ -421,68 +703,107 @@ const char *pg_i64(char buf[24], int64_t v)
     return buf;
 }
 
-/* In the transaction: this connection's slot gets the nonzero deltas. */
-static rmqs_rc counts_flush(pg_conn *pc)
+/* The statement that adds pc's nonzero deltas to its job_counts slot, into
+ * sql; false if there are none. */
+static bool counts_sql(const pg_conn *pc, char *sql, size_t len)
 {
-    char slot[24], st[64] = "{", dv[256] = "{";
-    const char *vals[3];
-    size_t a = 1, d = 1;
+    size_t at = (size_t)snprintf(sql, len,
+                                 "INSERT INTO job_counts (slot, status, n) "
+                                 "VALUES ");
     bool any = false;
-    PGresult *res;
-    rmqs_rc rc;
 
     for (int i = 0; i < STORE_N_STATUS; i++) {
         if (pc->delta.n[i] == 0)
             continue;
-        a +=
-            (size_t)snprintf(st + a, sizeof(st) - a, "%s%d", any ? "," : "", i);
-        d += (size_t)snprintf(dv + d, sizeof(dv) - d, "%s%" PRId64,
-                              any ? "," : "", pc->delta.n[i]);
+        at += (size_t)snprintf(sql + at, len - at, "%s(%d, %d, %" PRId64 ")",
+                               any ? ", " : "", pc->slot, i, pc->delta.n[i]);
         any = true;
     }
-    if (!any)
-        return RMQS_OK;
-    snprintf(st + a, sizeof(st) - a, "}");
-    snprintf(dv + d, sizeof(dv) - d, "}");
-    vals[0] = pg_i64(slot, pc->slot);
-    vals[1] = st;
-    vals[2] = dv;
-    res = pg_exec(pc, "counts_add",
-                  "INSERT INTO job_counts (slot, status, n) "
-                  "SELECT $1::smallint, s, d FROM "
-                  "unnest($2::smallint[], $3::bigint[]) AS t(s, d) "
-                  "ON CONFLICT (slot, status) DO UPDATE "
-                  "SET n = job_counts.n + EXCLUDED.n",
-                  3, vals, NULL, NULL, &rc);
-    PQclear(res);
+    snprintf(sql + at, len - at,
+             " ON CONFLICT (slot, status) DO UPDATE "
+             "SET n = job_counts.n + EXCLUDED.n");
+    return any;
+}
+
+/* The wake-up of the other instances for pc->notify_due into sql, in a
+ * transaction of its own that does not wait for the flush (a lost wake-up
+ * costs nothing: they look again); false if there is none worth sending:
+ * only a job due soon is (store_options.wake_horizon_ms), the others see
+ * later jobs by themselves. */
+static bool notify_sql(store_backend *b, const pg_conn *pc, char *sql,
+                       size_t len)
+{
+    if (pc->notify_due == INT64_MAX ||
+        (b->wake_horizon_ms > 0 &&
+         pc->notify_due >=
+             tu_now_ms() + atomic_load(&b->clock_offset) + b->wake_horizon_ms))
+        return false;
+    snprintf(sql, len,
+             "SELECT set_config('synchronous_commit', 'off', true), "
+             "pg_notify('" PG_NOTIFY_CHANNEL "', '%" PRId64 "')",
+             pc->notify_due);
+    return true;
+}
+
+rmqs_rc pg_tx_commit_with(store_backend *b, pg_conn *pc, const char *op,
+                          const char *const *stmts, size_t n, const void *copy,
+                          size_t copy_len, int *failed_at)
+{
+    char counts[64 + STORE_N_STATUS * 48 + 96], notify[160];
+    const char *few[8], **all = few;
+    size_t m = 0, notify_at = SIZE_MAX;
+    int at = -1;
+    rmqs_rc rc;
+
+    *failed_at = -1;
+    if (n + 3 > sizeof(few) / sizeof(few[0]) &&
+        (all = malloc((n + 3) * sizeof(*all))) == NULL) {
+        pg_tx_abort(pc);
+        return RMQS_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        all[m++] = stmts[i];
+    if (counts_sql(pc, counts, sizeof(counts)))
+        all[m++] = counts;
+    all[m++] = "COMMIT";
+    if (notify_sql(b, pc, notify, sizeof(notify))) {
+        notify_at = m;
+        all[m++] = notify;
+    }
+    if (m == 1 && pc->begin != PG_BEGIN_NONE)
+        rc = RMQS_OK; /* nothing was sent, nothing to send */
+    else
+        rc = pg_exec_text(pc, op, all, m, copy, copy_len, &at, NULL);
+    if (all != few)
+        free(all);
+    if (rc != RMQS_OK && at >= 0 && (size_t)at < n) {
+        *failed_at = at; /* the caller's: its transaction is still open */
+        return rc;
+    }
+    if (rc != RMQS_OK && (size_t)at == notify_at)
+        rc = RMQS_OK; /* committed; the others look again by themselves */
+    if (rc != RMQS_OK)
+        pg_tx_abort(pc);
+    pc->begin = PG_BEGIN_NONE;
+    store_delta_clear(&pc->delta);
+    pc->notify_due = INT64_MAX;
     return rc;
 }
 
 rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc)
 {
-    rmqs_rc rc = counts_flush(pc);
-    char due[24];
+    int failed_at;
 
-    /* Only a job due soon is worth a wake-up: PostgreSQL serialises the
-     * commits that notify (a global lock at commit), and the other
-     * instances see later jobs by themselves (store_options). */
-    if (rc == RMQS_OK && pc->notify_due != INT64_MAX &&
-        (b->wake_horizon_ms <= 0 ||
-         pc->notify_due < tu_now_ms() + atomic_load(&b->clock_offset) +
-                              b->wake_horizon_ms)) {
-        const char *vals[1] = {pg_i64(due, pc->notify_due)};
-        PGresult *res = pg_exec(pc, "notify",
-                                "SELECT pg_notify('" PG_NOTIFY_CHANNEL "', $1)",
-                                1, vals, NULL, NULL, &rc);
-        PQclear(res);
-    }
-    if (rc == RMQS_OK)
-        rc = pg_exec_simple(pc, "commit", "COMMIT");
-    if (rc != RMQS_OK)
-        pg_tx_abort(pc);
-    store_delta_clear(&pc->delta);
+    return pg_tx_commit_with(b, pc, "commit", NULL, 0, NULL, 0, &failed_at);
+}
+
+void pg_notify_due(store_backend *b, pg_conn *pc)
+{
+    char sql[160];
+
+    if (notify_sql(b, pc, sql, sizeof(sql)))
+        (void)pg_exec_simple(pc, "notify", sql);
     pc->notify_due = INT64_MAX;
-    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

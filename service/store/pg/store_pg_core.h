@@ -107,6 +107,26 @@ enum {
     PC_COUNT
 };
 
+/*
+ * A statement of the service's hot paths: prepared once per connection
+ * under its name (on first use, in the same round trip as its first run)
+ * and run by name after that, so the server parses and plans it once.
+ * Declared static const beside the code that runs it; the name is also
+ * its op in logs, and unique among the backend's statements.
+ */
+typedef struct pg_stmt {
+    const char *name;
+    const char *sql;
+    bool once; /* run once, not prepared (pg_exec) */
+} pg_stmt;
+
+/* Statements a connection keeps prepared; more are run unprepared. */
+#define PG_PREPARED_MAX 32
+
+/* A BEGIN not sent yet (pg_tx_begin): it goes with the transaction's first
+ * statements, in their round trip. */
+enum { PG_BEGIN_NONE, PG_BEGIN_PLAIN, PG_BEGIN_INSERT };
+
 /* One connection of a role, and its open transaction's bookkeeping. */
 typedef struct pg_conn {
     pthread_mutex_t mu; /* held by every call that uses it */
@@ -120,6 +140,10 @@ typedef struct pg_conn {
                            is awaited PG_ANSWER_MARGIN_MS longer); 0: none */
     bool budget;        /* timeout_ms is a search budget: a statement it
                            ends is RMQS_ETIMEDOUT, the caller's answer */
+    int begin;          /* PG_BEGIN_*: the pending BEGIN of pg_tx_begin */
+    /* the statements prepared on c (emptied when c is closed) */
+    const pg_stmt *prepared[PG_PREPARED_MAX];
+    int n_prepared;
 } pg_conn;
 
 /* How much longer than a connection's statement_timeout its answer is
@@ -186,11 +210,16 @@ struct store_backend {
 
 /* ---- store_pg_core.c ---- */
 
-/* Lock pc and make sure its connection is up ((re)opened if needed);
- * RMQS_EDB (logged) if it cannot be: pc stays locked either way, the
- * caller unlocks it (pg_done). */
+/* Lock pc and make sure its connection is up: (re)opened if there is none,
+ * or if the server closed it while it was idle (a restart, a failover, a
+ * backend ended: seen without a round trip, so nothing is sent into a dead
+ * connection); RMQS_EDB (logged) if it cannot be: pc stays locked either
+ * way, the caller unlocks it (pg_done). */
 rmqs_rc pg_use(store_backend *b, pg_conn *pc);
 void pg_done(pg_conn *pc);
+/* Close pc's connection, if any (its prepared statements go with it):
+ * pg_use opens a new one. */
+void pg_close(pg_conn *pc);
 
 /* Route c's notices and asynchronous errors to the log (one line each)
  * instead of stderr. */
@@ -202,48 +231,131 @@ void pg_quiet(PGconn *c);
 PGconn *pg_open_conn(store_backend *b, char *buf, size_t len);
 /* pg_open_conn, set up for role (the application_name; relaxed:
  * synchronous_commit off; timeout_ms the statement_timeout and
- * idle_in_transaction_session_timeout, 0 none); NULL (reason in buf) on
+ * idle_in_transaction_session_timeout, 0 none), in nonblocking mode (every
+ * send is flushed by the bounded waits below); NULL (reason in buf) on
  * failure. */
 PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
                    int64_t timeout_ms, char *buf, size_t len);
-/* The next result of what was sent on pc, awaited until deadline
- * (tu_mono_ms): NULL when there is none left, or when the deadline passed
- * first (*late set: the connection is closed and pc->c NULL, the call's
- * outcome unknown, as after a crash). */
+/* The next result of what was sent on pc (what is not sent yet is flushed
+ * meanwhile), awaited until deadline (tu_mono_ms): NULL when there is none
+ * left, or when the deadline passed first (*late set: the connection is
+ * closed and pc->c NULL, the call's outcome unknown, as after a crash). */
 PGresult *pg_result_by(pg_conn *pc, const char *op, int64_t deadline,
                        bool *late);
 /* The deadline of a statement sent on pc now (tu_mono_ms). */
 int64_t pg_deadline(const pg_conn *pc);
 /* The first line of libpq's message msg into buf, for one-line logs. */
 void pg_first_line(const char *msg, char *buf, size_t len);
-
-/* Run sql with n text parameters (binary where bin[i] is nonzero; lens
- * for those), results in binary. Returns the result (caller PQclear) or
- * NULL after a failure, which is mapped (store_pg_map_sqlstate), logged
- * with op, and in *rc; a broken connection is closed for pg_use to reopen. */
-PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
-                  const char *const *vals, const int *lens, const int *bin,
-                  rmqs_rc *rc);
 /* Map and log a failed result (res may be NULL: the connection's own
  * error); a broken connection is closed. */
 rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res);
-/* As pg_exec without parameters (text protocol, several statements OK). */
+
+/* Round trips to the server made by the calling thread so far: the times
+ * it sent statements and waited for their answers (connecting not
+ * counted). test_store_pg_dispatch.c counts them per call. */
+uint64_t pg_round_trips(void);
+
+/*
+ * Statements. Each call below sends everything it has at once, with the
+ * pending BEGIN of pg_tx_begin ahead of it, then awaits every answer (each
+ * until pg_deadline): one round trip, two with a COPY. A failure is mapped
+ * (store_pg_map_sqlstate), logged with the statement's op and returned; a
+ * broken connection is closed for pg_use to reopen.
+ */
+/* Run st with n text parameters (binary where bin[i] is nonzero; lens for
+ * those), results in binary: the result (caller PQclear), or NULL after a
+ * failure (in *rc). */
+PGresult *pg_run(pg_conn *pc, const pg_stmt *st, int n, const char *const *vals,
+                 const int *lens, const int *bin, rmqs_rc *rc);
+/* As pg_run for sql that is not worth preparing (run once, or built at
+ * run time), logged as op. */
+PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
+                  const char *const *vals, const int *lens, const int *bin,
+                  rmqs_rc *rc);
+/* One statement of pg_pipeline: st and its parameters as for pg_run; res
+ * its result; rows NULL, or where its rows are counted as they come
+ * (single-row mode: none is kept, res has none) and stay counted when the
+ * statement fails on the way (a search cut short by its budget). */
+typedef struct pg_call {
+    const pg_stmt *st;
+    int n;
+    const char *const *vals;
+    const int *lens, *bin;
+    PGresult *res;
+    int64_t *rows;
+} pg_call;
+/* calls[0..n) in one round trip (libpq's pipeline mode). They are one
+ * transaction: the server commits them at the end of the pipeline, or
+ * none of them (begun by pg_tx_begin, they are part of that one). On
+ * success each calls[i].res holds its result (caller PQclear); after a
+ * failure every res is NULL. */
+rmqs_rc pg_pipeline(pg_conn *pc, pg_call *calls, size_t n);
+/* stmts[0..n) in one message of the text protocol (no parameters; one of
+ * them may be a COPY ... FROM STDIN, fed copy[0..copy_len)). With
+ * failed_at or last, each stmts[i] is one statement: *failed_at gets the
+ * index of the one that failed (-1: none did), *last the result of
+ * stmts[n - 1] (NULL unless it ran; caller PQclear). */
+rmqs_rc pg_exec_text(pg_conn *pc, const char *op, const char *const *stmts,
+                     size_t n, const void *copy, size_t copy_len,
+                     int *failed_at, PGresult **last);
+/* pg_exec_text of one string (several statements OK). */
 rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql);
 
-/* Transactions on pc: BEGIN clears delta and notify_due (and connects
- * again once if the connection turns out dead); commit flushes
- * the deltas into job_counts and sends the notification, in the
- * transaction, then COMMITs; abort rolls back. Both end with delta
- * cleared. */
+/* Transactions on pc. pg_tx_begin clears delta and notify_due and sends
+ * nothing: the BEGIN goes with the transaction's first statements. Commit
+ * adds the deltas to job_counts and COMMITs in one round trip and, in the
+ * same message, wakes the others (pg_notify_due's statement, in a
+ * transaction of its own after the COMMIT); abort rolls back. Both end
+ * with delta cleared. */
 rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc);
 /* As pg_tx_begin for a transaction that inserts jobs: it also takes
  * PG_INSERT_LOCK shared (store_pg_indexer.c's safe bound). */
 rmqs_rc pg_tx_begin_insert(store_backend *b, pg_conn *pc);
 rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc);
+/* pg_tx_commit with stmts[0..n) (one statement each; a COPY among them,
+ * as pg_exec_text) ahead of the commit in the same message: the whole
+ * transaction in one round trip, two with the COPY. If one of them fails,
+ * *failed_at is its index and the transaction is left open, failed: the
+ * caller rolls back to a savepoint, or aborts. Otherwise *failed_at is -1
+ * and the transaction is over: committed (RMQS_OK) or rolled back. */
+rmqs_rc pg_tx_commit_with(store_backend *b, pg_conn *pc, const char *op,
+                          const char *const *stmts, size_t n, const void *copy,
+                          size_t copy_len, int *failed_at);
 void pg_tx_abort(pg_conn *pc);
 
 /* A pending job due at due_at was stored in pc's transaction. */
 void pg_note_due(pg_conn *pc, int64_t due_at);
+/* After statements that count their own moves (PG_COUNTED) committed: wake
+ * the other instances for pc->notify_due, if it is due soon enough
+ * (store_options.wake_horizon_ms), in a transaction of its own, and clear
+ * it. Why not inside the transaction: PostgreSQL holds one lock for every
+ * NOTIFY of the database from the statement to the end of its commit, the
+ * flush included, so every instance's notifying commits would wait for
+ * each other. A failure is only logged: the dispatchers look again within
+ * a second anyway. */
+void pg_notify_due(store_backend *b, pg_conn *pc);
+
+/*
+ * The count of the jobs one statement moves between statuses, kept by the
+ * statement itself: the dispatcher's statements (claim, settle, reclaim,
+ * the watch), whose number of moved jobs only their result knows, so a
+ * delta for pg_tx_commit would cost a second round trip. The statement is
+ * "WITH moved AS (UPDATE jobs ... RETURNING ..., status AS moved_to)"
+ * followed by this: the jobs of moved left status `from` (SQL) for
+ * moved_to, added to the job_counts slot `slot` (a parameter: the
+ * connection's own slot, pc->slot).
+ */
+#define PG_COUNTED(from, slot)                                            \
+    ", counted AS (INSERT INTO job_counts (slot, status, n) "             \
+    "SELECT " slot "::smallint, v.s, v.d FROM (SELECT count(*) AS a, "    \
+    "count(*) FILTER (WHERE moved_to = 0) AS s0, "                        \
+    "count(*) FILTER (WHERE moved_to = 1) AS s1, "                        \
+    "count(*) FILTER (WHERE moved_to = 2) AS s2, "                        \
+    "count(*) FILTER (WHERE moved_to = 3) AS s3, "                        \
+    "count(*) FILTER (WHERE moved_to = 4) AS s4 FROM moved) c, "          \
+    "LATERAL (VALUES (" from ", -c.a), (0, c.s0), (1, c.s1), (2, c.s2), " \
+    "(3, c.s3), (4, c.s4)) AS v(s, d) WHERE v.d <> 0 "                    \
+    "ON CONFLICT (slot, status) DO UPDATE SET n = job_counts.n + EXCLUDED.n) "
 
 /* Row r of res (PG_JOB_COLS, binary) into *out (zeroed first); *seq_out
  * may be NULL. */

@@ -181,10 +181,7 @@ static void end_session(store_backend *b, pg_conn *pc, bool had)
     atomic_store(&b->present_since, INT64_MAX);
     atomic_store(&b->renew_chain, 0); /* no claim of before is renewed */
     atomic_store(&b->renewed_until, 0);
-    if (pc->c != NULL) {
-        PQfinish(pc->c);
-        pc->c = NULL;
-    }
+    pg_close(pc);
     if (!had)
         return;
     pg_owner_current(b, id);

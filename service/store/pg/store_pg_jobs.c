@@ -10,7 +10,10 @@
  * Group commit: a writer batch is one transaction. Requests without a key
  * (almost all of them) go in one binary COPY under one savepoint (a
  * multi-row INSERT of 1000 jobs spent most of its time in the server's
- * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine); if the schema refuses a row (a
+ * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine), in
+ * the message that also carries the BEGIN, the counts and the COMMIT: two
+ * round trips in all (libpq sends a COPY's data only once the server has
+ * taken the COPY; a group commit made eight before). If the schema refuses a row (a
  * job id taken, a value out of range), that savepoint is rolled back and
  * those requests are inserted again one by one (INSERT), each under its own
  * savepoint, so only the bad one fails. A request with an Idempotency-Key inserts its key
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hexdigit.h"
 #include "log.h"
 
 #define MOD "store"
@@ -298,20 +302,17 @@ static void cb_text(cbuf *b, const char *t)
 #define COPY_COLS "(" COPY_COLS_LIST ")"
 #define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
 
-/* One binary COPY of jobs[0..n) in pc's open transaction (copy_sql: COPY
- * <table> COPY_COLS FROM STDIN binary). due_at as DUE_AT_SQL, with this
+/* The binary COPY stream of jobs[0..n) into *out (malloc'd; the caller
+ * frees out->p): COPY_COLS, in their order. due_at as DUE_AT_SQL, with this
  * host's clock plus the offset (a lower bound of the database's) for the
- * database's. */
-static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
-                         const job_t *const *jobs, size_t n, int64_t offset,
-                         size_t *bad)
+ * database's. RMQS_EINVAL with *bad the index of a job whose id does not
+ * parse (nothing is sent), RMQS_ENOMEM. */
+static rmqs_rc copy_data(const job_t *const *jobs, size_t n, int64_t offset,
+                         cbuf *out, size_t *bad)
 {
     static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
     cbuf b = {0};
-    PGresult *res;
     rmqs_rc rc = RMQS_OK;
-    int64_t deadline;
-    bool late = false;
 
     *bad = 0;
     cb_put(&b, head, sizeof(head));
@@ -382,36 +383,8 @@ static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
         free(b.p);
         return rc;
     }
-    /* every wait bounded (pg_result_by): a server that stops answering
-     * fails the COPY instead of hanging the writer */
-    deadline = pg_deadline(pc);
-    if (pc->c == NULL || !PQsendQuery(pc->c, copy_sql)) {
-        rc = pc->c ? pg_fail(pc, "copy", NULL) : RMQS_EDB;
-        free(b.p);
-        return rc;
-    }
-    res = pg_result_by(pc, "copy", deadline, &late);
-    if (late)
-        rc = RMQS_EDB;
-    else if (PQresultStatus(res) != PGRES_COPY_IN)
-        rc = pg_fail(pc, "copy", res);
-    PQclear(res);
-    if (rc == RMQS_OK &&
-        (PQputCopyData(pc->c, (const char *)b.p, (int)b.n) != 1 ||
-         PQputCopyEnd(pc->c, NULL) != 1))
-        rc = pg_fail(pc, "copy_data", NULL);
-    free(b.p);
-    /* the COPY's own result, then the end of results */
-    while (pc->c != NULL && !late &&
-           (res = pg_result_by(pc, "copy", deadline, &late)) != NULL) {
-        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == RMQS_OK)
-            rc = pg_fail(pc, "copy", res);
-        PQclear(res);
-    }
-    if (late)
-        rc = RMQS_EDB;
-    rows_done(pc, jobs, n, rc);
-    return rc;
+    *out = b;
+    return RMQS_OK;
 }
 
 static rmqs_rc sp(pg_conn *pc, const char *sql)
@@ -507,52 +480,76 @@ undo:
     return rc;
 }
 
-/* The requests without a key (idx[0..m)), in multi-row INSERTs under one
- * savepoint; if the schema refuses a row, one by one instead. A database
- * failure is returned; request failures are in each reqs[].rc. */
-static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
-                           store_insert_req *reqs, const size_t *idx, size_t m)
+/* The requests without a key (idx[0..m)), in one binary COPY under one
+ * savepoint, sent with the commit of pc's transaction (pg_tx_commit_with):
+ * two round trips for the whole group commit when no request has a key.
+ * If the schema refuses a row, the savepoint is rolled back and those
+ * requests are inserted one by one, each under its own savepoint, before
+ * the commit. Returns the commit's outcome (the transaction is over either
+ * way); request failures are in each reqs[].rc. */
+static rmqs_rc insert_bulk_commit(store_backend *b, pg_conn *pc,
+                                  store_insert_req *reqs, const size_t *idx,
+                                  size_t m)
 {
+    static const char *const stmts[2] = {"SAVEPOINT bulk", COPY_SQL};
+    store_delta before = pc->delta;
+    int64_t notify = pc->notify_due;
     const job_t **jobs;
     size_t total = 0, at = 0, bad;
-    int64_t notify = pc->notify_due;
+    cbuf data = {0};
+    int failed_at = -1;
+    bool sent = false;
     rmqs_rc rc;
 
     for (size_t k = 0; k < m; k++)
         total += reqs[idx[k]].n;
     if (total == 0)
-        return RMQS_OK;
+        return pg_tx_commit(b, pc);
     jobs = malloc(total * sizeof(*jobs));
-    if (jobs == NULL)
+    if (jobs == NULL) {
+        pg_tx_abort(pc);
         return RMQS_ENOMEM;
+    }
     for (size_t k = 0; k < m; k++)
         for (size_t i = 0; i < reqs[idx[k]].n; i++)
             jobs[at++] = &reqs[idx[k]].jobs[i];
-    rc = sp(pc, "SAVEPOINT bulk");
-    if (rc == RMQS_OK)
-        rc = copy_rows(pc, COPY_SQL, jobs, total, pg_clock_offset_ms(b), &bad);
+    rc = copy_data(jobs, total, pg_clock_offset_ms(b), &data, &bad);
     if (rc == RMQS_OK) {
-        rc = sp(pc, "RELEASE bulk");
-        for (size_t i = 0; rc == RMQS_OK && i < total; i++)
+        /* counted and announced as if stored: the commit goes with it */
+        for (size_t i = 0; i < total; i++)
             store_delta_add(&pc->delta, (int)jobs[i]->status, 1);
-        free(jobs);
-        return rc;
+        rows_done(pc, jobs, total, RMQS_OK);
+        rc = pg_tx_commit_with(b, pc, "insert", stmts, 2, data.p, data.n,
+                               &failed_at);
+        sent = true;
+        free(data.p);
+        if (rc != RMQS_OK && failed_at >= 0) { /* not stored after all */
+            pc->delta = before;
+            pc->notify_due = notify;
+            rows_done(pc, jobs, total, rc);
+        }
     }
     free(jobs);
-    if (!local_failure(rc))
+    if (sent && (rc == RMQS_OK || failed_at < 0))
+        return rc; /* committed, or rolled back */
+    if (!local_failure(rc) || failed_at == 0) {
+        pg_tx_abort(pc);
         return rc;
-    /* one of them is bad: find which, one request at a time */
-    pc->notify_due = notify;
-    rc = sp(pc, "ROLLBACK TO bulk");
-    if (rc == RMQS_OK)
-        rc = sp(pc, "RELEASE bulk");
+    }
+    /* one of them is bad: find which, one request at a time (a COPY that
+     * failed: from the savepoint; a job refused before: nothing sent) */
+    rc = sent ? sp(pc, "ROLLBACK TO bulk; RELEASE bulk") : RMQS_OK;
     for (size_t k = 0; rc == RMQS_OK && k < m; k++) {
         store_insert_req *r = &reqs[idx[k]];
         r->rc = insert_one_req(pc, r);
         if (!local_failure(r->rc) && r->rc != RMQS_OK)
             rc = r->rc;
     }
-    return rc;
+    if (rc != RMQS_OK) {
+        pg_tx_abort(pc);
+        return rc;
+    }
+    return pg_tx_commit(b, pc);
 }
 
 rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
@@ -586,21 +583,17 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
         r->rc = insert_one_req(pc, r);
         if (!local_failure(r->rc) && r->rc != RMQS_OK) {
             out = r->rc; /* the database failed: nothing is kept */
-            goto abort;
+            pg_tx_abort(pc);
+            goto fail_all;
         }
     }
-    out = insert_bulk(b, pc, reqs, bulk, m);
-    if (out != RMQS_OK)
-        goto abort;
-    out = pg_tx_commit(b, pc);
+    out = insert_bulk_commit(b, pc, reqs, bulk, m);
     if (out != RMQS_OK)
         goto fail_all;
     pg_done(pc);
     free(bulk);
     pg_ix_kick(b); /* the new jobs' headers and bodies */
     return RMQS_OK;
-abort:
-    pg_tx_abort(pc);
 fail_all:
     store_insert_reqs_fail(reqs, n, out);
     pg_done(pc);
@@ -627,12 +620,23 @@ fail_all:
 #define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
 #define RUNS_INSERT_SQL                                     \
     "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST \
-    " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING id"
+    " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING encode(id, 'hex')"
 
-/* The position of id among ids[0..n) not taken yet, or n. */
+/* The position among ids[0..n) not taken yet of the id whose hex digits
+ * (a text result: encode(id, 'hex')) are hex[0..len), or n. */
 static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
-                      const bool *taken, size_t n, const void *id)
+                      const bool *taken, size_t n, const char *hex, size_t len)
 {
+    unsigned char id[JOB_ID_BYTES];
+
+    if (len != 2 * JOB_ID_BYTES)
+        return n;
+    for (size_t k = 0; k < JOB_ID_BYTES; k++) {
+        int hi = hex_digit(hex[2 * k]), lo = hex_digit(hex[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return n;
+        id[k] = (unsigned char)(hi << 4 | lo);
+    }
     for (size_t i = 0; i < n; i++)
         if (!taken[i] && memcmp(ids[i], id, JOB_ID_BYTES) == 0)
             return i;
@@ -642,8 +646,11 @@ static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
 rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
                        size_t n, bool *inserted)
 {
+    static const char *const stmts[3] = {RUNS_IN_SQL, RUNS_COPY_SQL,
+                                         RUNS_INSERT_SQL};
     unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
     PGresult *res = NULL;
+    cbuf data = {0};
     size_t bad;
     rmqs_rc rc = ids != NULL ? RMQS_OK : RMQS_ENOMEM;
 
@@ -653,18 +660,19 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
             rc = RMQS_EINVAL;
     }
     if (rc == RMQS_OK)
-        rc = pg_exec_simple(pc, "runs_in", RUNS_IN_SQL);
-    if (rc == RMQS_OK)
-        rc = copy_rows(pc, RUNS_COPY_SQL, jobs, n, pg_clock_offset_ms(b), &bad);
-    if (rc == RMQS_OK)
-        res = pg_exec(pc, "insert_runs", RUNS_INSERT_SQL, 0, NULL, NULL, NULL,
-                      &rc);
+        rc = copy_data(jobs, n, pg_clock_offset_ms(b), &data, &bad);
+    if (rc == RMQS_OK) {
+        /* one message: the table, the COPY into it, the INSERT from it */
+        rc = pg_exec_text(pc, "insert_runs", stmts, 3, data.p, data.n, NULL,
+                          &res);
+        free(data.p);
+        rows_done(pc, jobs, n, rc);
+    }
     /* RETURNING order is unspecified: match the ids */
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
-        size_t i = PQgetlength(res, r, 0) == JOB_ID_BYTES
-                       ? find_id((const unsigned char(*)[JOB_ID_BYTES])ids,
-                                 inserted, n, PQgetvalue(res, r, 0))
-                       : n;
+        size_t i = find_id((const unsigned char(*)[JOB_ID_BYTES])ids, inserted,
+                           n, PQgetvalue(res, r, 0),
+                           (size_t)PQgetlength(res, r, 0));
         if (i == n)
             continue;
         inserted[i] = true;

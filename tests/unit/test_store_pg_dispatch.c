@@ -127,22 +127,30 @@ static void fill(int n)
 }
 
 /* EXPLAIN of the store's claim text, prepared with the parameter types the
- * store sends ($1 text, the rest bigint): claim up to 100 jobs due by
- * 5,000,000 ms. */
-static char *claim_plan(void)
+ * store's casts give them ($1 text, $9 the count slot smallint, the rest
+ * bigint): claim up to 100 jobs due by 5,000,000 ms, as the second of
+ * `claimers` instances (1: alone, the whole table its share). generic: the
+ * plan the server keeps for a prepared statement after its fifth run (the
+ * store prepares the claim once per connection), not one made for these
+ * values. */
+static char *claim_plan(int claimers, bool generic)
 {
     const char *claim = pg_claim_sql;
     size_t len;
     char *script;
 
-    len = strlen(claim) + 256;
+    len = strlen(claim) + 512;
     script = malloc(len);
     cr_assert_not_null(script);
-    snprintf(
-        script, len,
-        "PREPARE claim(text, bigint, bigint, bigint, bigint) AS %s;\n"
-        "EXPLAIN (COSTS OFF) EXECUTE claim('test', 10000, 0, 5000000, 100);\n",
-        claim);
+    snprintf(script, len,
+             "SET plan_cache_mode = %s;\n"
+             "PREPARE claim(text, bigint, bigint, bigint, bigint, bigint, "
+             "bigint, bigint, smallint) AS %s;\n"
+             "EXPLAIN (COSTS OFF) EXECUTE claim('test', 10000, 0, 5000000, "
+             "100, %d, %d, %s, 0);\n",
+             generic ? "force_generic_plan" : "auto", claim, claimers,
+             claimers > 1 ? 1 : 0,
+             claimers > 1 ? "4999750" : "-9223372036854775808");
     char *plan = psql(g_db, script);
     free(script);
     return plan;
@@ -151,9 +159,10 @@ static char *claim_plan(void)
 /* strict: the plan of a table with statistics (index scans in order, no
  * sort); otherwise any access through the two indexes will do, as long as
  * nothing reads the table or another index (every pending job). */
-static void assert_claim_uses_due_index(const char *when, bool strict)
+static void assert_claim_uses_due_index(const char *when, bool strict,
+                                        int claimers, bool generic)
 {
-    char *plan = claim_plan();
+    char *plan = claim_plan(claimers, generic);
     bool due = strstr(plan, strict ? "Index Scan using jobs_due on jobs"
                                    : "jobs_due") != NULL;
     bool pkey = strstr(plan, strict ? "Index Scan using jobs_pkey on jobs"
@@ -168,9 +177,9 @@ static void assert_claim_uses_due_index(const char *when, bool strict)
     snprintf(msg, sizeof(msg), "%s", plan);
     free(plan);
     cr_assert(ok,
-              "%s: the claim does not read jobs_due and update by seq (or it "
-              "scans the table or another index):\n%s",
-              when, msg);
+              "%s, %d claimer(s)%s: the claim does not read jobs_due and "
+              "update by seq (or it scans the table or another index):\n%s",
+              when, claimers, generic ? ", generic plan" : "", msg);
 }
 
 /* With the statistics of a realistic table: 200,000 jobs, 10% pending. */
@@ -179,7 +188,12 @@ Test(store_pg_dispatch, claim_uses_partial_due_index)
     migrate();
     fill(200000);
     free(psql(g_db, "ANALYZE jobs;"));
-    assert_claim_uses_due_index("200,000 jobs, analyzed", true);
+    for (int claimers = 1; claimers <= 3; claimers += 2) {
+        assert_claim_uses_due_index("200,000 jobs, analyzed", true, claimers,
+                                    false);
+        assert_claim_uses_due_index("200,000 jobs, analyzed", true, claimers,
+                                    true);
+    }
 }
 
 /* As deployed, before autovacuum has analyzed the table: 20,000 jobs
@@ -193,5 +207,10 @@ Test(store_pg_dispatch, claim_uses_partial_due_index_without_statistics)
     migrate();
     free(psql(g_db, "ALTER TABLE jobs SET (autovacuum_enabled = false);"));
     fill(20000);
-    assert_claim_uses_due_index("20,000 jobs, no statistics", false);
+    for (int claimers = 1; claimers <= 3; claimers += 2) {
+        assert_claim_uses_due_index("20,000 jobs, no statistics", false,
+                                    claimers, false);
+        assert_claim_uses_due_index("20,000 jobs, no statistics", false,
+                                    claimers, true);
+    }
 }

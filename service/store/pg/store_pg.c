@@ -16,14 +16,19 @@
  * lease, and counts live in per-slot rows instead of one hot row.
  *
  * How it works:
- *   - statements are sent with PQexecParams (bound parameters, binary
- *     results); ids and bodies go as binary bytea, numbers as text;
- *   - a write is BEGIN ... COMMIT on its role's connection; before COMMIT,
- *     in the same transaction, the nonzero count deltas are added to this
- *     connection's job_counts slot (one INSERT ... ON CONFLICT DO UPDATE)
- *     and, if the transaction stored or rescheduled pending jobs,
- *     pg_notify('rmqs_due', <earliest due_at>) wakes the other instances
- *     (a NOTIFY is delivered at COMMIT, never after a ROLLBACK);
+ *   - statements are sent with bound parameters and read in binary; ids
+ *     and bodies go as binary bytea, numbers as text; the hot ones are
+ *     prepared once per connection, and what a call sends goes in as few
+ *     round trips as it can (pipelines; the BEGIN with the first
+ *     statements; store_pg_core.c): a group commit takes two, a claim or a
+ *     settle one;
+ *   - a write is BEGIN ... COMMIT on its role's connection; with the
+ *     COMMIT, in the same transaction, the nonzero count deltas are added
+ *     to this connection's job_counts slot (one INSERT ... ON CONFLICT DO
+ *     UPDATE; the dispatcher's statements count their own moves), and, if
+ *     the transaction stored or rescheduled pending jobs, pg_notify('rmqs_due',
+ *     <earliest due_at>) wakes the other instances right after it (never
+ *     after a ROLLBACK);
  *   - errors: SQLSTATE -> rmqs_rc (store_pg_map_sqlstate): disk full is
  *     RMQS_EFULL (507/503 as SQLite's), a lost connection, a read-only
  *     server (25006, a standby or a demoted primary) or a shutdown is
@@ -269,6 +274,7 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     pthread_mutex_init(&b->id_mu, NULL);
     pthread_mutex_init(&b->stop_mu, NULL);
     atomic_store(&b->present_since, INT64_MAX);
+    atomic_store(&b->shares, (int64_t)1 << 32); /* all of it, until known */
     {
         pthread_condattr_t ca; /* the keeper waits on CLOCK_MONOTONIC */
         pthread_condattr_init(&ca);

@@ -344,8 +344,11 @@ static bool pipe_send(pg_conn *pc, const pg_stmt *st, pg_call *call,
     const int *lens = call ? call->lens : NULL, *bin = call ? call->bin : NULL;
     bool named = !st->once && (is_prepared(pc, st) ||
                                pc->n_prepared + *preparing < PG_PREPARED_MAX);
+    bool queued = false; /* its PREPARE is in this pipeline already */
 
-    if (named && !is_prepared(pc, st)) {
+    for (size_t i = 0; named && i < *ns; i++)
+        queued = queued || (slots[i].prepare && slots[i].st == st);
+    if (named && !queued && !is_prepared(pc, st)) {
         if (!PQsendPrepare(pc->c, st->name, st->sql, 0, NULL))
             return false;
         slots[(*ns)++] = (pipe_slot){st, true, call};

@@ -60,6 +60,15 @@
 #define PG_DEFAULT_LEASE_MS 10000
 #define PG_MIN_LEASE_MS 500
 #define PG_NOTIFY_CHANNEL "rmqs_due"
+/* Shares of the due jobs among the instances that claim
+ * (store_pg_dispatch.c, migration 0007): runs of PG_SHARE_RUN consecutive
+ * seq (a group commit's jobs, neighbours in the table's pages) go to one
+ * claimer; another claimer's job is taken once it is due PG_STEAL_MS
+ * before the claim's horizon and still unclaimed. An instance counts among
+ * the claimers for PG_CLAIMER_MS after it last said it claims. */
+#define PG_SHARE_RUN "16"
+#define PG_STEAL_MS 250
+#define PG_CLAIMER_MS 3000
 /* The advisory lock every transaction inserting jobs holds shared, and the
  * search indexer takes exclusive for a moment (store_pg_indexer.c). */
 #define PG_INSERT_LOCK "hashtext('rmqs-jobs-insert')"
@@ -191,6 +200,13 @@ struct store_backend {
     int64_t ix_safe_at; /* tu_mono_ms() of the last bound read */
     store_ix *indexer;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
+    /* The shares (store_pg_presence.c's watch, read by the claim): how
+     * many instances claim, this one included, << 32 | its rank among
+     * them; 1 << 32 (all of it) until known. claimed_at: tu_mono_ms of the
+     * last claim; claimer_until: the database-clock end of this instance's
+     * mark as a claimer (the keeper's thread only). */
+    _Atomic int64_t shares, claimed_at;
+    int64_t claimer_until;
     int64_t buckets_cleaned_us;   /* store_pg_buckets.c's last clean-up (the
                                    feeder's, under feed's mutex) */
     /* store_lease_renewed_until, and the end of the lease the last
@@ -445,9 +461,12 @@ int64_t pg_claims_valid_since(store_backend *b);
 rmqs_rc pg_presence_open(store_backend *b);
 void *pg_listener_main(void *arg);
 void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
-/* On pc (locked, up): the instances whose session ended, their rows
- * deleted and their claimed jobs pending again; *n_out how many jobs. */
-rmqs_rc pg_watch_dead(store_backend *b, pg_conn *pc, size_t *n_out);
+/* On pc (locked, up), in one round trip: the instances whose session
+ * ended, their rows deleted and their claimed jobs pending again (*n_out
+ * how many jobs; the others woken for them), and the shares of the
+ * claimers read again (b->shares; this instance's mark as a claimer kept
+ * while it claims; the dispatcher woken when they change). */
+rmqs_rc pg_watch(store_backend *b, pg_conn *pc, size_t *n_out);
 
 /* ---- store_pg_dispatch.c ---- */
 /* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):

@@ -540,6 +540,14 @@ static rmqs_rc pg_ping(store_backend *b)
     return rc;
 }
 
+int64_t store_pg__claimers(store_backend *b, int64_t *rank)
+{
+    int64_t shares = atomic_load(&b->shares);
+
+    *rank = shares & 0xffffffff;
+    return shares >> 32;
+}
+
 const store_ops store_pg_ops = {
     .name = "postgres",
     .claims_in_read = true,

@@ -683,6 +683,9 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
     return rc;
 }
 
+static const pg_stmt get_stmt = {
+    "get", "SELECT " PG_JOB_COLS " FROM jobs WHERE id = $1", false};
+
 /* Load a job by id on pc (locked, up). */
 static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
                       job_t *out)
@@ -693,8 +696,7 @@ static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
     rmqs_rc rc;
 
     memset(out, 0, sizeof(*out));
-    res = pg_exec(pc, "get", "SELECT " PG_JOB_COLS " FROM jobs WHERE id = $1",
-                  1, vals, lens, fmts, &rc);
+    res = pg_run(pc, &get_stmt, 1, vals, lens, fmts, &rc);
     if (rc == RMQS_OK)
         rc = PQntuples(res) == 1 ? pg_row_to_job(res, 0, out, NULL)
                                  : RMQS_ENOTFOUND;
@@ -727,49 +729,85 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     "delay_ms = $2, updated_at = $3, held_by = NULL "                      \
     "WHERE id = $4 AND status = 3 RETURNING "
 
+/* The statements of the changes: one job (cancel, retry, reschedule:
+ * RETURNING the job) or one of a batch (RETURNING its due_at). */
+static const pg_stmt cancel_stmt = {
+    "cancel",
+    "UPDATE jobs SET status = 4, updated_at = $1 "
+    "WHERE id = $2 AND status = 0 RETURNING " PG_JOB_COLS,
+    false};
+static const pg_stmt retry_stmt = {"retry", RETRY_SQL PG_JOB_COLS, false};
+static const pg_stmt reschedule_stmt = {
+    "reschedule",
+    "UPDATE jobs SET deliver_at = $1, "
+    "due_at = greatest($1::bigint, " PG_NOW_MS "), "
+    "delay_ms = $2, updated_at = $3, held_by = NULL "
+    "WHERE id = $4 AND status = 0 RETURNING " PG_JOB_COLS,
+    false};
+static const pg_stmt cancel_batch_stmt = {
+    "cancel_batch",
+    "UPDATE jobs SET status = 4, updated_at = $1 "
+    "WHERE id = $2 AND status = 0 RETURNING due_at",
+    false};
+static const pg_stmt retry_batch_stmt = {"retry_batch", RETRY_SQL "due_at",
+                                         false};
+
+/* Every change of the batch in one pipeline (one round trip), then the
+ * commit. */
 rmqs_rc pg_update_batch(store_backend *b,
                         const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                         const store_change *ch, int64_t now_ms, bool *changed)
 {
     bool cancel = ch->kind == STORE_CHANGE_CANCEL;
     char num[3][24];
-    const char *vals[4];
+    const char *(*vals)[4] = calloc(n ? n : 1, sizeof(*vals));
+    pg_call *calls = calloc(n ? n : 1, sizeof(*calls));
     int lens[4] = {0}, fmts[4] = {0};
     int id_at = cancel ? 1 : 3;
     pg_conn *pc = &b->wr;
     int64_t moved = 0;
     rmqs_rc rc;
 
-    if (cancel) {
-        vals[0] = pg_i64(num[0], now_ms);
-    } else {
-        vals[0] = ch->keep_deliver_at ? NULL : pg_i64(num[0], ch->deliver_at);
-        vals[1] = pg_i64(num[1], ch->delay_ms);
-        vals[2] = pg_i64(num[2], now_ms);
+    for (size_t i = 0; i < n; i++)
+        changed[i] = false;
+    if (vals == NULL || calls == NULL) {
+        free(vals);
+        free(calls);
+        return RMQS_ENOMEM;
     }
     lens[id_at] = JOB_ID_BYTES;
     fmts[id_at] = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (cancel) {
+            vals[i][0] = pg_i64(num[0], now_ms);
+        } else {
+            vals[i][0] =
+                ch->keep_deliver_at ? NULL : pg_i64(num[0], ch->deliver_at);
+            vals[i][1] = pg_i64(num[1], ch->delay_ms);
+            vals[i][2] = pg_i64(num[2], now_ms);
+        }
+        vals[i][id_at] = (const char *)ids[i];
+        calls[i] = (pg_call){cancel ? &cancel_batch_stmt : &retry_batch_stmt,
+                             cancel ? 2 : 4,
+                             vals[i],
+                             lens,
+                             fmts,
+                             NULL,
+                             NULL};
+    }
     rc = pg_use(b, pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
-    if (rc != RMQS_OK)
-        goto unlock;
-    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
-        PGresult *res;
-        vals[id_at] = (const char *)ids[i];
-        res = cancel ? pg_exec(pc, "cancel_batch",
-                               "UPDATE jobs SET status = 4, updated_at = $1 "
-                               "WHERE id = $2 AND status = 0 RETURNING due_at",
-                               2, vals, lens, fmts, &rc)
-                     : pg_exec(pc, "retry_batch", RETRY_SQL "due_at", 4, vals,
-                               lens, fmts, &rc);
-        changed[i] = rc == RMQS_OK && PQntuples(res) == 1;
+    if (rc == RMQS_OK)
+        rc = pg_pipeline(pc, calls, n);
+    for (size_t i = 0; i < n; i++) {
+        changed[i] = rc == RMQS_OK && PQntuples(calls[i].res) == 1;
         if (changed[i]) {
             moved++;
             if (!cancel)
-                pg_note_due(pc, pg_int(res, 0, 0));
+                pg_note_due(pc, pg_int(calls[i].res, 0, 0));
         }
-        PQclear(res);
+        PQclear(calls[i].res);
     }
     if (rc == RMQS_OK && moved > 0)
         store_delta_move(&pc->delta, cancel ? JOB_PENDING : JOB_FAILED,
@@ -778,11 +816,12 @@ rmqs_rc pg_update_batch(store_backend *b,
         rc = pg_tx_commit(b, pc);
     else
         pg_tx_abort(pc);
-unlock:
     if (rc != RMQS_OK)
         for (size_t i = 0; i < n; i++)
             changed[i] = false;
     pg_done(pc);
+    free(vals);
+    free(calls);
     return rc;
 }
 
@@ -820,19 +859,11 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
      * now_ms, this host's), as at insert. A claim by any instance holds
      * the row (FOR UPDATE) until it commits;
      * this UPDATE waits for it and then finds the job publishing */
-    res =
-        cancel  ? pg_exec(pc, "cancel",
-                          "UPDATE jobs SET status = 4, updated_at = $1 "
-                           "WHERE id = $2 AND status = 0 RETURNING " PG_JOB_COLS,
-                          2, vals, lens, fmts, &rc)
-        : retry ? pg_exec(pc, "retry", RETRY_SQL PG_JOB_COLS, 4, vals, lens,
-                          fmts, &rc)
-                : pg_exec(pc, "reschedule",
-                          "UPDATE jobs SET deliver_at = $1, "
-                          "due_at = greatest($1::bigint, " PG_NOW_MS "), "
-                          "delay_ms = $2, updated_at = $3, held_by = NULL "
-                          "WHERE id = $4 AND status = 0 RETURNING " PG_JOB_COLS,
-                          4, vals, lens, fmts, &rc);
+    res = pg_run(pc,
+                 cancel  ? &cancel_stmt
+                 : retry ? &retry_stmt
+                         : &reschedule_stmt,
+                 cancel ? 2 : 4, vals, lens, fmts, &rc);
     if (rc == RMQS_OK && PQntuples(res) == 1) {
         rc = pg_row_to_job(res, 0, out, NULL);
         if (rc == RMQS_OK && cancel)

@@ -244,7 +244,7 @@ rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
     (void)held; /* a claimed job is publishing in the database already */
     *any = false;
     share_params(b, n, k, steal);
-    rc = pg_use(b, &b->feed);
+    rc = pg_use(&b->feed);
     if (rc == RMQS_OK)
         res = pg_run(&b->feed, &next_due_stmt, 3, vals, NULL, NULL, &rc);
     if (res != NULL && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
@@ -288,7 +288,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     share_params(b, n_sh, k_sh, steal);
     pg_i64(others, strcmp(n_sh, "1") == 0 ? INT64_MIN
                                           : due_by_ms - PG_STEAL_MS);
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK) {
         pg_i64(slot, pc->slot);
         res = pg_run(pc, &claim_stmt, 9, vals, NULL, NULL, &rc);
@@ -593,7 +593,7 @@ rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
         return ok || n == 0 ? RMQS_OK : RMQS_ENOMEM;
     }
     pg_owner_mine(b, mine);
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     pg_i64(slot, pc->slot);
     for (int k = 0; ok && k < 2; k++) {
         ok = settle_group(&s[m], o, ids, n,
@@ -675,7 +675,7 @@ static rmqs_rc reclaim(store_backend *b, pg_conn *pc, size_t *n_out)
 
 rmqs_rc pg_recover(store_backend *b, size_t *n_out)
 {
-    rmqs_rc rc = pg_use(b, &b->disp);
+    rmqs_rc rc = pg_use(&b->disp);
 
     *n_out = 0;
     if (rc == RMQS_OK)
@@ -766,7 +766,7 @@ static void *keeper_main(void *arg)
         size_t renewed = 0, reclaimed = 0, taken = 0;
         bool lease_work = tu_mono_ms() >= next_lease;
 
-        if (pg_use(b, pc) == RMQS_OK) {
+        if (pg_use(pc) == RMQS_OK) {
             (void)pg_watch(b, pc, &taken);
             if (lease_work && pc->c != NULL)
                 (void)pg_measure_clock(b, pc);

@@ -564,7 +564,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
     bulk = malloc(n * sizeof(*bulk));
     if (bulk == NULL)
         return RMQS_ENOMEM;
-    out = pg_use(b, pc);
+    out = pg_use(pc);
     if (out == RMQS_OK)
         out = pg_tx_begin_insert(b, pc);
     if (out != RMQS_OK)
@@ -707,7 +707,7 @@ static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
 rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out)
 {
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     memset(out, 0, sizeof(*out));
     if (rc == RMQS_OK)
@@ -795,7 +795,7 @@ rmqs_rc pg_update_batch(store_backend *b,
                              NULL,
                              NULL};
     }
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc == RMQS_OK)
@@ -850,7 +850,7 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     lens[cancel ? 1 : 3] = JOB_ID_BYTES;
     fmts[cancel ? 1 : 3] = 1;
 
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)

@@ -194,7 +194,7 @@ static void end_session(store_backend *b, pg_conn *pc, bool had)
              "lost the database session that marks this instance alive: "
              "its claimed jobs are handed back, and none is claimed until "
              "a new session begins",
-             "instance=%s url=%s", id, b->safe_url);
+             "instance=%s url=%s", id, b->db.safe_url);
     if (next_id(b) != RMQS_OK)
         log_error(MOD, "no randomness for a new instance id; keeping it",
                   "instance=%s", id);
@@ -206,7 +206,7 @@ rmqs_rc pg_presence_open(store_backend *b)
     char msg[256];
     rmqs_rc rc;
 
-    pc->c = pg_connect(b, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
+    pc->c = pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c == NULL)
         return RMQS_EDB;
     rc = begin_session(b, pc);
@@ -239,18 +239,18 @@ static bool session_again(store_backend *b, pg_conn *pc, bool *logged)
 {
     char msg[256] = "";
 
-    pc->c = pg_connect(b, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
+    pc->c = pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c != NULL && begin_session(b, pc) == RMQS_OK) {
         char id[PG_ID_LEN];
         pg_owner_current(b, id);
         log_info(MOD, "database session begun; claiming again",
-                 "instance=%s url=%s", id, b->safe_url);
+                 "instance=%s url=%s", id, b->db.safe_url);
         *logged = false;
         return true;
     }
     if (!*logged)
         log_warn(MOD, "cannot begin a database session; retrying",
-                 "url=%s reason=\"%s\"", b->safe_url,
+                 "url=%s reason=\"%s\"", b->db.safe_url,
                  msg[0] ? msg : "the session's statements failed");
     *logged = true;
     end_session(b, pc, false);

@@ -233,7 +233,7 @@ static pg_conn *searcher(store_backend *b, rmqs_rc *rc)
     }
     if (pc == NULL)
         pc = &b->search[atomic_fetch_add(&b->search_next, 1) % PG_SEARCHERS];
-    *rc = pg_use(b, pc);
+    *rc = pg_use(pc);
     return pc;
 }
 

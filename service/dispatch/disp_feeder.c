@@ -8,6 +8,7 @@
  */
 #include "dispatcher_int.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,7 +273,15 @@ static long feed(disp_t *d, size_t room, bool *more)
     rc = store_claim_ahead(d->st, now + d->opt.lookahead_ms, now, room, &jobs,
                            &n);
     if (rc != RMQS_OK) {
-        log_error(MOD, "cannot claim due jobs", "error=%s", rmqs_rc_name(rc));
+        /* retried every CLAIM_RETRY_MS: said once a second at most */
+        int64_t mono = tu_mono_ms();
+        d->claim_failures++;
+        if (mono - d->claim_failed_logged >= 1000) {
+            log_error(MOD, "cannot claim due jobs", "error=%s failures=%" PRId64,
+                      rmqs_rc_name(rc), d->claim_failures);
+            d->claim_failed_logged = mono;
+            d->claim_failures = 0;
+        }
         return -1;
     }
     if (n == 0)

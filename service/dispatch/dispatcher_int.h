@@ -72,6 +72,10 @@ struct disp {
     flow_t *flow;
     int64_t limits_read_at; /* wall ms of the last read, INT64_MIN: never */
     atomic_bool limits_kick;
+
+    /* The feeder's failed claims since its last log line, and when that
+     * was (tu_mono_ms): one line a second at most. The feeder's own. */
+    int64_t claim_failures, claim_failed_logged;
 };
 
 #define LIMITS_REFRESH_MS 1000 /* another instance's change shows by then */

@@ -186,18 +186,17 @@ static const opt_def opt_table[] = {
      "stored jobs (0: no reserve)",
      NULL},
     {"lease-ms", "RMQS_LEASE_MS", OPT_INT, F(lease_ms), "10000", 500, 3600000,
-     "PostgreSQL: a job claimed by an instance that stops renewing "
-     "it (crashed, frozen) is published again by another after this long",
+     "PostgreSQL: a job claimed by an instance that stops renewing it while "
+     "its database session lives (frozen, cut off) is published again by "
+     "another after this long; an instance whose session ends (crashed) "
+     "loses its claims within a second",
      NULL},
     {"db-timeout-ms", "RMQS_DB_TIMEOUT_MS", OPT_INT, F(db_timeout_ms), "5000",
      100, 600000,
-     "PostgreSQL: the longest one database call may take. The server ends a "
-     "statement after it (statement_timeout; and a session left idle in a "
-     "transaction); the service waits a second more for an answer, then "
-     "gives the connection up, so a frozen server or network path fails "
-     "calls (HTTP 503) instead of hanging them. Connections also get TCP "
-     "keepalives, tcp_user_timeout at this value and, when the URL sets "
-     "none, connect_timeout",
+     "PostgreSQL: the longest one database call may take (statement_timeout); "
+     "an answer not in a second later gives the connection up, so a frozen "
+     "server or network path fails calls (503) instead of hanging them; also "
+     "tcp_user_timeout, and connect_timeout when the URL sets none",
      NULL},
     {"max-schedules", "RMQS_MAX_SCHEDULES", OPT_INT, F(max_schedules), "10000",
      1, 10000000,

@@ -28,7 +28,11 @@ LOAD_DEADLINE_S = 120     # hard bound of the kill/load phase
 EARLY_TOLERANCE_S = 0.001  # deliver_at is kept in whole milliseconds
 CLOCK_MARGIN_S = 0.05     # due "before a kill": deliver_at <= kill + this
 FIRST_COPY_MARGIN_S = 2.0  # a copy published before a kill arrives by then
-RECOVERED_RE = "jobs left publishing by a previous run"
+# Claims of a killed run, put back to pending: at start-up, or (PostgreSQL,
+# whose server may end the dead run's session a moment after the restart)
+# by the watch for ended sessions.
+RECOVERED_RE = ("jobs left publishing by a previous run",
+                "instances whose database session ended")
 
 
 def torture_job(exchange, routing_key, due_at):
@@ -49,7 +53,7 @@ def _recovered_counts(log_text):
     """n of every 'jobs left publishing ... published again' line."""
     out = []
     for line in log_text.splitlines():
-        if RECOVERED_RE in line:
+        if any(r in line for r in RECOVERED_RE):
             for field in line.split():
                 if field.startswith("n="):
                     out.append(int(field[2:]))

@@ -267,13 +267,13 @@ def test_grace_exceeded_exits_nonzero_and_restart_publishes_again(
 
     svc.restart()
     # SQLite: the only instance on its file, so every job left publishing
-    # is its own (recovered at start-up). PostgreSQL: other instances may
-    # share the database, so a claim is taken over once its lease (renewed
-    # until the process ended) has run out: at start-up if the restart took
-    # that long, else by the housekeeping a moment later.
+    # is its own (recovered at start-up). PostgreSQL: the process's
+    # database session ended with it, so its claims are taken over at
+    # start-up, or by the watch for ended sessions a moment later (the
+    # server ends a dead session's backend within milliseconds).
     said = ["jobs left publishing by a previous run"]
     if STORE == "postgres":
-        said.append("jobs whose claimer's lease expired")
+        said.append("instances whose database session ended")
     wait_until(lambda: any(_log_lines(svc, s) for s in said),
                LEASE_MS / 1000 * 1.25 + 10, "the dead claim to be reclaimed")
     recovered = [line for s in said for line in _log_lines(svc, s)]

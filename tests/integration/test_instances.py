@@ -22,6 +22,9 @@ database (and the broker). What each test proves:
     ends its listening backend) hands back the jobs it had claimed, another
     instance publishes them, each once, and it claims again under a new
     session.
+(g) A commit wakes the other instances (NOTIFY) only for a job due soon;
+    a job due later, stored by an instance that then stops, is still
+    published on time by another (its feeder looks again every second).
 
 SQLite has one process per database file (the lock file refuses a second),
 so these tests apply to PostgreSQL only.
@@ -38,6 +41,7 @@ import time
 import pytest
 
 from helpers import format_ts, http_request, parse_ts, wait_until
+from pylib import pg
 from pylib.load import Load
 from pylib.metrics import metric
 
@@ -353,7 +357,7 @@ def test_session_lost_while_alive_hands_back_its_claims(service, amqp, report):
     n = 50
     # A claims the jobs well ahead (3 s lookahead); B only 0.5 s before.
     a = service("--dispatch-lookahead-ms", "3000")
-    b = service(share_db_with=a)
+    service(share_db_with=a)  # B, which takes over
     at = time.time() + 4.0
     ids = [a.schedule({"exchange": amqp.exchange,
                        "routing_key": amqp.routing_key, "body": "session",
@@ -396,3 +400,37 @@ def test_session_lost_while_alive_hands_back_its_claims(service, amqp, report):
     assert not early
     assert late[-1] < 1.0, f"a job {late[-1]:.2f} s late"
     assert "lost the database session" in a.log()
+
+
+# --- (g) wake-ups only for jobs due soon --------------------------------
+
+def test_only_jobs_due_soon_wake_the_others_yet_later_ones_go_on_time(
+        service, amqp, report):
+    a = service()
+    service(share_db_with=a)  # B, which publishes what A stored
+    listener = pg.Listener(a.pg_database, "rmqs_due", seconds=10)
+    near = a.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                       "body": "near", "delay_ms": 300})
+    amqp.wait_for_jobs([near["id"]], timeout=10)
+    # Nothing is pending now: both feeders planned an idle wait. The far job
+    # is beyond the horizon (the lookahead, 500 ms, and twice the feeders'
+    # replan, 1 s): stored without a wake-up. A goes away at once, so only B
+    # can publish it, and nothing tells B about it.
+    far_at = time.time() + 4.0
+    far = a.schedule({"exchange": amqp.exchange, "routing_key": amqp.routing_key,
+                      "body": "far", "deliver_at": format_ts(far_at)})
+    a.stop()
+    assert time.time() < far_at - 1.0, "too slow: the far job is nearly due"
+    by_job = amqp.wait_for_jobs([far["id"], near["id"]], timeout=15)
+    payloads = [int(p) for p in listener.stop()]
+    far_ms, near_ms = (round(parse_ts(j["deliver_at"]) * 1000)
+                       for j in (far, near))
+    late = min(m.received_at for m in by_job[far["id"]]) - far_ms / 1000
+    report(f"wake-ups: {len(payloads)} NOTIFY (payloads relative to the far "
+           f"job's due time, ms: {[p - far_ms for p in payloads]}); the job due "
+           f"in 4 s, stored without one by an instance that then stopped, "
+           f"published by the other {late * 1000:.1f} ms after its time")
+    assert near_ms in payloads, (near_ms, payloads)
+    assert all(p < far_ms - 1000 for p in payloads), \
+        f"a wake-up for the job due in 4 s: {payloads}"
+    assert -0.001 <= late < 0.25, f"the far job {late:.3f} s late"

@@ -18,12 +18,16 @@ role, scram), never to port 5432 unless run.sh chose it.
                                  of rows, each a list of strings (None: NULL)
   sql_json(name, query)          the first column of each row parsed as JSON
   redact(text)                   the run's role password replaced by ***
+  Listener(name, channel, s)     a session LISTENing for s seconds; stop()
+                                 gives the payloads it received
 """
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import time
 import uuid
 
 from pylib.runenv import env as _env
@@ -108,3 +112,37 @@ def sql_json(name, query):
 def redact(text):
     password = os.environ.get("RMQS_TEST_PG_PASSWORD")
     return text.replace(password, "***") if password else text
+
+
+class Listener:
+    """A psql session that LISTENs on `channel` in database `name` for
+    `seconds`, then ends; stop() returns the payloads it received, in
+    order. Started means listening: the constructor waits until the
+    session's sleep runs (after its LISTEN)."""
+
+    APP = "rmqs-test-listener"
+
+    def __init__(self, name, channel, seconds):
+        assert channel.replace("_", "").isalnum(), channel
+        self.proc = subprocess.Popen(
+            [_psql(), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+             "-d", f"{_admin(name)} application_name={self.APP}",
+             "-c", f"LISTEN {channel}", "-c", f"SELECT pg_sleep({float(seconds)})"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL)
+        self.seconds = seconds
+        deadline = time.monotonic() + PSQL_TIMEOUT_S
+        while not _run(_admin(name),
+                       "SELECT count(*) FROM pg_stat_activity WHERE "
+                       f"application_name = '{self.APP}' AND query LIKE "
+                       "'SELECT pg_sleep%' AND state = 'active'").strip() == "1":
+            assert time.monotonic() < deadline, "the listener never listened"
+            assert self.proc.poll() is None, self.proc.communicate()
+            time.sleep(0.05)
+
+    def stop(self):
+        """Wait for the session's end; the payloads (strings) it got."""
+        out, err = self.proc.communicate(timeout=self.seconds + PSQL_TIMEOUT_S)
+        assert self.proc.returncode == 0, redact(err)
+        return re.findall(r'Asynchronous notification "\w+" with payload "([^"]*)"',
+                          out)

@@ -254,14 +254,18 @@ static rmqs_rc ensure_up(pg_conn *pc)
     if (pc->c != NULL && conn_alive(pc->c))
         return RMQS_OK;
     pg_close(pc);
+    if (tu_mono_ms() < pc->retry_at)
+        return RMQS_EDB; /* the last connect failed a moment ago */
     pc->c = pg_connect(pc->db, pc->role, pc->relaxed, pc->timeout_ms, msg,
                        sizeof(msg));
     if (pc->c == NULL) {
+        pc->retry_at = tu_mono_ms() + PG_RECONNECT_PAUSE_MS;
         log_error(MOD, "cannot connect to the database",
                   "role=%s url=%s reason=\"%s\"", pc->role, pc->db->safe_url,
                   msg);
         return RMQS_EDB;
     }
+    pc->retry_at = 0;
     log_info(MOD, "database connected", "role=%s url=%s", pc->role,
              pc->db->safe_url);
     return RMQS_OK;

@@ -71,11 +71,19 @@ typedef struct pg_conn {
                            is awaited PG_ANSWER_MARGIN_MS longer); 0: none */
     bool budget;         /* timeout_ms is a search budget: a statement it
                            ends is RMQS_ETIMEDOUT, the caller's answer */
+    int64_t retry_at;    /* tu_mono_ms: no new connect before (after a
+                            failed one), calls fail at once meanwhile */
     int begin;           /* PG_BEGIN_*: the pending BEGIN of pg_tx_begin */
     /* the statements prepared on c (emptied when c is closed) */
     const pg_stmt *prepared[PG_PREPARED_MAX];
     int n_prepared;
 } pg_conn;
+
+/* After a failed connect, how long a connection's calls fail at once
+ * (RMQS_EDB) instead of each waiting for a connect of its own: during an
+ * outage a client gets its 503 at once, and the threads that retry do not
+ * queue behind one another's connect_timeout. */
+#define PG_RECONNECT_PAUSE_MS 500
 
 /* How much longer than a connection's statement_timeout its answer is
  * awaited before the connection is given up (store_pg_conn.c): the

@@ -673,14 +673,20 @@ static rmqs_rc reclaim(store_backend *b, pg_conn *pc, size_t *n_out)
     return RMQS_OK;
 }
 
+/* At start-up: the jobs of instances whose session ended (this process's
+ * previous run, killed, among them) and those whose lease expired. */
 rmqs_rc pg_recover(store_backend *b, size_t *n_out)
 {
+    size_t dead = 0, expired = 0;
     rmqs_rc rc = pg_use(&b->disp);
 
     *n_out = 0;
     if (rc == RMQS_OK)
-        rc = reclaim(b, &b->disp, n_out);
+        rc = pg_watch(b, &b->disp, &dead);
+    if (rc == RMQS_OK)
+        rc = reclaim(b, &b->disp, &expired);
     pg_done(&b->disp);
+    *n_out = dead + expired;
     return rc;
 }
 

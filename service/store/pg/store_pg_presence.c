@@ -403,7 +403,7 @@ rmqs_rc pg_watch(store_backend *b, pg_conn *pc, size_t *n_out)
         log_warn(MOD,
                  "instances whose session ended: their claimed "
                  "jobs go to the others",
-                 "instances=%s jobs=%zu", ids, jobs);
+                 "n=%zu instances=%s", jobs, ids);
     *n_out = jobs;
     return RMQS_OK;
 }

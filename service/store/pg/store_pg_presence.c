@@ -401,7 +401,7 @@ rmqs_rc pg_watch(store_backend *b, pg_conn *pc, size_t *n_out)
     pg_notify_due(b, pc);
     if (dead > 0)
         log_warn(MOD,
-                 "instances whose session ended: their claimed "
+                 "instances whose database session ended: their claimed "
                  "jobs go to the others",
                  "n=%zu instances=%s", jobs, ids);
     *n_out = jobs;

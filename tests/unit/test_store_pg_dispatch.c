@@ -17,14 +17,16 @@
  *
  * Also on that database, through the store's own calls: the round trips of
  * a group commit, a claim and a settle (pg_round_trips, the calling
- * thread's: 8, 4 and 4 before issue 24, 2, 1 and 1 now), and the claim
+ * thread's: 8, 4 and 4 before issue 24, 2, 2 and 1 now), and the claim
  * shares of two instances (each claims its own share; one that claims
  * alone takes the other's jobs once they are due PG_STEAL_MS before its
- * horizon).
+ * horizon), and a claim whose answer never comes (its server backend
+ * stopped) leaves no job claimed once that backend runs again.
  *
  * Suite "store_pg_dispatch" (CTest filters on the suite name).
  */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,7 +303,8 @@ Test(store_pg_dispatch, a_group_commit_a_claim_and_a_settle_in_few_round_trips)
     before = pg_round_trips();
     cr_assert_eq(store_settle(st, o, n, now), RMQS_OK);
     settle_trips = pg_round_trips() - before;
-    cr_expect_eq(claim_trips, 1, "a claim: %llu round trips",
+    cr_expect_eq(claim_trips, 2, "a claim (BEGIN and the claim, COMMIT): "
+                 "%llu round trips",
                  (unsigned long long)claim_trips);
     cr_expect_eq(settle_trips, 1, "a settle: %llu round trips",
                  (unsigned long long)settle_trips);
@@ -365,5 +368,65 @@ Test(store_pg_dispatch, two_claimers_share_the_due_jobs_and_take_the_unclaimed)
     cr_expect_eq(claim_by(b, t + 20000), 0, "nothing is claimed twice");
     store_close(b);
     store_close(a);
+}
+
+/* The pid of the server backend of this store's connection of role (its
+ * application_name), or 0. */
+static long backend_pid(const char *role)
+{
+    char sql[256];
+    char *out;
+    long pid;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE "
+             "datname = '%s' AND application_name = 'rmq-scheduler %s';",
+             g_db, role);
+    out = psql("postgres", sql);
+    pid = strtol(out, NULL, 10);
+    free(out);
+    return pid;
+}
+
+Test(store_pg_dispatch, a_claim_whose_answer_never_came_leaves_nothing_claimed)
+{
+    store_t *st;
+    long pid;
+    int64_t due;
+    char *out;
+
+    migrate();
+    {
+        char url[512];
+        snprintf(url, sizeof(url), "%s/%s", need_env("RMQS_TEST_PG_URL"),
+                 g_db);
+        st = ut_store_open(url, &(store_options){.synchronous_full = true,
+                                                 .db_timeout_ms = 500});
+    }
+    due = tu_now_ms() + store_clock_offset_ms(st) - 1000;
+    (void)insert_due(st, 1, 10, due);
+    (void)claim_by(st, 0); /* the feeder's connection, its statements */
+    pid = backend_pid("feeder");
+    cr_assert_gt(pid, 0, "no feeder backend");
+    /* the server's side of the claim stops: the claim is sent, its answer
+     * never comes, and the store gives the connection up */
+    cr_assert_eq(kill((pid_t)pid, SIGSTOP), 0);
+    {
+        job_t *jobs;
+        size_t n;
+        rmqs_rc rc = store_claim_ahead(st, due + 1000, tu_now_ms(), 100,
+                                       &jobs, &n);
+        kill((pid_t)pid, SIGCONT);
+        cr_assert_neq(rc, RMQS_OK, "the claim did not wait for the server");
+    }
+    /* the backend runs again, finds its client gone and ends */
+    for (int i = 0; i < 500 && backend_pid("feeder") == pid; i++)
+        usleep(10000);
+    out = psql(g_db, "SELECT count(*) FROM jobs WHERE status = 1;");
+    cr_expect_eq(strtol(out, NULL, 10), 0,
+                 "jobs claimed by a claim whose answer never came: %s", out);
+    free(out);
+    cr_expect_eq(claim_by(st, due + 1000), 10, "claimed at the next claim");
+    store_close(st);
 }
 

@@ -20,8 +20,8 @@
  *     and bodies go as binary bytea, numbers as text; the hot ones are
  *     prepared once per connection, and what a call sends goes in as few
  *     round trips as it can (pipelines; the BEGIN with the first
- *     statements; store_pg_core.c): a group commit takes two, a claim or a
- *     settle one;
+ *     statements; store_pg_conn.c): a group commit takes two, a claim
+ *     two, a settle one;
  *   - a write is BEGIN ... COMMIT on its role's connection; with the
  *     COMMIT, in the same transaction, the nonzero count deltas are added
  *     to this connection's job_counts slot (one INSERT ... ON CONFLICT DO

@@ -11,8 +11,11 @@
  *
  * How it works:
  *   - Claim. read_due IS the claim, on the feeder's connection, one
- *     statement (pg_claim_sql) in one round trip, which counts its move
- *     itself (PG_COUNTED):
+ *     statement (pg_claim_sql) that counts its move itself (PG_COUNTED),
+ *     sent with its BEGIN; the COMMIT follows once the claimed rows are in
+ *     hand (two round trips, four before): a claim committed by a server
+ *     whose answer never reached us would be jobs held by nobody, their
+ *     lease renewed for ever by this instance:
  *       UPDATE jobs SET status = publishing, owner = <instance>,
  *         lease_until = <db now + lease>, attempts = attempts + 1
  *       WHERE seq = ANY(ARRAY(SELECT seq ... WHERE status = pending AND
@@ -104,9 +107,10 @@
 
 #define MOD "store"
 
-/* The claim, one statement in one round trip (prepared, no transaction
- * around it); returns the jobs as they were (pending, attempts before),
- * and counts the move itself (PG_COUNTED). $1 owner, $2 lease, $3 now, $4
+/* The claim, one statement (prepared) sent with its BEGIN, its COMMIT
+ * sent once its rows are in hand: two round trips; returns the jobs as
+ * they were (pending, attempts before), and counts the move itself
+ * (PG_COUNTED). $1 owner, $2 lease, $3 now, $4
  * due by, $5 limit, $6 claimers, $7 this one's rank among them, $8 due by
  * for another's jobs (PG_STEAL_MS before $4; none at all when alone), $9
  * the count slot.
@@ -291,8 +295,10 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     rc = pg_use(pc);
     if (rc == RMQS_OK) {
         pg_i64(slot, pc->slot);
-        res = pg_run(pc, &claim_stmt, 9, vals, NULL, NULL, &rc);
+        rc = pg_tx_begin(b, pc);
     }
+    if (rc == RMQS_OK)
+        res = pg_run(pc, &claim_stmt, 9, vals, NULL, NULL, &rc);
     for (int i = 0; rc == RMQS_OK && i < PQntuples(res); i++) {
         if (n == *cap) {
             store_claimed *nc = store_grow(*c, cap, sizeof(**c));
@@ -306,9 +312,18 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
         if (rc == RMQS_OK)
             n++;
     }
+    /* the COMMIT only once the rows are in hand: a claim whose answer
+     * never came (a server frozen, a path cut) is rolled back with its
+     * session, instead of committed for an instance that does not know it
+     * holds those jobs and would renew their lease for ever */
+    if (rc == RMQS_OK)
+        rc = pg_tx_commit(b, pc);
+    else
+        pg_tx_abort(pc);
     if (rc != RMQS_OK && n > 0) {
-        /* committed, but we cannot hand them over: the lease brings them
-         * back (they stay ours until it expires, never lost) */
+        /* the COMMIT's answer lost: committed or not, the jobs cannot be
+         * handed over (if it was, they stay ours until their lease runs
+         * out) */
         log_error(MOD, "claimed jobs dropped; their lease will expire", "n=%zu",
                   n);
         for (size_t i = 0; i < n; i++)

@@ -13,8 +13,11 @@ set by tests/run.sh). Containers use the host's network and listen on
                      named volume are removed after the test
   suite_queue        a queue on the suite's broker to consume from
   standin_image(...) an image the compose files name (rabbitmq:3-management,
-                     postgres:15, haproxy:2.6): used as found, else built
-                     from its stand-in Dockerfile in deploy/ and kept cached
+                     haproxy:2.6): used as found, else built from its
+                     stand-in Dockerfile in deploy/ and kept cached
+  local_image(...)   an image of the project's own (the database nodes and
+                     etcd members of the HA compose file): built every run,
+                     in seconds once its layers are cached, and kept
   ComposeProject     a compose file run as one project (run, containers,
                      volumes left)
   report(line)       print a measurement past pytest's capture (and append it
@@ -198,6 +201,14 @@ def standin_image(tag, dockerfile, report):
     image, for the next run."""
     if docker("image", "inspect", tag, check=False).returncode == 0:
         return tag
+    return local_image(tag, dockerfile, report)
+
+
+def local_image(tag, dockerfile, report):
+    """The image tag built from dockerfile (context deploy/) now, and kept.
+    For the project's own images: built every run, so that a change of the
+    Dockerfile is never hidden by the image of an earlier run; with its
+    layers cached that takes seconds."""
     t0 = time.monotonic()
     docker("build", "--network", "host", "--force-rm", "-f", dockerfile,
            "-t", tag, "deploy", timeout=1800)

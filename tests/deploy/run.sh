@@ -21,12 +21,13 @@
 #      with its status.
 # The image under test, its containers, volumes and compose project are
 # removed by the tests themselves; the cached base images (debian:bookworm-
-# slim and the stand-ins rabbitmq:3-management, postgres:15, haproxy:2.6)
+# slim, the stand-ins rabbitmq:3-management and haproxy:2.6, and the HA
+# stack's database and etcd images rmq-scheduler-patroni, rmq-scheduler-etcd)
 # stay. With RMQS_DEPLOY_KEEP_CACHE=1 the build layers of the image stay too
 # (reruns then build in seconds instead of minutes).
 # The container tests use the suite's RabbitMQ (RMQS_TEST_AMQP_URL, set by
 # tests/run.sh); the compose tests run their own brokers (the HA one a 3-node
-# cluster and PostgreSQL) on free loopback ports.
+# cluster, and PostgreSQL under Patroni over etcd) on free loopback ports.
 set -euo pipefail
 
 # shellcheck source=tests/lib/as-root.sh

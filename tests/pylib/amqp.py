@@ -161,6 +161,15 @@ class Consumer:
         finally:
             conn.close()
 
+    def queue_depth(self):
+        """Messages ready in the queue, not yet handed to this consumer (a
+        passive declare on a connection of its own)."""
+        conn = pika.BlockingConnection(self._params())
+        try:
+            return conn.channel().queue_declare(self.queue, passive=True).method.message_count
+        finally:
+            conn.close()
+
     def wait_connected(self, timeout=60):
         if not self._connected.wait(timeout):
             raise AssertionError(f"consumer did not reconnect: {self.errors[-3:]}")

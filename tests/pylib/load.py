@@ -50,11 +50,13 @@ class Load:
     shared by all threads. rate: requests per second, all threads together
     (None: back to back). pause_s: a pause after each answered request;
     error_pause_s: after a request that got no answer (the process is going
-    away: do not spin on a refused port)."""
+    away: do not spin on a refused port). headers go with every request
+    (an Authorization header, for instance)."""
 
     def __init__(self, ports, make_job, threads, rate=None, target=None,
-                 pause_s=0.0, error_pause_s=0.0, seed=None):
+                 pause_s=0.0, error_pause_s=0.0, seed=None, headers=None):
         self.ports = list(ports)
+        self.headers = headers
         self.make_job = make_job
         self.target = target
         self.pause_s = pause_s
@@ -116,7 +118,7 @@ class Load:
                 self.records.append(rec)
             try:
                 r = http_request(self.ports[i], "POST", "/schedule", rec["job"],
-                                 timeout=10)
+                                 headers=self.headers, timeout=10)
             except (OSError, http.client.HTTPException) as e:  # refused, reset
                 rec["error"], rec["end"] = type(e).__name__, time.time()
                 self.stop.wait(self.error_pause_s)

@@ -62,6 +62,9 @@
  * with the migrations' one-key lock); "RMQS". */
 #define PG_PRESENCE_NS "1380799827"
 
+/* A session idle this long sends a statement (pg_listener_main). */
+#define PG_SESSION_PING_MS 60000
+
 /* ------------------------------------------------------------------------ */
 /* Ids                                                                      */
 
@@ -278,14 +281,24 @@ void *pg_listener_main(void *arg)
             wake(b, 0); /* claims may be waiting, wake-ups were missed */
         }
         fds[1].fd = PQsocket(pc->c);
-        if (poll(fds, 2, -1) < 0) {
+        int r = poll(fds, 2, PG_SESSION_PING_MS);
+        if (r < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
         if (fds[0].revents)
             break; /* stopping */
-        if (!PQconsumeInput(pc->c)) {
+        if (r == 0) {
+            /* a session idle this long says it lives: a proxy's idle
+             * timeout does not end it, and a path that died silently is
+             * found (the statement is bounded like any other) */
+            if (pg_exec_simple(pc, "session_ping", "SELECT 1") != RMQS_OK) {
+                end_session(b, pc, true);
+                continue;
+            }
+            /* notifications that came with its answer: below */
+        } else if (!PQconsumeInput(pc->c)) {
             end_session(b, pc, true);
             continue;
         }

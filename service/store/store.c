@@ -690,7 +690,7 @@ int64_t store_claims_valid_since(store_t *st)
 /* ------------------------------------------------------------------------ */
 /* Test hooks: deliberately not in store.h (like curl's UNITTEST). Declared
  * here for -Wmissing-prototypes; tests/unit/test_store.c declares them too.
- * They are about the SQLite backend. */
+ * They are about the SQLite backend, but for store__claimers. */
 
 /* The SQL text of the statement called name ("read_due", "claim_held",
  * "list_all", ...), or NULL: lets the test EXPLAIN QUERY PLAN the exact
@@ -718,4 +718,18 @@ rmqs_rc store__set_max_pages(store_t *st, int64_t pages, int64_t *applied)
     if (st->ops != &store_sqlite_ops)
         return RMQS_EINVAL;
     return store_sqlite__set_max_pages(st->b, pages, applied);
+}
+
+/* How many instances share the due jobs as this store sees them (itself
+ * included), and its rank among them in *rank: PostgreSQL's claim shares
+ * (store_pg_dispatch.c); 1 and 0 on SQLite, whose one process claims all.
+ * test_store_pg_dispatch.c waits for them. */
+int64_t store__claimers(store_t *st, int64_t *rank);
+int64_t store__claimers(store_t *st, int64_t *rank)
+{
+    if (st->ops != &store_pg_ops) {
+        *rank = 0;
+        return 1;
+    }
+    return store_pg__claimers(st->b, rank);
 }

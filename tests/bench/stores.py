@@ -243,14 +243,15 @@ def claim_text(binary):
     pg_stat_statements cannot give it: it replaces the literals of a
     statement's text by $n."""
     with open(binary, "rb") as f:
-        m = re.search(rb"UPDATE jobs SET status = 1, owner = \$1[^\x00]*", f.read())
+        m = re.search(rb"WITH moved AS \(UPDATE jobs SET status = 1, owner = \$1[^\x00]*",
+                      f.read())
     return m.group(0).decode() if m else None
 
 
 # The claim in pg_stat_statements: its text normalized (literals as $n) when
 # the entry was made at the statement's PREPARE, as written (status = 1)
 # when made at an EXECUTE after the entry was reset.
-CLAIM_LIKE = "UPDATE jobs SET status = %, owner = $1,%"
+CLAIM_LIKE = "WITH moved AS (UPDATE jobs SET status = %, owner = $1,%"
 
 
 def claim_stats(database):
@@ -283,15 +284,18 @@ def explain_claim(svc, text, due_rows=100, limit=100, repeats=5):
            f"{t - 1000}, {t - 1000}, 0, {t}, {t}, 0, 5, 0, '\\x'::bytea "
            f"FROM generate_series(1, {due_rows}) i; "
            "EXPLAIN (ANALYZE, BUFFERS) EXECUTE bench_claim('bench-explain', 10000, "
-           f"{t}, {t}, {limit}); ROLLBACK;")
-    script = (f"PREPARE bench_claim(text, bigint, bigint, bigint, bigint) AS {text};"
-              + one * repeats)
+           f"{t}, {t}, {limit}, 1, 0, -9223372036854775808, 0); ROLLBACK;")
+    # the claim's parameters (store_pg_dispatch.c): owner, lease, now, due
+    # by, limit, then one claimer alone (rank 0, nobody else's jobs) and
+    # the count slot
+    script = ("PREPARE bench_claim(text, bigint, bigint, bigint, bigint, bigint, "
+              f"bigint, bigint, smallint) AS {text};" + one * repeats)
     out = pg.sql(svc.pg_database, script)
     # psql ends each statement's result with a newline: rows hold lines
     lines = "\n".join(r[0] for r in out).splitlines()
     times = [float(m.group(1)) for m in
              (re.search(r"Execution Time: ([0-9.]+) ms", x) for x in lines) if m]
-    plan_start = max(i for i, x in enumerate(lines) if x.startswith("Update on jobs"))
+    plan_start = max(i for i, x in enumerate(lines) if x.startswith("CTE Scan on moved"))
     return {"execution_ms": times,
             "median_ms": round(statistics.median(times), 3) if times else None,
             "plan": lines[plan_start:]}

@@ -16,14 +16,19 @@
  * lease, and counts live in per-slot rows instead of one hot row.
  *
  * How it works:
- *   - statements are sent with PQexecParams (bound parameters, binary
- *     results); ids and bodies go as binary bytea, numbers as text;
- *   - a write is BEGIN ... COMMIT on its role's connection; before COMMIT,
- *     in the same transaction, the nonzero count deltas are added to this
- *     connection's job_counts slot (one INSERT ... ON CONFLICT DO UPDATE)
- *     and, if the transaction stored or rescheduled pending jobs,
- *     pg_notify('rmqs_due', <earliest due_at>) wakes the other instances
- *     (a NOTIFY is delivered at COMMIT, never after a ROLLBACK);
+ *   - statements are sent with bound parameters and read in binary; ids
+ *     and bodies go as binary bytea, numbers as text; the hot ones are
+ *     prepared once per connection, and what a call sends goes in as few
+ *     round trips as it can (pipelines; the BEGIN with the first
+ *     statements; store_pg_conn.c): a group commit takes two, a claim
+ *     two, a settle one;
+ *   - a write is BEGIN ... COMMIT on its role's connection; with the
+ *     COMMIT, in the same transaction, the nonzero count deltas are added
+ *     to this connection's job_counts slot (one INSERT ... ON CONFLICT DO
+ *     UPDATE; the dispatcher's statements count their own moves), and, if
+ *     the transaction stored or rescheduled pending jobs, pg_notify('rmqs_due',
+ *     <earliest due_at>) wakes the other instances right after it (never
+ *     after a ROLLBACK);
  *   - errors: SQLSTATE -> rmqs_rc (store_pg_map_sqlstate): disk full is
  *     RMQS_EFULL (507/503 as SQLite's), a lost connection, a read-only
  *     server (25006, a standby or a demoted primary) or a shutdown is
@@ -96,7 +101,7 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
     rmqs_rc rc;
 
     if (pg_exec_simple(pc, "migrate_begin", "BEGIN") != RMQS_OK)
-        return migrate_fail(err, pc, "BEGIN", b->safe_url);
+        return migrate_fail(err, pc, "BEGIN", b->db.safe_url);
     res = PQexec(pc->c, m->sql);
     if (PQresultStatus(res) != PGRES_COMMAND_OK &&
         PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -107,7 +112,7 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
         return rmqs_fail(err, RMQS_EDB, NULL,
                          "migration %s (version %d) failed: %s; rolled back, "
                          "schema stays at version %d (%s)",
-                         m->name, m->version, msg, current, b->safe_url);
+                         m->name, m->version, msg, current, b->db.safe_url);
     }
     PQclear(res);
     vals[0] = pg_i64(ver, m->version);
@@ -122,7 +127,7 @@ static rmqs_rc apply_migration(store_backend *b, const store_migration *m,
         rc = pg_exec_simple(pc, "migrate_commit", "COMMIT");
     if (rc != RMQS_OK) {
         pg_tx_abort(pc);
-        return migrate_fail(err, pc, "recording the migration", b->safe_url);
+        return migrate_fail(err, pc, "recording the migration", b->db.safe_url);
     }
     log_info(MOD, "migration applied", "version=%d name=%s", m->version,
              m->name);
@@ -140,25 +145,25 @@ static rmqs_rc migrate(store_backend *b, const store_migration *m, size_t n,
 
     if (pg_exec_simple(pc, "migrate_lock",
                        "SELECT pg_advisory_lock(" MIGRATE_LOCK ")") != RMQS_OK)
-        return migrate_fail(err, pc, "taking the migrations lock", b->safe_url);
+        return migrate_fail(err, pc, "taking the migrations lock", b->db.safe_url);
     if (pg_exec_simple(pc, "migrate_table",
                        "CREATE TABLE IF NOT EXISTS schema_migrations ("
                        "version integer PRIMARY KEY, name text NOT NULL, "
                        "applied_at bigint NOT NULL)") != RMQS_OK) {
-        rc = migrate_fail(err, pc, "creating schema_migrations", b->safe_url);
+        rc = migrate_fail(err, pc, "creating schema_migrations", b->db.safe_url);
         goto unlock;
     }
     current = query_int(pc->c, "SELECT coalesce(max(version), 0) "
                                "FROM schema_migrations");
     if (current < 0) {
-        rc = migrate_fail(err, pc, "reading schema_migrations", b->safe_url);
+        rc = migrate_fail(err, pc, "reading schema_migrations", b->db.safe_url);
         goto unlock;
     }
     if (current > known) {
         rc = rmqs_fail(err, RMQS_EDB, NULL,
                        "database schema version %lld is newer than this "
                        "binary (knows up to %d); refusing to start (%s)",
-                       (long long)current, known, b->safe_url);
+                       (long long)current, known, b->db.safe_url);
         goto unlock;
     }
     for (size_t i = 0; i < n; i++) {
@@ -179,10 +184,11 @@ unlock:
 /* ------------------------------------------------------------------------ */
 /* Open, close, the small calls                                             */
 
-static void conn_init(pg_conn *pc, const char *role, bool relaxed, int slot,
-                      int64_t timeout_ms)
+static void conn_init(const pg_target *db, pg_conn *pc, const char *role,
+                      bool relaxed, int slot, int64_t timeout_ms)
 {
     pthread_mutex_init(&pc->mu, NULL);
+    pc->db = db;
     pc->role = role;
     pc->relaxed = relaxed;
     pc->slot = slot;
@@ -192,9 +198,7 @@ static void conn_init(pg_conn *pc, const char *role, bool relaxed, int slot,
 
 static void conn_free(pg_conn *pc)
 {
-    if (pc->c != NULL)
-        PQfinish(pc->c);
-    pc->c = NULL;
+    pg_close(pc);
     pthread_mutex_destroy(&pc->mu);
 }
 
@@ -220,8 +224,8 @@ static void pg_free(store_backend *b)
         close(b->stop_pipe[0]);
     if (b->stop_pipe[1] >= 0)
         close(b->stop_pipe[1]);
-    free(b->url);
-    free(b->safe_url);
+    free(b->db.url);
+    free(b->db.safe_url);
     free(b);
 }
 
@@ -271,6 +275,7 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     pthread_mutex_init(&b->id_mu, NULL);
     pthread_mutex_init(&b->stop_mu, NULL);
     atomic_store(&b->present_since, INT64_MAX);
+    atomic_store(&b->shares, (int64_t)1 << 32); /* all of it, until known */
     {
         pthread_condattr_t ca; /* the keeper waits on CLOCK_MONOTONIC */
         pthread_condattr_init(&ca);
@@ -282,21 +287,21 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         opt && opt->lease_ms > 0 ? opt->lease_ms : PG_DEFAULT_LEASE_MS;
     if (b->lease_ms < PG_MIN_LEASE_MS)
         b->lease_ms = PG_MIN_LEASE_MS;
-    b->db_timeout_ms = opt && opt->db_timeout_ms > 0 ? opt->db_timeout_ms
+    b->db.timeout_ms = opt && opt->db_timeout_ms > 0 ? opt->db_timeout_ms
                                                       : PG_DEFAULT_DB_TIMEOUT_MS;
     b->wake_horizon_ms = opt ? opt->wake_horizon_ms : 0;
-    b->url = strdup(target);
-    b->safe_url = malloc(2 * strlen(target) + 64); /* "=***" may be longer */
-    if (b->url == NULL || b->safe_url == NULL) {
+    b->db.url = strdup(target);
+    b->db.safe_url = malloc(2 * strlen(target) + 64); /* "=***" may be longer */
+    if (b->db.url == NULL || b->db.safe_url == NULL) {
         rc = rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
         goto fail;
     }
     /* libpq knows the scheme in lower case only */
-    for (char *p = b->url; *p && *p != ':'; p++)
+    for (char *p = b->db.url; *p && *p != ':'; p++)
         *p = (char)tolower((unsigned char)*p);
-    store_pg_safe_url(target, b->safe_url, 2 * strlen(target) + 64);
+    store_pg_safe_url(target, b->db.safe_url, 2 * strlen(target) + 64);
     if (store_pg_url_problem(target) != NULL) {
-        rc = rmqs_fail(err, RMQS_EINVAL, "db", "%s: %s", b->safe_url,
+        rc = rmqs_fail(err, RMQS_EINVAL, "db", "%s: %s", b->db.safe_url,
                        store_pg_url_problem(target));
         goto fail;
     }
@@ -309,71 +314,71 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     /* one slot per connection that writes counts, so two connections of
      * this instance never wait for each other's row lock */
     {
-        int64_t t = b->db_timeout_ms;
-        conn_init(&b->wr, "writer", opt && !opt->synchronous_full,
+        int64_t t = b->db.timeout_ms;
+        conn_init(&b->db, &b->wr, "writer", opt && !opt->synchronous_full,
                   (int)(hash % PG_SLOTS), t);
-        conn_init(&b->feed, "feeder", true, (int)((hash + 1) % PG_SLOTS), t);
-        conn_init(&b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS), t);
-        conn_init(&b->sched, "scheduler", b->wr.relaxed,
+        conn_init(&b->db, &b->feed, "feeder", true, (int)((hash + 1) % PG_SLOTS), t);
+        conn_init(&b->db, &b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS), t);
+        conn_init(&b->db, &b->sched, "scheduler", b->wr.relaxed,
                   (int)((hash + 3) % PG_SLOTS), t);
         /* rebuildable from the mark: no need to wait for the flush */
-        conn_init(&b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS), t);
-        conn_init(&b->lsn, "listener", true, 0, t);
+        conn_init(&b->db, &b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS), t);
+        conn_init(&b->db, &b->lsn, "listener", true, 0, t);
     }
     b->ix_safe = b->ix_mark = -1;
 
     for (int i = 0; i < PG_SEARCHERS; i++) {
-        conn_init(&b->search[i], "search", true, (int)((hash + 5) % PG_SLOTS),
+        conn_init(&b->db, &b->search[i], "search", true, (int)((hash + 5) % PG_SLOTS),
                   opt && opt->search_budget_ms > 0 ? opt->search_budget_ms
-                                                   : b->db_timeout_ms);
+                                                   : b->db.timeout_ms);
         b->search[i].budget = opt && opt->search_budget_ms > 0;
     }
     /* the migrations may take long (an index on a big table): no bound
      * until they are done */
     b->wr.timeout_ms = 0;
-    b->wr.c = pg_connect(b, "writer", b->wr.relaxed, 0, msg, sizeof(msg));
+    b->wr.c = pg_connect(&b->db, "writer", b->wr.relaxed, 0, msg, sizeof(msg));
     if (b->wr.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL,
                        "cannot connect to database %s: "
                        "%s",
-                       b->safe_url, msg);
+                       b->db.safe_url, msg);
         goto fail;
     }
     rc = migrate(b, migrations, n, err);
     if (rc != RMQS_OK)
         goto fail;
-    b->wr.timeout_ms = b->db_timeout_ms;
+    b->wr.timeout_ms = b->db.timeout_ms;
     {
         char set[160];
         snprintf(set, sizeof(set),
                  "SET statement_timeout = %lld; "
                  "SET idle_in_transaction_session_timeout = %lld",
-                 (long long)b->db_timeout_ms,
-                 (long long)(b->db_timeout_ms + PG_ANSWER_MARGIN_MS));
+                 (long long)b->db.timeout_ms,
+                 (long long)(b->db.timeout_ms + PG_ANSWER_MARGIN_MS));
         if (pg_exec_simple(&b->wr, "set_timeout", set) != RMQS_OK) {
             rc = rmqs_fail(err, RMQS_EDB, NULL,
                            "cannot set the statement timeout on %s",
-                           b->safe_url);
+                           b->db.safe_url);
             goto fail;
         }
     }
-    b->feed.c = pg_connect(b, "feeder", true, b->feed.timeout_ms, msg,
+    b->feed.c = pg_connect(&b->db, "feeder", true, b->feed.timeout_ms, msg,
                            sizeof(msg));
     b->disp.c =
-        b->feed.c ? pg_connect(b, "dispatch", true, b->disp.timeout_ms, msg,
+        b->feed.c ? pg_connect(&b->db, "dispatch", true, b->disp.timeout_ms, msg,
                               sizeof(msg))
                  : NULL;
     if (b->feed.c == NULL || b->disp.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL,
                        "cannot connect to database %s: "
                        "%s",
-                       b->safe_url, msg);
+                       b->db.safe_url, msg);
         goto fail;
     }
     rc = pg_measure_clock(b, &b->disp);
     if (rc != RMQS_OK) {
         rc = rmqs_fail(err, rc, NULL, "cannot read the clock of database %s",
-                       b->safe_url);
+                       b->db.safe_url);
         goto fail;
     }
     /* no claim is older than this: its lease ends after open + lease */
@@ -388,7 +393,7 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
              "backend=postgres url=%s instance=%s lease_ms=%" PRId64
              " db_timeout_ms=%" PRId64 " clock_offset_ms=%" PRId64
              " synchronous_commit=%s",
-             b->safe_url, b->ids[0], b->lease_ms, b->db_timeout_ms,
+             b->db.safe_url, b->ids[0], b->lease_ms, b->db.timeout_ms,
              atomic_load(&b->clock_offset), b->wr.relaxed ? "off" : "on");
     *out = b;
     return RMQS_OK;
@@ -403,7 +408,7 @@ static int pg_schema_version(store_backend *b)
     rmqs_rc rc;
     int v = -1;
 
-    if (pg_use(b, &b->wr) == RMQS_OK) {
+    if (pg_use(&b->wr) == RMQS_OK) {
         res = pg_exec(&b->wr, "schema_version",
                       "SELECT coalesce(max(version), 0)::integer "
                       "FROM schema_migrations",
@@ -427,7 +432,7 @@ static rmqs_rc pg_purge(store_backend *b, int64_t before_ms, size_t limit,
     rmqs_rc rc;
 
     *deleted = 0;
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
@@ -471,7 +476,7 @@ static rmqs_rc pg_counts(store_backend *b, int64_t counts[STORE_N_STATUS])
 
     for (int i = 0; i < STORE_N_STATUS; i++)
         counts[i] = 0;
-    rc = pg_use(b, &b->wr);
+    rc = pg_use(&b->wr);
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "counts",
                       "SELECT status, sum(n)::bigint FROM job_counts "
@@ -499,7 +504,7 @@ static int64_t pg_size_bytes(store_backend *b)
     int64_t v = -1;
     rmqs_rc rc;
 
-    if (pg_use(b, &b->wr) == RMQS_OK)
+    if (pg_use(&b->wr) == RMQS_OK)
         res = pg_exec(&b->wr, "size_bytes",
                       "SELECT pg_database_size(current_database())", 0, NULL,
                       NULL, NULL, &rc);
@@ -512,7 +517,7 @@ static int64_t pg_size_bytes(store_backend *b)
 
 static rmqs_rc pg_ping(store_backend *b)
 {
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     /* a server that answers but takes no writes (a standby, a demoted
      * primary) is not ready either */
@@ -526,15 +531,22 @@ static rmqs_rc pg_ping(store_backend *b)
             PQgetvalue(res, 0, 0)[0] != 0) {
             log_warn(MOD,
                      "the database takes no writes (a standby, or read-only)",
-                     "url=%s", b->safe_url);
-            PQfinish(b->wr.c);
-            b->wr.c = NULL; /* the next call looks for the primary */
+                     "url=%s", b->db.safe_url);
+            pg_close(&b->wr); /* the next call looks for the primary */
             rc = RMQS_EDB;
         }
         PQclear(res);
     }
     pg_done(&b->wr);
     return rc;
+}
+
+int64_t store_pg__claimers(store_backend *b, int64_t *rank)
+{
+    int64_t shares = atomic_load(&b->shares);
+
+    *rank = shares & 0xffffffff;
+    return shares >> 32;
 }
 
 const store_ops store_pg_ops = {

@@ -19,4 +19,7 @@
 
 extern const store_ops store_pg_ops;
 
+/* Test hook behind store.c's store__claimers (see there). */
+int64_t store_pg__claimers(store_backend *b, int64_t *rank);
+
 #endif

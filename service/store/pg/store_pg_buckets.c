@@ -110,7 +110,7 @@ rmqs_rc pg_buckets_update(store_backend *b, store_bucket *bk, size_t n,
         free(keys);
         return RMQS_ENOMEM;
     }
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)

@@ -1,343 +1,22 @@
 /*
- * store_pg_core.c - the bottom of the PostgreSQL backend, what every other
- * file of store/pg/ builds on (store_pg_core.h): connections and their
- * repair, statements, page measuring, transactions with their count
- * deltas and notifications, and rows -> jobs. Beneath it only
- * store_pg_url.c (URLs, secrets, SQLSTATE -> rmqs_rc); it calls nothing of
- * the files above it.
+ * store_pg_core.c - what every file of store/pg/ above the wire builds on
+ * (store_pg_core.h): transactions with their count deltas and
+ * notifications, page measuring, and rows -> jobs. Beneath it only the
+ * wire (store_pg_conn.c: connections, statements, round trips) and
+ * store_pg_url.c; it calls nothing of the files above it.
  */
 #include "store_pg_core.h"
 
-#include <ctype.h>
 #include <endian.h>
-#include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/random.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "log.h"
 #include "timeutil.h"
 
 #define MOD "store"
-
-
-/* A failure after which the connection is not worth keeping: lost, a
- * server going down, or a server that no longer takes writes (a multi-host
- * URL then finds the new primary at the next connect). */
-static bool conn_gone(PGconn *c, const char *st)
-{
-    if (PQstatus(c) != CONNECTION_OK)
-        return true;
-    if (st == NULL || *st == '\0')
-        return true;
-    return strncmp(st, "08", 2) == 0 || strncmp(st, "57P", 3) == 0 ||
-           strcmp(st, "25006") == 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Connections                                                              */
-
-/* The first line of libpq's message, for one-line logs. */
-void pg_first_line(const char *msg, char *buf, size_t len)
-{
-    size_t n = msg ? strcspn(msg, "\n") : 0;
-
-    if (n >= len)
-        n = len - 1;
-    if (n)
-        memcpy(buf, msg, n);
-    buf[n] = '\0';
-}
-
-/* libpq's notices and asynchronous errors (a backend terminated, a
- * NOTICE): one log line instead of raw text on stderr. */
-static void on_notice(void *arg, const char *msg)
-{
-    (void)arg;
-    log_warn(MOD, "database notice", "message=\"%.*s\"",
-             (int)strcspn(msg, "\n"), msg);
-}
-
-void pg_quiet(PGconn *c)
-{
-    PQsetNoticeProcessor(c, on_notice, NULL);
-}
-
-/* Seconds for libpq's connect_timeout: the call bound, at least 2 (libpq
- * waits at least 2 s whatever it is told). */
-static void connect_seconds(const store_backend *b, char buf[24])
-{
-    int64_t s = (b->db_timeout_ms + 999) / 1000;
-
-    pg_i64(buf, s < 2 ? 2 : s);
-}
-
-PGconn *pg_open_conn(store_backend *b, char *buf, size_t len)
-{
-    /* Before the URL: what the URL says wins (libpq's expand_dbname rule);
-     * an empty value is skipped. Why each: a peer that vanished without a
-     * word (host gone, path cut) is found by keepalives while idle and by
-     * tcp_user_timeout while data waits for its acknowledgement, and a
-     * server that accepts the TCP connection but never answers (frozen) by
-     * connect_timeout; without them libpq waits for ever. */
-    char cto[24], uto[24];
-    const char *keys[] = {"connect_timeout",     "keepalives",
-                          "keepalives_idle",     "keepalives_interval",
-                          "keepalives_count",    "tcp_user_timeout",
-                          "dbname",              NULL};
-    const char *vals[] = {getenv("PGCONNECT_TIMEOUT") ? "" : cto,
-                          "1",
-                          "5",
-                          "2",
-                          "3",
-                          uto,
-                          b->url,
-                          NULL};
-    PGconn *c;
-
-    connect_seconds(b, cto);
-    pg_i64(uto, b->db_timeout_ms);
-    c = PQconnectdbParams(keys, vals, 1);
-    if (c == NULL) {
-        snprintf(buf, len, "out of memory");
-        return NULL;
-    }
-    if (PQstatus(c) != CONNECTION_OK) {
-        /* libpq may quote the connection string, password and all */
-        store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
-        PQfinish(c);
-        return NULL;
-    }
-    pg_quiet(c);
-    return c;
-}
-
-PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
-                   int64_t timeout_ms, char *buf, size_t len)
-{
-    char set[320];
-    PGconn *c = pg_open_conn(b, buf, len);
-    PGresult *res;
-
-    if (c == NULL)
-        return NULL;
-    /* the dispatcher's connections commit without waiting for the flush,
-     * as SQLite's relaxed transactions (store.h): a claim or settle lost
-     * by a server crash only makes a job published again. A session left
-     * idle inside a transaction (its client frozen) is ended by the
-     * server after the same bound, so the row locks it holds do not stop
-     * the other instances. */
-    snprintf(set, sizeof(set),
-             "SET application_name = 'rmq-scheduler %s'; "
-             "SET synchronous_commit = %s; SET client_min_messages = warning; "
-             "SET statement_timeout = %lld; "
-             "SET idle_in_transaction_session_timeout = %lld",
-             role, relaxed ? "off" : "on", (long long)timeout_ms,
-             (long long)(timeout_ms > 0 ? timeout_ms + PG_ANSWER_MARGIN_MS
-                                        : 0));
-    res = PQexec(c, set);
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        store_pg_scrub(b->url, PQerrorMessage(c), buf, len);
-        PQclear(res);
-        PQfinish(c);
-        return NULL;
-    }
-    PQclear(res);
-    return c;
-}
-
-int64_t pg_deadline(const pg_conn *pc)
-{
-    return pc->timeout_ms > 0
-               ? tu_mono_ms() + pc->timeout_ms + PG_ANSWER_MARGIN_MS
-               : INT64_MAX;
-}
-
-PGresult *pg_result_by(pg_conn *pc, const char *op, int64_t deadline,
-                       bool *late)
-{
-    *late = false;
-    while (PQisBusy(pc->c)) {
-        int64_t left = deadline == INT64_MAX ? -1 : deadline - tu_mono_ms();
-        struct pollfd p = {.fd = PQsocket(pc->c), .events = POLLIN};
-        int r;
-
-        if (deadline != INT64_MAX && left <= 0) {
-            /* A server or path that stopped answering: its cancel would
-             * hang as well, so the connection is given up. Whatever the
-             * call was doing is rolled back by the server, or committed
-             * unacknowledged (the caller answered an error: a client
-             * retries with its Idempotency-Key). */
-            log_error(MOD, "the database did not answer in time; "
-                      "connection given up",
-                      "op=%s role=%s waited_ms=%lld", op, pc->role,
-                      (long long)(pc->timeout_ms + PG_ANSWER_MARGIN_MS));
-            PQfinish(pc->c);
-            pc->c = NULL;
-            *late = true;
-            return NULL;
-        }
-        r = poll(&p, 1, left < 0 ? -1 : left > INT_MAX ? INT_MAX : (int)left);
-        if (r < 0 && errno != EINTR)
-            break;
-        if (r > 0 && !PQconsumeInput(pc->c))
-            break; /* lost: PQgetResult says so */
-    }
-    return PQgetResult(pc->c);
-}
-
-static bool res_ok(const PGresult *res)
-{
-    ExecStatusType s = PQresultStatus(res);
-
-    return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
-}
-
-/* Everything the statement sent on pc returns: the first failed result,
- * else the last one; NULL with *late after the deadline (pc->c closed). */
-static PGresult *await_all(pg_conn *pc, const char *op, bool *late)
-{
-    int64_t deadline = pg_deadline(pc);
-    PGresult *keep = NULL, *res;
-
-    while ((res = pg_result_by(pc, op, deadline, late)) != NULL) {
-        if (keep != NULL && !res_ok(keep)) {
-            PQclear(res); /* the first failure is the one that counts */
-            continue;
-        }
-        PQclear(keep);
-        keep = res;
-    }
-    if (*late) {
-        PQclear(keep);
-        return NULL;
-    }
-    return keep;
-}
-
-/* pc (locked) up, (re)connected if needed. */
-static rmqs_rc ensure_up(store_backend *b, pg_conn *pc)
-{
-    char msg[256];
-
-    if (pc->c != NULL && PQstatus(pc->c) == CONNECTION_OK)
-        return RMQS_OK;
-    if (pc->c != NULL) {
-        PQfinish(pc->c);
-        pc->c = NULL;
-    }
-    if (tu_mono_ms() < pc->retry_at)
-        return RMQS_EDB; /* the last connect failed a moment ago */
-    pc->c =
-        pg_connect(b, pc->role, pc->relaxed, pc->timeout_ms, msg, sizeof(msg));
-    if (pc->c == NULL) {
-        pc->retry_at = tu_mono_ms() + PG_RECONNECT_PAUSE_MS;
-        log_error(MOD, "cannot connect to the database",
-                  "role=%s url=%s reason=\"%s\"", pc->role, b->safe_url, msg);
-        return RMQS_EDB;
-    }
-    pc->retry_at = 0;
-    log_info(MOD, "database connected", "role=%s url=%s", pc->role,
-             b->safe_url);
-    return RMQS_OK;
-}
-
-rmqs_rc pg_use(store_backend *b, pg_conn *pc)
-{
-    pthread_mutex_lock(&pc->mu);
-    return ensure_up(b, pc);
-}
-
-void pg_done(pg_conn *pc)
-{
-    pthread_mutex_unlock(&pc->mu);
-}
-
-/* Map and log a failed result; close the connection if it is gone. */
-rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res)
-{
-    const char *st = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-    rmqs_rc out = store_pg_map_sqlstate(st);
-    char msg[256];
-
-    pg_first_line(res ? PQresultErrorMessage(res) : NULL, msg, sizeof(msg));
-    if (!msg[0])
-        pg_first_line(PQerrorMessage(pc->c), msg, sizeof(msg));
-    /* the caller's own conflicts (a job id taken, a row refused) are
-     * logged by the caller, as warnings; a lock wait the caller cut short
-     * itself (lock_timeout: only the search indexer sets one, and tries
-     * again later) is expected under load, not a failure to shout about */
-    if (st != NULL && strcmp(st, "55P03") == 0)
-        log_debug(MOD, "lock wait given up", "op=%s role=%s", op, pc->role);
-    else if (st != NULL && strcmp(st, "57014") == 0 && pc->budget)
-        out = RMQS_ETIMEDOUT; /* a search past its budget: the caller's */
-    else if (out != RMQS_ECONFLICT && out != RMQS_EINVAL)
-        log_error(MOD, "database call failed",
-                  "op=%s role=%s sqlstate=%s reason=\"%s\"", op, pc->role,
-                  st ? st : "none", msg);
-    if (conn_gone(pc->c, st)) {
-        PQfinish(pc->c);
-        pc->c = NULL;
-        if (out != RMQS_EFULL)
-            out = RMQS_EDB;
-    }
-    return out;
-}
-
-PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
-                  const char *const *vals, const int *lens, const int *bin,
-                  rmqs_rc *rc)
-{
-    PGresult *res;
-    bool late;
-
-    if (pc->c == NULL) {
-        *rc = RMQS_EDB;
-        return NULL;
-    }
-    if (!PQsendQueryParams(pc->c, sql, n, NULL, vals, lens, bin, 1)) {
-        *rc = pg_fail(pc, op, NULL);
-        return NULL;
-    }
-    res = await_all(pc, op, &late);
-    if (late) {
-        *rc = RMQS_EDB;
-        return NULL;
-    }
-    if (res_ok(res)) {
-        *rc = RMQS_OK;
-        return res;
-    }
-    *rc = pg_fail(pc, op, res);
-    PQclear(res);
-    return NULL;
-}
-
-rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql)
-{
-    PGresult *res;
-    rmqs_rc out = RMQS_OK;
-    bool late;
-
-    if (pc->c == NULL)
-        return RMQS_EDB;
-    if (!PQsendQuery(pc->c, sql))
-        return pg_fail(pc, op, NULL);
-    res = await_all(pc, op, &late);
-    if (late)
-        return RMQS_EDB;
-    if (!res_ok(res))
-        out = pg_fail(pc, op, res);
-    PQclear(res);
-    return out;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Page budgets (store_pg_core.h)                                           */
@@ -377,38 +56,31 @@ void pg_page_end(pg_conn *pc)
 /* ------------------------------------------------------------------------ */
 /* Transactions                                                             */
 
-static rmqs_rc tx_begin(store_backend *b, pg_conn *pc, const char *sql)
+static rmqs_rc tx_begin(pg_conn *pc, int begin)
 {
-    rmqs_rc rc;
-
     store_delta_clear(&pc->delta);
     pc->notify_due = INT64_MAX;
-    rc = pg_exec_simple(pc, "begin", sql);
-    /* A connection that died while idle (server restarted, failed over,
-     * a backend terminated) is only found out here, before anything was
-     * sent: connect again and begin once more. */
-    if (rc == RMQS_EDB && pc->c == NULL && ensure_up(b, pc) == RMQS_OK)
-        rc = pg_exec_simple(pc, "begin", sql);
-    return rc;
+    pc->begin = begin;
+    return pc->c != NULL ? RMQS_OK : RMQS_EDB;
 }
 
 rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc)
 {
-    return tx_begin(b, pc, "BEGIN");
+    (void)b;
+    return tx_begin(pc, PG_BEGIN_PLAIN);
 }
 
 rmqs_rc pg_tx_begin_insert(store_backend *b, pg_conn *pc)
 {
-    /* one round trip: the lock rides with the BEGIN */
-    return tx_begin(b, pc,
-                    "BEGIN; SELECT pg_advisory_xact_lock_shared(" PG_INSERT_LOCK
-                    ")");
+    (void)b;
+    return tx_begin(pc, PG_BEGIN_INSERT);
 }
 
 void pg_tx_abort(pg_conn *pc)
 {
     store_delta_clear(&pc->delta);
     pc->notify_due = INT64_MAX;
+    pc->begin = PG_BEGIN_NONE; /* nothing sent: nothing to roll back */
     if (pc->c != NULL && PQtransactionStatus(pc->c) != PQTRANS_IDLE)
         (void)pg_exec_simple(pc, "rollback", "ROLLBACK");
 }
@@ -419,74 +91,107 @@ void pg_note_due(pg_conn *pc, int64_t due_at)
         pc->notify_due = due_at;
 }
 
-const char *pg_i64(char buf[24], int64_t v)
+/* The statement that adds pc's nonzero deltas to its job_counts slot, into
+ * sql; false if there are none. */
+static bool counts_sql(const pg_conn *pc, char *sql, size_t len)
 {
-    snprintf(buf, 24, "%" PRId64, v);
-    return buf;
-}
-
-/* In the transaction: this connection's slot gets the nonzero deltas. */
-static rmqs_rc counts_flush(pg_conn *pc)
-{
-    char slot[24], st[64] = "{", dv[256] = "{";
-    const char *vals[3];
-    size_t a = 1, d = 1;
+    size_t at = (size_t)snprintf(sql, len,
+                                 "INSERT INTO job_counts (slot, status, n) "
+                                 "VALUES ");
     bool any = false;
-    PGresult *res;
-    rmqs_rc rc;
 
     for (int i = 0; i < STORE_N_STATUS; i++) {
         if (pc->delta.n[i] == 0)
             continue;
-        a +=
-            (size_t)snprintf(st + a, sizeof(st) - a, "%s%d", any ? "," : "", i);
-        d += (size_t)snprintf(dv + d, sizeof(dv) - d, "%s%" PRId64,
-                              any ? "," : "", pc->delta.n[i]);
+        at += (size_t)snprintf(sql + at, len - at, "%s(%d, %d, %" PRId64 ")",
+                               any ? ", " : "", pc->slot, i, pc->delta.n[i]);
         any = true;
     }
-    if (!any)
-        return RMQS_OK;
-    snprintf(st + a, sizeof(st) - a, "}");
-    snprintf(dv + d, sizeof(dv) - d, "}");
-    vals[0] = pg_i64(slot, pc->slot);
-    vals[1] = st;
-    vals[2] = dv;
-    res = pg_exec(pc, "counts_add",
-                  "INSERT INTO job_counts (slot, status, n) "
-                  "SELECT $1::smallint, s, d FROM "
-                  "unnest($2::smallint[], $3::bigint[]) AS t(s, d) "
-                  "ON CONFLICT (slot, status) DO UPDATE "
-                  "SET n = job_counts.n + EXCLUDED.n",
-                  3, vals, NULL, NULL, &rc);
-    PQclear(res);
+    snprintf(sql + at, len - at,
+             " ON CONFLICT (slot, status) DO UPDATE "
+             "SET n = job_counts.n + EXCLUDED.n");
+    return any;
+}
+
+/* The wake-up of the other instances for pc->notify_due into sql, in a
+ * transaction of its own that does not wait for the flush (a lost wake-up
+ * costs nothing: they look again); false if there is none worth sending:
+ * only a job due soon is (store_options.wake_horizon_ms), the others see
+ * later jobs by themselves. */
+static bool notify_sql(store_backend *b, const pg_conn *pc, char *sql,
+                       size_t len)
+{
+    if (pc->notify_due == INT64_MAX ||
+        (b->wake_horizon_ms > 0 &&
+         pc->notify_due >=
+             tu_now_ms() + atomic_load(&b->clock_offset) + b->wake_horizon_ms))
+        return false;
+    snprintf(sql, len,
+             "SELECT set_config('synchronous_commit', 'off', true), "
+             "pg_notify('" PG_NOTIFY_CHANNEL "', '%" PRId64 "')",
+             pc->notify_due);
+    return true;
+}
+
+rmqs_rc pg_tx_commit_with(store_backend *b, pg_conn *pc, const char *op,
+                          const char *const *stmts, size_t n, const void *copy,
+                          size_t copy_len, int *failed_at)
+{
+    char counts[64 + STORE_N_STATUS * 48 + 96], notify[160];
+    const char *few[8], **all = few;
+    size_t m = 0, notify_at = SIZE_MAX;
+    int at = -1;
+    rmqs_rc rc;
+
+    *failed_at = -1;
+    if (n + 3 > sizeof(few) / sizeof(few[0]) &&
+        (all = malloc((n + 3) * sizeof(*all))) == NULL) {
+        pg_tx_abort(pc);
+        return RMQS_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        all[m++] = stmts[i];
+    if (counts_sql(pc, counts, sizeof(counts)))
+        all[m++] = counts;
+    all[m++] = "COMMIT";
+    if (notify_sql(b, pc, notify, sizeof(notify))) {
+        notify_at = m;
+        all[m++] = notify;
+    }
+    if (m == 1 && pc->begin != PG_BEGIN_NONE)
+        rc = RMQS_OK; /* nothing was sent, nothing to send */
+    else
+        rc = pg_exec_text(pc, op, all, m, copy, copy_len, &at, NULL);
+    if (all != few)
+        free(all);
+    if (rc != RMQS_OK && at >= 0 && (size_t)at < n) {
+        *failed_at = at; /* the caller's: its transaction is still open */
+        return rc;
+    }
+    if (rc != RMQS_OK && (size_t)at == notify_at)
+        rc = RMQS_OK; /* committed; the others look again by themselves */
+    if (rc != RMQS_OK)
+        pg_tx_abort(pc);
+    pc->begin = PG_BEGIN_NONE;
+    store_delta_clear(&pc->delta);
+    pc->notify_due = INT64_MAX;
     return rc;
 }
 
 rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc)
 {
-    rmqs_rc rc = counts_flush(pc);
-    char due[24];
+    int failed_at;
 
-    /* Only a job due soon is worth a wake-up: PostgreSQL serialises the
-     * commits that notify (a global lock at commit), and the other
-     * instances see later jobs by themselves (store_options). */
-    if (rc == RMQS_OK && pc->notify_due != INT64_MAX &&
-        (b->wake_horizon_ms <= 0 ||
-         pc->notify_due < tu_now_ms() + atomic_load(&b->clock_offset) +
-                              b->wake_horizon_ms)) {
-        const char *vals[1] = {pg_i64(due, pc->notify_due)};
-        PGresult *res = pg_exec(pc, "notify",
-                                "SELECT pg_notify('" PG_NOTIFY_CHANNEL "', $1)",
-                                1, vals, NULL, NULL, &rc);
-        PQclear(res);
-    }
-    if (rc == RMQS_OK)
-        rc = pg_exec_simple(pc, "commit", "COMMIT");
-    if (rc != RMQS_OK)
-        pg_tx_abort(pc);
-    store_delta_clear(&pc->delta);
+    return pg_tx_commit_with(b, pc, "commit", NULL, 0, NULL, 0, &failed_at);
+}
+
+void pg_notify_due(store_backend *b, pg_conn *pc)
+{
+    char sql[160];
+
+    if (notify_sql(b, pc, sql, sizeof(sql)))
+        (void)pg_exec_simple(pc, "notify", sql);
     pc->notify_due = INT64_MAX;
-    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -3,9 +3,11 @@
  * only. From the bottom up:
  *   - store_pg_url.c (store_pg_url.h): URLs, their secrets, SQLSTATE ->
  *     rmqs_rc; pure;
- *   - store_pg_core.c: connections and their repair, statements, page
- *     measuring, transactions with their count deltas and notifications,
- *     rows -> jobs;
+ *   - store_pg_conn.c (store_pg_conn.h): the wire: connections and their
+ *     repair, bounded waits, statements in as few round trips as they can
+ *     (prepared, pipelined, a COPY with its surroundings);
+ *   - store_pg_core.c: transactions with their count deltas and
+ *     notifications, page measuring, rows -> jobs;
  *   - store_pg_presence.c: this instance's session (its ids, the
  *     presence lock, LISTEN) and the watch for dead instances;
  *   - store_pg_dispatch.c: claim, record, lease renewal and reclaim,
@@ -18,9 +20,10 @@
  *     and the ops table (store_pg.h, all that store.c sees).
  * Each file calls only files below it.
  *
- * Why one header for these files: they share the connections, the
+ * Why one header for these files: they share the backend, the
  * transaction discipline and the row decoding; each file is one room (who
- * calls it), as for SQLite (store_sqlite_core.h).
+ * calls it), as for SQLite (store_sqlite_core.h). The wire alone has its
+ * own (store_pg_conn.h): it knows nothing of the backend above it.
  *
  * Connections, one per role, each with its own mutex (a libpq connection is
  * used by one thread at a time):
@@ -49,6 +52,7 @@
 #include "store_backend.h"
 #include "store_indexer.h"
 #include "worker.h"
+#include "store_pg_conn.h"
 #include "store_pg_url.h"
 
 #define PG_SLOTS 64 /* job_counts slots (migration 0001) */
@@ -60,9 +64,15 @@
 #define PG_DEFAULT_LEASE_MS 10000
 #define PG_MIN_LEASE_MS 500
 #define PG_NOTIFY_CHANNEL "rmqs_due"
-/* The advisory lock every transaction inserting jobs holds shared, and the
- * search indexer takes exclusive for a moment (store_pg_indexer.c). */
-#define PG_INSERT_LOCK "hashtext('rmqs-jobs-insert')"
+/* Shares of the due jobs among the instances that claim
+ * (store_pg_dispatch.c, migration 0007): runs of PG_SHARE_RUN consecutive
+ * seq (a group commit's jobs, neighbours in the table's pages) go to one
+ * claimer; another claimer's job is taken once it is due PG_STEAL_MS
+ * before the claim's horizon and still unclaimed. An instance counts among
+ * the claimers for PG_CLAIMER_MS after it last said it claims. */
+#define PG_SHARE_RUN "16"
+#define PG_STEAL_MS 250
+#define PG_CLAIMER_MS 3000
 
 /* The database clock in ms, in SQL. clock_timestamp(), not now(): now() is
  * the start of the transaction. */
@@ -107,34 +117,6 @@ enum {
     PC_COUNT
 };
 
-/* One connection of a role, and its open transaction's bookkeeping. */
-typedef struct pg_conn {
-    pthread_mutex_t mu; /* held by every call that uses it */
-    const char *role;   /* "writer", "feeder", "dispatch": for logs */
-    PGconn *c;          /* NULL or broken: (re)opened by pg_use */
-    bool relaxed;       /* synchronous_commit = off on this connection */
-    int slot;           /* its job_counts slot */
-    store_delta delta;  /* the open transaction's count changes */
-    int64_t notify_due; /* earliest pending due_at stored, or INT64_MAX */
-    int64_t timeout_ms; /* statement_timeout of the connection (its answer
-                           is awaited PG_ANSWER_MARGIN_MS longer); 0: none */
-    bool budget;        /* timeout_ms is a search budget: a statement it
-                           ends is RMQS_ETIMEDOUT, the caller's answer */
-    int64_t retry_at;   /* tu_mono_ms: no new connect before (after a
-                           failed one), calls fail at once meanwhile */
-} pg_conn;
-
-/* After a failed connect, how long a connection's calls fail at once
- * (RMQS_EDB) instead of each waiting for a connect of its own: during an
- * outage a client gets its 503 at once, and the threads that retry do not
- * queue behind one another's connect_timeout. */
-#define PG_RECONNECT_PAUSE_MS 500
-
-/* How much longer than a connection's statement_timeout its answer is
- * awaited before the connection is given up (store_pg_core.c): the
- * server's own cancel comes first when the server is alive. */
-#define PG_ANSWER_MARGIN_MS 1000
-#define PG_DEFAULT_DB_TIMEOUT_MS 5000
 
 /* Lists, counts and searches that run side by side (store_pg_search.c):
  * two for the HTTP search pool's threads, one always free for the
@@ -142,8 +124,7 @@ typedef struct pg_conn {
 #define PG_SEARCHERS 3
 
 struct store_backend {
-    char *url;         /* as given (may hold a password: never logged) */
-    char *safe_url;    /* for logs: no password */
+    pg_target db; /* the URL (secret), its form for logs, the bound */
     /* This instance's ids (store_pg_presence.c): one per database
      * session, the current one at id_at, the last PG_OWNED_IDS kept (the
      * owners whose claims settles still match); under id_mu */
@@ -155,7 +136,6 @@ struct store_backend {
     _Atomic int64_t present_since;
     pg_conn lsn; /* the session: LISTEN and the presence lock */
     int64_t lease_ms;
-    int64_t db_timeout_ms;   /* store_options.db_timeout_ms */
     int64_t wake_horizon_ms; /* store_options.wake_horizon_ms (0: none) */
     pg_conn wr, feed, disp;
     /* the scheduler's thread (store_schedule_due/next_at/advance), so
@@ -175,6 +155,13 @@ struct store_backend {
     int64_t ix_safe_at; /* tu_mono_ms() of the last bound read */
     store_ix *indexer;
     _Atomic int64_t clock_offset; /* store_clock_offset_ms */
+    /* The shares (store_pg_presence.c's watch, read by the claim): how
+     * many instances claim, this one included, << 32 | its rank among
+     * them; 1 << 32 (all of it) until known. claimed_at: tu_mono_ms of the
+     * last claim; claimer_until: the database-clock end of this instance's
+     * mark as a claimer (the keeper's thread only). */
+    _Atomic int64_t shares, claimed_at;
+    int64_t claimer_until;
     int64_t buckets_cleaned_us;   /* store_pg_buckets.c's last clean-up (the
                                    feeder's, under feed's mutex) */
     /* store_lease_renewed_until, and the end of the lease the last
@@ -194,64 +181,61 @@ struct store_backend {
 
 /* ---- store_pg_core.c ---- */
 
-/* Lock pc and make sure its connection is up ((re)opened if needed);
- * RMQS_EDB (logged) if it cannot be: pc stays locked either way, the
- * caller unlocks it (pg_done). */
-rmqs_rc pg_use(store_backend *b, pg_conn *pc);
-void pg_done(pg_conn *pc);
-
-/* Route c's notices and asynchronous errors to the log (one line each)
- * instead of stderr. */
-void pg_quiet(PGconn *c);
-/* Open a bare connection to b->url with the service's bounds (TCP
- * keepalives, tcp_user_timeout, and connect_timeout unless the URL or
- * PGCONNECT_TIMEOUT sets one); NULL (the reason, without the password, in
- * buf) on failure. */
-PGconn *pg_open_conn(store_backend *b, char *buf, size_t len);
-/* pg_open_conn, set up for role (the application_name; relaxed:
- * synchronous_commit off; timeout_ms the statement_timeout and
- * idle_in_transaction_session_timeout, 0 none); NULL (reason in buf) on
- * failure. */
-PGconn *pg_connect(store_backend *b, const char *role, bool relaxed,
-                   int64_t timeout_ms, char *buf, size_t len);
-/* The next result of what was sent on pc, awaited until deadline
- * (tu_mono_ms): NULL when there is none left, or when the deadline passed
- * first (*late set: the connection is closed and pc->c NULL, the call's
- * outcome unknown, as after a crash). */
-PGresult *pg_result_by(pg_conn *pc, const char *op, int64_t deadline,
-                       bool *late);
-/* The deadline of a statement sent on pc now (tu_mono_ms). */
-int64_t pg_deadline(const pg_conn *pc);
-/* The first line of libpq's message msg into buf, for one-line logs. */
-void pg_first_line(const char *msg, char *buf, size_t len);
-
-/* Run sql with n text parameters (binary where bin[i] is nonzero; lens
- * for those), results in binary. Returns the result (caller PQclear) or
- * NULL after a failure, which is mapped (store_pg_map_sqlstate), logged
- * with op, and in *rc; a broken connection is closed for pg_use to reopen. */
-PGresult *pg_exec(pg_conn *pc, const char *op, const char *sql, int n,
-                  const char *const *vals, const int *lens, const int *bin,
-                  rmqs_rc *rc);
-/* Map and log a failed result (res may be NULL: the connection's own
- * error); a broken connection is closed. */
-rmqs_rc pg_fail(pg_conn *pc, const char *op, PGresult *res);
-/* As pg_exec without parameters (text protocol, several statements OK). */
-rmqs_rc pg_exec_simple(pg_conn *pc, const char *op, const char *sql);
-
-/* Transactions on pc: BEGIN clears delta and notify_due (and connects
- * again once if the connection turns out dead); commit flushes
- * the deltas into job_counts and sends the notification, in the
- * transaction, then COMMITs; abort rolls back. Both end with delta
- * cleared. */
+/* Transactions on pc. pg_tx_begin clears delta and notify_due and sends
+ * nothing: the BEGIN goes with the transaction's first statements. Commit
+ * adds the deltas to job_counts and COMMITs in one round trip and, in the
+ * same message, wakes the others (pg_notify_due's statement, in a
+ * transaction of its own after the COMMIT); abort rolls back. Both end
+ * with delta cleared. */
 rmqs_rc pg_tx_begin(store_backend *b, pg_conn *pc);
 /* As pg_tx_begin for a transaction that inserts jobs: it also takes
  * PG_INSERT_LOCK shared (store_pg_indexer.c's safe bound). */
 rmqs_rc pg_tx_begin_insert(store_backend *b, pg_conn *pc);
 rmqs_rc pg_tx_commit(store_backend *b, pg_conn *pc);
+/* pg_tx_commit with stmts[0..n) (one statement each; a COPY among them,
+ * as pg_exec_text) ahead of the commit in the same message: the whole
+ * transaction in one round trip, two with the COPY. If one of them fails,
+ * *failed_at is its index and the transaction is left open, failed: the
+ * caller rolls back to a savepoint, or aborts. Otherwise *failed_at is -1
+ * and the transaction is over: committed (RMQS_OK) or rolled back. */
+rmqs_rc pg_tx_commit_with(store_backend *b, pg_conn *pc, const char *op,
+                          const char *const *stmts, size_t n, const void *copy,
+                          size_t copy_len, int *failed_at);
 void pg_tx_abort(pg_conn *pc);
 
 /* A pending job due at due_at was stored in pc's transaction. */
 void pg_note_due(pg_conn *pc, int64_t due_at);
+/* After statements that count their own moves (PG_COUNTED) committed: wake
+ * the other instances for pc->notify_due, if it is due soon enough
+ * (store_options.wake_horizon_ms), in a transaction of its own, and clear
+ * it. Why not inside the transaction: PostgreSQL holds one lock for every
+ * NOTIFY of the database from the statement to the end of its commit, the
+ * flush included, so every instance's notifying commits would wait for
+ * each other. A failure is only logged: the dispatchers look again within
+ * a second anyway. */
+void pg_notify_due(store_backend *b, pg_conn *pc);
+
+/*
+ * The count of the jobs one statement moves between statuses, kept by the
+ * statement itself: the dispatcher's statements (claim, settle, reclaim,
+ * the watch), whose number of moved jobs only their result knows, so a
+ * delta for pg_tx_commit would cost a second round trip. The statement is
+ * "WITH moved AS (UPDATE jobs ... RETURNING ..., status AS moved_to)"
+ * followed by this: the jobs of moved left status `from` (SQL) for
+ * moved_to, added to the job_counts slot `slot` (a parameter: the
+ * connection's own slot, pc->slot).
+ */
+#define PG_COUNTED(from, slot)                                            \
+    ", counted AS (INSERT INTO job_counts (slot, status, n) "             \
+    "SELECT " slot "::smallint, v.s, v.d FROM (SELECT count(*) AS a, "    \
+    "count(*) FILTER (WHERE moved_to = 0) AS s0, "                        \
+    "count(*) FILTER (WHERE moved_to = 1) AS s1, "                        \
+    "count(*) FILTER (WHERE moved_to = 2) AS s2, "                        \
+    "count(*) FILTER (WHERE moved_to = 3) AS s3, "                        \
+    "count(*) FILTER (WHERE moved_to = 4) AS s4 FROM moved) c, "          \
+    "LATERAL (VALUES (" from ", -c.a), (0, c.s0), (1, c.s1), (2, c.s2), " \
+    "(3, c.s3), (4, c.s4)) AS v(s, d) WHERE v.d <> 0 "                    \
+    "ON CONFLICT (slot, status) DO UPDATE SET n = job_counts.n + EXCLUDED.n) "
 
 /* Row r of res (PG_JOB_COLS, binary) into *out (zeroed first); *seq_out
  * may be NULL. */
@@ -341,9 +325,12 @@ int64_t pg_claims_valid_since(store_backend *b);
 rmqs_rc pg_presence_open(store_backend *b);
 void *pg_listener_main(void *arg);
 void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
-/* On pc (locked, up): the instances whose session ended, their rows
- * deleted and their claimed jobs pending again; *n_out how many jobs. */
-rmqs_rc pg_watch_dead(store_backend *b, pg_conn *pc, size_t *n_out);
+/* On pc (locked, up), in one round trip: the instances whose session
+ * ended, their rows deleted and their claimed jobs pending again (*n_out
+ * how many jobs; the others woken for them), and the shares of the
+ * claimers read again (b->shares; this instance's mark as a claimer kept
+ * while it claims; the dispatcher woken when they change). */
+rmqs_rc pg_watch(store_backend *b, pg_conn *pc, size_t *n_out);
 
 /* ---- store_pg_dispatch.c ---- */
 /* The SQL text of the claim, the statement of read_due (store_pg_dispatch.c):

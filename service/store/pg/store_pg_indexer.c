@@ -157,7 +157,7 @@ static rmqs_rc ix_batch(store_backend *b, size_t limit, bool now,
 rmqs_rc pg_search_index(store_backend *b, size_t limit, size_t *indexed)
 {
     size_t n = 0;
-    rmqs_rc rc = pg_use(b, &b->ix);
+    rmqs_rc rc = pg_use(&b->ix);
 
     if (rc == RMQS_OK) {
         rc = ix_batch(b, limit, true, &n);
@@ -177,7 +177,7 @@ int64_t pg_search_index_lag(store_backend *b)
 {
     PGresult *res = NULL;
     int64_t lag = -1;
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "index_lag",
@@ -194,7 +194,7 @@ int64_t pg_search_index_lag(store_backend *b)
 static rmqs_rc thread_batch(void *arg, size_t limit, size_t *n, bool *more)
 {
     store_backend *b = arg;
-    rmqs_rc rc = pg_use(b, &b->ix);
+    rmqs_rc rc = pg_use(&b->ix);
 
     if (rc == RMQS_OK)
         rc = ix_batch(b, limit, false, n);

@@ -10,7 +10,10 @@
  * Group commit: a writer batch is one transaction. Requests without a key
  * (almost all of them) go in one binary COPY under one savepoint (a
  * multi-row INSERT of 1000 jobs spent most of its time in the server's
- * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine); if the schema refuses a row (a
+ * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine), in
+ * the message that also carries the BEGIN, the counts and the COMMIT: two
+ * round trips in all (libpq sends a COPY's data only once the server has
+ * taken the COPY; a group commit made eight before). If the schema refuses a row (a
  * job id taken, a value out of range), that savepoint is rolled back and
  * those requests are inserted again one by one (INSERT), each under its own
  * savepoint, so only the bad one fails. A request with an Idempotency-Key inserts its key
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hexdigit.h"
 #include "log.h"
 
 #define MOD "store"
@@ -298,20 +302,17 @@ static void cb_text(cbuf *b, const char *t)
 #define COPY_COLS "(" COPY_COLS_LIST ")"
 #define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
 
-/* One binary COPY of jobs[0..n) in pc's open transaction (copy_sql: COPY
- * <table> COPY_COLS FROM STDIN binary). due_at as DUE_AT_SQL, with this
+/* The binary COPY stream of jobs[0..n) into *out (malloc'd; the caller
+ * frees out->p): COPY_COLS, in their order. due_at as DUE_AT_SQL, with this
  * host's clock plus the offset (a lower bound of the database's) for the
- * database's. */
-static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
-                         const job_t *const *jobs, size_t n, int64_t offset,
-                         size_t *bad)
+ * database's. RMQS_EINVAL with *bad the index of a job whose id does not
+ * parse (nothing is sent), RMQS_ENOMEM. */
+static rmqs_rc copy_data(const job_t *const *jobs, size_t n, int64_t offset,
+                         cbuf *out, size_t *bad)
 {
     static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
     cbuf b = {0};
-    PGresult *res;
     rmqs_rc rc = RMQS_OK;
-    int64_t deadline;
-    bool late = false;
 
     *bad = 0;
     cb_put(&b, head, sizeof(head));
@@ -382,36 +383,8 @@ static rmqs_rc copy_rows(pg_conn *pc, const char *copy_sql,
         free(b.p);
         return rc;
     }
-    /* every wait bounded (pg_result_by): a server that stops answering
-     * fails the COPY instead of hanging the writer */
-    deadline = pg_deadline(pc);
-    if (pc->c == NULL || !PQsendQuery(pc->c, copy_sql)) {
-        rc = pc->c ? pg_fail(pc, "copy", NULL) : RMQS_EDB;
-        free(b.p);
-        return rc;
-    }
-    res = pg_result_by(pc, "copy", deadline, &late);
-    if (late)
-        rc = RMQS_EDB;
-    else if (PQresultStatus(res) != PGRES_COPY_IN)
-        rc = pg_fail(pc, "copy", res);
-    PQclear(res);
-    if (rc == RMQS_OK &&
-        (PQputCopyData(pc->c, (const char *)b.p, (int)b.n) != 1 ||
-         PQputCopyEnd(pc->c, NULL) != 1))
-        rc = pg_fail(pc, "copy_data", NULL);
-    free(b.p);
-    /* the COPY's own result, then the end of results */
-    while (pc->c != NULL && !late &&
-           (res = pg_result_by(pc, "copy", deadline, &late)) != NULL) {
-        if (PQresultStatus(res) != PGRES_COMMAND_OK && rc == RMQS_OK)
-            rc = pg_fail(pc, "copy", res);
-        PQclear(res);
-    }
-    if (late)
-        rc = RMQS_EDB;
-    rows_done(pc, jobs, n, rc);
-    return rc;
+    *out = b;
+    return RMQS_OK;
 }
 
 static rmqs_rc sp(pg_conn *pc, const char *sql)
@@ -507,52 +480,76 @@ undo:
     return rc;
 }
 
-/* The requests without a key (idx[0..m)), in multi-row INSERTs under one
- * savepoint; if the schema refuses a row, one by one instead. A database
- * failure is returned; request failures are in each reqs[].rc. */
-static rmqs_rc insert_bulk(store_backend *b, pg_conn *pc,
-                           store_insert_req *reqs, const size_t *idx, size_t m)
+/* The requests without a key (idx[0..m)), in one binary COPY under one
+ * savepoint, sent with the commit of pc's transaction (pg_tx_commit_with):
+ * two round trips for the whole group commit when no request has a key.
+ * If the schema refuses a row, the savepoint is rolled back and those
+ * requests are inserted one by one, each under its own savepoint, before
+ * the commit. Returns the commit's outcome (the transaction is over either
+ * way); request failures are in each reqs[].rc. */
+static rmqs_rc insert_bulk_commit(store_backend *b, pg_conn *pc,
+                                  store_insert_req *reqs, const size_t *idx,
+                                  size_t m)
 {
+    static const char *const stmts[2] = {"SAVEPOINT bulk", COPY_SQL};
+    store_delta before = pc->delta;
+    int64_t notify = pc->notify_due;
     const job_t **jobs;
     size_t total = 0, at = 0, bad;
-    int64_t notify = pc->notify_due;
+    cbuf data = {0};
+    int failed_at = -1;
+    bool sent = false;
     rmqs_rc rc;
 
     for (size_t k = 0; k < m; k++)
         total += reqs[idx[k]].n;
     if (total == 0)
-        return RMQS_OK;
+        return pg_tx_commit(b, pc);
     jobs = malloc(total * sizeof(*jobs));
-    if (jobs == NULL)
+    if (jobs == NULL) {
+        pg_tx_abort(pc);
         return RMQS_ENOMEM;
+    }
     for (size_t k = 0; k < m; k++)
         for (size_t i = 0; i < reqs[idx[k]].n; i++)
             jobs[at++] = &reqs[idx[k]].jobs[i];
-    rc = sp(pc, "SAVEPOINT bulk");
-    if (rc == RMQS_OK)
-        rc = copy_rows(pc, COPY_SQL, jobs, total, pg_clock_offset_ms(b), &bad);
+    rc = copy_data(jobs, total, pg_clock_offset_ms(b), &data, &bad);
     if (rc == RMQS_OK) {
-        rc = sp(pc, "RELEASE bulk");
-        for (size_t i = 0; rc == RMQS_OK && i < total; i++)
+        /* counted and announced as if stored: the commit goes with it */
+        for (size_t i = 0; i < total; i++)
             store_delta_add(&pc->delta, (int)jobs[i]->status, 1);
-        free(jobs);
-        return rc;
+        rows_done(pc, jobs, total, RMQS_OK);
+        rc = pg_tx_commit_with(b, pc, "insert", stmts, 2, data.p, data.n,
+                               &failed_at);
+        sent = true;
+        free(data.p);
+        if (rc != RMQS_OK && failed_at >= 0) { /* not stored after all */
+            pc->delta = before;
+            pc->notify_due = notify;
+            rows_done(pc, jobs, total, rc);
+        }
     }
     free(jobs);
-    if (!local_failure(rc))
+    if (sent && (rc == RMQS_OK || failed_at < 0))
+        return rc; /* committed, or rolled back */
+    if (!local_failure(rc) || failed_at == 0) {
+        pg_tx_abort(pc);
         return rc;
-    /* one of them is bad: find which, one request at a time */
-    pc->notify_due = notify;
-    rc = sp(pc, "ROLLBACK TO bulk");
-    if (rc == RMQS_OK)
-        rc = sp(pc, "RELEASE bulk");
+    }
+    /* one of them is bad: find which, one request at a time (a COPY that
+     * failed: from the savepoint; a job refused before: nothing sent) */
+    rc = sent ? sp(pc, "ROLLBACK TO bulk; RELEASE bulk") : RMQS_OK;
     for (size_t k = 0; rc == RMQS_OK && k < m; k++) {
         store_insert_req *r = &reqs[idx[k]];
         r->rc = insert_one_req(pc, r);
         if (!local_failure(r->rc) && r->rc != RMQS_OK)
             rc = r->rc;
     }
-    return rc;
+    if (rc != RMQS_OK) {
+        pg_tx_abort(pc);
+        return rc;
+    }
+    return pg_tx_commit(b, pc);
 }
 
 rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
@@ -567,7 +564,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
     bulk = malloc(n * sizeof(*bulk));
     if (bulk == NULL)
         return RMQS_ENOMEM;
-    out = pg_use(b, pc);
+    out = pg_use(pc);
     if (out == RMQS_OK)
         out = pg_tx_begin_insert(b, pc);
     if (out != RMQS_OK)
@@ -586,21 +583,17 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
         r->rc = insert_one_req(pc, r);
         if (!local_failure(r->rc) && r->rc != RMQS_OK) {
             out = r->rc; /* the database failed: nothing is kept */
-            goto abort;
+            pg_tx_abort(pc);
+            goto fail_all;
         }
     }
-    out = insert_bulk(b, pc, reqs, bulk, m);
-    if (out != RMQS_OK)
-        goto abort;
-    out = pg_tx_commit(b, pc);
+    out = insert_bulk_commit(b, pc, reqs, bulk, m);
     if (out != RMQS_OK)
         goto fail_all;
     pg_done(pc);
     free(bulk);
     pg_ix_kick(b); /* the new jobs' headers and bodies */
     return RMQS_OK;
-abort:
-    pg_tx_abort(pc);
 fail_all:
     store_insert_reqs_fail(reqs, n, out);
     pg_done(pc);
@@ -627,12 +620,23 @@ fail_all:
 #define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
 #define RUNS_INSERT_SQL                                     \
     "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST \
-    " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING id"
+    " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING encode(id, 'hex')"
 
-/* The position of id among ids[0..n) not taken yet, or n. */
+/* The position among ids[0..n) not taken yet of the id whose hex digits
+ * (a text result: encode(id, 'hex')) are hex[0..len), or n. */
 static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
-                      const bool *taken, size_t n, const void *id)
+                      const bool *taken, size_t n, const char *hex, size_t len)
 {
+    unsigned char id[JOB_ID_BYTES];
+
+    if (len != 2 * JOB_ID_BYTES)
+        return n;
+    for (size_t k = 0; k < JOB_ID_BYTES; k++) {
+        int hi = hex_digit(hex[2 * k]), lo = hex_digit(hex[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return n;
+        id[k] = (unsigned char)(hi << 4 | lo);
+    }
     for (size_t i = 0; i < n; i++)
         if (!taken[i] && memcmp(ids[i], id, JOB_ID_BYTES) == 0)
             return i;
@@ -642,8 +646,11 @@ static size_t find_id(const unsigned char (*ids)[JOB_ID_BYTES],
 rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
                        size_t n, bool *inserted)
 {
+    static const char *const stmts[3] = {RUNS_IN_SQL, RUNS_COPY_SQL,
+                                         RUNS_INSERT_SQL};
     unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
     PGresult *res = NULL;
+    cbuf data = {0};
     size_t bad;
     rmqs_rc rc = ids != NULL ? RMQS_OK : RMQS_ENOMEM;
 
@@ -653,18 +660,19 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
             rc = RMQS_EINVAL;
     }
     if (rc == RMQS_OK)
-        rc = pg_exec_simple(pc, "runs_in", RUNS_IN_SQL);
-    if (rc == RMQS_OK)
-        rc = copy_rows(pc, RUNS_COPY_SQL, jobs, n, pg_clock_offset_ms(b), &bad);
-    if (rc == RMQS_OK)
-        res = pg_exec(pc, "insert_runs", RUNS_INSERT_SQL, 0, NULL, NULL, NULL,
-                      &rc);
+        rc = copy_data(jobs, n, pg_clock_offset_ms(b), &data, &bad);
+    if (rc == RMQS_OK) {
+        /* one message: the table, the COPY into it, the INSERT from it */
+        rc = pg_exec_text(pc, "insert_runs", stmts, 3, data.p, data.n, NULL,
+                          &res);
+        free(data.p);
+        rows_done(pc, jobs, n, rc);
+    }
     /* RETURNING order is unspecified: match the ids */
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
-        size_t i = PQgetlength(res, r, 0) == JOB_ID_BYTES
-                       ? find_id((const unsigned char(*)[JOB_ID_BYTES])ids,
-                                 inserted, n, PQgetvalue(res, r, 0))
-                       : n;
+        size_t i = find_id((const unsigned char(*)[JOB_ID_BYTES])ids, inserted,
+                           n, PQgetvalue(res, r, 0),
+                           (size_t)PQgetlength(res, r, 0));
         if (i == n)
             continue;
         inserted[i] = true;
@@ -674,6 +682,9 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
     free(ids);
     return rc;
 }
+
+static const pg_stmt get_stmt = {
+    "get", "SELECT " PG_JOB_COLS " FROM jobs WHERE id = $1", false};
 
 /* Load a job by id on pc (locked, up). */
 static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
@@ -685,8 +696,7 @@ static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
     rmqs_rc rc;
 
     memset(out, 0, sizeof(*out));
-    res = pg_exec(pc, "get", "SELECT " PG_JOB_COLS " FROM jobs WHERE id = $1",
-                  1, vals, lens, fmts, &rc);
+    res = pg_run(pc, &get_stmt, 1, vals, lens, fmts, &rc);
     if (rc == RMQS_OK)
         rc = PQntuples(res) == 1 ? pg_row_to_job(res, 0, out, NULL)
                                  : RMQS_ENOTFOUND;
@@ -697,7 +707,7 @@ static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
 rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
                job_t *out)
 {
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     memset(out, 0, sizeof(*out));
     if (rc == RMQS_OK)
@@ -719,49 +729,85 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     "delay_ms = $2, updated_at = $3, held_by = NULL "                      \
     "WHERE id = $4 AND status = 3 RETURNING "
 
+/* The statements of the changes: one job (cancel, retry, reschedule:
+ * RETURNING the job) or one of a batch (RETURNING its due_at). */
+static const pg_stmt cancel_stmt = {
+    "cancel",
+    "UPDATE jobs SET status = 4, updated_at = $1 "
+    "WHERE id = $2 AND status = 0 RETURNING " PG_JOB_COLS,
+    false};
+static const pg_stmt retry_stmt = {"retry", RETRY_SQL PG_JOB_COLS, false};
+static const pg_stmt reschedule_stmt = {
+    "reschedule",
+    "UPDATE jobs SET deliver_at = $1, "
+    "due_at = greatest($1::bigint, " PG_NOW_MS "), "
+    "delay_ms = $2, updated_at = $3, held_by = NULL "
+    "WHERE id = $4 AND status = 0 RETURNING " PG_JOB_COLS,
+    false};
+static const pg_stmt cancel_batch_stmt = {
+    "cancel_batch",
+    "UPDATE jobs SET status = 4, updated_at = $1 "
+    "WHERE id = $2 AND status = 0 RETURNING due_at",
+    false};
+static const pg_stmt retry_batch_stmt = {"retry_batch", RETRY_SQL "due_at",
+                                         false};
+
+/* Every change of the batch in one pipeline (one round trip), then the
+ * commit. */
 rmqs_rc pg_update_batch(store_backend *b,
                         const unsigned char (*ids)[JOB_ID_BYTES], size_t n,
                         const store_change *ch, int64_t now_ms, bool *changed)
 {
     bool cancel = ch->kind == STORE_CHANGE_CANCEL;
     char num[3][24];
-    const char *vals[4];
+    const char *(*vals)[4] = calloc(n ? n : 1, sizeof(*vals));
+    pg_call *calls = calloc(n ? n : 1, sizeof(*calls));
     int lens[4] = {0}, fmts[4] = {0};
     int id_at = cancel ? 1 : 3;
     pg_conn *pc = &b->wr;
     int64_t moved = 0;
     rmqs_rc rc;
 
-    if (cancel) {
-        vals[0] = pg_i64(num[0], now_ms);
-    } else {
-        vals[0] = ch->keep_deliver_at ? NULL : pg_i64(num[0], ch->deliver_at);
-        vals[1] = pg_i64(num[1], ch->delay_ms);
-        vals[2] = pg_i64(num[2], now_ms);
+    for (size_t i = 0; i < n; i++)
+        changed[i] = false;
+    if (vals == NULL || calls == NULL) {
+        free(vals);
+        free(calls);
+        return RMQS_ENOMEM;
     }
     lens[id_at] = JOB_ID_BYTES;
     fmts[id_at] = 1;
-    rc = pg_use(b, pc);
+    for (size_t i = 0; i < n; i++) {
+        if (cancel) {
+            vals[i][0] = pg_i64(num[0], now_ms);
+        } else {
+            vals[i][0] =
+                ch->keep_deliver_at ? NULL : pg_i64(num[0], ch->deliver_at);
+            vals[i][1] = pg_i64(num[1], ch->delay_ms);
+            vals[i][2] = pg_i64(num[2], now_ms);
+        }
+        vals[i][id_at] = (const char *)ids[i];
+        calls[i] = (pg_call){cancel ? &cancel_batch_stmt : &retry_batch_stmt,
+                             cancel ? 2 : 4,
+                             vals[i],
+                             lens,
+                             fmts,
+                             NULL,
+                             NULL};
+    }
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
-    if (rc != RMQS_OK)
-        goto unlock;
-    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
-        PGresult *res;
-        vals[id_at] = (const char *)ids[i];
-        res = cancel ? pg_exec(pc, "cancel_batch",
-                               "UPDATE jobs SET status = 4, updated_at = $1 "
-                               "WHERE id = $2 AND status = 0 RETURNING due_at",
-                               2, vals, lens, fmts, &rc)
-                     : pg_exec(pc, "retry_batch", RETRY_SQL "due_at", 4, vals,
-                               lens, fmts, &rc);
-        changed[i] = rc == RMQS_OK && PQntuples(res) == 1;
+    if (rc == RMQS_OK)
+        rc = pg_pipeline(pc, calls, n);
+    for (size_t i = 0; i < n; i++) {
+        changed[i] = rc == RMQS_OK && PQntuples(calls[i].res) == 1;
         if (changed[i]) {
             moved++;
             if (!cancel)
-                pg_note_due(pc, pg_int(res, 0, 0));
+                pg_note_due(pc, pg_int(calls[i].res, 0, 0));
         }
-        PQclear(res);
+        PQclear(calls[i].res);
     }
     if (rc == RMQS_OK && moved > 0)
         store_delta_move(&pc->delta, cancel ? JOB_PENDING : JOB_FAILED,
@@ -770,11 +816,12 @@ rmqs_rc pg_update_batch(store_backend *b,
         rc = pg_tx_commit(b, pc);
     else
         pg_tx_abort(pc);
-unlock:
     if (rc != RMQS_OK)
         for (size_t i = 0; i < n; i++)
             changed[i] = false;
     pg_done(pc);
+    free(vals);
+    free(calls);
     return rc;
 }
 
@@ -803,7 +850,7 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     lens[cancel ? 1 : 3] = JOB_ID_BYTES;
     fmts[cancel ? 1 : 3] = 1;
 
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
@@ -812,19 +859,11 @@ rmqs_rc pg_update(store_backend *b, const unsigned char id[JOB_ID_BYTES],
      * now_ms, this host's), as at insert. A claim by any instance holds
      * the row (FOR UPDATE) until it commits;
      * this UPDATE waits for it and then finds the job publishing */
-    res =
-        cancel  ? pg_exec(pc, "cancel",
-                          "UPDATE jobs SET status = 4, updated_at = $1 "
-                           "WHERE id = $2 AND status = 0 RETURNING " PG_JOB_COLS,
-                          2, vals, lens, fmts, &rc)
-        : retry ? pg_exec(pc, "retry", RETRY_SQL PG_JOB_COLS, 4, vals, lens,
-                          fmts, &rc)
-                : pg_exec(pc, "reschedule",
-                          "UPDATE jobs SET deliver_at = $1, "
-                          "due_at = greatest($1::bigint, " PG_NOW_MS "), "
-                          "delay_ms = $2, updated_at = $3, held_by = NULL "
-                          "WHERE id = $4 AND status = 0 RETURNING " PG_JOB_COLS,
-                          4, vals, lens, fmts, &rc);
+    res = pg_run(pc,
+                 cancel  ? &cancel_stmt
+                 : retry ? &retry_stmt
+                         : &reschedule_stmt,
+                 cancel ? 2 : 4, vals, lens, fmts, &rc);
     if (rc == RMQS_OK && PQntuples(res) == 1) {
         rc = pg_row_to_job(res, 0, out, NULL);
         if (rc == RMQS_OK && cancel)

@@ -105,7 +105,7 @@ static rmqs_rc pgl_put(store_backend *b, const char *name, const char *spec,
     store_limit cur = {0}, got = {0};
     rmqs_rc rc;
 
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
@@ -165,7 +165,7 @@ static rmqs_rc pgl_update(store_backend *b, const char *name, const char *spec,
     const char *vals[4] = {name, spec, pg_i64(now, now_ms),
                            pg_i64(gen, expect_generation)};
     store_limit got = {0};
-    rmqs_rc rc = pg_use(b, pc);
+    rmqs_rc rc = pg_use(pc);
 
     if (rc == RMQS_OK)
         rc = one_row(pc, "lim_update",
@@ -191,7 +191,7 @@ static rmqs_rc pgl_update(store_backend *b, const char *name, const char *spec,
 static rmqs_rc pgl_get(store_backend *b, const char *name, store_limit *out)
 {
     const char *vals[1] = {name};
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
         rc = one_row(&b->wr, "lim_get",
@@ -206,7 +206,7 @@ static rmqs_rc pgl_list(store_backend *b, store_limit **rows, size_t *n_out)
     PGresult *res = NULL;
     store_limit *arr = NULL;
     size_t n = 0;
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "lim_list",
@@ -234,7 +234,7 @@ static rmqs_rc pgl_delete(store_backend *b, const char *name)
 {
     const char *vals[1] = {name};
     PGresult *res = NULL;
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
         res =

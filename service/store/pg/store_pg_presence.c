@@ -26,12 +26,17 @@
  *     (a job published just before the loss is marked sent, not sent
  *     again); claims of an old id that nobody settles are taken over by
  *     the watch once its lock is free, or by the lease.
- *   - The watch (pg_watch_dead, from the keeper thread every
+ *   - The watch (pg_watch, from the keeper thread every
  *     PG_WATCH_MS): one statement deletes the rows of instances whose lock
  *     nobody holds and puts their publishing jobs back to pending (a
  *     NOTIFY wakes the dispatchers). Several instances may run it at once:
  *     the row locks make the later ones find nothing. An instance of an
- *     earlier version has no row: its claims are left to the lease.
+ *     earlier version has no row: its claims are left to the lease. In the
+ *     same round trip (one pipeline), the shares (store_pg_dispatch.c):
+ *     this instance's mark as a claimer (instances.claiming_until,
+ *     migration 0007) is kept PG_CLAIMER_MS ahead while its dispatcher
+ *     claims, and the claimers and its rank among them are read again; a
+ *     change wakes the dispatcher (with 0), whose share just changed.
  *   - Wake-ups. A NOTIFY rmqs_due carries the earliest due time stored by
  *     a commit; the listener passes it to the wake callback
  *     (store_set_wake), and 0 after a new session: anything may have been
@@ -184,10 +189,7 @@ static void end_session(store_backend *b, pg_conn *pc, bool had)
     atomic_store(&b->present_since, INT64_MAX);
     atomic_store(&b->renew_chain, 0); /* no claim of before is renewed */
     atomic_store(&b->renewed_until, 0);
-    if (pc->c != NULL) {
-        PQfinish(pc->c);
-        pc->c = NULL;
-    }
+    pg_close(pc);
     if (!had)
         return;
     pg_owner_current(b, id);
@@ -195,7 +197,7 @@ static void end_session(store_backend *b, pg_conn *pc, bool had)
              "lost the database session that marks this instance alive: "
              "its claimed jobs are handed back, and none is claimed until "
              "a new session begins",
-             "instance=%s url=%s", id, b->safe_url);
+             "instance=%s url=%s", id, b->db.safe_url);
     if (next_id(b) != RMQS_OK)
         log_error(MOD, "no randomness for a new instance id; keeping it",
                   "instance=%s", id);
@@ -207,7 +209,7 @@ rmqs_rc pg_presence_open(store_backend *b)
     char msg[256];
     rmqs_rc rc;
 
-    pc->c = pg_connect(b, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
+    pc->c = pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c == NULL)
         return RMQS_EDB;
     rc = begin_session(b, pc);
@@ -240,18 +242,18 @@ static bool session_again(store_backend *b, pg_conn *pc, bool *logged)
 {
     char msg[256] = "";
 
-    pc->c = pg_connect(b, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
+    pc->c = pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c != NULL && begin_session(b, pc) == RMQS_OK) {
         char id[PG_ID_LEN];
         pg_owner_current(b, id);
         log_info(MOD, "database session begun; claiming again",
-                 "instance=%s url=%s", id, b->safe_url);
+                 "instance=%s url=%s", id, b->db.safe_url);
         *logged = false;
         return true;
     }
     if (!*logged)
         log_warn(MOD, "cannot begin a database session; retrying",
-                 "url=%s reason=\"%s\"", b->safe_url,
+                 "url=%s reason=\"%s\"", b->db.safe_url,
                  msg[0] ? msg : "the session's statements failed");
     *logged = true;
     end_session(b, pc, false);
@@ -317,37 +319,85 @@ void *pg_listener_main(void *arg)
 /* The watch                                                                */
 
 /* Rows of instances whose lock is free go, and their publishing jobs back
- * to pending; the dead ids (no jobs: NULL due_at) and the jobs' due times
- * come back in one result. */
-static const char watch_sql[] =
+ * to pending (counted in slot $1); the dead ids (no jobs: NULL due_at) and
+ * the jobs' due times come back in one result. */
+static const pg_stmt watch_stmt = {
+    "watch",
     "WITH dead AS (DELETE FROM instances i WHERE NOT EXISTS ("
     "SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' "
     "AND l.database = (SELECT oid FROM pg_database "
     "WHERE datname = current_database()) "
     "AND l.classid = " PG_PRESENCE_NS " AND l.objid = hashtext(i.id)::oid "
     "AND l.objsubid = 2 AND l.granted) RETURNING i.id), "
-    "freed AS (UPDATE jobs SET status = 0, "
+    "moved AS (UPDATE jobs SET status = 0, "
     "attempts = greatest(attempts - 1, 0), owner = NULL, lease_until = NULL "
-    "WHERE status = 1 AND owner IN (SELECT id FROM dead) RETURNING due_at) "
-    "SELECT due_at, NULL::text FROM freed "
-    "UNION ALL SELECT NULL::bigint, id FROM dead";
+    "WHERE status = 1 AND owner IN (SELECT id FROM dead) "
+    "RETURNING due_at, status AS moved_to)" PG_COUNTED("1", "$1")
+    "SELECT due_at, NULL::text FROM moved "
+    "UNION ALL SELECT NULL::bigint, id FROM dead",
+    false};
 
-rmqs_rc pg_watch_dead(store_backend *b, pg_conn *pc, size_t *n_out)
+/* This instance's mark as a claimer ($1 its id), kept PG_CLAIMER_MS ($2)
+ * ahead when $3; then the other claimers, and those of them before it in
+ * the order of ids (its rank). After the watch, in its transaction: the
+ * dead are gone. */
+static const pg_stmt shares_stmt = {
+    "shares",
+    "WITH mark AS (UPDATE instances SET claiming_until = " PG_NOW_MS
+    " + $2::bigint WHERE id = $1 AND $3::boolean RETURNING 1) "
+    "SELECT count(*) FILTER (WHERE id <> $1), count(*) FILTER (WHERE id < $1) "
+    "FROM instances WHERE claiming_until >= " PG_NOW_MS,
+    false};
+
+/* Whether this instance claims (its dispatcher claimed lately) and its
+ * mark would lapse soon: then the mark is renewed. */
+static bool mark_due(store_backend *b)
 {
+    int64_t claimed = atomic_load(&b->claimed_at);
+
+    return claimed > 0 && tu_mono_ms() - claimed < PG_CLAIMER_MS / 2 &&
+           db_now(b) + PG_CLAIMER_MS / 2 >= b->claimer_until;
+}
+
+/* The shares read by the watch (shares_stmt's row) into b->shares; the
+ * dispatcher is woken when they changed (what is its own has changed). */
+static void shares_read(store_backend *b, const PGresult *res, bool marked)
+{
+    int64_t shares, before;
+
+    if (res == NULL || PQntuples(res) != 1)
+        return;
+    if (marked)
+        b->claimer_until = db_now(b) + PG_CLAIMER_MS;
+    shares = (pg_int(res, 0, 0) + 1) << 32 | pg_int(res, 0, 1);
+    before = atomic_exchange(&b->shares, shares);
+    if (before != shares) {
+        log_info(MOD, "claim shares",
+                 "claimers=%" PRId64 " rank=%" PRId64, shares >> 32,
+                 shares & 0xffffffff);
+        wake(b, 0);
+    }
+}
+
+rmqs_rc pg_watch(store_backend *b, pg_conn *pc, size_t *n_out)
+{
+    char ids[256] = "", slot[24], claimer[24], id[PG_ID_LEN];
+    bool marked = mark_due(b);
+    const char *w_vals[1] = {pg_i64(slot, pc->slot)};
+    const char *s_vals[3] = {id, pg_i64(claimer, PG_CLAIMER_MS),
+                             marked ? "true" : "false"};
+    pg_call calls[2] = {{&watch_stmt, 1, w_vals, NULL, NULL, NULL, NULL},
+                        {&shares_stmt, 3, s_vals, NULL, NULL, NULL, NULL}};
     PGresult *res;
-    char ids[256] = "";
     size_t at = 0, jobs = 0, dead = 0;
     rmqs_rc rc;
 
     *n_out = 0;
-    rc = pg_tx_begin(b, pc);
+    pg_owner_current(b, id);
+    rc = pg_pipeline(pc, calls, 2);
     if (rc != RMQS_OK)
         return rc;
-    res = pg_exec(pc, "watch", watch_sql, 0, NULL, NULL, NULL, &rc);
-    if (rc != RMQS_OK) {
-        pg_tx_abort(pc);
-        return rc;
-    }
+    res = calls[0].res;
     for (int i = 0; i < PQntuples(res); i++) {
         if (!PQgetisnull(res, i, 0)) {
             pg_note_due(pc, pg_int(res, i, 0));
@@ -358,15 +408,15 @@ rmqs_rc pg_watch_dead(store_backend *b, pg_conn *pc, size_t *n_out)
             dead++;
         }
     }
-    store_delta_move(&pc->delta, JOB_PUBLISHING, JOB_PENDING, (int64_t)jobs);
-    rc = pg_tx_commit(b, pc);
     PQclear(res);
-    if (rc == RMQS_OK && dead > 0)
+    shares_read(b, calls[1].res, marked);
+    PQclear(calls[1].res);
+    pg_notify_due(b, pc);
+    if (dead > 0)
         log_warn(MOD,
                  "instances whose database session ended: their claimed "
                  "jobs go to the others",
                  "n=%zu instances=%s", jobs, ids);
-    if (rc == RMQS_OK)
-        *n_out = jobs;
-    return rc;
+    *n_out = jobs;
+    return RMQS_OK;
 }

@@ -261,7 +261,7 @@ static rmqs_rc pgs_put(store_backend *b, const store_schedule *s, bool *created,
 
     if (params_row(&p, s) != RMQS_OK)
         return RMQS_EINVAL;
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin(b, pc);
     if (rc != RMQS_OK)
@@ -315,7 +315,7 @@ static rmqs_rc pgs_update(store_backend *b, const store_schedule *s,
 
     (void)params_row(&p, s); /* last_job_id: not used here */
     p.vals[5] = pg_i64(p.num[4], expect_generation);
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         res =
             pg_exec(pc, "sched_update",
@@ -348,7 +348,7 @@ static rmqs_rc pgs_get(store_backend *b, const char *name, store_schedule *out)
 {
     const char *vals[1] = {name};
     PGresult *res = NULL;
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "sched_get",
@@ -380,7 +380,7 @@ static rmqs_rc pgs_list(store_backend *b, size_t limit, size_t max_bytes,
     /* every name has at least one byte: "" is before all of them */
     vals[0] = after ? after : "";
     vals[1] = pg_i64(lim, (int64_t)limit + 1); /* one more: a next page? */
-    rc = pg_use(b, &b->wr);
+    rc = pg_use(&b->wr);
     if (rc == RMQS_OK)
         rc = pg_page_measure(&b->wr, "sched_list_sizes",
                              "SELECT 0, 0, octet_length(name) + "
@@ -407,7 +407,7 @@ static rmqs_rc pgs_delete(store_backend *b, const char *name)
 {
     const char *vals[1] = {name};
     PGresult *res = NULL;
-    rmqs_rc rc = pg_use(b, &b->wr);
+    rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "sched_delete",
@@ -426,7 +426,7 @@ static rmqs_rc pgs_counts(store_backend *b, int64_t counts[3])
     rmqs_rc rc;
 
     counts[0] = counts[1] = counts[2] = 0;
-    rc = pg_use(b, &b->wr);
+    rc = pg_use(&b->wr);
     if (rc == RMQS_OK)
         res = pg_exec(&b->wr, "sched_counts",
                       "SELECT CASE WHEN paused THEN 1 "
@@ -459,7 +459,7 @@ static rmqs_rc pgs_due(store_backend *b, int64_t by_ms, size_t limit,
         limit = (size_t)INT64_MAX;
     vals[0] = pg_i64(by, by_ms);
     vals[1] = pg_i64(lim, (int64_t)limit);
-    rc = pg_use(b, &b->sched);
+    rc = pg_use(&b->sched);
     if (rc == RMQS_OK)
         res = pg_exec(&b->sched, "sched_due",
                       "SELECT s.name, s.spec, s.generation, s.created_at, "
@@ -481,7 +481,7 @@ static rmqs_rc pgs_due(store_backend *b, int64_t by_ms, size_t limit,
 static rmqs_rc pgs_next_at(store_backend *b, bool *any, int64_t *at)
 {
     PGresult *res = NULL;
-    rmqs_rc rc = pg_use(b, &b->sched);
+    rmqs_rc rc = pg_use(&b->sched);
 
     if (rc == RMQS_OK)
         res = pg_exec(&b->sched, "sched_next",
@@ -567,7 +567,7 @@ static rmqs_rc pgs_advance(store_backend *b, store_advance *a, size_t n,
         rc = RMQS_ENOMEM;
         goto out;
     }
-    rc = pg_use(b, pc);
+    rc = pg_use(pc);
     if (rc == RMQS_OK)
         rc = pg_tx_begin_insert(b, pc);
     if (rc != RMQS_OK)

@@ -233,7 +233,7 @@ static pg_conn *searcher(store_backend *b, rmqs_rc *rc)
     }
     if (pc == NULL)
         pc = &b->search[atomic_fetch_add(&b->search_next, 1) % PG_SEARCHERS];
-    *rc = pg_use(b, pc);
+    *rc = pg_use(pc);
     return pc;
 }
 
@@ -283,36 +283,17 @@ static PGresult *run(store_backend *b, const char *op, const char *prefix,
  * RMQS_ETIMEDOUT when the budget ended the statement first. */
 static rmqs_rc count_rows(store_backend *b, pg_query *q, int64_t *n)
 {
-    PGresult *res;
-    rmqs_rc rc, out = RMQS_OK;
+    pg_stmt st = {"count", q->sql, true};
+    pg_call call = {&st, q->n, q->vals, q->lens, q->fmts, NULL, n};
+    rmqs_rc rc;
     pg_conn *pc = searcher(b, &rc);
 
     *n = 0;
-    if (rc != RMQS_OK) {
-        pg_done(pc);
-        return rc;
-    }
-    if (!PQsendQueryParams(pc->c, q->sql, q->n, NULL, q->vals, q->lens, q->fmts,
-                           1) ||
-        !PQsetSingleRowMode(pc->c)) {
-        out = pg_fail(pc, "count", NULL);
-        while ((res = PQgetResult(pc->c)) != NULL)
-            PQclear(res);
-        pg_done(pc);
-        return out;
-    }
-    while ((res = PQgetResult(pc->c)) != NULL) {
-        ExecStatusType s = PQresultStatus(res);
-        if (s == PGRES_SINGLE_TUPLE)
-            (*n)++;
-        else if (s != PGRES_TUPLES_OK && out == RMQS_OK)
-            out = pg_fail(pc, "count", res);
-        PQclear(res);
-        if (pc->c == NULL)
-            break; /* pg_fail dropped a broken connection */
-    }
+    if (rc == RMQS_OK)
+        rc = pg_pipeline(pc, &call, 1);
+    PQclear(call.res);
     pg_done(pc);
-    return out;
+    return rc;
 }
 
 /* The page's sizes first, then as many rows as fit (pg_page_measure),

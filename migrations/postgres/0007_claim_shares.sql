@@ -1,0 +1,16 @@
+-- 0007_claim_shares.sql - the instances that claim, so that their claims
+-- share the due jobs instead of all reading the head of jobs_due at once
+-- (issue 24; service/store/pg/store_pg_dispatch.c, "Shares").
+--
+-- While its dispatcher claims, an instance keeps claiming_until (ms,
+-- database clock) a few seconds ahead; the instances whose mark is current
+-- are the claimers. Each claimer takes the due jobs of its own share first
+-- (runs of consecutive seq, dealt round-robin by the claimers' order of
+-- id), and another's only when that one has left them unclaimed too long;
+-- SKIP LOCKED still decides every row, so no job is claimed twice however
+-- the instances' views of the claimers differ for a moment. An instance
+-- that stops claiming (its broker gone, frozen, stopping) drops out when
+-- its mark lapses; one that dies, with its row (0006). NULL: an instance
+-- of an earlier version, which claims from the head of the due jobs as
+-- before and is no claimer here.
+ALTER TABLE instances ADD COLUMN claiming_until bigint;

@@ -175,7 +175,9 @@ struct store_backend {
     pthread_mutex_t stop_mu;
     pthread_cond_t stop_cv;
     bool stopping;
-    int stop_pipe[2];               /* wakes the listener's poll at close */
+    int stop_pipe[2];               /* wakes the listener's poll at close,
+                                       and for pg_session_doubt */
+    atomic_bool session_doubt;      /* pg_session_doubt: end the session */
     worker_thread keeper, listener; /* rmqs-pg-keeper, rmqs-pg-listen */
 };
 
@@ -324,6 +326,11 @@ int64_t pg_claims_valid_since(store_backend *b);
  * begins it again when lost). */
 rmqs_rc pg_presence_open(store_backend *b);
 void *pg_listener_main(void *arg);
+/* A claim's COMMIT went unanswered: it may hold jobs nobody here knows of,
+ * which the keeper would renew for ever. The listener ends the session
+ * (its claims go back to pending through the watch) and begins a new one.
+ * Any thread. */
+void pg_session_doubt(store_backend *b);
 void pg_set_wake(store_backend *b, store_wake_fn fn, void *arg);
 /* On pc (locked, up), in one round trip: the instances whose session
  * ended, their rows deleted and their claimed jobs pending again (*n_out

@@ -322,10 +322,12 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
         pg_tx_abort(pc);
     if (rc != RMQS_OK && n > 0) {
         /* the COMMIT's answer lost: committed or not, the jobs cannot be
-         * handed over (if it was, they stay ours until their lease runs
-         * out) */
-        log_error(MOD, "claimed jobs dropped; their lease will expire", "n=%zu",
-                  n);
+         * handed over. If it was, they are ours in the database and the
+         * keeper would renew their lease while we live: the session ends
+         * instead (a new id), and the watch puts them back to pending. */
+        log_error(MOD, "claimed jobs dropped; the session ends so that they "
+                  "go back to pending", "n=%zu", n);
+        pg_session_doubt(b);
         for (size_t i = 0; i < n; i++)
             job_clear(&(*c)[i].job);
         n = 0;

@@ -260,6 +260,27 @@ static bool session_again(store_backend *b, pg_conn *pc, bool *logged)
     return false;
 }
 
+/* The byte on stop_pipe read: true if it says stop (pg_threads_stop), else
+ * it was pg_session_doubt's. */
+static bool kicked(store_backend *b)
+{
+    char x;
+    bool stop;
+
+    (void)!read(b->stop_pipe[0], &x, 1);
+    pthread_mutex_lock(&b->stop_mu);
+    stop = b->stopping;
+    pthread_mutex_unlock(&b->stop_mu);
+    return stop;
+}
+
+void pg_session_doubt(store_backend *b)
+{
+    atomic_store(&b->session_doubt, true);
+    if (b->stop_pipe[1] >= 0)
+        (void)!write(b->stop_pipe[1], "d", 1);
+}
+
 void *pg_listener_main(void *arg)
 {
     store_backend *b = arg;
@@ -274,7 +295,7 @@ void *pg_listener_main(void *arg)
 
         if (pc->c == NULL) {
             if (!session_again(b, pc, &logged)) {
-                if (poll(fds, 1, 1000) > 0)
+                if (poll(fds, 1, 1000) > 0 && kicked(b))
                     break; /* stopping */
                 continue;
             }
@@ -287,8 +308,19 @@ void *pg_listener_main(void *arg)
                 continue;
             break;
         }
-        if (fds[0].revents)
-            break; /* stopping */
+        if (fds[0].revents) {
+            if (kicked(b))
+                break; /* stopping */
+            if (atomic_exchange(&b->session_doubt, false)) {
+                char id[PG_ID_LEN];
+                pg_owner_current(b, id);
+                log_warn(MOD, "a claim's outcome is unknown: this session "
+                         "ends, so that its claims go back to pending",
+                         "instance=%s", id);
+                end_session(b, pc, true);
+            }
+            continue;
+        }
         if (r == 0) {
             /* a session idle this long says it lives: a proxy's idle
              * timeout does not end it, and a path that died silently is

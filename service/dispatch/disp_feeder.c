@@ -277,8 +277,9 @@ static long feed(disp_t *d, size_t room, bool *more)
         int64_t mono = tu_mono_ms();
         d->claim_failures++;
         if (mono - d->claim_failed_logged >= 1000) {
-            log_error(MOD, "cannot claim due jobs", "error=%s failures=%" PRId64,
-                      rmqs_rc_name(rc), d->claim_failures);
+            log_error(MOD, "cannot claim due jobs",
+                      "error=%s failures=%" PRId64, rmqs_rc_name(rc),
+                      d->claim_failures);
             d->claim_failed_logged = mono;
             d->claim_failures = 0;
         }

@@ -303,7 +303,8 @@ Test(store_pg_dispatch, a_group_commit_a_claim_and_a_settle_in_few_round_trips)
     before = pg_round_trips();
     cr_assert_eq(store_settle(st, o, n, now), RMQS_OK);
     settle_trips = pg_round_trips() - before;
-    cr_expect_eq(claim_trips, 2, "a claim (BEGIN and the claim, COMMIT): "
+    cr_expect_eq(claim_trips, 2,
+                 "a claim (BEGIN and the claim, COMMIT): "
                  "%llu round trips",
                  (unsigned long long)claim_trips);
     cr_expect_eq(settle_trips, 1, "a settle: %llu round trips",
@@ -398,8 +399,7 @@ Test(store_pg_dispatch, a_claim_whose_answer_never_came_leaves_nothing_claimed)
     migrate();
     {
         char url[512];
-        snprintf(url, sizeof(url), "%s/%s", need_env("RMQS_TEST_PG_URL"),
-                 g_db);
+        snprintf(url, sizeof(url), "%s/%s", need_env("RMQS_TEST_PG_URL"), g_db);
         st = ut_store_open(url, &(store_options){.synchronous_full = true,
                                                  .db_timeout_ms = 500});
     }
@@ -414,8 +414,8 @@ Test(store_pg_dispatch, a_claim_whose_answer_never_came_leaves_nothing_claimed)
     {
         job_t *jobs;
         size_t n;
-        rmqs_rc rc = store_claim_ahead(st, due + 1000, tu_now_ms(), 100,
-                                       &jobs, &n);
+        rmqs_rc rc =
+            store_claim_ahead(st, due + 1000, tu_now_ms(), 100, &jobs, &n);
         kill((pid_t)pid, SIGCONT);
         cr_assert_neq(rc, RMQS_OK, "the claim did not wait for the server");
     }
@@ -429,4 +429,3 @@ Test(store_pg_dispatch, a_claim_whose_answer_never_came_leaves_nothing_claimed)
     cr_expect_eq(claim_by(st, due + 1000), 10, "claimed at the next claim");
     store_close(st);
 }
-

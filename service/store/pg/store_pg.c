@@ -145,12 +145,14 @@ static rmqs_rc migrate(store_backend *b, const store_migration *m, size_t n,
 
     if (pg_exec_simple(pc, "migrate_lock",
                        "SELECT pg_advisory_lock(" MIGRATE_LOCK ")") != RMQS_OK)
-        return migrate_fail(err, pc, "taking the migrations lock", b->db.safe_url);
+        return migrate_fail(err, pc, "taking the migrations lock",
+                            b->db.safe_url);
     if (pg_exec_simple(pc, "migrate_table",
                        "CREATE TABLE IF NOT EXISTS schema_migrations ("
                        "version integer PRIMARY KEY, name text NOT NULL, "
                        "applied_at bigint NOT NULL)") != RMQS_OK) {
-        rc = migrate_fail(err, pc, "creating schema_migrations", b->db.safe_url);
+        rc =
+            migrate_fail(err, pc, "creating schema_migrations", b->db.safe_url);
         goto unlock;
     }
     current = query_int(pc->c, "SELECT coalesce(max(version), 0) "
@@ -288,7 +290,7 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     if (b->lease_ms < PG_MIN_LEASE_MS)
         b->lease_ms = PG_MIN_LEASE_MS;
     b->db.timeout_ms = opt && opt->db_timeout_ms > 0 ? opt->db_timeout_ms
-                                                      : PG_DEFAULT_DB_TIMEOUT_MS;
+                                                     : PG_DEFAULT_DB_TIMEOUT_MS;
     b->wake_horizon_ms = opt ? opt->wake_horizon_ms : 0;
     b->db.url = strdup(target);
     b->db.safe_url = malloc(2 * strlen(target) + 64); /* "=***" may be longer */
@@ -317,18 +319,22 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
         int64_t t = b->db.timeout_ms;
         conn_init(&b->db, &b->wr, "writer", opt && !opt->synchronous_full,
                   (int)(hash % PG_SLOTS), t);
-        conn_init(&b->db, &b->feed, "feeder", true, (int)((hash + 1) % PG_SLOTS), t);
-        conn_init(&b->db, &b->disp, "dispatch", true, (int)((hash + 2) % PG_SLOTS), t);
+        conn_init(&b->db, &b->feed, "feeder", true,
+                  (int)((hash + 1) % PG_SLOTS), t);
+        conn_init(&b->db, &b->disp, "dispatch", true,
+                  (int)((hash + 2) % PG_SLOTS), t);
         conn_init(&b->db, &b->sched, "scheduler", b->wr.relaxed,
                   (int)((hash + 3) % PG_SLOTS), t);
         /* rebuildable from the mark: no need to wait for the flush */
-        conn_init(&b->db, &b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS), t);
+        conn_init(&b->db, &b->ix, "indexer", true, (int)((hash + 4) % PG_SLOTS),
+                  t);
         conn_init(&b->db, &b->lsn, "listener", true, 0, t);
     }
     b->ix_safe = b->ix_mark = -1;
 
     for (int i = 0; i < PG_SEARCHERS; i++) {
-        conn_init(&b->db, &b->search[i], "search", true, (int)((hash + 5) % PG_SLOTS),
+        conn_init(&b->db, &b->search[i], "search", true,
+                  (int)((hash + 5) % PG_SLOTS),
                   opt && opt->search_budget_ms > 0 ? opt->search_budget_ms
                                                    : b->db.timeout_ms);
         b->search[i].budget = opt && opt->search_budget_ms > 0;
@@ -364,10 +370,9 @@ static rmqs_rc pg_open(const char *target, const store_options *opt,
     }
     b->feed.c = pg_connect(&b->db, "feeder", true, b->feed.timeout_ms, msg,
                            sizeof(msg));
-    b->disp.c =
-        b->feed.c ? pg_connect(&b->db, "dispatch", true, b->disp.timeout_ms, msg,
-                              sizeof(msg))
-                 : NULL;
+    b->disp.c = b->feed.c ? pg_connect(&b->db, "dispatch", true,
+                                       b->disp.timeout_ms, msg, sizeof(msg))
+                          : NULL;
     if (b->feed.c == NULL || b->disp.c == NULL) {
         rc = rmqs_fail(err, RMQS_EDB, NULL,
                        "cannot connect to database %s: "

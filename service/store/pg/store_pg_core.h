@@ -55,7 +55,7 @@
 #include "store_pg_conn.h"
 #include "store_pg_url.h"
 
-#define PG_SLOTS 64 /* job_counts slots (migration 0001) */
+#define PG_SLOTS 64  /* job_counts slots (migration 0001) */
 #define PG_ID_LEN 25 /* an instance id: 24 hex digits and a NUL */
 #define PG_OWNED_IDS 8
 #define PG_OWNED_LEN (PG_OWNED_IDS * PG_ID_LEN + 3) /* "{id,id,...}" */
@@ -162,7 +162,7 @@ struct store_backend {
      * mark as a claimer (the keeper's thread only). */
     _Atomic int64_t shares, claimed_at;
     int64_t claimer_until;
-    int64_t buckets_cleaned_us;   /* store_pg_buckets.c's last clean-up (the
+    int64_t buckets_cleaned_us; /* store_pg_buckets.c's last clean-up (the
                                    feeder's, under feed's mutex) */
     /* store_lease_renewed_until, and the end of the lease the last
      * continuous renewal wrote (0: the chain broke; store_pg_dispatch.c) */

@@ -146,8 +146,8 @@ const char pg_claim_sql[] =
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "
     "lease_until, schedule, fire_at, expires_at, priority, claim_rank, "
-    "held_by, held_ms, status AS moved_to)" PG_COUNTED("0", "$9")
-    "SELECT * FROM moved";
+    "held_by, held_ms, status AS moved_to)" PG_COUNTED(
+        "0", "$9") "SELECT * FROM moved";
 static const pg_stmt claim_stmt = {"claim", pg_claim_sql, false};
 
 /* The earliest due time this instance would claim at: its own share's
@@ -169,8 +169,8 @@ static const pg_stmt reclaim_stmt = {
     "WITH moved AS (UPDATE jobs SET status = 0, "
     "attempts = greatest(attempts - 1, 0), owner = NULL, lease_until = NULL "
     "WHERE status = 1 AND lease_until < " PG_NOW_MS
-    " RETURNING due_at, status AS moved_to)" PG_COUNTED("1", "$1")
-    "SELECT due_at FROM moved",
+    " RETURNING due_at, status AS moved_to)" PG_COUNTED(
+        "1", "$1") "SELECT due_at FROM moved",
     false};
 
 static const pg_stmt clock_stmt = {
@@ -269,8 +269,7 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
 {
     char lease[24], now[24], due[24], lim[24], id[PG_ID_LEN], n_sh[24],
         k_sh[24], steal[24], others[24], slot[24];
-    const char *vals[9] = {id,   lease, now,    due, lim,
-                           n_sh, k_sh,  others, slot};
+    const char *vals[9] = {id, lease, now, due, lim, n_sh, k_sh, others, slot};
     PGresult *res = NULL;
     pg_conn *pc = &b->feed;
     size_t n = 0;
@@ -290,8 +289,8 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     pg_i64(due, due_by_ms);
     pg_i64(lim, (int64_t)limit);
     share_params(b, n_sh, k_sh, steal);
-    pg_i64(others, strcmp(n_sh, "1") == 0 ? INT64_MIN
-                                          : due_by_ms - PG_STEAL_MS);
+    pg_i64(others,
+           strcmp(n_sh, "1") == 0 ? INT64_MIN : due_by_ms - PG_STEAL_MS);
     rc = pg_use(pc);
     if (rc == RMQS_OK) {
         pg_i64(slot, pc->slot);
@@ -325,8 +324,10 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
          * handed over. If it was, they are ours in the database and the
          * keeper would renew their lease while we live: the session ends
          * instead (a new id), and the watch puts them back to pending. */
-        log_error(MOD, "claimed jobs dropped; the session ends so that they "
-                  "go back to pending", "n=%zu", n);
+        log_error(MOD,
+                  "claimed jobs dropped; the session ends so that they "
+                  "go back to pending",
+                  "n=%zu", n);
         pg_session_doubt(b);
         for (size_t i = 0; i < n; i++)
             job_clear(&(*c)[i].job);
@@ -396,8 +397,8 @@ static char *id_array(const store_outcome *o,
 #define IDS_MATCH                                                         \
     "id = ANY(ARRAY(SELECT decode(h, 'hex') FROM unnest($2::text[]) h)) " \
     "AND status = 1 AND owner = ANY($3::text[])"
-#define HELD_MATCH                                                     \
-    "FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) " \
+#define HELD_MATCH                                                       \
+    "FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) "   \
     "AS u(x, h, d, m) WHERE j.id = decode(u.x, 'hex') AND j.status = 1 " \
     "AND j.owner = ANY($6::text[]) RETURNING j.due_at, j.status AS moved_to)"
 static const pg_stmt sent_stmt = {
@@ -423,39 +424,37 @@ static const pg_stmt retry_stmt = {
     "due_at = CASE WHEN attempts >= max_attempts "
     "THEN due_at ELSE $4::bigint END, owner = NULL, lease_until = NULL "
     "WHERE id = $2 AND status = 1 AND owner = ANY($5::text[]) "
-    "RETURNING status AS moved_to, due_at)" PG_COUNTED("1", "$6")
-    "SELECT moved_to, due_at FROM moved",
+    "RETURNING status AS moved_to, due_at)" PG_COUNTED(
+        "1", "$6") "SELECT moved_to, due_at FROM moved",
     false};
 static const pg_stmt fail_stmt = {
     "settle_fail",
     "WITH moved AS (UPDATE jobs SET status = 3, last_error = $3, "
     "updated_at = $1::bigint, owner = NULL, lease_until = NULL "
     "WHERE id = $2 AND status = 1 AND owner = ANY($4::text[]) "
-    "RETURNING status AS moved_to)" PG_COUNTED("1", "$5")
-    "SELECT 1 FROM moved",
+    "RETURNING status AS moved_to)" PG_COUNTED("1", "$5") "SELECT 1 FROM moved",
     false};
 static const pg_stmt expire_stmt = {
     "settle_expire",
     "WITH moved AS (UPDATE jobs SET status = 4, last_error = $3, "
     "updated_at = $1::bigint, owner = NULL, lease_until = NULL "
     "WHERE id = $2 AND status = 1 AND owner = ANY($4::text[]) "
-    "RETURNING status AS moved_to)" PG_COUNTED("1", "$5")
-    "SELECT 1 FROM moved",
+    "RETURNING status AS moved_to)" PG_COUNTED("1", "$5") "SELECT 1 FROM moved",
     false};
 static const pg_stmt hold_stmt = {
     "settle_hold",
     "WITH moved AS (UPDATE jobs j SET status = 0, "
     "attempts = greatest(j.attempts - 1, 0), updated_at = $1::bigint, "
     "held_by = u.h, due_at = u.d, held_ms = u.m, owner = NULL, "
-    "lease_until = NULL " HELD_MATCH PG_COUNTED("1", "$7")
-    "SELECT due_at FROM moved",
+    "lease_until = NULL " HELD_MATCH PG_COUNTED(
+        "1", "$7") "SELECT due_at FROM moved",
     false};
 static const pg_stmt sent_held_stmt = {
     "settle_sent_held",
     "WITH moved AS (UPDATE jobs j SET status = 2, sent_at = $1::bigint, "
     "updated_at = $1::bigint, held_by = u.h, held_ms = u.m, owner = NULL, "
-    "lease_until = NULL " HELD_MATCH PG_COUNTED("1", "$7")
-    "SELECT due_at FROM moved",
+    "lease_until = NULL " HELD_MATCH PG_COUNTED(
+        "1", "$7") "SELECT due_at FROM moved",
     false};
 
 /* One statement of a record, and what it needs until the pipeline ran. */
@@ -464,9 +463,9 @@ typedef struct settle {
     size_t asked;        /* outcomes it settles */
     const char *vals[7]; /* its parameters */
     int lens[7], bin[7];
-    char num[24];    /* retry_at */
-    char *owned[4];  /* arrays (freed) */
-    bool note;       /* its rows' due_at: pending again, for the wake-up */
+    char num[24];   /* retry_at */
+    char *owned[4]; /* arrays (freed) */
+    bool note;      /* its rows' due_at: pending again, for the wake-up */
 } settle;
 
 /* The group of SENT or RELEASE outcomes (k) into *s; false on ENOMEM;
@@ -495,7 +494,7 @@ static void settle_one(settle *s, const store_outcome *o,
     bool retry = o->kind == STORE_OUT_RETRY;
     int at = 0;
 
-    s->st = retry                          ? &retry_stmt
+    s->st = retry                         ? &retry_stmt
             : o->kind == STORE_OUT_EXPIRE ? &expire_stmt
                                           : &fail_stmt;
     s->asked = 1;
@@ -575,8 +574,8 @@ out:
 /* How many parameters s's statement takes. */
 static int settle_params(const settle *s)
 {
-    return s->st == &sent_stmt || s->st == &release_stmt ? 4
-           : s->st == &retry_stmt                        ? 6
+    return s->st == &sent_stmt || s->st == &release_stmt  ? 4
+           : s->st == &retry_stmt                         ? 6
            : s->st == &fail_stmt || s->st == &expire_stmt ? 5
                                                           : 7;
 }
@@ -630,8 +629,9 @@ rmqs_rc pg_record(store_backend *b, const unsigned char (*claims)[JOB_ID_BYTES],
     if (!ok)
         rc = RMQS_ENOMEM;
     for (size_t i = 0; i < m; i++)
-        calls[i] = (pg_call){s[i].st, settle_params(&s[i]), s[i].vals,
-                             s[i].lens, s[i].bin, NULL, NULL};
+        calls[i] = (pg_call){
+            s[i].st, settle_params(&s[i]), s[i].vals, s[i].lens, s[i].bin, NULL,
+            NULL};
     if (rc == RMQS_OK)
         rc = pg_pipeline(pc, calls, m);
     for (size_t i = 0; i < m; i++) {

@@ -670,9 +670,9 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
     }
     /* RETURNING order is unspecified: match the ids */
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
-        size_t i = find_id((const unsigned char(*)[JOB_ID_BYTES])ids, inserted,
-                           n, PQgetvalue(res, r, 0),
-                           (size_t)PQgetlength(res, r, 0));
+        size_t i =
+            find_id((const unsigned char(*)[JOB_ID_BYTES])ids, inserted, n,
+                    PQgetvalue(res, r, 0), (size_t)PQgetlength(res, r, 0));
         if (i == n)
             continue;
         inserted[i] = true;

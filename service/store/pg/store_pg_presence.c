@@ -151,8 +151,7 @@ static rmqs_rc begin_session(store_backend *b, pg_conn *pc)
                       "SELECT pg_try_advisory_lock(" PG_PRESENCE_NS
                       ", hashtext($1))",
                       1, vals, NULL, NULL, &rc);
-        got = res != NULL && PQntuples(res) == 1 &&
-              *PQgetvalue(res, 0, 0) != 0;
+        got = res != NULL && PQntuples(res) == 1 && *PQgetvalue(res, 0, 0) != 0;
         PQclear(res);
         if (rc != RMQS_OK || got)
             break;
@@ -163,8 +162,8 @@ static rmqs_rc begin_session(store_backend *b, pg_conn *pc)
         return rc;
     (void)gethostname(host, sizeof(host) - 1);
     {
-        const char *vals[4] = {id, pg_i64(now, db_now(b)),
-                               host, pg_i64(pid, (int64_t)getpid())};
+        const char *vals[4] = {id, pg_i64(now, db_now(b)), host,
+                               pg_i64(pid, (int64_t)getpid())};
         res = pg_exec(pc, "presence_row",
                       "INSERT INTO instances (id, started_at, host, pid) "
                       "VALUES ($1, $2::bigint, $3, $4::integer) "
@@ -209,7 +208,8 @@ rmqs_rc pg_presence_open(store_backend *b)
     char msg[256];
     rmqs_rc rc;
 
-    pc->c = pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
+    pc->c =
+        pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c == NULL)
         return RMQS_EDB;
     rc = begin_session(b, pc);
@@ -242,7 +242,8 @@ static bool session_again(store_backend *b, pg_conn *pc, bool *logged)
 {
     char msg[256] = "";
 
-    pc->c = pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
+    pc->c =
+        pg_connect(&b->db, pc->role, true, pc->timeout_ms, msg, sizeof(msg));
     if (pc->c != NULL && begin_session(b, pc) == RMQS_OK) {
         char id[PG_ID_LEN];
         pg_owner_current(b, id);
@@ -314,7 +315,8 @@ void *pg_listener_main(void *arg)
             if (atomic_exchange(&b->session_doubt, false)) {
                 char id[PG_ID_LEN];
                 pg_owner_current(b, id);
-                log_warn(MOD, "a claim's outcome is unknown: this session "
+                log_warn(MOD,
+                         "a claim's outcome is unknown: this session "
                          "ends, so that its claims go back to pending",
                          "instance=%s", id);
                 end_session(b, pc, true);
@@ -364,9 +366,9 @@ static const pg_stmt watch_stmt = {
     "moved AS (UPDATE jobs SET status = 0, "
     "attempts = greatest(attempts - 1, 0), owner = NULL, lease_until = NULL "
     "WHERE status = 1 AND owner IN (SELECT id FROM dead) "
-    "RETURNING due_at, status AS moved_to)" PG_COUNTED("1", "$1")
-    "SELECT due_at, NULL::text FROM moved "
-    "UNION ALL SELECT NULL::bigint, id FROM dead",
+    "RETURNING due_at, status AS moved_to)" PG_COUNTED(
+        "1", "$1") "SELECT due_at, NULL::text FROM moved "
+                   "UNION ALL SELECT NULL::bigint, id FROM dead",
     false};
 
 /* This instance's mark as a claimer ($1 its id), kept PG_CLAIMER_MS ($2)
@@ -404,9 +406,8 @@ static void shares_read(store_backend *b, const PGresult *res, bool marked)
     shares = (pg_int(res, 0, 0) + 1) << 32 | pg_int(res, 0, 1);
     before = atomic_exchange(&b->shares, shares);
     if (before != shares) {
-        log_info(MOD, "claim shares",
-                 "claimers=%" PRId64 " rank=%" PRId64, shares >> 32,
-                 shares & 0xffffffff);
+        log_info(MOD, "claim shares", "claimers=%" PRId64 " rank=%" PRId64,
+                 shares >> 32, shares & 0xffffffff);
         wake(b, 0);
     }
 }

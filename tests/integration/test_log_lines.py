@@ -39,8 +39,11 @@ def provoke(svc):
                        headers={"Origin": quoted}).status == 403
     wait_until(lambda: "change from another origin refused" in svc.log(), 10,
                "the refused Origin in the log")
-    wait_until(lambda: '"finished"' in svc.log() or "finished" in svc.log(), 20,
-               "the bulk action to finish")
+    # the bulk action's own line, in either format (a bare "finished" also
+    # matches the migration 0003_finished_index.sql logged at start)
+    wait_until(lambda: 'module=bulk msg="finished"' in svc.log()
+               or '"module":"bulk","message":"finished"' in svc.log(), 20,
+               "the bulk action's finished line")
     return job
 
 

@@ -494,6 +494,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
  * Each gets its deadline entry in *socket_ctx, from its socket; the
  * library tells of the close before it closes the socket (0.9.75's
  * MHD_connection_close_), so the entry goes first. */
+/* Once stopping, a new connection is closed as soon as it is accepted: the
+ * client sees it end at once and tries another instance, where a quiesced
+ * listener would leave it hanging in the kernel's backlog. This is also why
+ * MHD_quiesce_daemon is not used: in 0.9.75 with epoll and a thread pool it
+ * races a worker that removes the listening socket from its epoll set too,
+ * and the loser aborts the process ("Failed to remove listen FD from epoll
+ * set", seen once in a clean-clone run of graceful_stop). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr,
+                                 socklen_t addrlen)
+{
+    const http_api_t *api = cls;
+
+    (void)addr;
+    (void)addrlen;
+    return atomic_load(&api->stopping) ? MHD_NO : MHD_YES;
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c,
                           void **socket_ctx,
                           enum MHD_ConnectionNotificationCode code)
@@ -702,7 +719,6 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     api->writer = w;
     api->opt = *opt;
     api->policy = opt->policy;
-    api->quiesced_fd = MHD_INVALID_SOCKET;
     if ((opt->api_token && !(api->token = strdup(opt->api_token))) ||
         (opt->ui_broker_urls &&
          !(api->ui_broker_urls = strdup(opt->ui_broker_urls)))) {
@@ -766,7 +782,7 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
         goto fail;
     }
     api->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, api, MHD_OPTION_EXTERNAL_LOGGER,
+        flags, 0, on_accept, api, on_request, api, MHD_OPTION_EXTERNAL_LOGGER,
         on_mhd_log, api, /* first, to catch all */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, opt->threads,
@@ -806,11 +822,8 @@ fail:
 
 void http_api_quiesce(http_api_t *api)
 {
-    if (api == NULL || api->daemon == NULL ||
-        api->quiesced_fd != MHD_INVALID_SOCKET)
-        return;
-    atomic_store(&api->stopping, true);
-    api->quiesced_fd = MHD_quiesce_daemon(api->daemon);
+    if (api != NULL)
+        atomic_store(&api->stopping, true);
 }
 
 bool http_api_drain(http_api_t *api, int64_t timeout_ms, bool conns_too)
@@ -838,7 +851,5 @@ void http_api_stop(http_api_t *api)
     taskpool_free(api->searches);
     api->searches = NULL;
     MHD_stop_daemon(api->daemon);
-    if (api->quiesced_fd != MHD_INVALID_SOCKET)
-        close(api->quiesced_fd);
     api_free(api);
 }

@@ -33,8 +33,9 @@
 rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
                        writer_t *w, http_api_t **out, rmqs_error *err);
 
-/* Stop accepting new connections (the listening socket is closed); the
- * open ones are still served. */
+/* Stop taking new connections: from now on each is closed as soon as it
+ * is accepted (the listening socket closes in http_api_stop); the open
+ * ones are still served, their answers with Connection: close. */
 void http_api_quiesce(http_api_t *api);
 
 /* Wait until no request is in progress (answers sent) and, with

@@ -56,7 +56,8 @@ struct http_api {
     http_api_options opt;
     atomic_long inflight;     /* requests begun and not yet completed */
     atomic_long conns;        /* connections open (accepted, not yet closed) */
-    atomic_bool stopping;     /* quiesced: answers say Connection: close */
+    atomic_bool stopping;     /* quiesced: new connections are closed at
+                                 once, answers say Connection: close */
     char *token;              /* owned copy of opt.api_token, or NULL */
     const pubpol_t *policy;   /* borrowed (service.c): exchanges, user_id */
     http_origins *origins;    /* owned: which Host and Origin are let in */
@@ -64,8 +65,6 @@ struct http_api {
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
     http_deadline *deadline;  /* owned: cuts slow headers and bodies */
     taskpool_t *searches;     /* owned: runs GET /jobs and /jobs/count */
-    MHD_socket quiesced_fd;   /* from MHD_quiesce_daemon: closed only after
-                                 MHD_stop_daemon, as the library requires */
 };
 
 typedef enum rq_state {

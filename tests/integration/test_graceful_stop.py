@@ -12,9 +12,13 @@ semantics"); exit non-zero when that takes longer, losing nothing.
 (c) The grace period runs out (broker frozen, so confirms never come): the
     listener closes at once, the process exits 1 soon after the grace period,
     and a restart publishes the job again.
+(d) A client that connects while the stop drains the open connections is
+    closed at once rather than left waiting in the listener's backlog, and
+    the process is not brought down by it.
 """
 
 import os
+import socket
 import signal
 import subprocess
 import time
@@ -284,3 +288,58 @@ def test_grace_exceeded_exits_nonzero_and_restart_publishes_again(
            f"SIGTERM, exit {code} after {exit_s:.2f} s (grace {grace} s); the "
            f"job was published again after restart ({len(got[job['id']])} copies "
            f"arrived)")
+
+
+# --- (d) a new client during the drain ---------------------------------------
+
+def _probe(port):
+    """One fresh connection and GET /healthz: "refused", "closed" (ended
+    without an answer), "served" (an answer came), or "hangs" (no answer
+    and no end within 1 s)."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=1)
+    except ConnectionRefusedError:
+        return "refused"
+    try:
+        s.settimeout(1)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        return "served" if s.recv(64).startswith(b"HTTP/1.1 ") else "closed"
+    except (ConnectionResetError, BrokenPipeError):
+        return "closed"
+    except socket.timeout:
+        return "hangs"
+    finally:
+        s.close()
+
+
+def test_a_client_arriving_during_the_drain_is_closed_at_once(service, report):
+    grace = 10
+    svc = service("--shutdown-grace-s", str(grace))
+    assert _probe(svc.port) == "served"
+    # an idle keep-alive connection: the stop waits up to 2 s for it to close
+    hold = socket.create_connection(("127.0.0.1", svc.port), timeout=5)
+    try:
+        t0 = time.monotonic()
+        os.kill(svc.pid, signal.SIGTERM)
+        wait_until(lambda: _log_lines(svc, "msg=\"stopping\"")
+                   or _log_lines(svc, '"message":"stopping"'), 10, "the stopping line")
+        seen = []
+        while time.monotonic() - t0 < 1.5 and svc.alive():
+            t = time.monotonic()
+            seen.append((_probe(svc.port), time.monotonic() - t))
+            if seen[-1][0] in ("closed", "refused"):
+                break
+        alive_then = svc.alive()
+        code = svc.proc.wait(timeout=grace + 10)
+        svc.exit_codes.append(code)
+    finally:
+        hold.close()
+    exit_s = time.monotonic() - t0
+    assert code == 0, f"exit status {code} after SIGTERM, expected 0"
+    assert not [p for p in seen if p[0] == "hangs"], (
+        f"a client that connected during the drain got no answer and no close: {seen}")
+    assert seen and seen[-1][0] in ("closed", "refused"), seen
+    assert alive_then, "the drain ended before a new client was tried: proves nothing"
+    report(f"a client arriving during the drain: {seen[-1][0]} after "
+           f"{seen[-1][1] * 1000:.1f} ms ({len(seen)} tries); exit 0 after "
+           f"{exit_s:.2f} s, an idle connection held the drain")

@@ -16,15 +16,19 @@
  * The rules of a pass, for each active schedule whose next fire time is
  * within the lead (earliest first, up to BATCH per transaction):
  *   - One outstanding run: while a run of the schedule is still pending
- *     more than STUCK_MS (500 ms) after its fire time (the dispatcher
+ *     more than STUCK_MS (500 ms) after its due time (the dispatcher
  *     publishes on the millisecond, so it is not publishing: the broker is
  *     away), no further run is created. Half the catch-up's 1 s, so that a
  *     1 s schedule with a 2 s lead, whose pass wakes just as its previous
- *     run turns 1 s overdue, is never decided by a millisecond of jitter. The last run's
- *     status comes with the row; a schedule that fires more often than the
- *     lead has several runs ahead and its last one is in the future, so
- *     while that one is pending the earliest pending run is looked up (one
- *     indexed read, only for such schedules). The runs created before the
+ *     run turns 1 s overdue, is never decided by a millisecond of jitter.
+ *     Due, not fire time: a catch-up's run fires late by design (its fire
+ *     time is L, below, its due time when it was made), and measured by its
+ *     fire time it held back the next run for a whole idle pass, which then
+ *     went out half a second late (integration.schedules). The last run's
+ *     status comes with the row; while it is pending the earliest pending
+ *     run is looked up (one indexed read, only for a schedule that fires
+ *     more often than the lead, with several runs ahead, or one whose run
+ *     is late). The runs created before the
  *     outage (at most the lead's worth) fire when the broker is back if
  *     still within their grace, or the dispatcher expires them
  *     (STORE_OUT_EXPIRE); then the catch-up applies.
@@ -106,10 +110,10 @@ typedef struct plan {
 
 /*
  * Whether schedule name has a run still pending more than STUCK_MS after
- * its fire time (the dispatcher is not publishing). Asked only when the
- * last run is still pending and not overdue itself: a schedule firing more
- * often than the lead has several runs created ahead, and the last one is
- * always in the future, so the earliest pending one is what tells.
+ * its due time (the dispatcher is not publishing). Asked only when the
+ * last run is still pending: a schedule firing more often than the lead
+ * has several runs created ahead, and the last one is always in the
+ * future, so the earliest pending one is what tells.
  */
 static bool earlier_run_overdue(scheduler_t *sc, const char *name, int64_t now)
 {
@@ -128,7 +132,7 @@ static bool earlier_run_overdue(scheduler_t *sc, const char *name, int64_t now)
 
         if (store_list(sc->st, &f, 1, NULL, &jobs, &n, &next) != RMQS_OK)
             return true; /* unknown: do not pile up runs; looked at again soon */
-        overdue = n > 0 && jobs[0].fire_at < now - STUCK_MS;
+        overdue = n > 0 && jobs[0].due_at < now - STUCK_MS;
         for (size_t i = 0; i < n; i++)
             job_clear(&jobs[i]);
         free(jobs);
@@ -159,8 +163,7 @@ static bool plan_one(scheduler_t *sc, const store_schedule *row, int64_t now,
     if (row->last_job_id[0] != '\0' &&
         (row->last_job_status == JOB_PENDING ||
          row->last_job_status == JOB_PUBLISHING) &&
-        (row->last_fire_at < now - STUCK_MS ||
-         earlier_run_overdue(sc, row->name, now)))
+        earlier_run_overdue(sc, row->name, now))
         return false; /* one outstanding run: wait for it */
     if (schedule_from_request(row->name, row->spec, strlen(row->spec),
                               &sc->opt.limits, now, &s, NULL,

@@ -395,7 +395,7 @@ void *disp_feeder_main(void *arg)
                 int64_t at = any ? next - d->opt.lookahead_ms : INT64_MAX;
                 int64_t soonest = disp_now(d) + d->opt.lookahead_ms / 4;
                 int64_t latest = disp_now(d) + DISP_REPLAN_MS;
-                if (at > latest)
+                if (at > latest && store_has_peers(d->st))
                     at = latest; /* see what others stored unannounced */
                 if (at < soonest)
                     at = soonest;

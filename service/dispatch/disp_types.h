@@ -12,8 +12,9 @@
 
 typedef struct disp disp_t;
 
-/* The feeder looks at the store's next due job at least this often, even
- * when nothing woke it: a job stored by another instance without a
+/* On a store shared with other instances (store_has_peers), the feeder
+ * looks at the store's next due job at least this often, even when nothing
+ * woke it: a job stored by another instance without a
  * wake-up (store_options.wake_horizon_ms) is still claimed in time when it
  * is due later than this plus the lookahead. */
 #define DISP_REPLAN_MS 1000

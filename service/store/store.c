@@ -624,6 +624,11 @@ rmqs_rc store_recover(store_t *st, size_t *n_out)
     return st->ops->recover(st->b, n_out);
 }
 
+bool store_has_peers(store_t *st)
+{
+    return st->ops->has_peers;
+}
+
 bool store_buckets_shared(store_t *st)
 {
     return st->ops->buckets_update != NULL;

@@ -232,6 +232,12 @@ rmqs_rc store_cancel(store_t *st, const char *id, int64_t now_ms, job_t *out);
  * false if there is none. Never waits for a write in progress. */
 rmqs_rc store_next_due(store_t *st, bool *any, int64_t *due_at_out);
 
+/* Whether other instances store jobs in this database (PostgreSQL): they
+ * wake this one only for jobs due soon (store_options.wake_horizon_ms), so
+ * its dispatcher looks at store_next_due again every DISP_REPLAN_MS. False
+ * for SQLite, whose every writer is in this process and wakes it. */
+bool store_has_peers(store_t *st);
+
 /*
  * Claim ahead without waiting for any write in progress (the writer's
  * commit, its fsync, a checkpoint): up to limit pending jobs with due_at <=

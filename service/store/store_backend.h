@@ -95,6 +95,8 @@ typedef struct store_ops {
      * statement); record's claims are then a no-op, and a job the front
      * does not keep after read_due must be given back with a RELEASE. */
     bool claims_in_read;
+    /* Other instances store jobs in the same database (store_has_peers). */
+    bool has_peers;
 
     /* Open (creating if needed) what target names, apply migrations (n of
      * them), return the state in *out; errors as store_open. */

@@ -105,7 +105,10 @@ if [ -z "$REV" ]; then
 else
     COMMIT=$(git rev-parse --verify "$REV^{commit}")
     rmqs_log "building a Release binary of $REV ($COMMIT) in build-bench/rev-build/"
-    rm -rf "$BUILD/rev-src"
+    # Both from scratch: git archive stamps every file with the commit's
+    # time, so objects built from a later-built older commit looked newer
+    # than the sources and make linked them with the new ones.
+    rm -rf "$BUILD/rev-src" "$BUILD/rev-build"
     mkdir -p "$BUILD/rev-src"
     git archive "$COMMIT" | tar -x -C "$BUILD/rev-src"
     cmake -S "$BUILD/rev-src" -B "$BUILD/rev-build" -DCMAKE_BUILD_TYPE=Release \

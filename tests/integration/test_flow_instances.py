@@ -38,7 +38,7 @@ def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
         {"match": {"exchange": amqp.exchange}, "rate_per_s": RATE,
          "burst": 1})
     assert st == 201, body
-    n = RATE * 20  # 20 s of it
+    n = RATE * 24  # 24 s of it: enough to last both measurements below
     due = int(time.time() * 1000) + 6000
     ids = []
     for i in range(0, n, 1000):  # spread over the three instances
@@ -49,18 +49,26 @@ def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
              for k in range(i, min(n, i + 1000))])
         assert st == 201, body
         ids.extend(j["id"] for j in body["jobs"])
-    assert time.time() * 1000 < due, "scheduling took past the due time"
-
     t_due = due / 1000
+    # The measurements start once every job is stored: on a loaded machine
+    # (ASan, the docker tests beside it) storing 14,400 jobs took 9.6 s once,
+    # past the due time; the jobs stored by then are due at once and drain
+    # under the limit just the same. 24 s of jobs last until the end of the
+    # second window if storing ends within 6 s of the due time.
+    t_start = max(t_due, time.time())
+    assert t_start - t_due < 6, (
+        f"storing the jobs ended {t_start - t_due:.1f} s after their due time: "
+        f"too few would be left for the second measurement")
     # Every instance dispatches under the shared limit. From 3 s on: while
-    # the burst is being held (every job given its slot, 12,000 of them
+    # the burst is being held (every job given its slot, 14,400 of them
     # across the instances), the first slots' jobs come back late, and
     # those past a grace take new slots (the rate dips, never exceeds).
-    wait_until(lambda: time.time() > t_due + 9.5, 30, "9 s of draining")
+    wait_until(lambda: time.time() > t_start + 9.5, 30, "9 s of draining")
     times = [m.received_at for m in amqp.snapshot()]
-    together = rate_between(times, t_due + 3, t_due + 9)
-    print("per 250 ms:", [sum(1 for t in times if t_due + k / 4 <= t < t_due + (k + 1) / 4)
-                          for k in range(32)])
+    together = rate_between(times, t_start + 3, t_start + 9)
+    print(f"stored {t_start - t_due:+.1f} s from due; per 250 ms:",
+          [sum(1 for t in times if t_start + k / 4 <= t < t_start + (k + 1) / 4)
+           for k in range(32)])
     assert abs(together - RATE) <= 0.1 * RATE, \
         f"three instances published {together:.0f}/s under a {RATE}/s limit"
 

@@ -626,7 +626,9 @@ rmqs_rc store_recover(store_t *st, size_t *n_out)
 
 bool store_has_peers(store_t *st)
 {
-    return st->ops->has_peers;
+    /* the claim is in the read because others claim from this database,
+     * and they store jobs in it too */
+    return st->ops->claims_in_read;
 }
 
 bool store_buckets_shared(store_t *st)

@@ -94,9 +94,7 @@ typedef struct store_ops {
      * claim from one database, so the claim and the read are one
      * statement); record's claims are then a no-op, and a job the front
      * does not keep after read_due must be given back with a RELEASE. */
-    bool claims_in_read;
-    /* Other instances store jobs in the same database (store_has_peers). */
-    bool has_peers;
+    bool claims_in_read; /* also store_has_peers: the same cause */
 
     /* Open (creating if needed) what target names, apply migrations (n of
      * them), return the state in *out; errors as store_open. */

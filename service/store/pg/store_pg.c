@@ -557,7 +557,6 @@ int64_t store_pg__claimers(store_backend *b, int64_t *rank)
 const store_ops store_pg_ops = {
     .name = "postgres",
     .claims_in_read = true,
-    .has_peers = true,
     .open = pg_open,
     .close = pg_free,
     .schema_version = pg_schema_version,

@@ -225,16 +225,22 @@ rmqs_rc pg_measure_clock(store_backend *b, pg_conn *pc)
 /* Next due, claim                                                          */
 
 /* This instance's share as parameters: claimers, its rank, and the wait
- * before another's job is taken (0 when it is alone: all is its own). */
-static void share_params(store_backend *b, char n[24], char k[24],
-                         char steal[24])
+ * before another's job is taken (0 when it is alone: all is its own).
+ * Returns the claimers. */
+static int64_t share_params(store_backend *b, char n[24], char k[24],
+                            char steal[24])
 {
     int64_t shares = atomic_load(&b->shares);
     int64_t claimers = shares >> 32;
 
-    pg_i64(n, claimers > 0 ? claimers : 1);
-    pg_i64(k, claimers > 0 ? shares & 0xffffffff : 0);
+    if (claimers < 1) { /* not known yet: all of it */
+        claimers = 1;
+        shares = 0;
+    }
+    pg_i64(n, claimers);
+    pg_i64(k, shares & 0xffffffff);
     pg_i64(steal, claimers > 1 ? PG_STEAL_MS : 0);
+    return claimers;
 }
 
 rmqs_rc pg_next_due(store_backend *b, claimset_t *held, bool *any,
@@ -288,9 +294,10 @@ static rmqs_rc claim(store_backend *b, int64_t due_by_ms, int64_t now_ms,
     pg_i64(now, now_ms);
     pg_i64(due, due_by_ms);
     pg_i64(lim, (int64_t)limit);
-    share_params(b, n_sh, k_sh, steal);
-    pg_i64(others,
-           strcmp(n_sh, "1") == 0 ? INT64_MIN : due_by_ms - PG_STEAL_MS);
+    /* another's jobs: none when alone, else those due PG_STEAL_MS sooner */
+    pg_i64(others, share_params(b, n_sh, k_sh, steal) == 1
+                       ? INT64_MIN
+                       : due_by_ms - PG_STEAL_MS);
     rc = pg_use(pc);
     if (rc == RMQS_OK) {
         pg_i64(slot, pc->slot);

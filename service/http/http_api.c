@@ -225,6 +225,8 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? h_metrics(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/stats") == 0)
         return get ? http_stats_get(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/stats/failures") == 0)
+        return get ? http_stats_failures(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/schedule") == 0 || strcmp(url, "/schedule/batch") == 0) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, "POST");

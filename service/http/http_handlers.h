@@ -67,6 +67,8 @@ enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
 
 /* GET /stats (http_stats.c). */
 enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
+/* GET /stats/failures (http_stats.c). */
+enum MHD_Result http_stats_failures(http_api_t *api, struct MHD_Connection *c);
 
 /* ---- the dashboard (http_ui.c) ------------------------------------------ */
 

@@ -423,14 +423,37 @@ static http_search *search_new(http_api_t *api, http_req *rq, bool count)
 
 #define COUNT_MAX_LIMIT 10000000
 
+/* GET /jobs?order=: due (the default), -due, created, -created. */
+static bool parse_order(const char *v, store_order *out)
+{
+    static const struct {
+        const char *name;
+        store_order order;
+    } orders[] = {{"due", STORE_ORDER_DUE},
+                  {"-due", STORE_ORDER_DUE_DESC},
+                  {"created", STORE_ORDER_CREATED},
+                  {"-created", STORE_ORDER_CREATED_DESC}};
+
+    *out = STORE_ORDER_DUE;
+    if (v == NULL)
+        return true;
+    for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
+        if (strcmp(v, orders[i].name) == 0) {
+            *out = orders[i].order;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* GET /jobs (count false; limit: the page's size) or GET /jobs/count
  * (count true; max: where counting stops): the query checked, the search
  * handed to the pool. */
 static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
                                     http_req *rq, bool count)
 {
-    static const char *const list_allowed[] = {"limit", "after", NULL};
-    static const char *const count_allowed[] = {"max", NULL};
+    static const char *const list_allowed[] = {"limit", "after", "order", NULL};
+    static const char *const count_allowed[] = {"max", "order", NULL};
     const char *unknown =
         http_query_unknown_filter(c, count ? count_allowed : list_allowed);
     const char *key = count ? "max" : "limit";
@@ -453,6 +476,15 @@ static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    /* a count takes the list's order too (and ignores it), so a page can
+     * pass one query string to both */
+    if (!parse_order(
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+            &s->filter.order)) {
+        rmqs_fail(&err, RMQS_EINVAL, "order",
+                  "order: due, -due, created or -created");
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
     if (count) {
         s->cap = v;
     } else {
@@ -500,7 +532,7 @@ enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
     }
     if (s->rc == RMQS_EINVAL) {
         rmqs_fail(&err, RMQS_EINVAL, "after",
-                  "after: not a cursor from this API");
+                  "after: not a cursor from this API for this order");
         return http_reply_rc(c, s->rc, &err, NULL);
     }
     if (s->rc != RMQS_OK)
@@ -519,8 +551,9 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
 
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
         rc = store_get(api->st, id, &job);
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : http_reply_rc(c, rc, NULL, "cannot read the job");
+        ret = rc == RMQS_OK
+                  ? reply_job(c, MHD_HTTP_OK, &job, false, JOB_WRITE_ATTEMPTS)
+                  : http_reply_rc(c, rc, NULL, "cannot read the job");
     } else if (strcmp(method, "DELETE") == 0) {
         store_change cancel = {.kind = STORE_CHANGE_CANCEL};
         int64_t now = tu_now_ms();

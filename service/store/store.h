@@ -131,13 +131,15 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n);
 rmqs_rc store_get(store_t *st, const char *id, job_t *out);
 
 /*
- * A page of jobs in (deliver_at, insertion) order matching f (NULL: all):
+ * A page of jobs matching f (NULL: all) in f->order (store_types.h:
+ * (deliver_at, insertion) by default; ties broken by insertion, in the
+ * order's direction):
  * at most limit jobs, and at most store_options.page_max_bytes of them as
  * stored (bodies, a binary one counted as base64, headers, properties,
  * last_error, plus about 512 bytes each), except one job larger than that,
  * which makes a page alone; so a page may hold fewer than limit jobs and
- * still have a next. after: NULL or a cursor from a previous page
- * (RMQS_EINVAL if malformed). *jobs_out is a malloc'd array of *n_out jobs
+ * still have a next. after: NULL or a cursor from a previous page of the
+ * same order (RMQS_EINVAL if malformed or made in another order). *jobs_out is a malloc'd array of *n_out jobs
  * (caller clears each and frees the array); *next_out is a malloc'd cursor
  * or NULL when this is the last page. Lists, counts and searches read on
  * connections of their own, never the writer's, and end with
@@ -167,6 +169,18 @@ rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
  */
 rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
                       char **plan_out);
+
+/*
+ * The most recent failed jobs (status failed), newest failed_at first: at
+ * most limit (>= 1) of them, read from the index of failed jobs by
+ * failed_at (jobs_failed_at), so the cost is limit rows however many jobs
+ * there are, on a search connection (never the writer's; the search
+ * budget applies: RMQS_ETIMEDOUT). *rows is a malloc'd array of *n
+ * (store_failures_free; NULL when there is none). For GET
+ * /stats/failures.
+ */
+rmqs_rc store_failures_recent(store_t *st, size_t limit, store_failure **rows,
+                              size_t *n);
 
 /*
  * The search's side tables (SQLite: job_headers, jobs_body_fts) are filled

@@ -135,6 +135,9 @@ typedef struct store_ops {
                      int64_t *count, bool *capped);
     rmqs_rc (*explain)(store_backend *b, const store_filter *f, bool count,
                        char **plan_out);
+    /* store_failures_recent (limit >= 1, checked by the front). */
+    rmqs_rc (*failures)(store_backend *b, size_t limit, store_failure **rows,
+                        size_t *n);
     /* store_update_batch with binary ids (not held: the front checked),
      * kind CANCEL or RETRY; changed[] is all false on failure. */
     rmqs_rc (*update_batch)(store_backend *b,

@@ -68,9 +68,24 @@ static bool parse_i64(const char *s, size_t len, int64_t *out)
 
 bool store_cursor_parse(const char *text, store_cursor *out)
 {
-    const char *dot = text ? strchr(text, '.') : NULL;
+    const char *dot;
 
-    if (!dot || strlen(text) >= STORE_CURSOR_MAX)
+    if (!text || strlen(text) >= STORE_CURSOR_MAX)
+        return false;
+    out->deliver_at = 0;
+    if (text[0] == 'c' || text[0] == 'C') {
+        out->order =
+            text[0] == 'c' ? STORE_ORDER_CREATED : STORE_ORDER_CREATED_DESC;
+        return parse_i64(text + 1, strlen(text + 1), &out->seq) &&
+               out->seq >= 0;
+    }
+    out->order = STORE_ORDER_DUE;
+    if (text[0] == 'D') {
+        out->order = STORE_ORDER_DUE_DESC;
+        text++;
+    }
+    dot = strchr(text, '.');
+    if (!dot)
         return false;
     return parse_i64(text, (size_t)(dot - text), &out->deliver_at) &&
            parse_i64(dot + 1, strlen(dot + 1), &out->seq) && out->seq >= 0;
@@ -80,8 +95,14 @@ char *store_cursor_format(const store_cursor *c)
 {
     char *out = malloc(STORE_CURSOR_MAX);
 
-    if (out)
-        snprintf(out, STORE_CURSOR_MAX, "%" PRId64 ".%" PRId64, c->deliver_at,
+    if (!out)
+        return NULL;
+    if (c->order == STORE_ORDER_CREATED || c->order == STORE_ORDER_CREATED_DESC)
+        snprintf(out, STORE_CURSOR_MAX, "%c%" PRId64,
+                 c->order == STORE_ORDER_CREATED ? 'c' : 'C', c->seq);
+    else
+        snprintf(out, STORE_CURSOR_MAX, "%s%" PRId64 ".%" PRId64,
+                 c->order == STORE_ORDER_DUE_DESC ? "D" : "", c->deliver_at,
                  c->seq);
     return out;
 }
@@ -366,5 +387,14 @@ void store_limits_free(store_limit *rows, size_t n)
 {
     for (size_t i = 0; rows != NULL && i < n; i++)
         store_limit_clear(&rows[i]);
+    free(rows);
+}
+
+void store_failures_free(store_failure *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++) {
+        free(rows[i].exchange);
+        free(rows[i].error);
+    }
     free(rows);
 }

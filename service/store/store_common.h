@@ -50,14 +50,19 @@ void store_delta_move(store_delta *d, int from, int to, int64_t n);
 /* Add src into d (a kept savepoint's scratch). */
 void store_delta_merge(store_delta *d, const store_delta *src);
 
-/* The listing cursor: opaque to clients, "<deliver_at>.<seq>" in base 10
- * (URL-safe), seq being the backend's insertion order. */
+/* The listing cursor: opaque to clients, URL-safe, in base 10, seq being
+ * the backend's insertion order; tied to the order of the page it ends
+ * (store_order): "<deliver_at>.<seq>" (due: the form before issue 25),
+ * "D<deliver_at>.<seq>" (-due), "c<seq>" (created), "C<seq>"
+ * (-created). */
 typedef struct store_cursor {
-    int64_t deliver_at;
+    int64_t deliver_at; /* 0 in a created order's cursor */
     int64_t seq;
+    store_order order;
 } store_cursor;
 
-/* Parse text into *out: false if malformed (then RMQS_EINVAL to callers). */
+/* Parse text into *out: false if malformed (then RMQS_EINVAL to callers).
+ * out->order is the order the text was made in. */
 bool store_cursor_parse(const char *text, store_cursor *out);
 /* A malloc'd cursor text, or NULL when out of memory. */
 char *store_cursor_format(const store_cursor *c);

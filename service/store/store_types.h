@@ -62,6 +62,16 @@ typedef struct store_insert_req {
 /* Longest id_prefix: a whole id's hex digits. */
 #define STORE_ID_PREFIX_MAX (2 * JOB_ID_BYTES)
 
+/* The order of a page of jobs (GET /jobs?order=, issue 25); a cursor
+ * holds the order it was made in (store_common.h). Zero is the default. */
+typedef enum store_order {
+    STORE_ORDER_DUE = 0,     /* deliver_at, then insertion (seq) */
+    STORE_ORDER_DUE_DESC,    /* the newest deliver_at first, ties newest
+                                 inserted first */
+    STORE_ORDER_CREATED,     /* insertion order (seq), oldest first */
+    STORE_ORDER_CREATED_DESC /* newest inserted first */
+} store_order;
+
 /*
  * What GET /jobs, GET /jobs/count and POST /jobs/bulk select (filled by
  * http_filter.c, the one parser); every member set must hold (AND). -1 /
@@ -95,7 +105,23 @@ typedef struct store_filter {
      * JSON bodies only (never binary ones); valid UTF-8, at least 3
      * characters; or NULL */
     const char *q;
+    /* the order of a page (store_list, store_explain); store_count
+     * ignores it */
+    store_order order;
 } store_filter;
+
+/* A failed job as GET /stats/failures groups it (store_failures_recent,
+ * issue 25). */
+typedef struct store_failure {
+    char id[JOB_ID_LEN + 1];
+    char *exchange;    /* owned */
+    char *error;       /* owned: last_error, its first
+                          JOB_ATTEMPT_ERROR_CHARS characters; NULL if none */
+    int64_t failed_at; /* ms */
+} store_failure;
+
+/* Clear n failures and free the array (NULL is fine; store_common.c). */
+void store_failures_free(store_failure *rows, size_t n);
 
 /* A client's change to a job (PATCH and DELETE /jobs/{id}, POST
  * /jobs/{id}/run and /retry, POST /jobs/bulk). */

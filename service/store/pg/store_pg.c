@@ -572,6 +572,7 @@ const store_ops store_pg_ops = {
     .update = pg_update,
     .count = pg_count,
     .explain = pg_explain,
+    .failures = pg_failures,
     .update_batch = pg_update_batch,
     .search_index = pg_search_index,
     .search_index_lag = pg_search_index_lag,

@@ -352,6 +352,7 @@ const store_ops store_sqlite_ops = {
     .update = sq_update,
     .count = sq_count,
     .explain = sq_explain,
+    .failures = sq_failures,
     .update_batch = sq_update_batch,
     .search_index = sq_search_index,
     .search_index_lag = sq_search_index_lag,

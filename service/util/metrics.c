@@ -47,6 +47,7 @@ static const char *const route_names[MR_COUNT] = {"/schedule",
                                                   "/jobs/bulk/{id}",
                                                   "/limits",
                                                   "/limits/{name}",
+                                                  "/stats/failures",
                                                   "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
@@ -208,6 +209,8 @@ metrics_route metrics_route_of(const char *url)
     }
     if (strcmp(url, "/stats") == 0)
         return MR_STATS;
+    if (strcmp(url, "/stats/failures") == 0)
+        return MR_STATS_FAILURES;
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
         return MR_SCHEDULES;
     if (strncmp(url, "/schedules/", 11) == 0)

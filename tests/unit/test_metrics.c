@@ -23,6 +23,7 @@ Test(metrics, routes_are_classified_without_ids_in_labels)
         MR_JOB_RETRY);
     cr_expect_eq(metrics_route_of("/jobs/x/nope"), MR_OTHER);
     cr_expect_eq(metrics_route_of("/stats"), MR_STATS);
+    cr_expect_eq(metrics_route_of("/stats/failures"), MR_STATS_FAILURES);
     cr_expect_eq(metrics_route_of("/jobs/bulk"), MR_JOBS_BULK);
     cr_expect_eq(
         metrics_route_of("/jobs/bulk/0190a1b2-0000-7000-8000-000000000000"),

@@ -411,12 +411,12 @@ static void check_order_plans(void)
         int status;
         const char *schedule, *want;
     } cases[] = {
-        {STORE_ORDER_CREATED_DESC, -1, NULL, "SCAN jobs"},
-        {STORE_ORDER_CREATED, -1, NULL, "SCAN jobs"},
+        {STORE_ORDER_CREATED_DESC, -1, NULL, "INTEGER PRIMARY KEY (rowid<?)"},
+        {STORE_ORDER_CREATED, -1, NULL, "INTEGER PRIMARY KEY (rowid>?)"},
         {STORE_ORDER_CREATED_DESC, JOB_FAILED, NULL,
-         "INDEX jobs_status_seq (status=? AND rowid<?)"},
+         "INDEX jobs_status_seq (status=? AND seq<?)"},
         {STORE_ORDER_CREATED, JOB_PENDING, NULL,
-         "INDEX jobs_status_seq (status=? AND rowid>?)"},
+         "INDEX jobs_status_seq (status=? AND seq>?)"},
         {STORE_ORDER_CREATED_DESC, -1, "s", "INDEX jobs_schedule_seq"},
         {STORE_ORDER_DUE_DESC, -1, NULL, "INDEX jobs_deliver"},
         {STORE_ORDER_DUE_DESC, JOB_FAILED, NULL, "INDEX jobs_status_deliver"},

@@ -439,7 +439,11 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
 rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
                    char **plan_out)
 {
-    store_cursor cur = {0};
+    /* a page after a cursor: 0 ascending, the end descending */
+    bool desc = f != NULL && (f->order == STORE_ORDER_DUE_DESC ||
+                              f->order == STORE_ORDER_CREATED_DESC);
+    store_cursor cur = {desc ? INT64_MAX : 0, desc ? INT64_MAX : 0,
+                        STORE_ORDER_DUE};
     store_text t = {0};
     pg_query q;
     PGresult *res = NULL;

@@ -563,7 +563,11 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
     searcher sr;
     sqlite3 *db;
     store_text t = {0};
-    store_cursor cur = {0};
+    /* a page after a cursor: 0 ascending, the end descending */
+    bool desc = f != NULL && (f->order == STORE_ORDER_DUE_DESC ||
+                              f->order == STORE_ORDER_CREATED_DESC);
+    store_cursor cur = {desc ? INT64_MAX : 0, desc ? INT64_MAX : 0,
+                        STORE_ORDER_DUE};
     rmqs_rc out;
     int rc;
 

@@ -223,7 +223,11 @@ Test(store_pg_search, the_dashboard_orders_never_sort)
     } cases[] = {
         {STORE_ORDER_CREATED_DESC, -1, NULL, "jobs_pkey"},
         {STORE_ORDER_CREATED, -1, NULL, "jobs_pkey"},
-        {STORE_ORDER_CREATED_DESC, JOB_FAILED, NULL, "jobs_status_seq"},
+        /* a tenth of the jobs failed, spread evenly, so the primary key
+         * backwards with the status checked (about 510 rows for a page)
+         * costs the planner as little as jobs_status_seq: either walks
+         * in order; neither sorts */
+        {STORE_ORDER_CREATED_DESC, JOB_FAILED, NULL, "Index"},
         {STORE_ORDER_CREATED_DESC, JOB_PENDING, NULL, "Index"},
         {STORE_ORDER_CREATED_DESC, -1, "s1", "jobs_schedule_seq"},
         {STORE_ORDER_DUE_DESC, -1, NULL, "jobs_deliver"},

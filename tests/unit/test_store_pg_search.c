@@ -229,6 +229,8 @@ Test(store_pg_search, the_dashboard_orders_never_sort)
          * in order; neither sorts */
         {STORE_ORDER_CREATED_DESC, JOB_FAILED, NULL, "Index"},
         {STORE_ORDER_CREATED_DESC, JOB_PENDING, NULL, "Index"},
+        /* a rare status (none here is cancelled): its own index */
+        {STORE_ORDER_CREATED_DESC, JOB_CANCELLED, NULL, "jobs_status_seq"},
         {STORE_ORDER_CREATED_DESC, -1, "s1", "jobs_schedule_seq"},
         {STORE_ORDER_DUE_DESC, -1, NULL, "jobs_deliver"},
         {STORE_ORDER_DUE_DESC, JOB_FAILED, NULL, "jobs_status_deliver"},

@@ -163,6 +163,7 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     metrics_sources src = {0};
     char *text, *limits, store_id[STORE_IDENTITY_MAX];
 
+    src.database_up = http_db_check(api) != HTTP_DB_DOWN;
     src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
     src.db_bytes = store_size_bytes(api->st);
     src.search_index_lag = store_search_index_lag(api->st);

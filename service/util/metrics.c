@@ -532,6 +532,12 @@ char *metrics_render(const metrics_sources *src)
               "rmqs_broker_connected %d\n",
               src != NULL && src->broker_connected ? 1 : 0);
     sb_printf(&b,
+              "# HELP rmqs_database_up Whether the database answers "
+              "(as /readyz checks it; a full disk still answers).\n"
+              "# TYPE rmqs_database_up gauge\n"
+              "rmqs_database_up %d\n",
+              src != NULL && src->database_up ? 1 : 0);
+    sb_printf(&b,
               "# HELP rmqs_broker_blocked Whether the broker blocks "
               "publishing (connection.blocked); jobs wait meanwhile.\n"
               "# TYPE rmqs_broker_blocked gauge\n"

@@ -111,6 +111,7 @@ typedef struct metrics_sources {
     int64_t jobs_by_status[5]; /* indexed by job_status */
     int64_t db_bytes;          /* database file + WAL, -1 if unknown */
     bool broker_connected;
+    bool database_up;         /* it answers (store_ping), full or not */
     bool broker_blocked;      /* connection.blocked: publishing waits */
     int64_t requests_waiting; /* POSTs waiting for write-queue room */
     bool have_schedule_counts;

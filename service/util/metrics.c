@@ -357,6 +357,8 @@ static void sb_label(sbuf *b, const char *v)
 /* Failed jobs by exchange, the bounded label (metrics_job_failed). */
 static void sb_failed_by_exchange(sbuf *b)
 {
+    static char names[METRICS_EXCHANGES_MAX][256]; /* under render_mu */
+    static pthread_mutex_t render_mu = PTHREAD_MUTEX_INITIALIZER;
     size_t n;
 
     sb_printf(b,
@@ -365,14 +367,19 @@ static void sb_failed_by_exchange(sbuf *b)
               "label value, later ones count as \"other\").\n"
               "# TYPE rmqs_jobs_failed_total counter\n",
               METRICS_EXCHANGES_MAX);
+    /* The publisher thread (real-time priority) takes exchange_mu when a
+     * job fails: held here only to copy the names, never to format. */
+    pthread_mutex_lock(&render_mu);
     pthread_mutex_lock(&m.exchange_mu);
     n = m.n_exchanges;
+    memcpy(names, m.exchanges, n * sizeof(names[0]));
+    pthread_mutex_unlock(&m.exchange_mu);
     for (size_t i = 0; i < n; i++) {
         sb_printf(b, "rmqs_jobs_failed_total{exchange=\"");
-        sb_label(b, m.exchanges[i]);
+        sb_label(b, names[i]);
         sb_printf(b, "\"} %llu\n", U(m.failed_by_exchange[i]));
     }
-    pthread_mutex_unlock(&m.exchange_mu);
+    pthread_mutex_unlock(&render_mu);
     if (n == METRICS_EXCHANGES_MAX)
         sb_printf(b, "rmqs_jobs_failed_total{exchange=\"other\"} %llu\n",
                   U(m.failed_by_exchange[METRICS_EXCHANGES_MAX]));

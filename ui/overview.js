@@ -81,9 +81,10 @@ export function render(main, ctx) {
       const per = (st.interval_s || 1) / 60;
       const col = (k, f = 1) => samples.map((s) => (s[k] == null ? null : s[k] / f));
       const sum = (k) => samples.reduce((a, s) => a + (s[k] || 0), 0);
-      // An interval without a send has null percentiles: show the latest
-      // interval that had sends.
-      const lastLate = samples.findLast((s) => s.late_p50_ms != null) || {};
+      // The latest interval's lateness: one without a send has null
+      // percentiles and says "no sends", never an older interval's value
+      // (during an outage that stale value looked healthy).
+      const lastLate = samples.length ? samples[samples.length - 1] : {};
       replace(
         rates,
         h(
@@ -93,15 +94,15 @@ export function render(main, ctx) {
             ['scheduled', sum('scheduled')],
             ['sent', sum('sent')],
             ['failed', sum('failed')],
-            ['late p50', lastLate.late_p50_ms, ' ms'],
-            ['late p90', lastLate.late_p90_ms, ' ms'],
-            ['late p99', lastLate.late_p99_ms, ' ms'],
-          ].map(([k, v, u]) =>
+            ['late p50', lastLate.late_p50_ms, ' ms', 'no sends'],
+            ['late p90', lastLate.late_p90_ms, ' ms', 'no sends'],
+            ['late p99', lastLate.late_p99_ms, ' ms', 'no sends'],
+          ].map(([k, v, u, none]) =>
             h(
               'li',
               { class: 'card' },
               h('div', { class: 'label' }, k),
-              h('div', { class: 'value' }, v == null ? '—' : v + (u || '')),
+              h('div', { class: 'value' }, v == null ? none || '—' : v + (u || '')),
             ),
           ),
         ),

@@ -70,6 +70,22 @@ enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
 /* GET /stats/failures (http_stats.c). */
 enum MHD_Result http_stats_failures(http_api_t *api, struct MHD_Connection *c);
 
+/* ---- GET /status (http_status.c) ---------------------------------------- */
+
+/* Overdue: pending, deliver_at more than OVERDUE_MARGIN_MS before now. */
+#define OVERDUE_MARGIN_MS 1000
+#define OVERDUE_CAP 10000
+enum MHD_Result http_status_get(http_api_t *api, struct MHD_Connection *c);
+/* The overdue jobs at now_ms: how many (up to OVERDUE_CAP, *capped past
+ * it) and the oldest one's deliver_at (-1: none); a store error as is. */
+rmqs_rc http_overdue(http_api_t *api, int64_t now_ms, int64_t *count,
+                     bool *capped, int64_t *oldest_ms);
+/* The database's state now (store_ping, the writer's disk reserve), noted
+ * for /status's since and last_error. Any thread. */
+http_db_state http_db_check(http_api_t *api);
+/* Note a state seen (error NULL: keep the last one). */
+void http_db_note(http_api_t *api, http_db_state state, const char *error);
+
 /* ---- the dashboard (http_ui.c) ------------------------------------------ */
 
 /* Whether url is the dashboard's (/ui, /ui/...) and the UI is not off:

@@ -168,6 +168,12 @@ rmqs_rc store_ping(store_t *st)
     return st->ops->ping(st->b);
 }
 
+rmqs_rc store_identity(store_t *st, char out[STORE_IDENTITY_MAX])
+{
+    out[0] = '\0';
+    return st->ops->identity(st->b, out);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Insert and read                                                          */
 

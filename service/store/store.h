@@ -107,6 +107,17 @@ int64_t store_size_bytes(store_t *st);
 rmqs_rc store_ping(store_t *st);
 
 /*
+ * What names this database, the same for every instance that shares it
+ * (the `store` label of the whole-database gauges, GET /metrics, so a
+ * dashboard takes max by store rather than a sum): PostgreSQL "pg-" and
+ * the random id migration 0011 wrote once in store_identity; SQLite
+ * "sqlite-" and the file's device and inode, in hex. A short
+ * [a-z0-9-] string in out (STORE_IDENTITY_MAX: store_types.h); RMQS_EDB
+ * if it cannot be read.
+ */
+rmqs_rc store_identity(store_t *st, char out[STORE_IDENTITY_MAX]);
+
+/*
  * Insert a new job (job->id assigned by the caller). With idem_key non-NULL,
  * the key is recorded with idem_request (the canonical request) in the same
  * transaction; if the key exists already:

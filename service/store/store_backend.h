@@ -112,6 +112,8 @@ typedef struct store_ops {
     int64_t (*free_bytes)(store_backend *b);
     int64_t (*size_bytes)(store_backend *b);
     rmqs_rc (*ping)(store_backend *b);
+    /* store_identity */
+    rmqs_rc (*identity)(store_backend *b, char out[STORE_IDENTITY_MAX]);
 
     rmqs_rc (*insert_batch)(store_backend *b, store_insert_req *reqs, size_t n);
     rmqs_rc (*get)(store_backend *b, const unsigned char id[JOB_ID_BYTES],

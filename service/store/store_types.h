@@ -78,6 +78,9 @@ typedef enum store_order {
  * NULL / false / "" : any, so a zeroed filter with status and source -1
  * matches every job. Strings are borrowed from the request.
  */
+/* The longest store_identity, its NUL included. */
+#define STORE_IDENTITY_MAX 64
+
 typedef struct store_filter {
     int status;              /* a job_status, or -1 */
     int source;              /* a job_source, or -1 */

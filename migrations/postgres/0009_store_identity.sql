@@ -1,4 +1,4 @@
--- 0011_store_identity.sql - a random id written once, naming this database
+-- 0009_store_identity.sql - a random id written once, naming this database
 -- for every instance that shares it (issue 25): GET /metrics labels the
 -- whole-database gauges (jobs by status, schedules, database size) with
 -- store="pg-<id>", so a dashboard over several instances takes

@@ -353,6 +353,16 @@ void store_schedules_free(store_schedule *rows, size_t n)
     free(rows);
 }
 
+void store_run_outcome_clear(store_run_outcome *o)
+{
+    if (o == NULL)
+        return;
+    free(o->last_error);
+    memset(o, 0, sizeof(*o));
+    o->last_fire_at = -1;
+    o->last_status = -1;
+}
+
 void store_limit_clear(store_limit *l)
 {
     if (l == NULL)

@@ -156,3 +156,26 @@ rmqs_rc store_schedule_counts(store_t *st, int64_t counts[3])
 {
     return st->ops->sched->counts(st->b, counts);
 }
+
+rmqs_rc store_schedule_recent(store_t *st, const char *name, int64_t now_ms,
+                              store_run_outcome *out)
+{
+    unsigned char id[JOB_ID_BYTES];
+    rmqs_rc rc;
+
+    memset(out, 0, sizeof(*out));
+    store_run_outcome_clear(out);
+    if (!name_ok(name))
+        return RMQS_OK; /* no such name, no runs */
+    rc = st->ops->sched->recent(st->b, name, now_ms, out);
+    if (rc != RMQS_OK) {
+        store_run_outcome_clear(out);
+        return rc;
+    }
+    /* held by the dispatcher: publishing, as store_get shows it */
+    if (out->has_last && out->last_status == JOB_PENDING &&
+        job_id_parse(out->last_id, id) == RMQS_OK &&
+        claimset_held(st->held, id))
+        out->last_status = JOB_PUBLISHING;
+    return RMQS_OK;
+}

@@ -32,6 +32,7 @@ typedef enum metrics_route {
     MR_JOBS_BULK_ONE,
     MR_LIMITS,
     MR_LIMIT_ONE,
+    MR_SCHEDULE_RUN,
     MR_OTHER,
     MR_COUNT
 } metrics_route;

@@ -613,9 +613,9 @@ out:
 /* What an operator reads: the last run and the failure streak              */
 
 /* $1 name, $2 now, $3 STORE_STREAK_CAP + 1. Kind 0: the last run due
- * (jobs_schedule, backwards from now: one entry); kind 1: the statuses of
- * the latest finished runs, newest first (jobs_schedule_done, 0010: only
- * those, their status included). */
+ * (jobs_schedule, backwards from now: one entry); kind 1: the latest
+ * finished runs (jobs_schedule_done, 0010: only those, their status
+ * included), sorted by the caller (store_streak_of). */
 static const char recent_sql[] =
     "(SELECT 0 AS k, id, fire_at, status, last_error, deliver_at, seq "
     "FROM jobs WHERE schedule = $1 AND deliver_at <= $2::bigint "
@@ -623,8 +623,7 @@ static const char recent_sql[] =
     "UNION ALL "
     "(SELECT 1, NULL::bytea, NULL::bigint, status, NULL::text, deliver_at, "
     "seq FROM jobs WHERE schedule = $1 AND status IN (2, 3) "
-    "ORDER BY deliver_at DESC, seq DESC LIMIT $3::bigint) "
-    "ORDER BY 1, 6 DESC, 7 DESC";
+    "ORDER BY deliver_at DESC, seq DESC LIMIT $3::bigint)";
 
 static rmqs_rc pgs_recent(store_backend *b, const char *name, int64_t now_ms,
                           store_run_outcome *out)
@@ -632,9 +631,9 @@ static rmqs_rc pgs_recent(store_backend *b, const char *name, int64_t now_ms,
     char now[24], cap[24];
     const char *vals[3] = {name, pg_i64(now, now_ms),
                            pg_i64(cap, STORE_STREAK_CAP + 1)};
+    store_finished_run runs[STORE_STREAK_CAP + 1];
+    size_t n = 0;
     PGresult *res = NULL;
-    bool streak_open = true;
-    int failed = 0;
     rmqs_rc rc = pg_use(&b->wr);
 
     if (rc == RMQS_OK)
@@ -643,29 +642,28 @@ static rmqs_rc pgs_recent(store_backend *b, const char *name, int64_t now_ms,
     pg_done(&b->wr);
     for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
         int status = (int)pg_int(res, r, 3);
-        if (pg_int(res, r, 0) == 0) {
-            if (PQgetisnull(res, r, 1) ||
-                PQgetlength(res, r, 1) != JOB_ID_BYTES)
-                continue; /* not a job id: the schema forbids it */
-            out->has_last = true;
-            job_id_format((const unsigned char *)PQgetvalue(res, r, 1),
-                          out->last_id);
-            out->last_fire_at = col_i64_or(res, r, 2, -1);
-            out->last_status = status;
-            if (!PQgetisnull(res, r, 4)) {
-                out->last_error = col_dup(res, r, 4);
-                if (out->last_error == NULL)
-                    rc = RMQS_ENOMEM;
-            }
-        } else if (streak_open && status == JOB_FAILED) {
-            failed++;
-        } else {
-            streak_open = false; /* a sent run ends the streak */
+        if (pg_int(res, r, 0) != 0) {
+            if (n < sizeof runs / sizeof runs[0])
+                runs[n++] = (store_finished_run){pg_int(res, r, 5),
+                                                 pg_int(res, r, 6), status};
+            continue;
+        }
+        if (PQgetisnull(res, r, 1) || PQgetlength(res, r, 1) != JOB_ID_BYTES)
+            continue; /* not a job id: the schema forbids it */
+        out->has_last = true;
+        job_id_format((const unsigned char *)PQgetvalue(res, r, 1),
+                      out->last_id);
+        out->last_fire_at = col_i64_or(res, r, 2, -1);
+        out->last_status = status;
+        if (!PQgetisnull(res, r, 4)) {
+            out->last_error = col_dup(res, r, 4);
+            if (out->last_error == NULL)
+                rc = RMQS_ENOMEM;
         }
     }
     PQclear(res);
-    out->streak_capped = failed > STORE_STREAK_CAP;
-    out->failure_streak = failed > STORE_STREAK_CAP ? STORE_STREAK_CAP : failed;
+    if (rc == RMQS_OK)
+        store_streak_of(runs, n, out);
     return rc;
 }
 

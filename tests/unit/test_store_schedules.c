@@ -849,7 +849,8 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     cr_expect_str_eq(idx_after,
                      "jobs_deliver,jobs_due,jobs_exchange,jobs_finished,"
                      "jobs_held_by,jobs_id,jobs_message_id,jobs_routing_key,"
-                     "jobs_schedule,jobs_source,jobs_status_deliver",
+                     "jobs_schedule,jobs_schedule_done,jobs_source,"
+                     "jobs_status_deliver",
                      "before: %s", want_idx);
     cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM idempotency"), keys,
                  "the keys survive the rebuild");
@@ -1011,7 +1012,7 @@ BOTH(recent_is_the_last_due_run_and_the_failure_streak)
     run_with_status(4, "s", g_now - 2000, JOB_FAILED, "NOT_FOUND - new");
     run_with_status(5, "s", g_now - 1000, JOB_PENDING, NULL);
     run_with_status(6, "s", g_now + 5000, JOB_PENDING, NULL); /* ahead */
-    run_with_status(7, "t", g_now - 500, JOB_FAILED, "another schedule's");
+    run_with_status(7, "t", g_now - 500, JOB_FAILED, "another schedule");
     o = recent_ok("s");
     cr_assert(o.has_last);
     cr_expect_eq(o.last_fire_at, g_now - 1000,

@@ -95,13 +95,16 @@ static json_t *last_run_json(const store_run_outcome *o)
                                            : json_null());
 }
 
-/* The GET representation of row with count next runs (new reference; NULL
- * on failure, *rc saying why). */
+/* The GET representation of row with count next runs and its recent runs
+ * (read here when recent is NULL; a list reads its page's at once): a new
+ * reference, or NULL on failure with *rc saying why. */
 static json_t *schedule_json(http_api_t *api, const store_schedule *row,
-                             size_t count, int64_t now, rmqs_rc *rc)
+                             size_t count, int64_t now,
+                             const store_run_outcome *recent, rmqs_rc *rc)
 {
     schedule_t s;
-    store_run_outcome recent;
+    store_run_outcome own = {0};
+    const char *name = row->name;
     rmqs_error err = {0};
     json_t *o;
     int64_t after;
@@ -114,21 +117,24 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
                   row->name, err.message);
         return NULL;
     }
-    *rc = store_schedule_recent(api->st, row->name, now, &recent);
-    if (*rc != RMQS_OK) {
-        log_error(MOD, "cannot read the recent runs of a schedule",
-                  "schedule=\"%s\" error=%s", row->name, rmqs_rc_name(*rc));
-        schedule_clear(&s);
-        return NULL;
+    if (recent == NULL) {
+        *rc = store_schedule_recent(api->st, &name, 1, now, &own);
+        if (*rc != RMQS_OK) {
+            log_error(MOD, "cannot read the recent runs of a schedule",
+                      "schedule=\"%s\" error=%s", name, rmqs_rc_name(*rc));
+            schedule_clear(&s);
+            return NULL;
+        }
+        recent = &own;
     }
     *rc = RMQS_ENOMEM;
     o = schedule_spec_json(&s);
     if (o != NULL) {
-        json_object_set_new(o, "last_run", last_run_json(&recent));
+        json_object_set_new(o, "last_run", last_run_json(recent));
         json_object_set_new(o, "failure_streak",
-                            json_integer(recent.failure_streak));
+                            json_integer(recent->failure_streak));
         json_object_set_new(o, "failure_streak_capped",
-                            json_boolean(recent.streak_capped));
+                            json_boolean(recent->streak_capped));
         json_object_set_new(o, "state", json_string(state_name(row)));
         json_object_set_new(o, "generation", json_integer(row->generation));
         json_object_set_new(o, "created_at",
@@ -154,7 +160,7 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
         }
         *rc = RMQS_OK;
     }
-    store_run_outcome_clear(&recent);
+    store_run_outcome_clear(&own);
     schedule_clear(&s);
     return o;
 }
@@ -164,7 +170,7 @@ static enum MHD_Result reply_schedule(http_api_t *api, struct MHD_Connection *c,
                                       const store_schedule *row, size_t count)
 {
     rmqs_rc rc;
-    json_t *o = schedule_json(api, row, count, tu_now_ms(), &rc);
+    json_t *o = schedule_json(api, row, count, tu_now_ms(), NULL, &rc);
 
     if (o == NULL)
         return http_reply_rc(c, rc, NULL, "cannot show the schedule");
@@ -562,6 +568,8 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
     const char *after =
         MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     store_schedule *rows = NULL;
+    store_run_outcome *recent = NULL;
+    const char **names = NULL;
     size_t n = 0;
     int64_t limit = LIST_LIMIT_DEFAULT;
     char *next = NULL;
@@ -579,15 +587,32 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
         return reply_bad_query(c, "after", "after: not a cursor from this API");
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, NULL, "cannot list schedules");
-    list = json_array();
-    rc = RMQS_ENOMEM;
+    /* the page's recent runs in one store call (one round trip) */
+    names = calloc(n > 0 ? n : 1, sizeof(*names));
+    recent = calloc(n > 0 ? n : 1, sizeof(*recent));
+    rc = names != NULL && recent != NULL ? RMQS_OK : RMQS_ENOMEM;
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++)
+        names[i] = rows[i].name;
+    if (rc == RMQS_OK)
+        rc = store_schedule_recent(api->st, names, n, now, recent);
+    if (rc != RMQS_OK)
+        log_error(MOD, "cannot read the recent runs of the schedules",
+                  "schedules=%zu error=%s", n, rmqs_rc_name(rc));
+    list = rc == RMQS_OK ? json_array() : NULL;
+    if (rc == RMQS_OK)
+        rc = RMQS_ENOMEM;
     for (size_t i = 0; list != NULL && i < n; i++) {
-        json_t *o = schedule_json(api, &rows[i], NEXT_RUNS_DEFAULT, now, &rc);
+        json_t *o = schedule_json(api, &rows[i], NEXT_RUNS_DEFAULT, now,
+                                  &recent[i], &rc);
         if (o == NULL || json_array_append_new(list, o) != 0) {
             json_decref(list);
             list = NULL;
         }
     }
+    for (size_t i = 0; recent != NULL && i < n; i++)
+        store_run_outcome_clear(&recent[i]);
+    free(recent);
+    free(names);
     if (list == NULL)
         ret = http_reply_rc(c, rc == RMQS_OK ? RMQS_ENOMEM : rc, NULL,
                             "cannot list schedules");

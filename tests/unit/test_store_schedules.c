@@ -992,7 +992,7 @@ static store_run_outcome recent_ok(const char *name)
 {
     store_run_outcome o;
 
-    cr_assert_eq(store_schedule_recent(g_st, name, g_now, &o), RMQS_OK);
+    cr_assert_eq(store_schedule_recent(g_st, &name, 1, g_now, &o), RMQS_OK);
     return o;
 }
 
@@ -1059,4 +1059,33 @@ BOTH(recent_counts_the_streak_up_to_the_cap)
     cr_expect_eq(o.failure_streak, STORE_STREAK_CAP);
     cr_expect(o.streak_capped, "more than the cap");
     store_run_outcome_clear(&o);
+}
+
+BOTH(recent_reads_a_page_of_schedules_at_once)
+{
+    const char *names[] = {"a", "none", "b", "a"};
+    store_run_outcome o[4];
+
+    run_with_status(1, "a", g_now - 3000, JOB_SENT, NULL);
+    run_with_status(2, "a", g_now - 2000, JOB_FAILED, "a failed");
+    run_with_status(3, "b", g_now - 2500, JOB_FAILED, "b1");
+    run_with_status(4, "b", g_now - 1500, JOB_FAILED, "b2");
+    run_with_status(5, "b", g_now + 9000, JOB_PENDING, NULL);
+    cr_assert_eq(store_schedule_recent(g_st, names, 4, g_now, o), RMQS_OK);
+    cr_expect(o[0].has_last);
+    cr_expect_eq(o[0].last_fire_at, g_now - 2000);
+    cr_expect_str_eq(o[0].last_error, "a failed");
+    cr_expect_eq(o[0].failure_streak, 1);
+    cr_expect_not(o[1].has_last, "a name without runs");
+    cr_expect_eq(o[1].failure_streak, 0);
+    cr_expect_eq(o[1].last_status, -1);
+    cr_expect(o[2].has_last);
+    cr_expect_eq(o[2].last_fire_at, g_now - 1500, "each in its own place");
+    cr_expect_str_eq(o[2].last_error, "b2");
+    cr_expect_eq(o[2].failure_streak, 2, "no sent run: every failed one");
+    cr_expect_eq(o[3].last_fire_at, g_now - 2000, "a name twice");
+    cr_expect_eq(o[3].failure_streak, 1);
+    for (int i = 0; i < 4; i++)
+        store_run_outcome_clear(&o[i]);
+    cr_assert_eq(store_schedule_recent(g_st, names, 0, g_now, o), RMQS_OK);
 }

@@ -641,18 +641,20 @@ static rmqs_rc recent_rows(store_backend *st, sqlite3_stmt *s,
     return RMQS_OK;
 }
 
-static rmqs_rc sqs_recent(store_backend *st, const char *name, int64_t now_ms,
-                          store_run_outcome *out)
+static rmqs_rc sqs_recent(store_backend *st, const char *const *names, size_t n,
+                          int64_t now_ms, store_run_outcome *out)
 {
     sqlite3_stmt *s = st->sched[SS_RECENT];
-    rmqs_rc rc;
+    rmqs_rc rc = RMQS_OK;
 
     sq_lock(st);
-    sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(s, 2, now_ms);
-    sqlite3_bind_int(s, 3, STORE_STREAK_CAP + 1);
-    rc = recent_rows(st, s, out);
-    sq_stmt_done(s);
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        sqlite3_bind_text(s, 1, names[i], -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now_ms);
+        sqlite3_bind_int(s, 3, STORE_STREAK_CAP + 1);
+        rc = recent_rows(st, s, &out[i]);
+        sq_stmt_done(s);
+    }
     pthread_mutex_unlock(&st->mu);
     return rc;
 }

@@ -56,6 +56,7 @@
 #include "limit.h"
 #include "log.h"
 #include "netaddr.h"
+#include "schedule.h"
 #include "metrics.h"
 #include "timeutil.h"
 #include "writer.h"
@@ -273,6 +274,16 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? http_schedules_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/schedules/", 11) == 0 && strchr(url + 11, '/') == NULL)
         return http_schedules_one(api, c, method, url + 11, rq);
+    if (strncmp(url, "/schedules/", 11) == 0) { /* /schedules/{name}/run */
+        const char *slash = strchr(url + 11, '/');
+        char name[SCHEDULE_NAME_MAX + 2];
+        size_t n = (size_t)(slash - (url + 11));
+        if (strcmp(slash, "/run") == 0 && n < sizeof name) {
+            memcpy(name, url + 11, n);
+            name[n] = '\0'; /* longer than a name: refused as one */
+            return http_schedules_run(api, c, method, name, rq);
+        }
+    }
     if (strcmp(url, "/limits") == 0 || strcmp(url, "/limits/") == 0)
         return get ? http_limits_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/limits/", 8) == 0 && strchr(url + 8, '/') == NULL)

@@ -38,12 +38,29 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
 enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
                                  const char *method, const char *id,
                                  const char *action, http_req *rq);
+/* For an endpoint that stores a job through the writer as POST /schedule
+ * does (POST /schedules/{name}/run): whether rq may go on now (else the
+ * connection is suspended until the writer has room, and the router calls
+ * the endpoint again; so call it before anything else); the
+ * Idempotency-Key header checked and kept in rq->idem_key (true when
+ * refused, answered in *ret); rq->jobs (rq->njobs, rq->canonical with a
+ * key) handed to the writer, answered by http_jobs_written. */
+bool http_jobs_admit(http_api_t *api, struct MHD_Connection *c, http_req *rq);
+bool http_jobs_idem_key(struct MHD_Connection *c, http_req *rq,
+                        enum MHD_Result *ret);
+enum MHD_Result http_jobs_submit(http_api_t *api, struct MHD_Connection *c,
+                                 http_req *rq);
+
 /* ---- the schedule endpoints (http_schedules.c) ------------------------- */
 
 /* GET /schedules. */
 enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
 /* PUT, GET, PATCH, DELETE /schedules/{name}. */
 enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
+                                   const char *method, const char *name,
+                                   http_req *rq);
+/* POST /schedules/{name}/run: one extra run of the schedule, due now. */
+enum MHD_Result http_schedules_run(http_api_t *api, struct MHD_Connection *c,
                                    const char *method, const char *name,
                                    http_req *rq);
 

@@ -431,6 +431,26 @@ rmqs_rc store_schedule_next_at(store_t *st, bool *any, int64_t *at);
 rmqs_rc store_schedule_advance(store_t *st, store_advance *a, size_t n,
                                int64_t now_ms);
 
+/*
+ * The recent runs of the n schedules names[] at now_ms (GET /schedules,
+ * issue 25), each into out[i] (caller clears each; zeroed first,
+ * last_fire_at/last_status -1; on failure all cleared):
+ * the last run whose time has come (the latest by (deliver_at, seq) with
+ * deliver_at <= now_ms, whatever its status: runs created ahead of their
+ * fire time are not "last" yet), and the failure streak: how many of the
+ * latest finished runs (sent or failed; pending, publishing and cancelled
+ * ones are skipped) failed in a row, newest first, read up to
+ * STORE_STREAK_CAP + 1 (streak_capped when all of those failed). One
+ * indexed read over two indexes (jobs_schedule, jobs_schedule_done) per
+ * schedule: at most STORE_STREAK_CAP + 2 index entries each, however many
+ * runs it has; a page of names is one statement on PostgreSQL (one round
+ * trip), one lock hold on SQLite. A name with no runs: has_last false,
+ * streak 0. Runs outlive their schedule, so a schedule made again under an
+ * old name sees the old runs.
+ */
+rmqs_rc store_schedule_recent(store_t *st, const char *const *names, size_t n,
+                              int64_t now_ms, store_run_outcome *out);
+
 /* Schedules by state (indexed by store_schedule_state), for
  * rmqs_schedules{state}: a count over the schedules table. */
 rmqs_rc store_schedule_counts(store_t *st, int64_t counts[3]);

@@ -67,6 +67,10 @@ typedef struct store_schedule_ops {
     rmqs_rc (*advance)(store_backend *b, store_advance *a, size_t n,
                        int64_t now_ms);
     rmqs_rc (*counts)(store_backend *b, int64_t counts[3]);
+    /* out[0..n) zeroed by the front, names non-empty; last_status as in
+     * the database */
+    rmqs_rc (*recent)(store_backend *b, const char *const *names, size_t n,
+                      int64_t now_ms, store_run_outcome *out);
 } store_schedule_ops;
 
 /*

@@ -173,6 +173,30 @@ void store_claimed_sort(store_claimed *c, size_t n)
         qsort(c, n, sizeof(*c), claimed_cmp);
 }
 
+static int finished_cmp_newest(const void *a, const void *b)
+{
+    const store_finished_run *x = a, *y = b;
+
+    if (x->deliver_at != y->deliver_at)
+        return x->deliver_at > y->deliver_at ? -1 : 1;
+    if (x->seq != y->seq)
+        return x->seq > y->seq ? -1 : 1;
+    return 0;
+}
+
+void store_streak_of(store_finished_run *runs, size_t n, store_run_outcome *out)
+{
+    size_t failed = 0;
+
+    if (n > 1)
+        qsort(runs, n, sizeof(*runs), finished_cmp_newest);
+    while (failed < n && runs[failed].status == JOB_FAILED)
+        failed++; /* a sent run ends the streak */
+    out->streak_capped = failed > STORE_STREAK_CAP;
+    out->failure_streak =
+        failed > STORE_STREAK_CAP ? STORE_STREAK_CAP : (int)failed;
+}
+
 void store_jobs_sort_due(job_t *jobs, size_t n)
 {
     /* insertion sort: stable, and the rounds are each in order already */
@@ -372,6 +396,16 @@ void store_schedules_free(store_schedule *rows, size_t n)
     for (size_t i = 0; rows != NULL && i < n; i++)
         store_schedule_clear(&rows[i]);
     free(rows);
+}
+
+void store_run_outcome_clear(store_run_outcome *o)
+{
+    if (o == NULL)
+        return;
+    free(o->last_error);
+    memset(o, 0, sizeof(*o));
+    o->last_fire_at = -1;
+    o->last_status = -1;
 }
 
 void store_limit_clear(store_limit *l)

@@ -120,6 +120,20 @@ void store_claimed_sort(store_claimed *c, size_t n);
  * each in order). */
 void store_jobs_sort_due(job_t *jobs, size_t n);
 
+/* A finished run of a schedule (store_schedule_recent's streak rows on
+ * SQLite), and the streak of up to STORE_STREAK_CAP + 1 of them in any
+ * order: sorted newest first by (deliver_at, seq), the failed ones before
+ * the first sent one are counted into out->failure_streak / streak_capped.
+ * The rows come from a UNION ALL, whose order no database promises: sorted
+ * here rather than by the query, which would sort them in a temporary
+ * table. */
+typedef struct store_finished_run {
+    int64_t deliver_at, seq;
+    int status; /* JOB_SENT or JOB_FAILED */
+} store_finished_run;
+void store_streak_of(store_finished_run *runs, size_t n,
+                     store_run_outcome *out);
+
 /* Room for more elements in arr (*cap of elem bytes, all in use): the
  * array reallocated to twice the size (16 at first) and *cap updated, or
  * NULL when out of memory (arr and *cap untouched). */

@@ -210,6 +210,25 @@ void store_schedule_clear(store_schedule *s);
 /* Clear n schedules and free the array (NULL is fine). */
 void store_schedules_free(store_schedule *rows, size_t n);
 
+/* A schedule's recent runs as an operator reads them
+ * (store_schedule_recent, issue 25): the last run whose time has come and
+ * how many of its latest finished runs failed in a row. */
+#define STORE_STREAK_CAP 100
+typedef struct store_run_outcome {
+    bool has_last;                /* false: no run due yet (or all purged) */
+    char last_id[JOB_ID_LEN + 1]; /* the last run: its id, */
+    int64_t last_fire_at;         /* its fire time (-1 if it has none), */
+    int last_status;              /* its job_status (a run the dispatcher
+                                     holds is publishing, as store_get), */
+    char *last_error;             /* owned: its last_error, or NULL */
+    int failure_streak;           /* 0..STORE_STREAK_CAP */
+    bool streak_capped;           /* more than STORE_STREAK_CAP failed in a
+                                     row: failure_streak says the cap */
+} store_run_outcome;
+
+/* Release what o owns and zero it. Safe on a zeroed one (store_common.c). */
+void store_run_outcome_clear(store_run_outcome *o);
+
 /* One advance of store_schedule_advance (store.h). */
 typedef struct store_advance {
     const char *name; /* borrowed */

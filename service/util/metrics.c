@@ -52,6 +52,7 @@ static const char *const route_names[MR_COUNT] = {"/schedule",
                                                   "/limits/{name}",
                                                   "/stats/failures",
                                                   "/status",
+                                                  "/schedules/{name}/run",
                                                   "other"};
 static const char *const method_names[MM_COUNT] = {
     "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"};
@@ -245,8 +246,12 @@ metrics_route metrics_route_of(const char *url)
         return MR_STATUS;
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
         return MR_SCHEDULES;
-    if (strncmp(url, "/schedules/", 11) == 0)
-        return MR_SCHEDULE_ONE;
+    if (strncmp(url, "/schedules/", 11) == 0) {
+        const char *action = strchr(url + 11, '/');
+        if (action == NULL)
+            return MR_SCHEDULE_ONE;
+        return strcmp(action, "/run") == 0 ? MR_SCHEDULE_RUN : MR_OTHER;
+    }
     if (strcmp(url, "/limits") == 0 || strcmp(url, "/limits/") == 0)
         return MR_LIMITS;
     if (strncmp(url, "/limits/", 8) == 0)

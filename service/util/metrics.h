@@ -34,6 +34,7 @@ typedef enum metrics_route {
     MR_LIMIT_ONE,
     MR_STATS_FAILURES,
     MR_STATUS,
+    MR_SCHEDULE_RUN,
     MR_OTHER,
     MR_COUNT
 } metrics_route;

@@ -79,7 +79,7 @@ enum {
 };
 
 /* Statements of store_sqlite_schedules.c (its own table). */
-#define SQ_SCHED_NSTMT 10
+#define SQ_SCHED_NSTMT 11
 /* Statements of store_sqlite_limits.c (its own table). */
 #define SQ_LIM_NSTMT 7
 /* Statements of store_sqlite_indexer.c. */

@@ -10,6 +10,7 @@ import * as job from './job.js';
 import * as schedules from './schedules.js';
 import * as limits from './limits.js';
 import * as about from './about.js';
+import * as banner from './banner.js';
 
 const main = document.getElementById('main');
 let timers = [];
@@ -105,6 +106,7 @@ async function start() {
     main.focus({ preventScroll: true });
   });
   route();
+  banner.start(document.getElementById('banner'));
   document.body.dataset.ready = 'true';
 }
 

@@ -121,6 +121,12 @@ export function duration(ms) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
+// A count for people: 1,612.
+export const num = (n) => (typeof n === 'number' ? n.toLocaleString('en') : n);
+
+// The word for n of something: "1 job", "2 jobs".
+export const plural = (n, one, many) => (n === 1 ? one : many);
+
 export function statusBadge(s) {
   return h('span', { class: 'status st-' + (/^[a-z]+$/.test(s) ? s : 'x') }, s);
 }

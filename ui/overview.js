@@ -1,6 +1,6 @@
 // overview.js - live counts per status, health, rates and lateness.
 import { get, text, query } from './api.js';
-import { h, replace } from './dom.js';
+import { h, replace, num } from './dom.js';
 import { lineChart } from './chart.js';
 
 const STATUSES = ['pending', 'publishing', 'sent', 'failed', 'cancelled'];
@@ -36,7 +36,7 @@ export function render(main, ctx) {
       'section',
       { 'aria-labelledby': 'h-rates' },
       h('h2', { id: 'h-rates' }, 'Rates and lateness'),
-      h('div', { class: 'field' }, h('label', { for: 'window' }, 'Window'), win),
+      h('div', { class: 'field narrow' }, h('label', { for: 'window' }, 'Window'), win),
       rates,
       charts,
     ),
@@ -54,7 +54,7 @@ export function render(main, ctx) {
             'li',
             { class: 'card' },
             h('div', { class: 'label' }, h('a', { href: '#/jobs?status=' + s }, s)),
-            h('div', { class: 'value', 'data-status': s }, counts[s] ?? '—'),
+            h('div', { class: 'value', 'data-status': s }, counts[s] === undefined ? '—' : num(counts[s])),
           ),
         ),
       );
@@ -101,7 +101,7 @@ export function render(main, ctx) {
               'li',
               { class: 'card' },
               h('div', { class: 'label' }, k),
-              h('div', { class: 'value' }, v == null ? '—' : v + (u || '')),
+              h('div', { class: 'value' }, v == null ? '—' : num(v) + (u || '')),
             ),
           ),
         ),

@@ -138,7 +138,9 @@ export function render(main, ctx, params, id) {
             class: 'danger',
             id: 'cancel',
             onclick: async () => {
-              if (await confirmDialog('Cancel job', 'Cancel this job? It will not be published.', 'Cancel job')) {
+              if (
+                await confirmDialog('Cancel job', 'Cancel this job? It will not be published.', 'Cancel job', 'Keep it')
+              ) {
                 act('Cancel', 'DELETE', '/jobs/' + encodeURIComponent(id));
               }
             },

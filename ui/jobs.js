@@ -285,7 +285,7 @@ export function render(main, ctx, params) {
             statusBadge(j.status),
             j.status === 'pending' && j.held_by ? heldBadge(j.held_by) : null,
           ),
-          h('td', { class: 'c-ex' }, j.exchange),
+          h('td', { class: 'c-ex' }, j.exchange === '' ? h('span', { class: 'hint' }, '(default)') : j.exchange),
           h('td', { class: 'c-rk' }, j.routing_key),
           h('td', { class: 'c-due' }, when(j.deliver_at)),
           h('td', { class: 'c-att' }, String(j.attempts) + ' / ' + j.max_attempts),

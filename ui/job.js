@@ -1,7 +1,7 @@
 // job.js - one job: every field, the body shown safely (JSON pretty-printed,
 // text as text, binary as hex and base64), its actions, live status.
 import { get, call, readOnly } from './api.js';
-import { h, replace, table, dd, duration, statusBadge, when, utc, toast, confirmDialog } from './dom.js';
+import { h, replace, table, dd, duration, statusBadge, when, utc, toast, confirmDialog, num } from './dom.js';
 import { fromLocalInput } from './jobs.js';
 import { limitHref } from './limits.js';
 
@@ -32,7 +32,7 @@ function bodyView(j) {
       /* shown as base64 only */
     }
     return [
-      h('p', {}, `Binary, ${bytes.length} bytes`),
+      h('p', {}, `Binary, ${num(bytes.length)} bytes`),
       h('h3', {}, 'Hex'),
       h('pre', { id: 'body-hex' }, hexDump(bytes)),
       h('h3', {}, 'Base64'),
@@ -212,7 +212,9 @@ export function render(main, ctx, params, id) {
             class: 'danger',
             id: 'cancel',
             onclick: async () => {
-              if (await confirmDialog('Cancel job', 'Cancel this job? It will not be published.', 'Cancel job')) {
+              if (
+                await confirmDialog('Cancel job', 'Cancel this job? It will not be published.', 'Cancel job', 'Keep it')
+              ) {
                 act('Cancel', 'DELETE', '/jobs/' + encodeURIComponent(id));
               }
             },

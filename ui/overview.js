@@ -39,7 +39,7 @@ export function render(main, ctx) {
       'section',
       { 'aria-labelledby': 'h-rates' },
       h('h2', { id: 'h-rates' }, 'Rates and lateness'),
-      h('div', { class: 'field' }, h('label', { for: 'window' }, 'Window'), win),
+      h('div', { class: 'field narrow' }, h('label', { for: 'window' }, 'Window'), win),
       rates,
       charts,
     ),

@@ -1,8 +1,9 @@
 // schedules.js - recurring schedules: the list, and one schedule with its
-// next runs (UTC, its time zone, the browser's), its jobs, pause/resume and
-// delete.
+// next runs (in its own time zone first, then UTC and the browser's), the
+// job each run creates, its jobs, pause/resume and delete. Values in words:
+// 60000 ms is "1 min", null is "—", an empty list is "none".
 import { get, call, query, readOnly } from './api.js';
-import { h, replace, table, dd, statusBadge, when, local, utc, toast, confirmDialog } from './dom.js';
+import { h, replace, table, dd, statusBadge, when, local, utc, toast, confirmDialog, humanMs, num } from './dom.js';
 
 function every(ms) {
   if (ms % 86400000 === 0) return `every ${ms / 86400000} d`;
@@ -12,6 +13,72 @@ function every(ms) {
   return `every ${ms} ms`;
 }
 const timing = (s) => (s.cron !== undefined ? 'cron ' + s.cron : every(s.every_ms));
+
+// A next run's local time ("2026-12-06T08:00:00.000+01:00") as the
+// schedule's zone reads it: "2026-12-06 08:00 Europe/Berlin" (seconds only
+// when not zero), the offset in the title.
+export function zoned(local, tz) {
+  const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})(:\d{2})\.\d+([+-]\d{2}:\d{2})$/.exec(local || '');
+  if (!m) return local || '\u2014';
+  return `${m[1]} ${m[2]}${m[3] === ':00' ? '' : m[3]} ${tz}`;
+}
+
+// A fire time: in the schedule's zone, then UTC and the browser's time,
+// smaller.
+function runAt(r, tz) {
+  return h(
+    'span',
+    { class: 'run' },
+    h('time', { datetime: r.utc, class: 'zoned', title: 'UTC offset ' + r.local.slice(-6) }, zoned(r.local, tz)),
+    h('br'),
+    h('span', { class: 'hint' }, utc(r.utc) + ' \u00b7 local: ' + local(r.utc)),
+  );
+}
+
+// The state as a badge: paused and ended do not look like active.
+const stateBadge = (st) => h('span', { class: 'state sc-' + (/^[a-z]+$/.test(st) ? st : 'x') }, st);
+
+// A value in words: null "—", [] and {} "none".
+function words(v) {
+  if (v === null || v === undefined) return '\u2014';
+  if (Array.isArray(v)) return v.length ? v.join(', ') : 'none';
+  if (typeof v === 'object') return Object.keys(v).length ? JSON.stringify(v) : 'none';
+  if (typeof v === 'number') return num(v);
+  return String(v);
+}
+
+const PREVIEW = 300;
+function bodyPreview(job) {
+  if (job.body_base64 !== undefined) {
+    let n = 0;
+    try {
+      n = atob(job.body_base64).length;
+    } catch {
+      /* length unknown */
+    }
+    return h('span', { id: 'template-body' }, `binary, ${num(n)} bytes`);
+  }
+  const b = typeof job.body === 'string' ? job.body : JSON.stringify(job.body);
+  if (b === undefined || b === '') return h('span', { id: 'template-body' }, 'empty');
+  const cut = b.length > PREVIEW;
+  return [
+    h('pre', { id: 'template-body' }, cut ? b.slice(0, PREVIEW) + '\u2026' : b),
+    cut ? h('span', { class: 'hint' }, `first ${PREVIEW} of ${num(b.length)} characters`) : null,
+  ];
+}
+
+function kv(id, obj) {
+  const entries = Object.entries(obj || {});
+  if (!entries.length) return h('span', { id }, 'none');
+  return h(
+    'dl',
+    { class: 'fields kv', id },
+    entries.map(([k, v]) => [
+      h('dt', { class: 'mono' }, k),
+      h('dd', { class: 'mono' }, typeof v === 'string' ? v : JSON.stringify(v)),
+    ]),
+  );
+}
 
 export function renderList(main, ctx, params) {
   const after = params.get('after') || '';
@@ -24,19 +91,28 @@ export function renderList(main, ctx, params) {
       const rows = body.schedules.map((s) =>
         h(
           'tr',
-          {},
+          { class: 'sched-' + (/^[a-z]+$/.test(s.state) ? s.state : 'x'), 'data-schedule': s.name },
           h('td', {}, h('a', { href: '#/schedules/' + encodeURIComponent(s.name) }, s.name)),
+          h('td', { 'data-state': s.name }, stateBadge(s.state)),
           h('td', { class: 'mono' }, timing(s)),
           h('td', {}, s.timezone),
-          h('td', {}, s.next_runs.length ? when(s.next_runs[0].utc) : '—'),
+          h(
+            'td',
+            { class: 'next-run' },
+            s.next_runs.length && s.state === 'active' ? runAt(s.next_runs[0], s.timezone) : '\u2014',
+          ),
           h('td', {}, when(s.last_run_at)),
-          h('td', { 'data-state': s.name }, s.state),
         ),
       );
       replace(
         list,
         rows.length
-          ? table('Schedules', ['Name', 'Timing', 'Time zone', 'Next run', 'Last run', 'State'], rows)
+          ? table(
+              'Schedules',
+              ['Name', 'State', 'Timing', 'Time zone', 'Next run (its zone first)', 'Last run'],
+              rows,
+              'as-cards',
+            )
           : h('p', {}, 'No schedule yet (PUT /schedules/{name}).'),
       );
       replace(pager, body.next ? h('a', { href: '#/schedules' + query({ after: body.next }) }, 'Next page') : null);
@@ -74,21 +150,27 @@ export function renderOne(main, ctx, params, name) {
       replace(actions);
       return;
     }
+    const jt = s.job || {};
     replace(
       info,
+      s.paused
+        ? h(
+            'p',
+            { class: 'notice', id: 'paused-notice', role: 'status' },
+            'Paused: this schedule creates no runs until it is resumed.',
+          )
+        : null,
       h(
         'dl',
         { class: 'fields' },
-        dd('state', h('span', { id: 'schedule-state' }, s.state)),
+        dd('state', h('span', { id: 'schedule-state' }, stateBadge(s.state))),
         dd('timing', timing(s)),
         dd('timezone', s.timezone),
         dd('paused', s.paused ? 'yes' : 'no'),
         dd('start_at', when(s.start_at)),
         dd('end_at', when(s.end_at)),
-        dd('misfire_grace_ms', String(s.misfire_grace_ms)),
+        dd('misfire_grace_ms', humanMs(s.misfire_grace_ms)),
         dd('dst', `skipped: ${s.dst.skipped}, repeated: ${s.dst.repeated}`),
-        dd('exchange', s.job.exchange),
-        dd('routing_key', s.job.routing_key),
         dd('last_run_at', when(s.last_run_at)),
         dd(
           'last_job_id',
@@ -98,20 +180,35 @@ export function renderOne(main, ctx, params, name) {
         dd('created_at', when(s.created_at)),
         dd('updated_at', when(s.updated_at)),
       ),
+      h('h2', {}, 'The job each run creates'),
+      h(
+        'dl',
+        { class: 'fields', id: 'template' },
+        dd('exchange', jt.exchange === '' ? '(default exchange)' : jt.exchange),
+        dd('routing_key', jt.routing_key),
+        dd('headers', kv('template-headers', jt.headers)),
+        dd('properties', kv('template-properties', jt.properties)),
+        dd('max_attempts', words(jt.max_attempts)),
+        dd('body', bodyPreview(jt)),
+      ),
     );
     replace(
       runs,
       s.next_runs.length
         ? table(
             'Next runs',
-            ['UTC', 'In ' + s.timezone, 'Your local time'],
+            ['In ' + s.timezone, 'UTC', 'Your local time'],
             s.next_runs.map((r) =>
               h(
                 'tr',
                 {},
-                h('td', { class: 'mono' }, utc(r.utc)),
-                h('td', { class: 'mono' }, r.local),
-                h('td', {}, local(r.utc)),
+                h(
+                  'td',
+                  { class: 'mono zoned' },
+                  h('time', { datetime: r.utc, title: r.local }, zoned(r.local, s.timezone)),
+                ),
+                h('td', { class: 'mono hint' }, utc(r.utc)),
+                h('td', { class: 'hint' }, local(r.utc)),
               ),
             ),
           )

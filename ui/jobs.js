@@ -21,6 +21,20 @@ export const FILTERS = [
   ['q', 'Body contains', 'search', null, 'at least 3 characters, text bodies'],
 ];
 const TIME_KEYS = new Set(['deliver_from', 'deliver_to']);
+// GET /jobs's orders; the page opens on the newest jobs.
+const ORDERS = [
+  ['-created', 'Newest first'],
+  ['created', 'Oldest first'],
+  ['due', 'Due soonest first'],
+  ['-due', 'Due latest first'],
+];
+const DEFAULT_ORDER = '-created';
+// The first page refreshes itself this often unless paused.
+const LIVE_MS = 5000;
+// A pending job this late is overdue (as GET /status counts them).
+const OVERDUE_MS = 1000;
+const overdue = (j, now) =>
+  (j.status === 'pending' || j.status === 'publishing') && Date.parse(j.deliver_at) < now - OVERDUE_MS;
 // The page's count stops at PAGE_COUNT ("More than 10,000"): a count walks
 // an index up to its cap, and at 10 million jobs a cap of a million made a
 // combined filter's count take seconds. A bulk action counts again, up to
@@ -40,6 +54,13 @@ export function fromLocalInput(v) {
   const d = new Date(v);
   return isNaN(d) ? '' : d.toISOString();
 }
+
+// An error in a list: its first line, 160 characters at most (the job's
+// page has the whole of it).
+const clip = (e) => {
+  const line = e.split('\n', 1)[0];
+  return line.length > 160 ? line.slice(0, 159) + '\u2026' : line;
+};
 
 // A pending job a limit holds back now.
 const heldBadge = (name) => [' ', h('span', { class: 'badge held', 'data-held-by': name }, 'held by ' + name)];
@@ -84,6 +105,9 @@ export function render(main, ctx, params) {
   for (const [k] of FILTERS) if (params.get(k)) filter[k] = params.get(k);
   const after = params.get('after') || '';
   const limit = params.get('limit') || '50';
+  const order = ORDERS.some(([o]) => o === params.get('order')) ? params.get('order') : DEFAULT_ORDER;
+  // What every link of this view keeps: the filter, the page size, the order.
+  const view = (more) => query({ ...filter, limit, order: order === DEFAULT_ORDER ? '' : order, ...more });
   const nSet = Object.keys(filter).length;
   const editable = !readOnly();
 
@@ -104,6 +128,7 @@ export function render(main, ctx, params) {
           if (v) q[k] = TIME_KEYS.has(k) ? fromLocalInput(v) : v;
         }
         q.limit = inputs.limit.value;
+        if (inputs.order.value !== DEFAULT_ORDER) q.order = inputs.order.value;
         location.hash = '#/jobs' + query(q);
       },
     },
@@ -133,6 +158,15 @@ export function render(main, ctx, params) {
         'select',
         { name: 'limit' },
         ['20', '50', '100', '500'].map((n) => h('option', { value: n, selected: n === limit }, n)),
+      )),
+    ),
+    field(
+      'f-order',
+      'Order',
+      (inputs.order = h(
+        'select',
+        { name: 'order' },
+        ORDERS.map(([o, words]) => h('option', { value: o, selected: o === order }, words)),
       )),
     ),
     h(
@@ -170,6 +204,28 @@ export function render(main, ctx, params) {
     nSet ? ` (${nSet} set)` : null,
   );
 
+  // Live updates of the first page, with a pause (a later page stays as
+  // it was: its cursor is a place in the list, not a moment).
+  let live = !after;
+  const liveNote = h('span', { class: 'hint', id: 'live-note' });
+  const liveButton = h(
+    'button',
+    {
+      type: 'button',
+      class: 'secondary',
+      id: 'live-toggle',
+      'aria-pressed': live ? 'true' : 'false',
+      hidden: !!after,
+      onclick: () => {
+        live = !live;
+        liveButton.setAttribute('aria-pressed', live ? 'true' : 'false');
+        liveButton.textContent = live ? 'Pause updates' : 'Resume updates';
+        liveNote.textContent = live ? '' : 'Paused';
+        if (live) reload();
+      },
+    },
+    'Pause updates',
+  );
   const count = h('p', { id: 'count', 'aria-live': 'polite' }, 'Counting…');
   const list = h('div', { id: 'list' }, 'Loading…');
   const pager = h('div', { class: 'buttons' });
@@ -179,7 +235,7 @@ export function render(main, ctx, params) {
   replace(
     main,
     h('h1', {}, 'Jobs'),
-    h('div', { class: 'actions' }, toggle),
+    h('div', { class: 'actions' }, toggle, liveButton, liveNote),
     form,
     count,
     editable ? [selection, progress] : null,
@@ -194,6 +250,8 @@ export function render(main, ctx, params) {
     try {
       const { body } = await get('/jobs/count' + query({ ...filter, max: PAGE_COUNT }));
       const n = counted(body);
+      if (count.dataset.n === n) return; /* a live update that changed nothing says nothing */
+      count.dataset.n = n;
       count.textContent = n[0].toUpperCase() + n.slice(1) + (many(body) ? ' matching jobs' : ' matching job');
     } catch (e) {
       count.textContent = 'Count not available: ' + e.message;
@@ -254,8 +312,11 @@ export function render(main, ctx, params) {
 
   async function loadList() {
     try {
-      const { body } = await get('/jobs' + query({ ...filter, limit, after }));
+      const { body } = await get('/jobs' + query({ ...filter, limit, after, order }));
       shown = body.jobs;
+      const now = Date.now();
+      // Failed jobs bring their triage columns: when, and why.
+      const triage = shown.some((j) => j.status === 'failed' || j.last_error);
       for (const id of [...picked.keys()]) if (!shown.some((j) => j.id === id)) picked.delete(id);
       for (const j of shown) if (picked.has(j.id)) picked.set(j.id, j.status);
       const rows = body.jobs.map((j) =>
@@ -284,11 +345,14 @@ export function render(main, ctx, params) {
             { class: 'c-status' },
             statusBadge(j.status),
             j.status === 'pending' && j.held_by ? heldBadge(j.held_by) : null,
+            overdue(j, now) ? [' ', h('span', { class: 'badge overdue' }, 'overdue')] : null,
           ),
           h('td', { class: 'c-ex' }, j.exchange === '' ? h('span', { class: 'hint' }, '(default)') : j.exchange),
           h('td', { class: 'c-rk' }, j.routing_key),
           h('td', { class: 'c-due' }, when(j.deliver_at)),
           h('td', { class: 'c-att' }, String(j.attempts) + ' / ' + j.max_attempts),
+          triage ? h('td', { class: 'c-failed' }, j.failed_at ? utc(j.failed_at) : '\u2014') : null,
+          triage ? h('td', { class: 'mono c-err' }, j.last_error ? clip(j.last_error) : '\u2014') : null,
         ),
       );
       const pickAll = editable
@@ -303,7 +367,9 @@ export function render(main, ctx, params) {
             },
           })
         : null;
-      const head = ['Id', 'Status', 'Exchange', 'Routing key', 'Due (UTC / local)', 'Attempts'];
+      const head = ['Id', 'Status', 'Exchange', 'Routing key', 'Due (UTC / local)', 'Attempts'].concat(
+        triage ? ['Failed at (UTC)', 'Last error'] : [],
+      );
       replace(
         list,
         rows.length
@@ -313,10 +379,8 @@ export function render(main, ctx, params) {
       showSelection();
       replace(
         pager,
-        after ? h('a', { href: '#/jobs' + query({ ...filter, limit }) }, 'First page') : null,
-        body.next
-          ? h('a', { id: 'next-page', href: '#/jobs' + query({ ...filter, limit, after: body.next }) }, 'Next page')
-          : null,
+        after ? h('a', { href: '#/jobs' + view() }, 'First page') : null,
+        body.next ? h('a', { id: 'next-page', href: '#/jobs' + view({ after: body.next }) }, 'Next page') : null,
       );
     } catch (e) {
       replace(list, h('p', { class: 'error', role: 'alert' }, e.message));
@@ -324,6 +388,12 @@ export function render(main, ctx, params) {
   }
   const reload = () => Promise.all([loadCount(), loadList()]);
   reload();
+  ctx.every(LIVE_MS, () => {
+    // Not under the reader's hands: a dialog, an action running, focus in the list.
+    if (!live || document.querySelector('dialog[open]') || progress.dataset.state === 'running') return null;
+    if (list.contains(document.activeElement)) return null;
+    return reload();
+  });
   if (!editable) return;
 
   // The ticked jobs, one request each (DELETE /jobs/{id}, POST

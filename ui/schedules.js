@@ -3,6 +3,7 @@
 // job each run creates, its jobs, pause/resume and delete. Values in words:
 // 60000 ms is "1 min", null is "—", an empty list is "none".
 import { get, call, query, readOnly } from './api.js';
+import { hintFor } from './job.js';
 import { h, replace, table, dd, statusBadge, when, local, utc, toast, confirmDialog, humanMs, num } from './dom.js';
 
 function every(ms) {
@@ -37,6 +38,24 @@ function runAt(r, tz) {
 
 // The state as a badge: paused and ended do not look like active.
 const stateBadge = (st) => h('span', { class: 'state sc-' + (/^[a-z]+$/.test(st) ? st : 'x') }, st);
+
+// A schedule whose latest finished runs failed: marked beside its state.
+const streak = (s) => s.failure_streak > 0;
+const streakWords = (s) =>
+  `${s.failure_streak_capped ? '100 or more' : num(s.failure_streak)} failed ${s.failure_streak === 1 ? 'run' : 'runs'} in a row`;
+const failingBadge = (s) => (streak(s) ? [' ', h('span', { class: 'badge failing' }, 'failing')] : null);
+
+// The last run's outcome: its status, linked to its job, and its error.
+function lastRun(s) {
+  const r = s.last_run;
+  if (!r) return '\u2014';
+  return h(
+    'span',
+    { class: 'last-run' },
+    h('a', { href: '#/jobs/' + encodeURIComponent(r.job_id) }, statusBadge(r.status)),
+    r.fire_time ? [' ', h('span', { class: 'hint' }, utc(r.fire_time))] : null,
+  );
+}
 
 // A value in words: null "—", [] and {} "none".
 function words(v) {
@@ -91,9 +110,12 @@ export function renderList(main, ctx, params) {
       const rows = body.schedules.map((s) =>
         h(
           'tr',
-          { class: 'sched-' + (/^[a-z]+$/.test(s.state) ? s.state : 'x'), 'data-schedule': s.name },
+          {
+            class: 'sched-' + (/^[a-z]+$/.test(s.state) ? s.state : 'x') + (streak(s) ? ' sched-failing' : ''),
+            'data-schedule': s.name,
+          },
           h('td', {}, h('a', { href: '#/schedules/' + encodeURIComponent(s.name) }, s.name)),
-          h('td', { 'data-state': s.name }, stateBadge(s.state)),
+          h('td', { 'data-state': s.name }, stateBadge(s.state), failingBadge(s)),
           h('td', { class: 'mono' }, timing(s)),
           h('td', {}, s.timezone),
           h(
@@ -101,7 +123,7 @@ export function renderList(main, ctx, params) {
             { class: 'next-run' },
             s.next_runs.length && s.state === 'active' ? runAt(s.next_runs[0], s.timezone) : '\u2014',
           ),
-          h('td', {}, when(s.last_run_at)),
+          h('td', { class: 'last' }, lastRun(s), streak(s) ? h('div', { class: 'error' }, streakWords(s)) : null),
         ),
       );
       replace(
@@ -109,7 +131,7 @@ export function renderList(main, ctx, params) {
         rows.length
           ? table(
               'Schedules',
-              ['Name', 'State', 'Timing', 'Time zone', 'Next run (its zone first)', 'Last run'],
+              ['Name', 'State', 'Timing', 'Time zone', 'Next run (its zone first)', 'Last run (outcome)'],
               rows,
               'as-cards',
             )
@@ -151,8 +173,20 @@ export function renderOne(main, ctx, params, name) {
       return;
     }
     const jt = s.job || {};
+    const lr = s.last_run;
     replace(
       info,
+      streak(s)
+        ? h(
+            'section',
+            { class: 'callout', id: 'failing-callout', 'aria-labelledby': 'h-failing' },
+            h('h2', { id: 'h-failing' }, 'Failing: ' + streakWords(s)),
+            lr && lr.error ? h('p', { class: 'mono', id: 'failing-error' }, lr.error) : null,
+            lr && lr.error && hintFor(lr.error)
+              ? h('p', {}, h('strong', {}, 'What it usually means: '), hintFor(lr.error))
+              : null,
+          )
+        : null,
       s.paused
         ? h(
             'p',
@@ -163,7 +197,9 @@ export function renderOne(main, ctx, params, name) {
       h(
         'dl',
         { class: 'fields' },
-        dd('state', h('span', { id: 'schedule-state' }, stateBadge(s.state))),
+        dd('state', h('span', { id: 'schedule-state' }, stateBadge(s.state), failingBadge(s))),
+        dd('last run', lastRun(s)),
+        dd('failure streak', streak(s) ? h('span', { class: 'error' }, streakWords(s)) : 'none'),
         dd('timing', timing(s)),
         dd('timezone', s.timezone),
         dd('paused', s.paused ? 'yes' : 'no'),
@@ -223,6 +259,23 @@ export function renderOne(main, ctx, params, name) {
           'button',
           {
             type: 'button',
+            id: 'run-schedule-now',
+            onclick: async () => {
+              try {
+                const j = (await call('POST', path + '/run')).body;
+                toast('Run created: ' + j.id);
+                load();
+              } catch (e) {
+                toast('Refused: ' + e.message);
+              }
+            },
+          },
+          'Run now',
+        ),
+        h(
+          'button',
+          {
+            type: 'button',
             id: 'pause',
             onclick: async () => {
               try {
@@ -265,13 +318,14 @@ export function renderOne(main, ctx, params, name) {
       );
     }
     try {
-      const { body } = await get('/jobs' + query({ schedule: name, limit: 20 }));
+      // Its latest runs first: the newest due time (GET /jobs?order=-due).
+      const { body } = await get('/jobs' + query({ schedule: name, limit: 20, order: '-due' }));
       replace(
         jobs,
         body.jobs.length
           ? table(
-              'Jobs of this schedule',
-              ['Id', 'Status', 'Due'],
+              'Jobs of this schedule, latest first',
+              ['Id', 'Status', 'Due', 'Error'],
               body.jobs.map((j) =>
                 h(
                   'tr',
@@ -279,11 +333,12 @@ export function renderOne(main, ctx, params, name) {
                   h('td', { class: 'mono' }, h('a', { href: '#/jobs/' + encodeURIComponent(j.id) }, j.id)),
                   h('td', {}, statusBadge(j.status)),
                   h('td', {}, when(j.deliver_at)),
+                  h('td', { class: 'mono' }, j.last_error || '\u2014'),
                 ),
               ),
             )
           : h('p', {}, 'No job yet.'),
-        h('p', {}, h('a', { href: '#/jobs' + query({ schedule: name }) }, 'All its jobs')),
+        h('p', {}, h('a', { href: '#/jobs' + query({ schedule: name, order: '-due' }) }, 'All its jobs')),
       );
     } catch (e) {
       replace(jobs, h('p', { class: 'error' }, e.message));

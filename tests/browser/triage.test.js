@@ -125,6 +125,9 @@ test('the banner says the broker is down, since when and how many jobs are overd
     assert.equal(await banner.getAttribute('role'), 'alert');
     await banner.locator('[data-trouble="overdue"]').waitFor({ timeout: 30000 });
     assert.match(await banner.locator('[data-trouble="overdue"]').textContent(), /[1-4] jobs? overdue/);
+    // Marked in the list.
+    await visit(page, svc, '#/jobs?status=pending');
+    await page.locator(`tr[data-job="${ids[0]}"] .badge.overdue`).waitFor({ timeout: 15000 });
     // On every page.
     await visit(page, svc, '#/schedules');
     await banner.locator('[data-trouble="broker"]').waitFor({ timeout: 15000 });
@@ -145,4 +148,88 @@ test('the banner says the broker is down, since when and how many jobs are overd
     proxy.mend();
     await q.close();
   }
+});
+
+test('failed jobs bring their error and failed-at columns to the list', async () => {
+  const { page } = await openPage(browser, svc);
+  await visit(page, svc, '#/jobs?status=failed');
+  const row = page.locator('#list tbody tr').first();
+  await row.waitFor();
+  assert.match(await row.locator('td.c-err').textContent(), /NOT_FOUND - no exchange/);
+  assert.match(await row.locator('td.c-failed').textContent(), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/);
+  assert.deepEqual(await axe(page), []);
+});
+
+test('the Jobs page opens newest first and follows new jobs until paused', async () => {
+  const far = (m) => new Date(Date.now() + m * 60000).toISOString();
+  // Due times the other way round: newest created first is not due order.
+  const a = await svc.schedule({ exchange: 'amq.direct', routing_key: 'k', body: 'a', deliver_at: far(90) });
+  const b = await svc.schedule({ exchange: 'amq.direct', routing_key: 'k', body: 'b', deliver_at: far(60) });
+  const { page } = await openPage(browser, svc);
+  await visit(page, svc, '#/jobs');
+  const first = () => page.locator('#list tbody tr').first().getAttribute('data-job');
+  await waitFor('the newest job first', async () => (await first()) === b.id);
+  const ids = await page.locator('#list tbody tr').evaluateAll((rs) => rs.map((r) => r.dataset.job));
+  assert.ok(ids.indexOf(b.id) < ids.indexOf(a.id), 'created order, newest first');
+  // A job made now shows at the top without a reload.
+  const c = await svc.schedule({ exchange: 'amq.direct', routing_key: 'k', body: 'c', deliver_at: far(30) });
+  await waitFor('the new job to appear', async () => (await first()) === c.id, 15000, 200);
+  // Paused: the list stays as it is through two refresh periods.
+  await page.locator('#live-toggle').click();
+  assert.equal(await page.locator('#live-toggle').getAttribute('aria-pressed'), 'false');
+  const listed = [];
+  page.on('request', (r) => r.url().includes('/jobs?') && listed.push(r.url()));
+  const d = await svc.schedule({ exchange: 'amq.direct', routing_key: 'k', body: 'd', deliver_at: far(20) });
+  await page.waitForTimeout(11000); // two refresh periods: what is asserted is that nothing came
+  assert.equal(listed.length, 0, 'no list request while paused');
+  assert.equal(await first(), c.id);
+  await page.locator('#live-toggle').click();
+  await waitFor('resumed: the job made while paused', async () => (await first()) === d.id, 15000, 200);
+  // The order is in the URL once chosen, and the due order is there too.
+  await visit(page, svc, '#/jobs?order=due&exchange=amq.direct');
+  await page.locator('#list tbody tr').first().waitFor();
+  const due = await page.locator('#list tbody tr').evaluateAll((rs) => rs.map((r) => r.dataset.job));
+  assert.ok(due.indexOf(d.id) < due.indexOf(c.id) && due.indexOf(c.id) < due.indexOf(b.id), 'due order');
+});
+
+test('a failing schedule is marked, says why, and can be run now', async () => {
+  const name = 'triage-failing';
+  const put = await svc.api('PUT', '/schedules/' + name, {
+    every_ms: 1000,
+    job: { exchange: BAD_EXCHANGE, routing_key: 'k', body: 'tick', max_attempts: 1 },
+  });
+  assert.ok(put.status === 201 || put.status === 200, JSON.stringify(put.body));
+  await waitFor(
+    'two failed runs in a row',
+    async () => (await svc.api('GET', '/schedules/' + name)).body.failure_streak >= 2,
+    30000,
+    200,
+  );
+  const { page } = await openPage(browser, svc);
+  await visit(page, svc, '#/schedules');
+  const row = page.locator(`tr[data-schedule="${name}"]`);
+  await row.waitFor();
+  assert.match((await row.getAttribute('class')) || '', /sched-failing/);
+  assert.match(await row.textContent(), /failing/);
+  assert.match(await row.textContent(), /failed runs in a row/);
+  assert.deepEqual(await axe(page), []);
+  await visit(page, svc, '#/schedules/' + name);
+  await page.locator('#failing-callout').waitFor();
+  assert.match(await page.locator('#failing-error').textContent(), /NOT_FOUND - no exchange/);
+  // Its latest runs first, each with its error.
+  const runs = page.locator('.table-wrap[aria-label^="Jobs of this schedule"] tbody tr');
+  await runs.first().waitFor();
+  assert.match(await runs.first().textContent(), /NOT_FOUND/);
+  // Paused, Run now still makes one run, at once.
+  await svc.api('PATCH', '/schedules/' + name, { paused: true });
+  const before = (await svc.api('GET', '/jobs/count?schedule=' + name)).body.count;
+  await page.locator('#run-schedule-now').click();
+  await waitFor(
+    'the run made now',
+    async () => (await svc.api('GET', '/jobs/count?schedule=' + name)).body.count === before + 1,
+    15000,
+    200,
+  );
+  assert.match(await page.locator('#toast').textContent(), /Run created/);
+  await svc.api('DELETE', '/schedules/' + name);
 });

@@ -142,3 +142,14 @@ test('the token prompt: a wrong token asks again; the right one is kept for the 
   await page.reload();
   await dialog.waitFor();
 });
+
+test('a browser opening / with a token set lands on the dashboard, which asks for the token', async () => {
+  const svc = await service({ token: TOKEN });
+  // A script without the token still gets the API's answer at /.
+  assert.equal((await fetch(svc.url + '/')).status, 401);
+  const { page } = await openPage(browser, svc);
+  const resp = await page.goto(svc.url + '/');
+  assert.equal(new URL(page.url()).pathname, '/ui/', 'redirected to /ui/');
+  assert.equal(resp.status(), 200);
+  await page.getByRole('dialog', { name: 'API token' }).waitFor();
+});

@@ -1,59 +1,36 @@
 // At 3 a.m.: the trouble banner while the broker is away (since when, the
 // error, how many jobs are overdue) and gone when it is back; a failed job
 // that opens with its error, what the broker's answer means and each
-// attempt; the Overview's top failure reasons. The broker is reached
-// through a TCP proxy this file owns, so cutting it touches nothing else.
+// attempt; the Overview's top failure reasons. The broker outage is real:
+// the lane's RabbitMQ node stopped (stop_app) and started again.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { Service, launch, openPage, visit, axe, queue, waitFor } from './harness.js';
+import { execFileSync } from 'node:child_process';
+import amqplib from 'amqplib';
+import { Service, launch, openPage, visit, axe, waitFor } from './harness.js';
 
-// Forwards 127.0.0.1:<port> to the lane's RabbitMQ while up; cut() ends
-// every connection and refuses new ones until mend().
-class Proxy {
-  constructor(target) {
-    this.target = target;
-    this.socks = new Set();
-    this.up = true;
-  }
-  async start() {
-    this.server = net.createServer((c) => {
-      if (!this.up) return c.destroy();
-      const b = net.connect(this.target, '127.0.0.1');
-      for (const s of [c, b]) {
-        this.socks.add(s);
-        s.on('close', () => this.socks.delete(s));
-        s.on('error', () => {});
-      }
-      c.pipe(b).pipe(c);
-      c.on('close', () => b.destroy());
-      b.on('close', () => c.destroy());
-    });
-    await new Promise((r) => this.server.listen(0, '127.0.0.1', r));
-    this.port = this.server.address().port;
-    return this;
-  }
-  cut() {
-    this.up = false;
-    for (const s of this.socks) s.destroy();
-  }
-  mend() {
-    this.up = true;
-  }
-  close() {
-    this.cut();
-    return new Promise((r) => this.server.close(r));
-  }
+// The lane's own RabbitMQ node (tests/run.sh starts one per lane; a test
+// holds its lane alone): stop_app closes every connection and the AMQP
+// port, start_app brings it back.
+function rabbit(action) {
+  execFileSync('rabbitmqctl', ['-n', process.env.RMQS_TEST_RABBIT_NODE, action], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+    timeout: 90000,
+  });
 }
+const amqpOpen = () =>
+  new Promise((resolve) => {
+    const c = net.connect(Number(process.env.RMQS_TEST_AMQP_PORT), '127.0.0.1');
+    c.once('connect', () => resolve(c.destroy() || true));
+    c.once('error', () => resolve(false));
+  });
 
-let svc, browser, proxy;
+let svc, browser;
 const BAD_EXCHANGE = 'triage-no-such-exchange';
 before(
   async () => {
-    proxy = await new Proxy(Number(process.env.RMQS_TEST_AMQP_PORT)).start();
-    svc = await new Service({
-      args: ['--ui', 'on', '--amqp-url', `amqp://guest:guest@127.0.0.1:${proxy.port}/`, '--backoff-base-ms', '200'],
-    }).start();
+    svc = await new Service({ args: ['--ui', 'on', '--backoff-base-ms', '200'] }).start();
     browser = await launch();
   },
   { timeout: 60000 },
@@ -61,7 +38,6 @@ before(
 after(async () => {
   await browser?.close();
   await svc?.stop();
-  await proxy?.close();
 });
 
 test('a failed job opens with its error, what it means, and every attempt', async () => {
@@ -109,16 +85,29 @@ test('the Overview names the top failure reasons, linked to their jobs', async (
 });
 
 test('the banner says the broker is down, since when and how many jobs are overdue, and goes when it is back', async () => {
-  const q = await queue();
+  // A durable queue, so it is still there when the node is back.
+  const qname = `triage-${process.pid}-${Date.now()}`;
+  const declare = async (fn) => {
+    const conn = await amqplib.connect(process.env.RMQS_TEST_AMQP_URL);
+    try {
+      await fn(await conn.createChannel());
+    } finally {
+      await conn.close();
+    }
+  };
+  await declare((ch) => ch.assertQueue(qname, { durable: true }));
+  let stopped = false;
   try {
     const { page, rec } = await openPage(browser, svc);
     await visit(page, svc, '#/jobs');
     const banner = page.locator('#banner');
     assert.equal(await banner.isHidden(), true, 'no banner while all is well');
-    proxy.cut();
+    rabbit('stop_app');
+    stopped = true;
+    await waitFor('the AMQP port to close', async () => !(await amqpOpen()), 30000, 200);
     const ids = [];
     for (let i = 0; i < 4; i++)
-      ids.push((await svc.schedule({ exchange: '', routing_key: q.name, body: 'b' + i, delay_ms: 0 })).id);
+      ids.push((await svc.schedule({ exchange: '', routing_key: qname, body: 'b' + i, delay_ms: 0 })).id);
     await banner.locator('[data-trouble="broker"]').waitFor({ timeout: 30000 });
     const text = await banner.textContent();
     assert.match(text, /Broker down since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d/);
@@ -132,7 +121,9 @@ test('the banner says the broker is down, since when and how many jobs are overd
     await visit(page, svc, '#/schedules');
     await banner.locator('[data-trouble="broker"]').waitFor({ timeout: 15000 });
     assert.deepEqual(await axe(page), []);
-    proxy.mend();
+    rabbit('start_app');
+    stopped = false;
+    await waitFor('the AMQP port to open', amqpOpen, 60000, 200);
     await waitFor(
       'the jobs to be sent after the broker is back',
       async () => {
@@ -145,8 +136,9 @@ test('the banner says the broker is down, since when and how many jobs are overd
     await banner.waitFor({ state: 'hidden', timeout: 20000 });
     assert.deepEqual(rec.errors, []);
   } finally {
-    proxy.mend();
-    await q.close();
+    if (stopped) rabbit('start_app');
+    await waitFor('the AMQP port to open', amqpOpen, 60000, 200);
+    await declare((ch) => ch.deleteQueue(qname));
   }
 });
 

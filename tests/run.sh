@@ -232,6 +232,24 @@ timing() {  # stage log seconds
         sort -rn | head -n 15 | sed 's/^/    /'
     rmqs_log "disk free after stage $1: $(df -h --output=avail . | tail -n 1 | tr -d ' ')"
 }
+# What each failed test said, in a few lines, printed again at the very end
+# of the run (where a CI excerpt that keeps the tail sees it; the whole
+# output is in ctest-output.txt and Testing/Temporary/LastTest.log): the
+# assertion lines of pytest (E ...), node:test (not ok, error:) and
+# Criterion ([FAIL], [----] ...: ...).
+DIGEST=""
+digest() {  # stage build-dir
+    local failed log=$2/Testing/Temporary/LastTest.log
+    failed=$(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' "$2/ctest-output.txt")
+    [ -n "$failed" ] && [ -f "$log" ] || return 0
+    DIGEST+=$(awk -v stage="$1" -v failed=" $(echo $failed) " '
+        /^[0-9]+\/[0-9]+ Test: / { cur = $3; out = 0; n = 0; next }
+        /^Output:$/ { out = index(failed, " " cur " ") > 0; if (out) printf "%s, %s:\n", stage, cur; next }
+        /^<end of output>$/ { out = 0; next }
+        out && n < 14 && /^(E  |FAILED|not ok|  *error:|\[FAIL\]|\[----\].*:[0-9]+: )/ {
+            print "    " substr($0, 1, 300); n++ }
+    ' "$log")$'\n'
+}
 run_stage() {  # stage build-dir ctest-args...
     local stage=$1 dir=$2 t0=$SECONDS rc
     shift 2
@@ -243,6 +261,7 @@ run_stage() {  # stage build-dir ctest-args...
     rc=${PIPESTATUS[0]}
     report "$RMQS_TEST_REPORT" "$stage"
     timing "$stage" "$dir/ctest-output.txt" $((SECONDS - t0))
+    [ "$rc" = 0 ] || digest "$stage" "$dir"
     return "$rc"
 }
 status=0
@@ -257,4 +276,8 @@ case " $STAGES " in *" tsan "*)
 esac
 set -e
 rmqs_log "tests/run.sh took ${SECONDS} s in all"
+if [ -n "${DIGEST//$'\n'/}" ]; then
+    rmqs_log "what the failed tests said (their whole output is above):"
+    printf '%s' "$DIGEST"
+fi
 exit "$status"

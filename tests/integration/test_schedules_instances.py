@@ -54,6 +54,24 @@ def counted(svc, totals):
         totals[r] += m.get(f'rmqs_schedule_runs_total{{result="{r}"}}', 0)
 
 
+def scheduler_trouble(svcs, most=12):
+    """The first lines of each instance's log that say why runs were not
+    made in time (a catch-up, a store call that failed or was given up):
+    with the missing fire times in a failure's first lines, where a CI
+    excerpt shows them."""
+    out = []
+    for k, s in enumerate(svcs):
+        try:
+            with open(s.log_path, errors="replace") as f:
+                lines = [ln.strip()[:240] for ln in f
+                         if "catch-up" in ln or "level=error" in ln
+                         or "given up" in ln or "cannot" in ln]
+        except OSError as e:
+            lines = [f"(log not read: {e})"]
+        out += [f"svc{k}: {ln}" for ln in lines[:most]]
+    return out
+
+
 def test_three_instances_fire_every_run_exactly_once_while_killed(
         service, amqp_factory, report):
     rng = random.Random()
@@ -98,7 +116,9 @@ def test_three_instances_fire_every_run_exactly_once_while_killed(
            f"(same job, at a kill), runs counted: fired {totals['fired']:.0f}, "
            f"misfired_fired {totals['misfired_fired']:.0f}, skipped {totals['skipped']:.0f}")
     assert len(kills) >= MIN_KILLS, kills
-    assert n_missing == 0, {n: [t - starts[n] for t in v] for n, v in missing.items() if v}
+    assert n_missing == 0, (
+        {n: [t - starts[n] for t in v] for n, v in missing.items() if v},
+        scheduler_trouble(svcs))
     assert totals["skipped"] == 0 and totals["misfired_fired"] == 0, totals
     # one job per fire time in the shared table, across all instances
     (dup_rows,), = first.sql(

@@ -98,25 +98,12 @@ static const char *mode_name(ui_mode m)
                                     : "off";
 }
 
-/* Whether the request is a browser opening a page: it navigates
- * (Sec-Fetch-Mode: navigate, which browsers send and scripts cannot set),
- * or its Accept names text/html before any application/json (a browser's
- * Accept starts with text/html; an API client's names application/json,
- * curl's only the wildcard: neither is a page). */
+/* Whether a request for url is a browser asking for a page at "/". */
 static bool wants_page(struct MHD_Connection *c)
 {
     const char *accept =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
-    const char *mode =
-        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode");
-    const char *html, *json;
-
-    if (mode != NULL && strcasecmp(mode, "navigate") == 0)
-        return true;
-    if (accept == NULL || (html = strcasestr(accept, "text/html")) == NULL)
-        return false;
-    json = strcasestr(accept, "application/json");
-    return json == NULL || html < json;
+    return accept != NULL && strstr(accept, "text/html") != NULL;
 }
 
 bool http_ui_public(const http_api_t *api, const char *url)
@@ -130,7 +117,7 @@ bool http_ui_handles(const http_api_t *api, struct MHD_Connection *c,
 {
     if (!ui_enabled(api))
         return false;
-    if (strcmp(url, "/") == 0) /* API clients keep their 404 (or 401) */
+    if (strcmp(url, "/") == 0) /* API clients keep their 404 */
         return wants_page(c);
     return http_ui_public(api, url);
 }

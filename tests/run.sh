@@ -240,7 +240,9 @@ timing() {  # stage log seconds
 DIGEST=""
 digest() {  # stage build-dir
     local failed log=$2/Testing/Temporary/LastTest.log
-    failed=$(sed -n 's/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' "$2/ctest-output.txt")
+    # ctest's lists of tests that failed and that did not run (skipped):
+    # the first only
+    failed=$(sed -n '/(Skipped)$/d; /(Disabled)$/d; s/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' "$2/ctest-output.txt")
     [ -n "$failed" ] && [ -f "$log" ] || return 0
     DIGEST+=$(awk -v stage="$1" -v failed=" $(echo $failed) " '
         /^[0-9]+\/[0-9]+ Test: / { cur = $3; out = 0; n = 0; next }

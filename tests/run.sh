@@ -235,20 +235,21 @@ timing() {  # stage log seconds
 # What each failed test said, in a few lines, printed again at the very end
 # of the run (where a CI excerpt that keeps the tail sees it; the whole
 # output is in ctest-output.txt and Testing/Temporary/LastTest.log): the
-# assertion lines of pytest (E ...), node:test (not ok, error:) and
-# Criterion ([FAIL], [----] ...: ...).
+# assertion lines of pytest (E ...), of node:test's spec reporter (the
+# failed test's cross and its Error line) and of Criterion ([----] and
+# [FAIL]).
 DIGEST=""
 digest() {  # stage build-dir
     local failed log=$2/Testing/Temporary/LastTest.log
-    # ctest's lists of tests that failed and that did not run (skipped):
-    # the first only
+    # ctest lists the tests that failed and those that did not run
+    # (skipped, disabled): the first only
     failed=$(sed -n '/(Skipped)$/d; /(Disabled)$/d; s/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' "$2/ctest-output.txt")
     [ -n "$failed" ] && [ -f "$log" ] || return 0
     DIGEST+=$(awk -v stage="$1" -v failed=" $(echo $failed) " '
         /^[0-9]+\/[0-9]+ Test: / { cur = $3; out = 0; n = 0; next }
         /^Output:$/ { out = index(failed, " " cur " ") > 0; if (out) printf "%s, %s:\n", stage, cur; next }
         /^<end of output>$/ { out = 0; next }
-        out && n < 14 && /^(E  |FAILED|not ok|  *error:|\[FAIL\]|\[----\].*:[0-9]+: )/ {
+        out && n < 14 && /^(E  |FAILED|\[FAIL\]|\[----\] +[^ ]| *✖ | *[A-Za-z]*Error( \[[A-Z_]+\])?: )/ {
             print "    " substr($0, 1, 300); n++ }
     ' "$log")$'\n'
 }

@@ -472,8 +472,8 @@ static void teardown(service_t *svc)
     if (!http_api_drain(svc->api, 2000, true))
         log_warn(MOD, "requests still in progress at shutdown", NULL);
     writer_stop(svc->writer); /* commits what was handed over; resumes them */
-    http_api_drain(svc->api, 500, false); /* lets those be answered */
-    http_api_stop(svc->api);              /* closes every connection */
+    http_api_drain(svc->api, 2000, false); /* lets those be answered */
+    http_api_stop(svc->api);               /* closes every connection */
     ingest_free(svc->ingest);
     bulk_free(svc->bulk); /* a bulk action ends after its page; wakes disp */
     scheduler_free(svc->scheduler); /* its pass in progress ends; it wakes

@@ -173,6 +173,7 @@ static void grant_locked(writer_t *w)
         w->wait_head = x->next;
         w->admitted += x->bytes;
         x->granted = true;
+        x->stopping = w->wk.stop;
         x->next = w->granted;
         w->granted = x;
         pthread_cond_signal(&w->wk.cv);

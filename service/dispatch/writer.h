@@ -76,7 +76,10 @@ rmqs_rc writer_submit(writer_t *w, writer_req *req);
 typedef struct writer_waiter writer_waiter;
 struct writer_waiter {
     size_t bytes;
-    bool granted; /* out: admitted by a writer_release */
+    bool granted;  /* out: admitted by a writer_release */
+    bool stopping; /* out: admitted because the writer stops: the caller
+                      answers at once, without parsing (writer_submit
+                      would refuse it anyway) */
     void (*wake)(void *cls);
     void *cls;
     writer_waiter *next; /* the writer's queue link */

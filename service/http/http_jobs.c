@@ -103,6 +103,14 @@ static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
     return http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", field, msg);
 }
 
+/* The writer has stopped (shutdown): the request is refused whole. */
+static enum MHD_Result reply_stopping(struct MHD_Connection *c)
+{
+    return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
+                            NULL,
+                            "the service is stopping; nothing was stored");
+}
+
 /* Writer thread: the insert is committed (or failed); wake the request. */
 static void on_written(writer_req *wr, void *cls)
 {
@@ -183,10 +191,7 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
             "Idempotency-Key was used before with a different "
             "request");
     if (rq->writer_gone)
-        return http_reply_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable",
-                                NULL,
-                                "the service is stopping; nothing was "
-                                "stored");
+        return reply_stopping(c);
     if (ins->rc != RMQS_OK) {
         if (ins->rc != RMQS_EINVAL && ins->rc != RMQS_ECONFLICT &&
             ins->rc != RMQS_EFULL) /* the writer logs those */
@@ -647,5 +652,10 @@ enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
                                 "Content-Type must be application/json");
     if (!admit(api, c, rq))
         return MHD_YES; /* suspended until the writer has room */
+    /* Let in by the stop: answered now, not parsed first - at a SIGTERM
+     * with many waiting, parsing them all delayed the answers past the
+     * stop's drain, and their connections closed unanswered (CI, ASan). */
+    if (rq->waiter.stopping)
+        return reply_stopping(c);
     return batch ? h_schedule_batch(api, c, rq) : h_schedule(api, c, rq);
 }

@@ -33,6 +33,16 @@ after(async () => {
   await svc?.stop();
 });
 
+// Until a click's hash change renders the page anew, the count and the list
+// of the page before are still there, and that count says "matching jobs"
+// too (CI once read it, the unfiltered page's, as the search's answer):
+// wait for them to go first.
+async function clickAndWaitForRender(page, locator) {
+  const before = await page.locator('#count').elementHandle();
+  await locator.click();
+  await page.waitForFunction((el) => !el.isConnected, before);
+}
+
 async function search(page, fields) {
   await visit(page, svc, '#/jobs');
   for (const [label, value] of Object.entries(fields)) {
@@ -40,7 +50,7 @@ async function search(page, fields) {
     if ((await f.evaluate((e) => e.tagName)) === 'SELECT') await f.selectOption(value);
     else await f.fill(value);
   }
-  await page.getByRole('button', { name: 'Search' }).click();
+  await clickAndWaitForRender(page, page.getByRole('button', { name: 'Search' }));
   await page
     .locator('#count')
     .getByText(/matching jobs/)
@@ -79,7 +89,7 @@ test('routing key + exchange + header narrow it to the right count', async () =>
     assert.equal(j.headers.tenant, 't20');
   }
   // The next page by cursor: other jobs, same filter.
-  await page.locator('#next-page').click();
+  await clickAndWaitForRender(page, page.locator('#next-page'));
   await page.locator('#list tbody a').first().waitFor();
   const second = await page.locator('#list tbody a').allTextContents();
   assert.equal(second.length, 50);

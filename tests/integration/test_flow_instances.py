@@ -25,11 +25,24 @@ RATE = 600
 LEASE_MS = 2000
 
 
+def trouble(svcs, most=8):
+    """Each instance's first warnings and errors (a shared bucket given up
+    and decided on alone, a claim that failed): with a rate assertion's
+    failure, where a CI excerpt shows them."""
+    out = []
+    for k, s in enumerate(svcs):
+        with open(s.log_path, errors="replace") as f:
+            lines = [ln.strip()[:240] for ln in f
+                     if "level=warn" in ln or "level=error" in ln]
+        out += [f"svc{k}: {ln}" for ln in lines[:most]]
+    return out
+
+
 def rate_between(times, t0, t1):
     return sum(1 for t in times if t0 <= t < t1) / (t1 - t0)
 
 
-def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
+def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp, report):
     first = service("--lease-ms", str(LEASE_MS))
     svcs = [first] + [service("--lease-ms", str(LEASE_MS), share_db_with=first)
                       for _ in range(2)]
@@ -59,18 +72,25 @@ def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
     assert t_start - t_due < 6, (
         f"storing the jobs ended {t_start - t_due:.1f} s after their due time: "
         f"too few would be left for the second measurement")
-    # Every instance dispatches under the shared limit. From 3 s on: while
-    # the burst is being held (every job given its slot, 14,400 of them
-    # across the instances), the first slots' jobs come back late, and
-    # those past a grace take new slots (the rate dips, never exceeds).
+    # Every instance dispatches under the shared limit. From 3 s on: in the
+    # first second the jobs whose slots passed while the first claims were
+    # decided go at once (nothing for 0.5 s, then 289 and 198 in 250 ms
+    # here: the second's total stays under the rate), and while the burst
+    # is being held (every job given its slot, 14,400 of them across the
+    # instances) the first slots' jobs come back late, and those past a
+    # grace take new slots (the rate dips).
     wait_until(lambda: time.time() > t_start + 9.5, 30, "9 s of draining")
     times = [m.received_at for m in amqp.snapshot()]
     together = rate_between(times, t_start + 3, t_start + 9)
-    print(f"stored {t_start - t_due:+.1f} s from due; per 250 ms:",
-          [sum(1 for t in times if t_start + k / 4 <= t < t_start + (k + 1) / 4)
-           for k in range(32)])
-    assert abs(together - RATE) <= 0.1 * RATE, \
-        f"three instances published {together:.0f}/s under a {RATE}/s limit"
+    first_per_250 = [
+        sum(1 for t in times if t_start + k / 4 <= t < t_start + (k + 1) / 4)
+        for k in range(32)]
+    report(f"flow_instances: stored {t_start - t_due:+.1f} s from due; "
+           f"per 250 ms from then: {first_per_250}")
+    assert abs(together - RATE) <= 0.1 * RATE, (
+        f"three instances published {together:.0f}/s under a {RATE}/s limit\n"
+        f"per 250 ms from the start: {first_per_250}\n"
+        + "\n".join(trouble(svcs)))
 
     # kill -9 of one; after its lease the two others keep the total.
     svcs[1].kill9()
@@ -79,8 +99,13 @@ def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
     wait_until(lambda: time.time() > after + 5.5, 40, "5 s after the lease")
     times = [m.received_at for m in amqp.snapshot()]
     two = rate_between(times, after, after + 5)
-    assert abs(two - RATE) <= 0.1 * RATE, \
-        f"after kill -9 of one instance, {two:.0f}/s under a {RATE}/s limit"
+    per_250 = [sum(1 for t in times
+                   if killed_at - 1 + k / 4 <= t < killed_at - 1 + (k + 1) / 4)
+               for k in range(4 * 10)]
+    assert abs(two - RATE) <= 0.1 * RATE, (
+        f"after kill -9 of one instance, {two:.0f}/s under a {RATE}/s limit\n"
+        f"per 250 ms from 1 s before the kill: {per_250}\n"
+        + "\n".join(trouble(svcs)))
 
     # Nothing acknowledged is lost (a job in flight at the kill may come
     # twice: at least once).
@@ -89,5 +114,6 @@ def test_three_instances_share_a_limit_and_a_death_keeps_it(service, amqp):
     early = [i for i, msgs in got.items() for m in msgs
              if m.received_at < t_due - 0.001]
     assert not early, f"{len(early)} jobs arrived early"
-    print(f"shared limit {RATE}/s: three instances {together:.0f}/s, "
-          f"two after a kill -9 {two:.0f}/s")
+    report(f"flow_instances: shared limit {RATE}/s: three instances "
+           f"{together:.0f}/s, two after a kill -9 {two:.0f}/s; per 250 ms "
+           f"from 1 s before the kill: {per_250}")

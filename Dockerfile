@@ -12,6 +12,13 @@
 # the process runs as the unprivileged user rmqs (uid 10001) and stops
 # gracefully on SIGTERM (`docker stop`), within RMQS_SHUTDOWN_GRACE_S (10 s):
 # give `docker stop -t` / stop_grace_period a few seconds more than that.
+#
+# OCI labels: the version, the commit and the source repository come from
+# build arguments, e.g.
+#   docker build --build-arg RMQS_REVISION="$(git rev-parse HEAD)" \
+#       --build-arg RMQS_SOURCE="$(git remote get-url origin)" -t rmq-scheduler .
+# RMQS_VERSION defaults to CMakeLists.txt's project(VERSION) (a test keeps
+# the two equal); RMQS_REVISION to "unknown"; RMQS_SOURCE to empty.
 
 # --- build ---------------------------------------------------------------
 FROM debian:bookworm-slim AS build
@@ -43,8 +50,15 @@ RUN apt-get update \
  && install -d -o rmqs -g rmqs -m 0750 /data
 COPY --from=build /out/bin/rmq-scheduler /usr/local/bin/rmq-scheduler
 
+ARG RMQS_VERSION=0.1.0
+ARG RMQS_REVISION=unknown
+ARG RMQS_SOURCE=
 LABEL org.opencontainers.image.title="rmq-scheduler" \
-      org.opencontainers.image.description="Delayed messages for RabbitMQ over HTTP, stored in SQLite or PostgreSQL"
+      org.opencontainers.image.description="Delayed messages for RabbitMQ over HTTP, stored in SQLite or PostgreSQL" \
+      org.opencontainers.image.version="${RMQS_VERSION}" \
+      org.opencontainers.image.revision="${RMQS_REVISION}" \
+      org.opencontainers.image.source="${RMQS_SOURCE}" \
+      org.opencontainers.image.licenses="MIT"
 
 ENV RMQS_DB=/data/scheduler.db \
     RMQS_LISTEN=0.0.0.0:8080

@@ -1,18 +1,43 @@
 // api.js - every call the dashboard makes, to this origin only.
 //
-// The API token, when the service needs one, is asked for once in a
-// dialog and kept in this module's variable: never a cookie, a URL,
-// localStorage or sessionStorage (a reload asks again). A 401 asks again.
+// The API token, when the service needs one, is asked for in a dialog and
+// kept in this module's variable; with "Remember for this tab" (on by
+// default) also in sessionStorage, so a reload of the tab (or a tab it
+// opens) does not ask again. Never a cookie, a URL or localStorage. A 401
+// forgets it and asks again; "Forget token" forgets it and reloads.
 
-let token = null;
+const KEY = 'rmqs-api-token';
+function stored() {
+  try {
+    return sessionStorage.getItem(KEY);
+  } catch {
+    return null; // storage refused: memory only
+  }
+}
+function keep(t) {
+  try {
+    if (t) sessionStorage.setItem(KEY, t);
+    else sessionStorage.removeItem(KEY);
+  } catch {
+    /* memory only */
+  }
+}
+
+let token = stored();
 let asking = null;
 export let config = null;
+
+export function forgetToken() {
+  token = null;
+  keep(null);
+}
 
 function askToken(message) {
   if (asking) return asking;
   const d = document.getElementById('token-dialog');
   const form = document.getElementById('token-form');
   const input = document.getElementById('token-input');
+  const remember = document.getElementById('token-remember');
   document.getElementById('token-message').textContent = message;
   input.value = '';
   asking = new Promise((resolve) => {
@@ -21,6 +46,7 @@ function askToken(message) {
       if (!input.value) return;
       form.removeEventListener('submit', onSubmit);
       token = input.value;
+      keep(remember.checked ? token : null);
       input.value = '';
       d.close();
       asking = null;
@@ -33,6 +59,18 @@ function askToken(message) {
     input.focus();
   });
   return asking;
+}
+
+const ASK = 'This service needs its API token.';
+const AGAIN = 'That token was refused. Enter the API token again.';
+
+// A refused token (used: the one the request carried) is forgotten, in
+// memory and in the tab, before asking again; a request that carried an
+// older one only tries again with the current one.
+function refused(used) {
+  if (token !== used) return asking || Promise.resolve();
+  forgetToken();
+  return askToken(used !== null ? AGAIN : ASK);
 }
 
 export class ApiError extends Error {
@@ -49,6 +87,7 @@ export class ApiError extends Error {
 // ApiError for 4xx/5xx unless ok lists the status.
 export async function call(method, path, body, ok = []) {
   for (;;) {
+    const used = token;
     const headers = { Accept: 'application/json' };
     if (token) headers.Authorization = 'Bearer ' + token;
     if (body !== undefined) headers['Content-Type'] = 'application/json';
@@ -61,11 +100,7 @@ export async function call(method, path, body, ok = []) {
       redirect: 'error',
     });
     if (resp.status === 401) {
-      await askToken(
-        token
-          ? 'That token was refused. Enter the API token again.'
-          : 'This service needs its API token. It is kept in this tab\u2019s memory only.',
-      );
+      await refused(used);
       continue;
     }
     const text = await resp.text();
@@ -86,11 +121,12 @@ export const get = (path, ok) => call('GET', path, undefined, ok);
 
 export async function text(path) {
   for (;;) {
+    const used = token;
     const headers = {};
     if (token) headers.Authorization = 'Bearer ' + token;
     const resp = await fetch(path, { headers, credentials: 'omit', cache: 'no-store' });
     if (resp.status === 401) {
-      await askToken('That token was refused. Enter the API token again.');
+      await refused(used);
       continue;
     }
     if (!resp.ok) throw new ApiError(resp.status, null);
@@ -103,7 +139,7 @@ export async function text(path) {
 export async function loadConfig() {
   let c = (await get('/ui/config.json')).body;
   if (c.token_required && !token) {
-    await askToken('This service needs its API token. It is kept in this tab\u2019s memory only.');
+    await askToken(ASK);
   }
   if (c.token_required) {
     // Check the token on a call that needs it (asks again while wrong).

@@ -2,7 +2,7 @@
 // token if the service needs one), then routes #/... to a page. Each page
 // renders into <main> and registers its live refreshes with ctx.every,
 // cleared when the route changes.
-import { loadConfig, config } from './api.js';
+import { loadConfig, config, forgetToken } from './api.js';
 import { h, replace } from './dom.js';
 import * as overview from './overview.js';
 import * as jobs from './jobs.js';
@@ -10,6 +10,7 @@ import * as job from './job.js';
 import * as schedules from './schedules.js';
 import * as limits from './limits.js';
 import * as about from './about.js';
+import * as banner from './banner.js';
 
 const main = document.getElementById('main');
 let timers = [];
@@ -104,8 +105,55 @@ async function start() {
     route();
     main.focus({ preventScroll: true });
   });
+  if (config.token_required) {
+    const forget = document.getElementById('forget-token');
+    forget.hidden = false;
+    forget.addEventListener('click', () => {
+      forgetToken();
+      location.reload();
+    });
+  }
+  document.addEventListener('keydown', shortcut);
   route();
+  banner.start(document.getElementById('banner'));
   document.body.dataset.ready = 'true';
+}
+
+// Keyboard shortcuts (the list: "?"): g then o/j/s/l/a goes to a page, "/"
+// to the Jobs page's filter. Never while typing in a field, with a
+// modifier, or over a dialog.
+const GO = { o: '#/', j: '#/jobs', s: '#/schedules', l: '#/limits', a: '#/about' };
+let gAt = 0;
+function shortcut(e) {
+  if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
+  const t = e.target;
+  if (t instanceof Element && t.closest('input, textarea, select, [contenteditable], dialog')) return;
+  if (document.querySelector('dialog[open]')) return;
+  if (gAt && Date.now() - gAt < 1500 && GO[e.key]) {
+    gAt = 0;
+    e.preventDefault();
+    location.hash = GO[e.key];
+    return;
+  }
+  gAt = e.key === 'g' ? Date.now() : 0;
+  if (e.key === '?') {
+    e.preventDefault();
+    document.getElementById('keys-dialog').showModal();
+    document.getElementById('keys-close').focus();
+  } else if (e.key === '/') {
+    e.preventDefault();
+    if (/^#\/jobs(\?|$)/.test(location.hash)) focusSearch();
+    else {
+      location.hash = '#/jobs';
+      window.addEventListener('hashchange', () => setTimeout(focusSearch), { once: true });
+    }
+  }
+}
+
+function focusSearch() {
+  const toggle = document.getElementById('filter-toggle');
+  if (toggle && toggle.getAttribute('aria-expanded') !== 'true') toggle.click();
+  document.getElementById('f-q')?.focus();
 }
 
 start();

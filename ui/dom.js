@@ -46,11 +46,21 @@ export function replace(el, ...children) {
 }
 
 // A table in a focusable, labelled scrolling region (keyboard users can
-// scroll it; screen readers name it).
-export function table(label, head, rows) {
+// scroll it; screen readers name it). Each cell carries its column's name
+// (data-label): on a narrow screen style.css lays the rows out as cards and
+// shows that name beside the value. head: strings, or nodes for a column
+// whose header is a control (its data-label is then empty).
+export function table(label, head, rows, cls) {
+  const names = head.map((t) => (typeof t === 'string' ? t : ''));
+  for (const tr of rows.flat()) {
+    if (!(tr instanceof Element)) continue;
+    [...tr.children].forEach((td, i) => {
+      if (names[i] && !td.hasAttribute('data-label')) td.setAttribute('data-label', names[i]);
+    });
+  }
   return h(
     'div',
-    { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': label },
+    { class: 'table-wrap' + (cls ? ' ' + cls : ''), tabindex: '0', role: 'region', 'aria-label': label },
     h(
       'table',
       {},
@@ -67,6 +77,12 @@ export function table(label, head, rows) {
     ),
   );
 }
+
+// A number with thousands separators, the same on every page: 1,612.
+export const num = (n) => (typeof n === 'number' && isFinite(n) ? n.toLocaleString('en') : String(n ?? '—'));
+
+// "1 matching job", "2 matching jobs" (word is the singular).
+export const plural = (n, word, words) => (n === 1 ? word : words || word + 's');
 
 export function field(id, label, input, hint) {
   input.id = id;
@@ -121,6 +137,27 @@ export function duration(ms) {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
+// A setting in milliseconds in words: 60000 -> "1 min", 90000 -> "1 min
+// 30 s", 0 -> "0 s", null -> "—" (only the parts that are not zero).
+export function humanMs(ms) {
+  if (ms === null || ms === undefined) return '\u2014';
+  if (ms % 1000) return num(ms) + ' ms';
+  let s = ms / 1000;
+  const parts = [];
+  for (const [unit, n] of [
+    ['d', 86400],
+    ['h', 3600],
+    ['min', 60],
+    ['s', 1],
+  ]) {
+    if (s >= n) {
+      parts.push(`${Math.floor(s / n)} ${unit}`);
+      s %= n;
+    }
+  }
+  return parts.length ? parts.join(' ') : '0 s';
+}
+
 export function statusBadge(s) {
   return h('span', { class: 'status st-' + (/^[a-z]+$/.test(s) ? s : 'x') }, s);
 }
@@ -162,16 +199,19 @@ export function toast(msg) {
   }, 5000);
 }
 
-// The confirmation dialog: resolves true (Confirm) or false.
-export function confirmDialog(title, message, yesLabel) {
+// The confirmation dialog: resolves true (yes) or false. message: text or
+// nodes; noLabel names the way out ("Keep them"), so the two buttons
+// cannot be taken for one another.
+export function confirmDialog(title, message, yesLabel, noLabel) {
   const d = document.getElementById('confirm-dialog');
   document.getElementById('confirm-title').textContent = title;
-  document.getElementById('confirm-message').textContent = message;
+  replace(document.getElementById('confirm-message'), message);
   const yes = document.getElementById('confirm-yes');
   yes.textContent = yesLabel || 'Confirm';
   return new Promise((resolve) => {
     const form = document.getElementById('confirm-form');
     const no = document.getElementById('confirm-no');
+    no.textContent = noLabel || 'Cancel';
     const done = (v) => {
       form.removeEventListener('submit', onYes);
       no.removeEventListener('click', onNo);

@@ -1,7 +1,7 @@
 // job.js - one job: every field, the body shown safely (JSON pretty-printed,
 // text as text, binary as hex and base64), its actions, live status.
 import { get, call, readOnly } from './api.js';
-import { h, replace, table, dd, duration, statusBadge, when, utc, toast, confirmDialog } from './dom.js';
+import { h, replace, table, dd, duration, statusBadge, when, utc, toast, confirmDialog, num } from './dom.js';
 import { fromLocalInput } from './jobs.js';
 import { limitHref } from './limits.js';
 
@@ -32,7 +32,7 @@ function bodyView(j) {
       /* shown as base64 only */
     }
     return [
-      h('p', {}, `Binary, ${bytes.length} bytes`),
+      h('p', {}, `Binary, ${num(bytes.length)} bytes`),
       h('h3', {}, 'Hex'),
       h('pre', { id: 'body-hex' }, hexDump(bytes)),
       h('h3', {}, 'Base64'),
@@ -69,6 +69,79 @@ function kvTable(label, obj) {
   );
 }
 
+// What the common broker answers mean and what to do about them (the
+// reply texts RabbitMQ sends, as the service records them).
+const HINTS = [
+  [
+    /NOT_FOUND - no exchange/,
+    'The exchange does not exist on the broker (in this virtual host). Declare it, or correct the job\u2019s exchange, then retry.',
+  ],
+  [
+    /NO_ROUTE|\b312\b/,
+    'The exchange exists but no queue is bound for this routing key, so the broker returned the message. Bind a queue (or fix the routing key), then retry.',
+  ],
+  [
+    /ACCESS_REFUSED|\b403\b/,
+    'The service\u2019s broker user may not publish to this exchange. Grant it write permission (rabbitmqctl set_permissions), then retry.',
+  ],
+  [
+    /PRECONDITION_FAILED|\b406\b/,
+    'The broker refused the message as sent (a property or the exchange\u2019s arguments). Check the job\u2019s properties against the exchange.',
+  ],
+  [
+    /nack/i,
+    'The broker refused to take the message (nack): for example a queue at its length limit with overflow reject-publish, or a full disk on the broker.',
+  ],
+];
+
+export function hintFor(error) {
+  for (const [re, text] of HINTS) if (re.test(error || '')) return text;
+  return null;
+}
+
+// A failed job (or one whose last attempt failed) opens with its error.
+function callout(j) {
+  if (!j.last_error || (j.status !== 'failed' && j.status !== 'pending')) return null;
+  const hint = hintFor(j.last_error);
+  return h(
+    'section',
+    { class: 'callout', id: 'error-callout', 'aria-labelledby': 'h-error' },
+    h(
+      'h2',
+      { id: 'h-error' },
+      j.status === 'failed'
+        ? `Failed after ${j.attempts} ${j.attempts === 1 ? 'attempt' : 'attempts'}`
+        : `Attempt ${j.attempts} of ${j.max_attempts} failed; it will be tried again`,
+    ),
+    j.failed_at ? h('p', {}, 'At ', when(j.failed_at)) : null,
+    h('p', { class: 'mono', id: 'error-text' }, j.last_error),
+    hint ? h('p', { id: 'error-hint' }, h('strong', {}, 'What it usually means: '), hint) : null,
+  );
+}
+
+// Each attempt's error, oldest first (the service keeps the last ten).
+function timeline(j) {
+  const a = j.attempt_errors;
+  if (!Array.isArray(a) || !a.length) return null;
+  return [
+    h('h2', {}, 'Attempts'),
+    h(
+      'ol',
+      { class: 'timeline', id: 'attempts', 'aria-label': 'Failed attempts, oldest first' },
+      a.map((e) =>
+        h(
+          'li',
+          {},
+          h('strong', {}, `Attempt ${e.attempt}`),
+          ' · ',
+          h('time', { datetime: e.at }, utc(e.at)),
+          h('div', { class: 'mono' }, e.error),
+        ),
+      ),
+    ),
+  ];
+}
+
 // The limit that holds the job back now (pending) or last did, linked.
 function heldBy(j) {
   if (!j.held_by) return '—';
@@ -80,10 +153,11 @@ function heldBy(j) {
 export function render(main, ctx, params, id) {
   let last = null;
   const head = h('div', {});
+  const alert = h('div', {});
   const actions = h('div', { class: 'actions', id: 'actions' });
   const fields = h('div', {});
   const rest = h('div', {});
-  replace(main, h('h1', {}, 'Job ', h('span', { class: 'mono' }, id)), head, actions, fields, rest);
+  replace(main, h('h1', {}, 'Job ', h('span', { class: 'mono' }, id)), head, alert, actions, fields, rest);
 
   const act = async (what, method, path, body) => {
     try {
@@ -138,7 +212,9 @@ export function render(main, ctx, params, id) {
             class: 'danger',
             id: 'cancel',
             onclick: async () => {
-              if (await confirmDialog('Cancel job', 'Cancel this job? It will not be published.', 'Cancel job')) {
+              if (
+                await confirmDialog('Cancel job', 'Cancel this job? It will not be published.', 'Cancel job', 'Keep it')
+              ) {
                 act('Cancel', 'DELETE', '/jobs/' + encodeURIComponent(id));
               }
             },
@@ -179,6 +255,7 @@ export function render(main, ctx, params, id) {
     );
     if (!changed) return;
     showActions(j);
+    replace(alert, callout(j));
     replace(
       fields,
       h(
@@ -197,6 +274,7 @@ export function render(main, ctx, params, id) {
         dd('created_at', when(j.created_at)),
         dd('updated_at', when(j.updated_at)),
         dd('sent_at', when(j.sent_at)),
+        j.failed_at !== undefined ? dd('failed_at', when(j.failed_at)) : null,
         dd('attempts', `${j.attempts} of ${j.max_attempts}`),
         dd('priority', j.priority ?? '—'),
         dd('held_by', heldBy(j)),
@@ -206,6 +284,7 @@ export function render(main, ctx, params, id) {
     );
     replace(
       rest,
+      timeline(j),
       h('h2', {}, 'Headers'),
       kvTable('Headers', j.headers),
       h('h2', {}, 'Properties'),

@@ -127,7 +127,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
     case AMQPP_UNSENT: it->out.kind = STORE_OUT_RELEASE; break;
     case AMQPP_REFUSED:
         /* not an attempt at the broker, and never will be: failed now */
-        metrics_job_failed();
+        metrics_job_failed(j->exchange);
         snprintf(it->reason, sizeof(it->reason), "%s", r->reason);
         it->out.kind = STORE_OUT_FAIL;
         it->out.error = it->reason;
@@ -140,7 +140,7 @@ void disp_on_report(void *cls, void *ctx, const amqpp_result *r)
                                 : r->kind == AMQPP_CLOSED ? MF_CHANNEL_CLOSED
                                                           : MF_CONNECTION_LOST);
         if (j->attempts >= j->max_attempts)
-            metrics_job_failed();
+            metrics_job_failed(j->exchange);
         snprintf(it->reason, sizeof(it->reason), "%s", r->reason);
         it->out.kind = STORE_OUT_RETRY;
         it->out.error = it->reason;
@@ -351,6 +351,11 @@ static void publish_loop(disp_t *d, int64_t idle_cap, qstates *qs)
         if (blocked != was_blocked) { /* tell the feeder only of changes */
             set_can_claim(d, !blocked);
             atomic_store(&d->blocked, blocked);
+            disp_broker_note(d, blocked ? DISP_BROKER_BLOCKED : DISP_BROKER_UP,
+                             blocked ? "the broker blocks publishing "
+                                       "(connection.blocked: a memory or "
+                                       "disk alarm)"
+                                     : NULL);
         }
         was_blocked = blocked;
         if (blocked)
@@ -451,6 +456,9 @@ void *disp_publisher_main(void *arg)
         rmqs_error err = {0};
 
         if (amqpp_connect(d->pub, &err) != RMQS_OK) {
+            disp_broker_note(d, DISP_BROKER_DOWN,
+                             err.message[0] ? err.message
+                                            : "cannot connect to the broker");
             if (!was_down_logged)
                 log_warn(MOD, "broker unreachable; retrying",
                          "url=%s error=\"%s\"", amqpp_safe_url(d->pub),
@@ -472,6 +480,7 @@ void *disp_publisher_main(void *arg)
         ever_connected = true;
         reconnect_ms = RECONNECT_MIN_MS;
         atomic_store(&d->connected, true);
+        disp_broker_note(d, DISP_BROKER_UP, NULL);
         if (d->opt.on_connected != NULL)
             d->opt.on_connected(d->opt.connected_cls);
 
@@ -480,6 +489,7 @@ void *disp_publisher_main(void *arg)
         atomic_store(&d->blocked, false);
         if (!amqpp_connected(d->pub)) {
             atomic_store(&d->connected, false);
+            disp_broker_note(d, DISP_BROKER_DOWN, "broker connection lost");
             set_can_claim(d, false);
             release_ahead(d);
             log_warn(MOD, "broker connection lost", "url=%s",

@@ -12,6 +12,15 @@
 
 typedef struct disp disp_t;
 
+/* The broker connection as GET /status names it. */
+typedef enum disp_broker_state {
+    DISP_BROKER_DOWN,
+    DISP_BROKER_UP,
+    DISP_BROKER_BLOCKED /* connected, but connection.blocked */
+} disp_broker_state;
+
+#define DISP_BROKER_ERROR_MAX 256
+
 /* On a store shared with other instances (store_has_peers), the feeder
  * looks at the store's next due job at least this often, even when nothing
  * woke it: a job stored by another instance without a

@@ -74,6 +74,7 @@
 
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -123,6 +124,9 @@ disp_t *disp_new(store_t *st, amqpp_t *pub, const disp_options *opt)
     d->notified_due = INT64_MAX;
     atomic_init(&d->connected, false);
     atomic_init(&d->blocked, false);
+    pthread_mutex_init(&d->broker_mu, NULL);
+    d->broker_state = DISP_BROKER_DOWN;
+    d->broker_since_ms = tu_now_ms();
     d->flow = flow_new();
     d->limits_read_at = INT64_MIN;
     atomic_init(&d->limits_kick, false);
@@ -163,6 +167,16 @@ bool disp_broker_blocked(disp_t *d)
 bool disp_broker_connected(disp_t *d)
 {
     return atomic_load(&d->connected);
+}
+
+void disp_broker_status(disp_t *d, disp_broker_state *state, int64_t *since_ms,
+                        char error[DISP_BROKER_ERROR_MAX])
+{
+    pthread_mutex_lock(&d->broker_mu);
+    *state = d->broker_state;
+    *since_ms = d->broker_since_ms;
+    memcpy(error, d->broker_error, DISP_BROKER_ERROR_MAX);
+    pthread_mutex_unlock(&d->broker_mu);
 }
 
 rmqs_rc disp_start(disp_t *d)
@@ -218,6 +232,7 @@ void disp_free(disp_t *d)
     if (d->wake_fd >= 0)
         close(d->wake_fd);
     pthread_cond_destroy(&d->rec_cv);
+    pthread_mutex_destroy(&d->broker_mu);
     worker_destroy(&d->w);
     free(d);
 }

@@ -53,6 +53,13 @@ bool disp_broker_blocked(disp_t *d);
 /* Whether the AMQP connection is up (for /readyz). Any thread. */
 bool disp_broker_connected(disp_t *d);
 
+/* The broker as GET /status tells it: its state, since when it is in it
+ * (wall ms; the dispatcher's creation for the first "down" before any
+ * connection), and the error that last took it down or blocked it ("" if
+ * none since start; kept once it is back up). Any thread. */
+void disp_broker_status(disp_t *d, disp_broker_state *state, int64_t *since_ms,
+                        char error[DISP_BROKER_ERROR_MAX]);
+
 /* Stop: jobs claimed but not published are released, the unconfirmed ones
  * get their confirms (bounded by confirm_timeout_ms) and everything is
  * recorded; then join the three threads. */

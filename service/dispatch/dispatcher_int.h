@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "amqp_publisher.h"
@@ -66,6 +67,14 @@ struct disp {
     atomic_bool
         blocked; /* the broker blocked publishing (connection.blocked) */
 
+    /* The broker's state for GET /status (disp_broker_status): what it
+     * is, since when (wall ms) and the error that last took it down. Its
+     * own mutex, held only to copy: the HTTP threads read it. */
+    pthread_mutex_t broker_mu;
+    disp_broker_state broker_state;
+    int64_t broker_since_ms;
+    char broker_error[DISP_BROKER_ERROR_MAX]; /* "": none yet */
+
     /* Flow control (flow.h): the limits as last read from the store, used
      * by the feeder alone; read again every LIMITS_REFRESH_MS and when
      * disp_limits_changed() sets limits_kick. */
@@ -77,6 +86,22 @@ struct disp {
      * was (tu_mono_ms): one line a second at most. The feeder's own. */
     int64_t claim_failures, claim_failed_logged;
 };
+
+/* The publisher thread notes the broker's state: since moves only on a
+ * change of state; error (NULL: keep the last one) is the reason it went
+ * down or blocked. */
+static inline void disp_broker_note(disp_t *d, disp_broker_state state,
+                                    const char *error)
+{
+    pthread_mutex_lock(&d->broker_mu);
+    if (state != d->broker_state) {
+        d->broker_state = state;
+        d->broker_since_ms = tu_now_ms();
+    }
+    if (error != NULL)
+        snprintf(d->broker_error, sizeof(d->broker_error), "%s", error);
+    pthread_mutex_unlock(&d->broker_mu);
+}
 
 #define LIMITS_REFRESH_MS 1000 /* another instance's change shows by then */
 

@@ -56,6 +56,7 @@
 #include "limit.h"
 #include "log.h"
 #include "netaddr.h"
+#include "schedule.h"
 #include "metrics.h"
 #include "timeutil.h"
 #include "writer.h"
@@ -82,8 +83,9 @@ static enum MHD_Result reply_unauthorized(struct MHD_Connection *c)
 
 static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
 {
-    bool db = store_ping(api->st) == RMQS_OK;
-    bool full = writer_disk_full(api->writer);
+    http_db_state ds = http_db_check(api);
+    bool db = ds != HTTP_DB_DOWN;
+    bool full = ds == HTTP_DB_FULL;
     bool broker = disp_broker_connected(api->disp);
     bool blocked = broker && disp_broker_blocked(api->disp);
     bool has_ingest = api->opt.ingest_up != NULL;
@@ -120,14 +122,15 @@ static enum MHD_Result h_readyz(http_api_t *api, struct MHD_Connection *c)
 /* The limits' families: the dispatcher's (flow_metrics_text), then
  * rmqs_limit_held_jobs, counted in the store (every instance's held jobs).
  * malloc'd; NULL on ENOMEM. */
-static char *limits_metrics(http_api_t *api)
+static char *limits_metrics(http_api_t *api, const char *store_id)
 {
     flow_t *f = disp_flow(api->disp);
     char *text = flow_metrics_text(f, tu_now_ms());
     flow_limit_stats *st = NULL;
     size_t n = flow_stats(f, tu_now_ms(), NULL, 0), len, cap;
     static const char head[] =
-        "# HELP rmqs_limit_held_jobs Pending jobs a limit holds back now\n"
+        "# HELP rmqs_limit_held_jobs Pending jobs a limit holds back now "
+        "(the whole database)\n"
         "# TYPE rmqs_limit_held_jobs gauge\n";
 
     if (text == NULL)
@@ -135,7 +138,7 @@ static char *limits_metrics(http_api_t *api)
     st = n ? calloc(n, sizeof(*st)) : NULL;
     n = st ? flow_stats(f, tu_now_ms(), st, n) : 0;
     len = strlen(text);
-    cap = len + sizeof head + n * (LIMIT_NAME_MAX + 64);
+    cap = len + sizeof head + n * (LIMIT_NAME_MAX + STORE_IDENTITY_MAX + 72);
     char *all = realloc(text, cap);
     if (all == NULL) {
         free(text);
@@ -148,8 +151,9 @@ static char *limits_metrics(http_api_t *api)
         int64_t held = http_limit_held_now(api, st[i].name, &capped);
         if (held >= 0)
             len += (size_t)snprintf(all + len, cap - len,
-                                    "rmqs_limit_held_jobs{limit=\"%s\"} %lld\n",
-                                    st[i].name, (long long)held);
+                                    "rmqs_limit_held_jobs{limit=\"%s\","
+                                    "store=\"%s\"} %lld\n",
+                                    st[i].name, store_id, (long long)held);
     }
     free(st);
     return all;
@@ -158,8 +162,9 @@ static char *limits_metrics(http_api_t *api)
 static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
 {
     metrics_sources src = {0};
-    char *text, *limits;
+    char *text, *limits, store_id[STORE_IDENTITY_MAX];
 
+    src.database_up = http_db_check(api) != HTTP_DB_DOWN;
     src.have_counts = store_counts(api->st, src.jobs_by_status) == RMQS_OK;
     src.db_bytes = store_size_bytes(api->st);
     src.search_index_lag = store_search_index_lag(api->st);
@@ -169,8 +174,18 @@ static enum MHD_Result h_metrics(http_api_t *api, struct MHD_Connection *c)
     src.have_schedule_counts =
         store_schedule_counts(api->st, src.schedules_by_state) == RMQS_OK;
     src.tzdata_version = api->opt.tzdata_version;
+    if (store_identity(api->st, store_id) == RMQS_OK)
+        src.store_id = store_id;
+    {
+        int64_t now = tu_now_ms(), oldest;
+        bool capped;
+        src.have_overdue = http_overdue(api, now, &src.overdue_jobs, &capped,
+                                        &oldest) == RMQS_OK;
+        src.oldest_overdue_age_s =
+            oldest >= 0 ? (double)(now - oldest) / 1000.0 : 0;
+    }
     text = metrics_render(&src);
-    limits = limits_metrics(api);
+    limits = limits_metrics(api, src.store_id ? src.store_id : "unknown");
     if (text != NULL && limits != NULL) { /* the limits' families after */
         size_t a = strlen(text), n = strlen(limits);
         char *all = realloc(text, a + n + 1);
@@ -225,6 +240,10 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? h_metrics(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/stats") == 0)
         return get ? http_stats_get(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/stats/failures") == 0)
+        return get ? http_stats_failures(api, c) : method_not_allowed(c, "GET");
+    if (strcmp(url, "/status") == 0)
+        return get ? http_status_get(api, c) : method_not_allowed(c, "GET");
     if (strcmp(url, "/schedule") == 0 || strcmp(url, "/schedule/batch") == 0) {
         if (strcmp(method, "POST") != 0)
             return method_not_allowed(c, "POST");
@@ -255,6 +274,16 @@ static enum MHD_Result route(http_api_t *api, struct MHD_Connection *c,
         return get ? http_schedules_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/schedules/", 11) == 0 && strchr(url + 11, '/') == NULL)
         return http_schedules_one(api, c, method, url + 11, rq);
+    if (strncmp(url, "/schedules/", 11) == 0) { /* /schedules/{name}/run */
+        const char *slash = strchr(url + 11, '/');
+        char name[SCHEDULE_NAME_MAX + 2];
+        size_t n = (size_t)(slash - (url + 11));
+        if (strcmp(slash, "/run") == 0 && n < sizeof name) {
+            memcpy(name, url + 11, n);
+            name[n] = '\0'; /* longer than a name: refused as one */
+            return http_schedules_run(api, c, method, name, rq);
+        }
+    }
     if (strcmp(url, "/limits") == 0 || strcmp(url, "/limits/") == 0)
         return get ? http_limits_list(api, c) : method_not_allowed(c, "GET");
     if (strncmp(url, "/limits/", 8) == 0 && strchr(url + 8, '/') == NULL)
@@ -375,6 +404,7 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
             return MHD_NO;
         rq->conn = c;
         rq->route = metrics_route_of(url);
+        rq->method = metrics_method_of(method);
         rq->start_us = tu_mono_us();
         *con_cls = rq;
         atomic_fetch_add(&api->inflight, 1);
@@ -389,7 +419,9 @@ static enum MHD_Result on_request_inner(void *cls, struct MHD_Connection *c,
                 return reply_site_refused(c, rq->site_refused);
             return MHD_YES;
         }
-        if (strcmp(url, "/healthz") != 0 && !http_ui_public(api, url) &&
+        /* the dashboard's files, and a browser opening "/" (redirected
+         * to them), need no token: the page asks for it */
+        if (strcmp(url, "/healthz") != 0 && !http_ui_handles(api, c, url) &&
             !http_authorized(api, c)) {
             /* As for a 413: a client that writes its whole body before it
              * reads gets the 401 only if the body was read, so it is read and
@@ -541,7 +573,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             writer_release(api->writer, rq->admitted);
         atomic_fetch_sub(&api->inflight, 1);
         if (rq->status != 0)
-            metrics_http(rq->route, rq->status, tu_mono_us() - rq->start_us);
+            metrics_http(rq->route, rq->method, rq->status,
+                         tu_mono_us() - rq->start_us);
         /* A suspended request is never completed before its resume. */
         http_jobs_release(rq);
         free(rq->body);
@@ -680,6 +713,7 @@ static void api_free(http_api_t *api)
         explicit_bzero(api->token, strlen(api->token));
         free(api->token);
     }
+    pthread_mutex_destroy(&api->db_mu);
     http_origins_free(api->origins);
     http_deadline_free(api->deadline); /* after the daemon: it has closed
                                           every connection */
@@ -714,6 +748,9 @@ rmqs_rc http_api_start(const http_api_options *opt, store_t *st, disp_t *d,
     api = calloc(1, sizeof(*api));
     if (api == NULL)
         return rmqs_fail(err, RMQS_ENOMEM, NULL, "out of memory");
+    pthread_mutex_init(&api->db_mu, NULL);
+    api->db_state = HTTP_DB_UP; /* the store opened */
+    api->db_since_ms = tu_now_ms();
     api->st = st;
     api->disp = d;
     api->writer = w;

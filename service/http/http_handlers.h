@@ -38,12 +38,29 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
 enum MHD_Result http_jobs_action(http_api_t *api, struct MHD_Connection *c,
                                  const char *method, const char *id,
                                  const char *action, http_req *rq);
+/* For an endpoint that stores a job through the writer as POST /schedule
+ * does (POST /schedules/{name}/run): whether rq may go on now (else the
+ * connection is suspended until the writer has room, and the router calls
+ * the endpoint again; so call it before anything else); the
+ * Idempotency-Key header checked and kept in rq->idem_key (true when
+ * refused, answered in *ret); rq->jobs (rq->njobs, rq->canonical with a
+ * key) handed to the writer, answered by http_jobs_written. */
+bool http_jobs_admit(http_api_t *api, struct MHD_Connection *c, http_req *rq);
+bool http_jobs_idem_key(struct MHD_Connection *c, http_req *rq,
+                        enum MHD_Result *ret);
+enum MHD_Result http_jobs_submit(http_api_t *api, struct MHD_Connection *c,
+                                 http_req *rq);
+
 /* ---- the schedule endpoints (http_schedules.c) ------------------------- */
 
 /* GET /schedules. */
 enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c);
 /* PUT, GET, PATCH, DELETE /schedules/{name}. */
 enum MHD_Result http_schedules_one(http_api_t *api, struct MHD_Connection *c,
+                                   const char *method, const char *name,
+                                   http_req *rq);
+/* POST /schedules/{name}/run: one extra run of the schedule, due now. */
+enum MHD_Result http_schedules_run(http_api_t *api, struct MHD_Connection *c,
                                    const char *method, const char *name,
                                    http_req *rq);
 
@@ -67,6 +84,24 @@ enum MHD_Result http_bulk(http_api_t *api, struct MHD_Connection *c,
 
 /* GET /stats (http_stats.c). */
 enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c);
+/* GET /stats/failures (http_stats.c). */
+enum MHD_Result http_stats_failures(http_api_t *api, struct MHD_Connection *c);
+
+/* ---- GET /status (http_status.c) ---------------------------------------- */
+
+/* Overdue: pending, deliver_at more than OVERDUE_MARGIN_MS before now. */
+#define OVERDUE_MARGIN_MS 1000
+#define OVERDUE_CAP 10000
+enum MHD_Result http_status_get(http_api_t *api, struct MHD_Connection *c);
+/* The overdue jobs at now_ms: how many (up to OVERDUE_CAP, *capped past
+ * it) and the oldest one's deliver_at (-1: none); a store error as is. */
+rmqs_rc http_overdue(http_api_t *api, int64_t now_ms, int64_t *count,
+                     bool *capped, int64_t *oldest_ms);
+/* The database's state now (store_ping, the writer's disk reserve), noted
+ * for /status's since and last_error. Any thread. */
+http_db_state http_db_check(http_api_t *api);
+/* Note a state seen (error NULL: keep the last one). */
+void http_db_note(http_api_t *api, http_db_state state, const char *error);
 
 /* ---- the dashboard (http_ui.c) ------------------------------------------ */
 

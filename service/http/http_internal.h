@@ -16,6 +16,7 @@
  *     http_limits.c     /limits and /limits/{name}
  *     http_bulk.c       POST /jobs/bulk and GET /jobs/bulk/{id}
  *     http_stats.c      GET /stats
+ *     http_status.c     GET /status (and the overdue count of /metrics)
  *     http_ui.c         the dashboard at /ui/ and the read-only mode
  *   http_reply.c     the reply layer: respond(), the one path that queues
  *                    an answer, the http_reply_* helpers, the thread-local
@@ -33,6 +34,7 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,6 +49,13 @@
 #include "metrics.h"
 #include "store.h"
 #include "writer.h"
+
+/* The database as GET /status names it (http_status.c). */
+typedef enum http_db_state {
+    HTTP_DB_UP,
+    HTTP_DB_DOWN,
+    HTTP_DB_FULL
+} http_db_state;
 
 struct http_api {
     struct MHD_Daemon *daemon;
@@ -65,6 +74,12 @@ struct http_api {
     char *ui_broker_urls;     /* owned copy of opt.ui_broker_urls, or NULL */
     http_deadline *deadline;  /* owned: cuts slow headers and bodies */
     taskpool_t *searches;     /* owned: runs GET /jobs and /jobs/count */
+    /* the database's state as last seen (http_db_check): since when (wall
+     * ms) and the error that last took it down or filled it ("": none) */
+    pthread_mutex_t db_mu;
+    http_db_state db_state;
+    int64_t db_since_ms;
+    char db_error[160];
 };
 
 typedef enum rq_state {
@@ -101,6 +116,7 @@ typedef struct http_req {
     char *canonical; /* owned; the Idempotency-Key fingerprint */
     char *idem_key;  /* owned copy of the header */
     metrics_route route;
+    metrics_method method;
     unsigned status;     /* of the response queued, 0 until then */
     int64_t start_us;    /* monotonic, when the headers arrived */
     http_search *search; /* owned: GET /jobs or /jobs/count's search */

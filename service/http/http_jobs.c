@@ -132,7 +132,7 @@ static void on_admitted(void *cls)
  * has room; route() runs again then. Parsed jobs waiting for the writer are
  * what a flood of batch clients would otherwise grow memory with.
  */
-static bool admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
+bool http_jobs_admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
 {
     size_t bytes = rq->len > 0 ? rq->len : 1;
 
@@ -157,8 +157,8 @@ static bool admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
 }
 
 /* Suspend the connection and hand rq's jobs to the writer. */
-static enum MHD_Result submit(http_api_t *api, struct MHD_Connection *c,
-                              http_req *rq)
+enum MHD_Result http_jobs_submit(http_api_t *api, struct MHD_Connection *c,
+                                 http_req *rq)
 {
     rq->wr = (writer_req){.ins = {.jobs = rq->jobs,
                                   .n = rq->njobs,
@@ -237,29 +237,48 @@ static bool prefers_minimal(struct MHD_Connection *c)
     return ret == HTTP_RETURN_MINIMAL;
 }
 
+bool http_jobs_idem_key(struct MHD_Connection *c, http_req *rq,
+                        enum MHD_Result *ret)
+{
+    const char *key =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
+    size_t kl;
+    bool ok;
+
+    if (key == NULL)
+        return false;
+    kl = strlen(key);
+    ok = kl >= 1 && kl <= IDEM_KEY_MAX;
+    for (size_t i = 0; ok && i < kl; i++)
+        ok = key[i] > 0x20 && key[i] < 0x7f;
+    if (!ok) {
+        *ret = http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                                "Idempotency-Key",
+                                "Idempotency-Key: 1 to 200 printable ASCII "
+                                "characters without spaces");
+        return true;
+    }
+    free(rq->idem_key);
+    rq->idem_key = strdup(key);
+    if (rq->idem_key == NULL) {
+        *ret = http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+        return true;
+    }
+    return false;
+}
+
 static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
                                   http_req *rq)
 {
     rmqs_error err = {0};
+    enum MHD_Result ret;
     const char *key;
     int64_t now = tu_now_ms();
     rmqs_rc rc;
 
-    key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
-    if (key != NULL) {
-        size_t kl = strlen(key);
-        bool ok = kl >= 1 && kl <= IDEM_KEY_MAX;
-        for (size_t i = 0; ok && i < kl; i++)
-            ok = key[i] > 0x20 && key[i] < 0x7f;
-        if (!ok)
-            return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
-                                    "Idempotency-Key",
-                                    "Idempotency-Key: 1 to 200 printable ASCII "
-                                    "characters without spaces");
-        rq->idem_key = strdup(key);
-        if (rq->idem_key == NULL)
-            return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
-    }
+    if (http_jobs_idem_key(c, rq, &ret))
+        return ret;
+    key = rq->idem_key;
     rq->minimal = prefers_minimal(c);
     rq->jobs = calloc(1, sizeof(*rq->jobs));
     if (rq->jobs == NULL)
@@ -279,7 +298,7 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
     rc = job_id_generate(now, rq->jobs[0].id);
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, NULL, "cannot generate a job id");
-    return submit(api, c, rq);
+    return http_jobs_submit(api, c, rq);
 }
 
 /* POST /schedule/batch: a JSON array of up to BATCH_MAX jobs, stored all or
@@ -370,7 +389,7 @@ static enum MHD_Result h_schedule_batch(http_api_t *api,
         errors = NULL;
         goto out;
     }
-    ret = submit(api, c, rq);
+    ret = http_jobs_submit(api, c, rq);
 out:
     json_decref(errors);
     json_decref(root);
@@ -428,14 +447,37 @@ static http_search *search_new(http_api_t *api, http_req *rq, bool count)
 
 #define COUNT_MAX_LIMIT 10000000
 
+/* GET /jobs?order=: due (the default), -due, created, -created. */
+static bool parse_order(const char *v, store_order *out)
+{
+    static const struct {
+        const char *name;
+        store_order order;
+    } orders[] = {{"due", STORE_ORDER_DUE},
+                  {"-due", STORE_ORDER_DUE_DESC},
+                  {"created", STORE_ORDER_CREATED},
+                  {"-created", STORE_ORDER_CREATED_DESC}};
+
+    *out = STORE_ORDER_DUE;
+    if (v == NULL)
+        return true;
+    for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
+        if (strcmp(v, orders[i].name) == 0) {
+            *out = orders[i].order;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* GET /jobs (count false; limit: the page's size) or GET /jobs/count
  * (count true; max: where counting stops): the query checked, the search
  * handed to the pool. */
 static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
                                     http_req *rq, bool count)
 {
-    static const char *const list_allowed[] = {"limit", "after", NULL};
-    static const char *const count_allowed[] = {"max", NULL};
+    static const char *const list_allowed[] = {"limit", "after", "order", NULL};
+    static const char *const count_allowed[] = {"max", "order", NULL};
     const char *unknown =
         http_query_unknown_filter(c, count ? count_allowed : list_allowed);
     const char *key = count ? "max" : "limit";
@@ -458,6 +500,15 @@ static enum MHD_Result search_start(http_api_t *api, struct MHD_Connection *c,
         return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
     if (http_filter_from_query(c, &s->filter, &err) != RMQS_OK)
         return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    /* a count takes the list's order too (and ignores it), so a page can
+     * pass one query string to both */
+    if (!parse_order(
+            MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "order"),
+            &s->filter.order)) {
+        rmqs_fail(&err, RMQS_EINVAL, "order",
+                  "order: due, -due, created or -created");
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
     if (count) {
         s->cap = v;
     } else {
@@ -505,7 +556,7 @@ enum MHD_Result http_jobs_searched(http_api_t *api, struct MHD_Connection *c,
     }
     if (s->rc == RMQS_EINVAL) {
         rmqs_fail(&err, RMQS_EINVAL, "after",
-                  "after: not a cursor from this API");
+                  "after: not a cursor from this API for this order");
         return http_reply_rc(c, s->rc, &err, NULL);
     }
     if (s->rc != RMQS_OK)
@@ -524,8 +575,9 @@ enum MHD_Result http_jobs_one(http_api_t *api, struct MHD_Connection *c,
 
     if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) {
         rc = store_get(api->st, id, &job);
-        ret = rc == RMQS_OK ? reply_job(c, MHD_HTTP_OK, &job, false, 0)
-                            : http_reply_rc(c, rc, NULL, "cannot read the job");
+        ret = rc == RMQS_OK
+                  ? reply_job(c, MHD_HTTP_OK, &job, false, JOB_WRITE_ATTEMPTS)
+                  : http_reply_rc(c, rc, NULL, "cannot read the job");
     } else if (strcmp(method, "DELETE") == 0) {
         store_change cancel = {.kind = STORE_CHANGE_CANCEL};
         int64_t now = tu_now_ms();
@@ -650,7 +702,7 @@ enum MHD_Result http_jobs_schedule(http_api_t *api, struct MHD_Connection *c,
         return http_reply_error(c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
                                 "unsupported_media_type", NULL,
                                 "Content-Type must be application/json");
-    if (!admit(api, c, rq))
+    if (!http_jobs_admit(api, c, rq))
         return MHD_YES; /* suspended until the writer has room */
     /* Let in by the stop: answered now, not parsed first - at a SIGTERM
      * with many waiting, parsing them all delayed the answers past the

@@ -1,7 +1,7 @@
 /*
  * http_schedules.c - the recurring-schedule endpoints of the HTTP contract
- * (api/openapi.yaml): PUT, GET, PATCH, DELETE /schedules/{name} and GET
- * /schedules.
+ * (api/openapi.yaml): PUT, GET, PATCH, DELETE /schedules/{name}, GET
+ * /schedules and POST /schedules/{name}/run.
  *
  * Why a room of its own: http_api.c is the transport, http_reply.c how an
  * answer is made, http_jobs.c the one-shot jobs; this file is what the API does with schedules. Bodies are
@@ -18,6 +18,18 @@
  * time is the first after now, and after the last run that could not be
  * cancelled. The same body PUT again changes nothing (200, generation
  * unchanged): the store compares the canonical spec.
+ *
+ * What an operator reads (issue 25): every schedule object carries its
+ * last run whose time has come (job id, fire time, status now, error) and
+ * its failure streak (the latest finished runs that failed in a row, up to
+ * STORE_STREAK_CAP), one bounded store read per schedule
+ * (store_schedule_recent). Run now (POST .../run) makes one extra run from
+ * the template, due now, with an id of its own (a fresh UUIDv7, not the
+ * (schedule, generation, fire time) id of the series, so it can never take
+ * a fire time's place), stored through the writer as POST /schedule is,
+ * Idempotency-Key included; the schedule row is not touched, so its fire
+ * times, its last_run_at and its one-outstanding-run rule stay the
+ * series'. Paused or ended, it runs all the same: an operator's act.
  */
 #include "http_handlers.h"
 
@@ -71,16 +83,33 @@ static rmqs_rc parse_row(http_api_t *api, const store_schedule *row,
     return rc;
 }
 
-/* The GET representation of row with count next runs (new reference, NULL
- * on failure). */
+/* last_run: null, or {job_id, fire_time, status, error} (new reference). */
+static json_t *last_run_json(const store_run_outcome *o)
+{
+    if (!o->has_last)
+        return json_null();
+    return json_pack("{s:s, s:o, s:s, s:o}", "job_id", o->last_id, "fire_time",
+                     schedule_time_json(o->last_fire_at), "status",
+                     job_status_name(o->last_status), "error",
+                     o->last_error != NULL ? http_safe_string(o->last_error)
+                                           : json_null());
+}
+
+/* The GET representation of row with count next runs and its recent runs
+ * (read here when recent is NULL; a list reads its page's at once): a new
+ * reference, or NULL on failure with *rc saying why. */
 static json_t *schedule_json(http_api_t *api, const store_schedule *row,
-                             size_t count, int64_t now)
+                             size_t count, int64_t now,
+                             const store_run_outcome *recent, rmqs_rc *rc)
 {
     schedule_t s;
+    store_run_outcome own = {0};
+    const char *name = row->name;
     rmqs_error err = {0};
     json_t *o;
     int64_t after;
 
+    *rc = RMQS_ENOMEM;
     if (parse_row(api, row, now, &s, &err) != RMQS_OK) {
         log_error(MOD, "stored schedule spec does not parse",
                   "schedule=\"%s\" "
@@ -88,8 +117,24 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
                   row->name, err.message);
         return NULL;
     }
+    if (recent == NULL) {
+        *rc = store_schedule_recent(api->st, &name, 1, now, &own);
+        if (*rc != RMQS_OK) {
+            log_error(MOD, "cannot read the recent runs of a schedule",
+                      "schedule=\"%s\" error=%s", name, rmqs_rc_name(*rc));
+            schedule_clear(&s);
+            return NULL;
+        }
+        recent = &own;
+    }
+    *rc = RMQS_ENOMEM;
     o = schedule_spec_json(&s);
     if (o != NULL) {
+        json_object_set_new(o, "last_run", last_run_json(recent));
+        json_object_set_new(o, "failure_streak",
+                            json_integer(recent->failure_streak));
+        json_object_set_new(o, "failure_streak_capped",
+                            json_boolean(recent->streak_capped));
         json_object_set_new(o, "state", json_string(state_name(row)));
         json_object_set_new(o, "generation", json_integer(row->generation));
         json_object_set_new(o, "created_at",
@@ -113,7 +158,9 @@ static json_t *schedule_json(http_api_t *api, const store_schedule *row,
             json_object_set_new(o, "next_runs",
                                 schedule_next_runs_json(&s, after, count));
         }
+        *rc = RMQS_OK;
     }
+    store_run_outcome_clear(&own);
     schedule_clear(&s);
     return o;
 }
@@ -122,10 +169,11 @@ static enum MHD_Result reply_schedule(http_api_t *api, struct MHD_Connection *c,
                                       unsigned status,
                                       const store_schedule *row, size_t count)
 {
-    json_t *o = schedule_json(api, row, count, tu_now_ms());
+    rmqs_rc rc;
+    json_t *o = schedule_json(api, row, count, tu_now_ms(), NULL, &rc);
 
     if (o == NULL)
-        return http_reply_rc(c, RMQS_ENOMEM, NULL, "cannot show the schedule");
+        return http_reply_rc(c, rc, NULL, "cannot show the schedule");
     return http_reply_json(c, status, o, NULL, NULL);
 }
 
@@ -520,6 +568,8 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
     const char *after =
         MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     store_schedule *rows = NULL;
+    store_run_outcome *recent = NULL;
+    const char **names = NULL;
     size_t n = 0;
     int64_t limit = LIST_LIMIT_DEFAULT;
     char *next = NULL;
@@ -537,16 +587,35 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
         return reply_bad_query(c, "after", "after: not a cursor from this API");
     if (rc != RMQS_OK)
         return http_reply_rc(c, rc, NULL, "cannot list schedules");
-    list = json_array();
+    /* the page's recent runs in one store call (one round trip) */
+    names = calloc(n > 0 ? n : 1, sizeof(*names));
+    recent = calloc(n > 0 ? n : 1, sizeof(*recent));
+    rc = names != NULL && recent != NULL ? RMQS_OK : RMQS_ENOMEM;
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++)
+        names[i] = rows[i].name;
+    if (rc == RMQS_OK)
+        rc = store_schedule_recent(api->st, names, n, now, recent);
+    if (rc != RMQS_OK)
+        log_error(MOD, "cannot read the recent runs of the schedules",
+                  "schedules=%zu error=%s", n, rmqs_rc_name(rc));
+    list = rc == RMQS_OK ? json_array() : NULL;
+    if (rc == RMQS_OK)
+        rc = RMQS_ENOMEM;
     for (size_t i = 0; list != NULL && i < n; i++) {
-        json_t *o = schedule_json(api, &rows[i], NEXT_RUNS_DEFAULT, now);
+        json_t *o = schedule_json(api, &rows[i], NEXT_RUNS_DEFAULT, now,
+                                  &recent[i], &rc);
         if (o == NULL || json_array_append_new(list, o) != 0) {
             json_decref(list);
             list = NULL;
         }
     }
+    for (size_t i = 0; recent != NULL && i < n; i++)
+        store_run_outcome_clear(&recent[i]);
+    free(recent);
+    free(names);
     if (list == NULL)
-        ret = http_reply_rc(c, RMQS_ENOMEM, NULL, "cannot list schedules");
+        ret = http_reply_rc(c, rc == RMQS_OK ? RMQS_ENOMEM : rc, NULL,
+                            "cannot list schedules");
     else
         ret = http_reply_json(
             c, MHD_HTTP_OK,
@@ -557,5 +626,95 @@ enum MHD_Result http_schedules_list(http_api_t *api, struct MHD_Connection *c)
         store_schedule_clear(&rows[i]);
     free(rows);
     free(next);
+    return ret;
+}
+
+/* The Idempotency-Key fingerprint of a run now: no JSON body can have it,
+ * so a key used for a POST /schedule answers 409 here and the other way
+ * round. */
+static char *run_fingerprint(const char *name)
+{
+    size_t n = strlen("POST /schedules//run") + strlen(name) + 1;
+    char *fp = malloc(n);
+
+    if (fp != NULL)
+        snprintf(fp, n, "POST /schedules/%s/run", name);
+    return fp;
+}
+
+enum MHD_Result http_schedules_run(http_api_t *api, struct MHD_Connection *c,
+                                   const char *method, const char *name,
+                                   http_req *rq)
+{
+    store_schedule row = {0};
+    schedule_t s = {0};
+    rmqs_error err = {0};
+    int64_t now;
+    enum MHD_Result ret;
+    rmqs_rc rc;
+
+    if (strcmp(method, "POST") != 0)
+        return http_reply_error_h(
+            c, MHD_HTTP_METHOD_NOT_ALLOWED, "method_not_allowed", NULL,
+            "method not allowed", MHD_HTTP_HEADER_ALLOW, "POST");
+    if (!schedule_name_valid(name))
+        return http_reply_error(
+            c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "name",
+            "name: 1 to 200 characters of A-Z a-z 0-9 . _ : -");
+    if (rq->len > 0)
+        return http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
+                                NULL,
+                                "run now takes no body: the run is the "
+                                "schedule's job template");
+    if (!http_jobs_admit(api, c, rq))
+        return MHD_YES; /* suspended until the writer has room */
+    if (http_jobs_idem_key(c, rq, &ret))
+        return ret;
+    now = tu_now_ms();
+    rc = store_schedule_get(api->st, name, &row);
+    if (rc == RMQS_ENOTFOUND)
+        return reply_not_found(c);
+    if (rc != RMQS_OK)
+        return http_reply_rc(c, rc, NULL, "cannot read the schedule");
+    if (parse_row(api, &row, now, &s, &err) != RMQS_OK) {
+        ret = http_reply_rc(c, RMQS_EINVAL, &err,
+                            "the stored schedule is no longer valid");
+        goto out;
+    }
+    if (!http_exchange_allowed(api, s.tmpl.exchange)) {
+        char msg[320];
+        snprintf(msg, sizeof msg,
+                 "exchange '%.255s' is not in the allowed list",
+                 s.tmpl.exchange);
+        ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden",
+                               "job.exchange", msg);
+        goto out;
+    }
+    rq->jobs = calloc(1, sizeof(*rq->jobs));
+    if (rq->jobs == NULL) {
+        ret = http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+        goto out;
+    }
+    /* fire time and due time now: sent at once, headers as any run's */
+    rc = schedule_make_run(&s, row.generation, now, now, now, &rq->jobs[0]);
+    if (rc == RMQS_OK) {
+        rq->njobs = 1; /* the request's to free from here on */
+        rc = job_id_generate(now, rq->jobs[0].id);
+    }
+    if (rc == RMQS_OK && rq->idem_key != NULL) {
+        rq->canonical = run_fingerprint(name);
+        if (rq->canonical == NULL)
+            rc = RMQS_ENOMEM;
+    }
+    if (rc != RMQS_OK) {
+        ret = http_reply_rc(c, rc, NULL, "cannot make the run");
+        goto out;
+    }
+    log_info(MOD, "schedule run now", "schedule=\"%s\" job_id=%s", name,
+             rq->jobs[0].id);
+    ret = http_jobs_submit(api, c, rq);
+out:
+    schedule_clear(&s);
+    store_schedule_clear(&row);
     return ret;
 }

@@ -1,6 +1,8 @@
 /*
  * http_stats.c - GET /stats: the sampled history of stats.h as JSON for the
- * dashboard's Overview charts, plus the totals of now.
+ * dashboard's Overview charts, plus the totals of now; GET /stats/failures:
+ * the top reasons the most recent failed jobs failed (issue 25), grouped
+ * by failgroup.h from store_failures_recent's window.
  *
  * Why a room of its own: http_api.c is the transport and the health and
  * metrics endpoints; this is the one reader of the stats ring. Times are
@@ -13,10 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "failgroup.h"
 #include "timeutil.h"
 
 #define WINDOW_DEFAULT_S 3600
-#define WINDOW_MAX_S 21600 /* the ring's 6 h at the default interval */
+#define WINDOW_MAX_S 21600    /* the ring's 6 h at the default interval */
+#define FAILURES_WINDOW 10000 /* failed jobs GET /stats/failures reads */
+#define FAILURES_GROUPS 20    /* groups it answers, the largest */
 
 /* "15m", "1h", "6h" or whole seconds 1..WINDOW_MAX_S; -1 otherwise. */
 static int64_t parse_window(const char *w)
@@ -106,4 +111,55 @@ enum MHD_Result http_stats_get(http_api_t *api, struct MHD_Connection *c)
         (json_int_t)totals.failed, "cancelled", (json_int_t)totals.cancelled,
         "jobs", jobs);
     return http_reply_json(c, MHD_HTTP_OK, root, NULL, NULL);
+}
+
+/* {"exchange","error","count","last_failed_at","example_job_id"} */
+static json_t *group_json(const failgroup *g)
+{
+    char t[TU_RFC3339_LEN + 1];
+
+    tu_format_rfc3339(g->last_failed_at, t);
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "exchange", g->exchange,
+                     "error", g->error, "count", (json_int_t)g->count,
+                     "last_failed_at", t, "example_job_id", g->example_job_id);
+}
+
+enum MHD_Result http_stats_failures(http_api_t *api, struct MHD_Connection *c)
+{
+    static const char *const allowed[] = {NULL};
+    const char *unknown = http_query_unknown(c, allowed);
+    store_failure *rows = NULL;
+    failgroup_in *in = NULL;
+    failgroup *g = NULL;
+    size_t n = 0, ng = 0;
+    rmqs_error err = {0};
+    json_t *arr;
+    rmqs_rc rc;
+
+    if (unknown != NULL) {
+        rmqs_fail(&err, RMQS_EINVAL, unknown, "unknown query parameter");
+        return http_reply_rc(c, RMQS_EINVAL, &err, NULL);
+    }
+    rc = store_failures_recent(api->st, FAILURES_WINDOW, &rows, &n);
+    if (rc != RMQS_OK)
+        return http_reply_rc(c, rc, NULL, "cannot read the failed jobs");
+    if (n > 0 && (in = calloc(n, sizeof(*in))) == NULL)
+        rc = RMQS_ENOMEM;
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++)
+        in[i] = (failgroup_in){rows[i].id, rows[i].exchange, rows[i].error,
+                               rows[i].failed_at};
+    if (rc == RMQS_OK)
+        rc = failgroup_build(in, n, FAILURES_GROUPS, &g, &ng);
+    free(in);
+    store_failures_free(rows, n);
+    if (rc != RMQS_OK)
+        return http_reply_rc(c, rc, NULL, "out of memory");
+    arr = json_array();
+    for (size_t i = 0; arr != NULL && i < ng; i++)
+        json_array_append_new(arr, group_json(&g[i]));
+    failgroup_free(g, ng);
+    return http_reply_json(
+        c, MHD_HTTP_OK,
+        json_pack("{s:I, s:o}", "window_jobs", (json_int_t)n, "groups", arr),
+        NULL, NULL);
 }

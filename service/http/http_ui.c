@@ -98,12 +98,25 @@ static const char *mode_name(ui_mode m)
                                     : "off";
 }
 
-/* Whether a request for url is a browser asking for a page at "/". */
+/* Whether the request is a browser opening a page: it navigates
+ * (Sec-Fetch-Mode: navigate, which browsers send and scripts cannot set),
+ * or its Accept names text/html before any application/json (a browser's
+ * Accept starts with text/html; an API client's names application/json,
+ * curl's only the wildcard: neither is a page). */
 static bool wants_page(struct MHD_Connection *c)
 {
     const char *accept =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT);
-    return accept != NULL && strstr(accept, "text/html") != NULL;
+    const char *mode =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Sec-Fetch-Mode");
+    const char *html, *json;
+
+    if (mode != NULL && strcasecmp(mode, "navigate") == 0)
+        return true;
+    if (accept == NULL || (html = strcasestr(accept, "text/html")) == NULL)
+        return false;
+    json = strcasestr(accept, "application/json");
+    return json == NULL || html < json;
 }
 
 bool http_ui_public(const http_api_t *api, const char *url)
@@ -117,7 +130,7 @@ bool http_ui_handles(const http_api_t *api, struct MHD_Connection *c,
 {
     if (!ui_enabled(api))
         return false;
-    if (strcmp(url, "/") == 0) /* API clients keep their 404 */
+    if (strcmp(url, "/") == 0) /* API clients keep their 404 (or 401) */
         return wants_page(c);
     return http_ui_public(api, url);
 }

@@ -75,6 +75,7 @@ void job_clear(job_t *job)
     free(job->body);
     free(job->schedule);
     free(job->held_by);
+    json_decref(job->attempt_errors);
     memset(job, 0, sizeof *job);
 }
 

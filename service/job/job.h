@@ -91,7 +91,20 @@ typedef struct job {
                                  status pending: holds it now), or NULL */
     int64_t held_ms;    /* how long limits have held it back in all: its
                                  due_at moved this much later */
+    /* Failed-job triage (issue 25): */
+    int64_t failed_at;      /* ms: when its attempts ran out (status
+                                 failed); 0 otherwise */
+    json_t *attempt_errors; /* owned reference, or NULL: the last
+                                 JOB_ATTEMPT_ERRORS_MAX failed attempts,
+                                 oldest first, an array of {"attempt": n,
+                                 "at": ms, "error": text}; filled by
+                                 store_get only (never by lists) */
 } job_t;
+
+/* Failed attempts a job keeps the error of, and the most characters of
+ * each (the stores cut them: store.h). */
+#define JOB_ATTEMPT_ERRORS_MAX 10
+#define JOB_ATTEMPT_ERROR_CHARS 512
 
 #define JOB_PRIORITY_MAX 9
 

@@ -209,6 +209,33 @@ static void put_body_member(job_buf *b, const job_t *job, unsigned flags)
     free(enc);
 }
 
+/* ',"attempt_errors":[{"attempt":n,"at":"<RFC 3339>","error":"..."}...]'
+ * from the stored array (at in ms); an element not of that shape (never
+ * written by the stores) is left out. */
+static void put_attempt_errors(job_buf *b, const json_t *arr)
+{
+    size_t i, n = 0;
+    json_t *e;
+
+    PUT_LIT(b, ",\"attempt_errors\":[");
+    json_array_foreach(arr, i, e) {
+        json_t *at = json_object_get(e, "at");
+        json_t *err = json_object_get(e, "error");
+        if (!json_is_integer(at) || !json_is_string(err))
+            continue;
+        if (n++ > 0)
+            PUT_LIT(b, ",");
+        PUT_LIT(b, "{\"attempt\":");
+        put_int(b, json_integer_value(json_object_get(e, "attempt")));
+        PUT_LIT(b, ",\"at\":");
+        put_time(b, json_integer_value(at), true);
+        PUT_LIT(b, ",\"error\":");
+        put_string(b, json_string_value(err), json_string_length(err));
+        PUT_LIT(b, "}");
+    }
+    PUT_LIT(b, "]");
+}
+
 rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
 {
     PUT_LIT(b, "{\"id\":");
@@ -248,6 +275,9 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
     put_time(b, job->updated_at, true);
     PUT_LIT(b, ",\"sent_at\":");
     put_time(b, job->sent_at, job->sent_at >= 0);
+    PUT_LIT(b, ",\"failed_at\":");
+    put_time(b, job->failed_at,
+             job->status == JOB_FAILED && job->failed_at > 0);
     PUT_LIT(b, ",\"attempts\":");
     put_int(b, job->attempts);
     PUT_LIT(b, ",\"max_attempts\":");
@@ -266,6 +296,8 @@ rmqs_rc job_write_json(job_buf *b, const job_t *job, unsigned flags)
         put_cstring(b, job->last_error);
     else
         PUT_LIT(b, "null");
+    if ((flags & JOB_WRITE_ATTEMPTS) && job->attempt_errors != NULL)
+        put_attempt_errors(b, job->attempt_errors);
     PUT_LIT(b, ",\"headers\":");
     put_object(b, job->headers);
     PUT_LIT(b, ",\"properties\":");

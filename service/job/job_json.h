@@ -44,16 +44,21 @@ void job_buf_free(job_buf *b);
                                    process, so a JSON body is the compact
                                    text jansson wrote: copied as it is
                                    rather than parsed and written again */
+#define JOB_WRITE_ATTEMPTS \
+    0x4u /* also "attempt_errors" (when the job has them: store_get's),    \
+            each {"attempt","at","error"} with "at" in RFC 3339: GET       \
+            /jobs/{id} */
 
 /*
  * Append the API representation of job to b:
  * {"id","status","source" (then "schedule","fire_at","expires_at" for a
  * run of a recurring schedule),"exchange","routing_key","deliver_at",
- * "next_attempt_at","created_at","updated_at","sent_at","attempts",
- * "max_attempts","last_error","headers","properties", then "body" (a
- * string or the JSON value) or "body_base64"}, in that order. Times are
- * RFC 3339 UTC with milliseconds; next_attempt_at is null unless pending,
- * sent_at null until sent. With JOB_WRITE_MINIMAL only
+ * "next_attempt_at","created_at","updated_at","sent_at","failed_at",
+ * "attempts","max_attempts","priority","held_by","held_ms","last_error",
+ * ("attempt_errors" with JOB_WRITE_ATTEMPTS), "headers","properties", then
+ * "body" (a string or the JSON value) or "body_base64"}, in that order.
+ * Times are RFC 3339 UTC with milliseconds; next_attempt_at is null unless
+ * pending, sent_at null until sent, failed_at null unless failed. With JOB_WRITE_MINIMAL only
  * {"id":...,"status":...,"deliver_at":...} (the answer to
  * "Prefer: return=minimal"). RMQS_OK or RMQS_ENOMEM.
  */

@@ -168,6 +168,12 @@ rmqs_rc store_ping(store_t *st)
     return st->ops->ping(st->b);
 }
 
+rmqs_rc store_identity(store_t *st, char out[STORE_IDENTITY_MAX])
+{
+    out[0] = '\0';
+    return st->ops->identity(st->b, out);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Insert and read                                                          */
 
@@ -241,7 +247,8 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
 {
     int status_filter = f ? f->status : -1;
     int source_filter = f ? f->source : -1;
-    store_cursor cur, last = {0, 0};
+    store_order order = f ? f->order : STORE_ORDER_DUE;
+    store_cursor cur, last = {0, 0, order};
     job_t *jobs = NULL;
     size_t n = 0;
     bool more = false;
@@ -251,15 +258,18 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
     *n_out = 0;
     *next_out = NULL;
     if (limit == 0 || status_filter > JOB_CANCELLED ||
-        source_filter > JOB_SOURCE_SCHEDULE)
+        source_filter > JOB_SOURCE_SCHEDULE ||
+        (unsigned)order > STORE_ORDER_CREATED_DESC)
         return RMQS_EINVAL;
-    if (after && !store_cursor_parse(after, &cur))
+    /* a cursor is tied to the order it was made in */
+    if (after && (!store_cursor_parse(after, &cur) || cur.order != order))
         return RMQS_EINVAL;
     out = st->ops->list(st->b, f, limit, st->page_max_bytes,
                         after ? &cur : NULL, &jobs, &n, &more, &last);
     if (out != RMQS_OK)
         return out;
     if (more && n > 0) {
+        last.order = order;
         *next_out = store_cursor_format(&last);
         if (!*next_out) {
             store_jobs_free(jobs, n);
@@ -271,6 +281,16 @@ rmqs_rc store_list(store_t *st, const store_filter *f, size_t limit,
     *jobs_out = jobs;
     *n_out = n;
     return RMQS_OK;
+}
+
+rmqs_rc store_failures_recent(store_t *st, size_t limit, store_failure **rows,
+                              size_t *n)
+{
+    *rows = NULL;
+    *n = 0;
+    if (limit == 0)
+        return RMQS_EINVAL;
+    return st->ops->failures(st->b, limit, rows, n);
 }
 
 /* Whether f selects on nothing but (at most) the status. */

@@ -107,6 +107,17 @@ int64_t store_size_bytes(store_t *st);
 rmqs_rc store_ping(store_t *st);
 
 /*
+ * What names this database, the same for every instance that shares it
+ * (the `store` label of the whole-database gauges, GET /metrics, so a
+ * dashboard takes max by store rather than a sum): PostgreSQL "pg-" and
+ * the random id migration 0011 wrote once in store_identity; SQLite
+ * "sqlite-" and the file's device and inode, in hex. A short
+ * [a-z0-9-] string in out (STORE_IDENTITY_MAX: store_types.h); RMQS_EDB
+ * if it cannot be read.
+ */
+rmqs_rc store_identity(store_t *st, char out[STORE_IDENTITY_MAX]);
+
+/*
  * Insert a new job (job->id assigned by the caller). With idem_key non-NULL,
  * the key is recorded with idem_request (the canonical request) in the same
  * transaction; if the key exists already:
@@ -131,13 +142,15 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n);
 rmqs_rc store_get(store_t *st, const char *id, job_t *out);
 
 /*
- * A page of jobs in (deliver_at, insertion) order matching f (NULL: all):
+ * A page of jobs matching f (NULL: all) in f->order (store_types.h:
+ * (deliver_at, insertion) by default; ties broken by insertion, in the
+ * order's direction):
  * at most limit jobs, and at most store_options.page_max_bytes of them as
  * stored (bodies, a binary one counted as base64, headers, properties,
  * last_error, plus about 512 bytes each), except one job larger than that,
  * which makes a page alone; so a page may hold fewer than limit jobs and
- * still have a next. after: NULL or a cursor from a previous page
- * (RMQS_EINVAL if malformed). *jobs_out is a malloc'd array of *n_out jobs
+ * still have a next. after: NULL or a cursor from a previous page of the
+ * same order (RMQS_EINVAL if malformed or made in another order). *jobs_out is a malloc'd array of *n_out jobs
  * (caller clears each and frees the array); *next_out is a malloc'd cursor
  * or NULL when this is the last page. Lists, counts and searches read on
  * connections of their own, never the writer's, and end with
@@ -167,6 +180,18 @@ rmqs_rc store_count(store_t *st, const store_filter *f, int64_t cap,
  */
 rmqs_rc store_explain(store_t *st, const store_filter *f, bool count,
                       char **plan_out);
+
+/*
+ * The most recent failed jobs (status failed), newest failed_at first: at
+ * most limit (>= 1) of them, read from the index of failed jobs by
+ * failed_at (jobs_failed_at), so the cost is limit rows however many jobs
+ * there are, on a search connection (never the writer's; the search
+ * budget applies: RMQS_ETIMEDOUT). *rows is a malloc'd array of *n
+ * (store_failures_free; NULL when there is none). For GET
+ * /stats/failures.
+ */
+rmqs_rc store_failures_recent(store_t *st, size_t limit, store_failure **rows,
+                              size_t *n);
 
 /*
  * The search's side tables (SQLite: job_headers, jobs_body_fts) are filled
@@ -405,6 +430,26 @@ rmqs_rc store_schedule_next_at(store_t *st, bool *any, int64_t *at);
  */
 rmqs_rc store_schedule_advance(store_t *st, store_advance *a, size_t n,
                                int64_t now_ms);
+
+/*
+ * The recent runs of the n schedules names[] at now_ms (GET /schedules,
+ * issue 25), each into out[i] (caller clears each; zeroed first,
+ * last_fire_at/last_status -1; on failure all cleared):
+ * the last run whose time has come (the latest by (deliver_at, seq) with
+ * deliver_at <= now_ms, whatever its status: runs created ahead of their
+ * fire time are not "last" yet), and the failure streak: how many of the
+ * latest finished runs (sent or failed; pending, publishing and cancelled
+ * ones are skipped) failed in a row, newest first, read up to
+ * STORE_STREAK_CAP + 1 (streak_capped when all of those failed). One
+ * indexed read over two indexes (jobs_schedule, jobs_schedule_done) per
+ * schedule: at most STORE_STREAK_CAP + 2 index entries each, however many
+ * runs it has; a page of names is one statement on PostgreSQL (one round
+ * trip), one lock hold on SQLite. A name with no runs: has_last false,
+ * streak 0. Runs outlive their schedule, so a schedule made again under an
+ * old name sees the old runs.
+ */
+rmqs_rc store_schedule_recent(store_t *st, const char *const *names, size_t n,
+                              int64_t now_ms, store_run_outcome *out);
 
 /* Schedules by state (indexed by store_schedule_state), for
  * rmqs_schedules{state}: a count over the schedules table. */

@@ -67,6 +67,10 @@ typedef struct store_schedule_ops {
     rmqs_rc (*advance)(store_backend *b, store_advance *a, size_t n,
                        int64_t now_ms);
     rmqs_rc (*counts)(store_backend *b, int64_t counts[3]);
+    /* out[0..n) zeroed by the front, names non-empty; last_status as in
+     * the database */
+    rmqs_rc (*recent)(store_backend *b, const char *const *names, size_t n,
+                      int64_t now_ms, store_run_outcome *out);
 } store_schedule_ops;
 
 /*
@@ -112,6 +116,8 @@ typedef struct store_ops {
     int64_t (*free_bytes)(store_backend *b);
     int64_t (*size_bytes)(store_backend *b);
     rmqs_rc (*ping)(store_backend *b);
+    /* store_identity */
+    rmqs_rc (*identity)(store_backend *b, char out[STORE_IDENTITY_MAX]);
 
     rmqs_rc (*insert_batch)(store_backend *b, store_insert_req *reqs, size_t n);
     rmqs_rc (*get)(store_backend *b, const unsigned char id[JOB_ID_BYTES],
@@ -135,6 +141,9 @@ typedef struct store_ops {
                      int64_t *count, bool *capped);
     rmqs_rc (*explain)(store_backend *b, const store_filter *f, bool count,
                        char **plan_out);
+    /* store_failures_recent (limit >= 1, checked by the front). */
+    rmqs_rc (*failures)(store_backend *b, size_t limit, store_failure **rows,
+                        size_t *n);
     /* store_update_batch with binary ids (not held: the front checked),
      * kind CANCEL or RETRY; changed[] is all false on failure. */
     rmqs_rc (*update_batch)(store_backend *b,

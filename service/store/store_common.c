@@ -68,9 +68,24 @@ static bool parse_i64(const char *s, size_t len, int64_t *out)
 
 bool store_cursor_parse(const char *text, store_cursor *out)
 {
-    const char *dot = text ? strchr(text, '.') : NULL;
+    const char *dot;
 
-    if (!dot || strlen(text) >= STORE_CURSOR_MAX)
+    if (!text || strlen(text) >= STORE_CURSOR_MAX)
+        return false;
+    out->deliver_at = 0;
+    if (text[0] == 'c' || text[0] == 'C') {
+        out->order =
+            text[0] == 'c' ? STORE_ORDER_CREATED : STORE_ORDER_CREATED_DESC;
+        return parse_i64(text + 1, strlen(text + 1), &out->seq) &&
+               out->seq >= 0;
+    }
+    out->order = STORE_ORDER_DUE;
+    if (text[0] == 'D') {
+        out->order = STORE_ORDER_DUE_DESC;
+        text++;
+    }
+    dot = strchr(text, '.');
+    if (!dot)
         return false;
     return parse_i64(text, (size_t)(dot - text), &out->deliver_at) &&
            parse_i64(dot + 1, strlen(dot + 1), &out->seq) && out->seq >= 0;
@@ -80,8 +95,14 @@ char *store_cursor_format(const store_cursor *c)
 {
     char *out = malloc(STORE_CURSOR_MAX);
 
-    if (out)
-        snprintf(out, STORE_CURSOR_MAX, "%" PRId64 ".%" PRId64, c->deliver_at,
+    if (!out)
+        return NULL;
+    if (c->order == STORE_ORDER_CREATED || c->order == STORE_ORDER_CREATED_DESC)
+        snprintf(out, STORE_CURSOR_MAX, "%c%" PRId64,
+                 c->order == STORE_ORDER_CREATED ? 'c' : 'C', c->seq);
+    else
+        snprintf(out, STORE_CURSOR_MAX, "%s%" PRId64 ".%" PRId64,
+                 c->order == STORE_ORDER_DUE_DESC ? "D" : "", c->deliver_at,
                  c->seq);
     return out;
 }
@@ -150,6 +171,30 @@ void store_claimed_sort(store_claimed *c, size_t n)
 {
     if (n > 1)
         qsort(c, n, sizeof(*c), claimed_cmp);
+}
+
+static int finished_cmp_newest(const void *a, const void *b)
+{
+    const store_finished_run *x = a, *y = b;
+
+    if (x->deliver_at != y->deliver_at)
+        return x->deliver_at > y->deliver_at ? -1 : 1;
+    if (x->seq != y->seq)
+        return x->seq > y->seq ? -1 : 1;
+    return 0;
+}
+
+void store_streak_of(store_finished_run *runs, size_t n, store_run_outcome *out)
+{
+    size_t failed = 0;
+
+    if (n > 1)
+        qsort(runs, n, sizeof(*runs), finished_cmp_newest);
+    while (failed < n && runs[failed].status == JOB_FAILED)
+        failed++; /* a sent run ends the streak */
+    out->streak_capped = failed > STORE_STREAK_CAP;
+    out->failure_streak =
+        failed > STORE_STREAK_CAP ? STORE_STREAK_CAP : (int)failed;
 }
 
 void store_jobs_sort_due(job_t *jobs, size_t n)
@@ -353,6 +398,16 @@ void store_schedules_free(store_schedule *rows, size_t n)
     free(rows);
 }
 
+void store_run_outcome_clear(store_run_outcome *o)
+{
+    if (o == NULL)
+        return;
+    free(o->last_error);
+    memset(o, 0, sizeof(*o));
+    o->last_fire_at = -1;
+    o->last_status = -1;
+}
+
 void store_limit_clear(store_limit *l)
 {
     if (l == NULL)
@@ -366,5 +421,14 @@ void store_limits_free(store_limit *rows, size_t n)
 {
     for (size_t i = 0; rows != NULL && i < n; i++)
         store_limit_clear(&rows[i]);
+    free(rows);
+}
+
+void store_failures_free(store_failure *rows, size_t n)
+{
+    for (size_t i = 0; rows != NULL && i < n; i++) {
+        free(rows[i].exchange);
+        free(rows[i].error);
+    }
     free(rows);
 }

@@ -50,14 +50,19 @@ void store_delta_move(store_delta *d, int from, int to, int64_t n);
 /* Add src into d (a kept savepoint's scratch). */
 void store_delta_merge(store_delta *d, const store_delta *src);
 
-/* The listing cursor: opaque to clients, "<deliver_at>.<seq>" in base 10
- * (URL-safe), seq being the backend's insertion order. */
+/* The listing cursor: opaque to clients, URL-safe, in base 10, seq being
+ * the backend's insertion order; tied to the order of the page it ends
+ * (store_order): "<deliver_at>.<seq>" (due: the form before issue 25),
+ * "D<deliver_at>.<seq>" (-due), "c<seq>" (created), "C<seq>"
+ * (-created). */
 typedef struct store_cursor {
-    int64_t deliver_at;
+    int64_t deliver_at; /* 0 in a created order's cursor */
     int64_t seq;
+    store_order order;
 } store_cursor;
 
-/* Parse text into *out: false if malformed (then RMQS_EINVAL to callers). */
+/* Parse text into *out: false if malformed (then RMQS_EINVAL to callers).
+ * out->order is the order the text was made in. */
 bool store_cursor_parse(const char *text, store_cursor *out);
 /* A malloc'd cursor text, or NULL when out of memory. */
 char *store_cursor_format(const store_cursor *c);
@@ -114,6 +119,20 @@ void store_claimed_sort(store_claimed *c, size_t n);
 /* Stable sort of jobs[0..n) by (due_at, claim_rank) (rounds of claims,
  * each in order). */
 void store_jobs_sort_due(job_t *jobs, size_t n);
+
+/* A finished run of a schedule (store_schedule_recent's streak rows on
+ * SQLite), and the streak of up to STORE_STREAK_CAP + 1 of them in any
+ * order: sorted newest first by (deliver_at, seq), the failed ones before
+ * the first sent one are counted into out->failure_streak / streak_capped.
+ * The rows come from a UNION ALL, whose order no database promises: sorted
+ * here rather than by the query, which would sort them in a temporary
+ * table. */
+typedef struct store_finished_run {
+    int64_t deliver_at, seq;
+    int status; /* JOB_SENT or JOB_FAILED */
+} store_finished_run;
+void store_streak_of(store_finished_run *runs, size_t n,
+                     store_run_outcome *out);
 
 /* Room for more elements in arr (*cap of elem bytes, all in use): the
  * array reallocated to twice the size (16 at first) and *cap updated, or

@@ -156,3 +156,31 @@ rmqs_rc store_schedule_counts(store_t *st, int64_t counts[3])
 {
     return st->ops->sched->counts(st->b, counts);
 }
+
+rmqs_rc store_schedule_recent(store_t *st, const char *const *names, size_t n,
+                              int64_t now_ms, store_run_outcome *out)
+{
+    unsigned char id[JOB_ID_BYTES];
+    rmqs_rc rc;
+
+    for (size_t i = 0; i < n; i++) {
+        memset(&out[i], 0, sizeof(out[i]));
+        store_run_outcome_clear(&out[i]);
+        if (!name_ok(names[i]))
+            return RMQS_EINVAL;
+    }
+    if (n == 0)
+        return RMQS_OK;
+    rc = st->ops->sched->recent(st->b, names, n, now_ms, out);
+    for (size_t i = 0; i < n; i++) {
+        store_run_outcome *o = &out[i];
+        if (rc != RMQS_OK)
+            store_run_outcome_clear(o);
+        /* held by the dispatcher: publishing, as store_get shows it */
+        else if (o->has_last && o->last_status == JOB_PENDING &&
+                 job_id_parse(o->last_id, id) == RMQS_OK &&
+                 claimset_held(st->held, id))
+            o->last_status = JOB_PUBLISHING;
+    }
+    return rc;
+}

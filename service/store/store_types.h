@@ -62,12 +62,25 @@ typedef struct store_insert_req {
 /* Longest id_prefix: a whole id's hex digits. */
 #define STORE_ID_PREFIX_MAX (2 * JOB_ID_BYTES)
 
+/* The order of a page of jobs (GET /jobs?order=, issue 25); a cursor
+ * holds the order it was made in (store_common.h). Zero is the default. */
+typedef enum store_order {
+    STORE_ORDER_DUE = 0,     /* deliver_at, then insertion (seq) */
+    STORE_ORDER_DUE_DESC,    /* the newest deliver_at first, ties newest
+                                 inserted first */
+    STORE_ORDER_CREATED,     /* insertion order (seq), oldest first */
+    STORE_ORDER_CREATED_DESC /* newest inserted first */
+} store_order;
+
 /*
  * What GET /jobs, GET /jobs/count and POST /jobs/bulk select (filled by
  * http_filter.c, the one parser); every member set must hold (AND). -1 /
  * NULL / false / "" : any, so a zeroed filter with status and source -1
  * matches every job. Strings are borrowed from the request.
  */
+/* The longest store_identity, its NUL included. */
+#define STORE_IDENTITY_MAX 64
+
 typedef struct store_filter {
     int status;              /* a job_status, or -1 */
     int source;              /* a job_source, or -1 */
@@ -95,7 +108,23 @@ typedef struct store_filter {
      * JSON bodies only (never binary ones); valid UTF-8, at least 3
      * characters; or NULL */
     const char *q;
+    /* the order of a page (store_list, store_explain); store_count
+     * ignores it */
+    store_order order;
 } store_filter;
+
+/* A failed job as GET /stats/failures groups it (store_failures_recent,
+ * issue 25). */
+typedef struct store_failure {
+    char id[JOB_ID_LEN + 1];
+    char *exchange;    /* owned */
+    char *error;       /* owned: last_error, its first
+                          JOB_ATTEMPT_ERROR_CHARS characters; NULL if none */
+    int64_t failed_at; /* ms */
+} store_failure;
+
+/* Clear n failures and free the array (NULL is fine; store_common.c). */
+void store_failures_free(store_failure *rows, size_t n);
 
 /* A client's change to a job (PATCH and DELETE /jobs/{id}, POST
  * /jobs/{id}/run and /retry, POST /jobs/bulk). */
@@ -180,6 +209,25 @@ typedef struct store_schedule {
 void store_schedule_clear(store_schedule *s);
 /* Clear n schedules and free the array (NULL is fine). */
 void store_schedules_free(store_schedule *rows, size_t n);
+
+/* A schedule's recent runs as an operator reads them
+ * (store_schedule_recent, issue 25): the last run whose time has come and
+ * how many of its latest finished runs failed in a row. */
+#define STORE_STREAK_CAP 100
+typedef struct store_run_outcome {
+    bool has_last;                /* false: no run due yet (or all purged) */
+    char last_id[JOB_ID_LEN + 1]; /* the last run: its id, */
+    int64_t last_fire_at;         /* its fire time (-1 if it has none), */
+    int last_status;              /* its job_status (a run the dispatcher
+                                     holds is publishing, as store_get), */
+    char *last_error;             /* owned: its last_error, or NULL */
+    int failure_streak;           /* 0..STORE_STREAK_CAP */
+    bool streak_capped;           /* more than STORE_STREAK_CAP failed in a
+                                     row: failure_streak says the cap */
+} store_run_outcome;
+
+/* Release what o owns and zero it. Safe on a zeroed one (store_common.c). */
+void store_run_outcome_clear(store_run_outcome *o);
 
 /* One advance of store_schedule_advance (store.h). */
 typedef struct store_advance {

@@ -7,11 +7,14 @@
  */
 #include "metrics.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "procself.h"
 
 /* Dispatch lateness buckets, seconds: 1 ms to 60 s. */
 static const double late_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
@@ -47,7 +50,12 @@ static const char *const route_names[MR_COUNT] = {"/schedule",
                                                   "/jobs/bulk/{id}",
                                                   "/limits",
                                                   "/limits/{name}",
+                                                  "/stats/failures",
+                                                  "/status",
+                                                  "/schedules/{name}/run",
                                                   "other"};
+static const char *const method_names[MM_COUNT] = {
+    "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other"};
 static const char *const run_result_names[MRR_COUNT] = {
     "fired", "misfired_fired", "skipped"};
 static const char *const schedule_state_names[3] = {"active", "paused",
@@ -78,9 +86,16 @@ static struct {
     atomic_uint_fast64_t schedule_runs[MRR_COUNT];
     atomic_uint_fast64_t http_cut[MC_COUNT];
     histogram lateness;
-    atomic_uint_fast64_t http_count[MR_COUNT][CODES_N + 1];
+    atomic_uint_fast64_t http_count[MR_COUNT][MM_COUNT][CODES_N + 1];
     histogram http_duration[MR_COUNT];
-} m;
+    /* failed jobs by exchange: the first METRICS_EXCHANGES_MAX names seen
+     * (exchange_mu guards the names and n_exchanges; the counts are
+     * atomics), then the last slot for every other */
+    pthread_mutex_t exchange_mu;
+    size_t n_exchanges;
+    char exchanges[METRICS_EXCHANGES_MAX][256];
+    atomic_uint_fast64_t failed_by_exchange[METRICS_EXCHANGES_MAX + 1];
+} m = {.exchange_mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void hist_observe(histogram *h, const double *bounds, size_t n,
                          int64_t us)
@@ -105,9 +120,23 @@ void metrics_publish_attempts(uint64_t n)
 {
     atomic_fetch_add(&m.attempts, n);
 }
-void metrics_job_failed(void)
+void metrics_job_failed(const char *exchange)
 {
+    size_t i;
+
     atomic_fetch_add(&m.failed, 1);
+    if (exchange == NULL)
+        exchange = "";
+    pthread_mutex_lock(&m.exchange_mu);
+    for (i = 0; i < m.n_exchanges; i++)
+        if (strncmp(m.exchanges[i], exchange, sizeof(m.exchanges[i])) == 0)
+            break;
+    if (i == m.n_exchanges && i < METRICS_EXCHANGES_MAX) {
+        snprintf(m.exchanges[i], sizeof(m.exchanges[i]), "%s", exchange);
+        m.n_exchanges++;
+    }
+    pthread_mutex_unlock(&m.exchange_mu);
+    atomic_fetch_add(&m.failed_by_exchange[i], 1);
 }
 void metrics_jobs_cancelled(uint64_t n)
 {
@@ -166,19 +195,22 @@ void metrics_job_sent(int64_t lateness_ms)
                  lateness_ms > 0 ? lateness_ms * 1000 : 0);
 }
 
-void metrics_http(metrics_route route, unsigned status, int64_t duration_us)
+void metrics_http(metrics_route route, metrics_method method, unsigned status,
+                  int64_t duration_us)
 {
     size_t c = CODES_N;
 
     if (route >= MR_COUNT)
         route = MR_OTHER;
+    if (method >= MM_COUNT)
+        method = MM_OTHER;
     for (size_t i = 0; i < CODES_N; i++) {
         if (http_codes[i] == status) {
             c = i;
             break;
         }
     }
-    atomic_fetch_add(&m.http_count[route][c], 1);
+    atomic_fetch_add(&m.http_count[route][method][c], 1);
     hist_observe(&m.http_duration[route], http_bounds, HTTP_N, duration_us);
 }
 
@@ -208,10 +240,18 @@ metrics_route metrics_route_of(const char *url)
     }
     if (strcmp(url, "/stats") == 0)
         return MR_STATS;
+    if (strcmp(url, "/stats/failures") == 0)
+        return MR_STATS_FAILURES;
+    if (strcmp(url, "/status") == 0)
+        return MR_STATUS;
     if (strcmp(url, "/schedules") == 0 || strcmp(url, "/schedules/") == 0)
         return MR_SCHEDULES;
-    if (strncmp(url, "/schedules/", 11) == 0)
-        return MR_SCHEDULE_ONE;
+    if (strncmp(url, "/schedules/", 11) == 0) {
+        const char *action = strchr(url + 11, '/');
+        if (action == NULL)
+            return MR_SCHEDULE_ONE;
+        return strcmp(action, "/run") == 0 ? MR_SCHEDULE_RUN : MR_OTHER;
+    }
     if (strcmp(url, "/limits") == 0 || strcmp(url, "/limits/") == 0)
         return MR_LIMITS;
     if (strncmp(url, "/limits/", 8) == 0)
@@ -223,6 +263,14 @@ metrics_route metrics_route_of(const char *url)
     if (strcmp(url, "/metrics") == 0)
         return MR_METRICS;
     return MR_OTHER;
+}
+
+metrics_method metrics_method_of(const char *method)
+{
+    for (int i = 0; i < MM_OTHER; i++)
+        if (strcmp(method, method_names[i]) == 0)
+            return (metrics_method)i;
+    return MM_OTHER;
 }
 
 /* A growing string; on allocation failure it stays failed (buf NULL). */
@@ -301,9 +349,103 @@ static void sb_counters(sbuf *b, const char *name, const char *help,
                   (unsigned long long)atomic_load(&v[i]));
 }
 
+/* A label value as the text format writes it: \\, \" and \n escaped. */
+static void sb_label(sbuf *b, const char *v)
+{
+    for (; *v != '\0'; v++) {
+        if (*v == '\\' || *v == '"')
+            sb_printf(b, "\\%c", *v);
+        else if (*v == '\n')
+            sb_printf(b, "\\n");
+        else
+            sb_printf(b, "%c", *v);
+    }
+}
+
+/* Failed jobs by exchange, the bounded label (metrics_job_failed). */
+static void sb_failed_by_exchange(sbuf *b)
+{
+    static char names[METRICS_EXCHANGES_MAX][256]; /* under render_mu */
+    static pthread_mutex_t render_mu = PTHREAD_MUTEX_INITIALIZER;
+    size_t n;
+
+    sb_printf(b,
+              "# HELP rmqs_jobs_failed_total Jobs failed for good, by "
+              "exchange (the first %d exchanges to fail get their own "
+              "label value, later ones count as \"other\").\n"
+              "# TYPE rmqs_jobs_failed_total counter\n",
+              METRICS_EXCHANGES_MAX);
+    /* The publisher thread (real-time priority) takes exchange_mu when a
+     * job fails: held here only to copy the names, never to format. */
+    pthread_mutex_lock(&render_mu);
+    pthread_mutex_lock(&m.exchange_mu);
+    n = m.n_exchanges;
+    memcpy(names, m.exchanges, n * sizeof(names[0]));
+    pthread_mutex_unlock(&m.exchange_mu);
+    for (size_t i = 0; i < n; i++) {
+        sb_printf(b, "rmqs_jobs_failed_total{exchange=\"");
+        sb_label(b, names[i]);
+        sb_printf(b, "\"} %llu\n", U(m.failed_by_exchange[i]));
+    }
+    pthread_mutex_unlock(&render_mu);
+    if (n == METRICS_EXCHANGES_MAX)
+        sb_printf(b, "rmqs_jobs_failed_total{exchange=\"other\"} %llu\n",
+                  U(m.failed_by_exchange[METRICS_EXCHANGES_MAX]));
+}
+
+/* Prometheus's standard process collector's families, from /proc/self. */
+static void sb_process(sbuf *b)
+{
+    procself p;
+
+    if (!procself_read(&p))
+        return;
+    sb_printf(b,
+              "# HELP process_cpu_seconds_total Total user and system CPU "
+              "time spent in seconds.\n"
+              "# TYPE process_cpu_seconds_total counter\n"
+              "process_cpu_seconds_total %.2f\n"
+              "# HELP process_resident_memory_bytes Resident memory size in "
+              "bytes.\n"
+              "# TYPE process_resident_memory_bytes gauge\n"
+              "process_resident_memory_bytes %lld\n"
+              "# HELP process_virtual_memory_bytes Virtual memory size in "
+              "bytes.\n"
+              "# TYPE process_virtual_memory_bytes gauge\n"
+              "process_virtual_memory_bytes %lld\n"
+              "# HELP process_start_time_seconds Start time of the process "
+              "since unix epoch in seconds.\n"
+              "# TYPE process_start_time_seconds gauge\n"
+              "process_start_time_seconds %.2f\n",
+              p.cpu_seconds, (long long)p.rss_bytes, (long long)p.vsize_bytes,
+              p.start_time_s);
+    if (p.open_fds >= 0)
+        sb_printf(b,
+                  "# HELP process_open_fds Number of open file descriptors.\n"
+                  "# TYPE process_open_fds gauge\n"
+                  "process_open_fds %lld\n",
+                  (long long)p.open_fds);
+    if (p.max_fds >= 0)
+        sb_printf(b,
+                  "# HELP process_max_fds Maximum number of open file "
+                  "descriptors.\n"
+                  "# TYPE process_max_fds gauge\n"
+                  "process_max_fds %lld\n",
+                  (long long)p.max_fds);
+}
+
 char *metrics_render(const metrics_sources *src)
 {
     sbuf b = {0};
+    char store[160] = "unknown"; /* the store label's value, escaped */
+
+    if (src != NULL && src->store_id != NULL && src->store_id[0] != '\0') {
+        sbuf s = {0};
+        sb_label(&s, src->store_id);
+        if (!s.failed && s.buf != NULL)
+            snprintf(store, sizeof(store), "%s", s.buf);
+        free(s.buf);
+    }
 
     sb_printf(&b,
               "# HELP rmqs_jobs_scheduled_total Jobs accepted and stored.\n"
@@ -332,13 +474,30 @@ char *metrics_render(const metrics_sources *src)
     sb_counters(&b, "rmqs_publish_failures_total",
                 "Publish attempts that failed, by reason.", "reason",
                 failure_names, m.failures, MF_COUNT);
+    sb_failed_by_exchange(&b);
     if (src != NULL && src->have_counts) {
-        sb_printf(&b, "# HELP rmqs_jobs Jobs in the database by status.\n"
+        sb_printf(&b, "# HELP rmqs_jobs Jobs in the database by status (the "
+                      "whole database: every instance on it reports the same; "
+                      "take max by store).\n"
                       "# TYPE rmqs_jobs gauge\n");
         for (int i = 0; i < 5; i++)
-            sb_printf(&b, "rmqs_jobs{status=\"%s\"} %lld\n", status_names[i],
+            sb_printf(&b, "rmqs_jobs{status=\"%s\",store=\"%s\"} %lld\n",
+                      status_names[i], store,
                       (long long)src->jobs_by_status[i]);
     }
+    if (src != NULL && src->have_overdue)
+        sb_printf(&b,
+                  "# HELP rmqs_overdue_jobs Pending jobs whose deliver_at "
+                  "is over 1 s past, counted up to 10000 (as GET /status).\n"
+                  "# TYPE rmqs_overdue_jobs gauge\n"
+                  "rmqs_overdue_jobs{store=\"%s\"} %lld\n"
+                  "# HELP rmqs_oldest_overdue_job_age_seconds How long past "
+                  "its deliver_at the oldest overdue pending job is; 0 when "
+                  "none is.\n"
+                  "# TYPE rmqs_oldest_overdue_job_age_seconds gauge\n"
+                  "rmqs_oldest_overdue_job_age_seconds{store=\"%s\"} %.3f\n",
+                  store, (long long)src->overdue_jobs, store,
+                  src->oldest_overdue_age_s);
     sb_printf(&b,
               "# HELP rmqs_dispatch_lateness_seconds Publish time of sent "
               "jobs minus when the attempt was due: the later of deliver_at "
@@ -346,23 +505,24 @@ char *metrics_render(const metrics_sources *src)
               "# TYPE rmqs_dispatch_lateness_seconds histogram\n");
     sb_hist(&b, "rmqs_dispatch_lateness_seconds", "", &m.lateness, late_bounds,
             LATE_N);
-    sb_printf(&b, "# HELP rmqs_http_requests_total HTTP requests by route and "
-                  "status.\n# TYPE rmqs_http_requests_total counter\n");
+    sb_printf(&b, "# HELP rmqs_http_requests_total HTTP requests by route, "
+                  "method and status.\n"
+                  "# TYPE rmqs_http_requests_total counter\n");
     for (int r = 0; r < MR_COUNT; r++) {
-        for (size_t c = 0; c <= CODES_N; c++) {
-            uint64_t v = atomic_load(&m.http_count[r][c]);
-            if (v == 0)
-                continue;
-            if (c < CODES_N)
+        for (int k = 0; k < MM_COUNT; k++) {
+            for (size_t c = 0; c <= CODES_N; c++) {
+                uint64_t v = atomic_load(&m.http_count[r][k][c]);
+                char code[16] = "other";
+                if (v == 0)
+                    continue;
+                if (c < CODES_N)
+                    snprintf(code, sizeof(code), "%u", http_codes[c]);
                 sb_printf(&b,
-                          "rmqs_http_requests_total{route=\"%s\",status=\"%u\"}"
-                          " %llu\n",
-                          route_names[r], http_codes[c], (unsigned long long)v);
-            else
-                sb_printf(&b,
-                          "rmqs_http_requests_total{route=\"%s\",status="
-                          "\"other\"} %llu\n",
-                          route_names[r], (unsigned long long)v);
+                          "rmqs_http_requests_total{route=\"%s\",method="
+                          "\"%s\",status=\"%s\"} %llu\n",
+                          route_names[r], method_names[k], code,
+                          (unsigned long long)v);
+            }
         }
     }
     sb_printf(&b, "# HELP rmqs_http_request_duration_seconds Time from request "
@@ -386,6 +546,12 @@ char *metrics_render(const metrics_sources *src)
               "up.\n# TYPE rmqs_broker_connected gauge\n"
               "rmqs_broker_connected %d\n",
               src != NULL && src->broker_connected ? 1 : 0);
+    sb_printf(&b,
+              "# HELP rmqs_database_up Whether the database answers "
+              "(as /readyz checks it; a full disk still answers).\n"
+              "# TYPE rmqs_database_up gauge\n"
+              "rmqs_database_up %d\n",
+              src != NULL && src->database_up ? 1 : 0);
     sb_printf(&b,
               "# HELP rmqs_broker_blocked Whether the broker blocks "
               "publishing (connection.blocked); jobs wait meanwhile.\n"
@@ -415,11 +581,12 @@ char *metrics_render(const metrics_sources *src)
                 "Fire times of recurring schedules, by what became of them.",
                 "result", run_result_names, m.schedule_runs, MRR_COUNT);
     if (src != NULL && src->have_schedule_counts) {
-        sb_printf(&b, "# HELP rmqs_schedules Recurring schedules by state.\n"
+        sb_printf(&b, "# HELP rmqs_schedules Recurring schedules by state "
+                      "(the whole database).\n"
                       "# TYPE rmqs_schedules gauge\n");
         for (int i = 0; i < 3; i++)
-            sb_printf(&b, "rmqs_schedules{state=\"%s\"} %lld\n",
-                      schedule_state_names[i],
+            sb_printf(&b, "rmqs_schedules{state=\"%s\",store=\"%s\"} %lld\n",
+                      schedule_state_names[i], store,
                       (long long)src->schedules_by_state[i]);
     }
     sb_printf(&b,
@@ -433,16 +600,18 @@ char *metrics_render(const metrics_sources *src)
     if (src != NULL && src->db_bytes >= 0)
         sb_printf(&b,
                   "# HELP rmqs_database_size_bytes Database file plus "
-                  "write-ahead log.\n# TYPE rmqs_database_size_bytes gauge\n"
-                  "rmqs_database_size_bytes %lld\n",
-                  (long long)src->db_bytes);
+                  "write-ahead log (the whole database).\n"
+                  "# TYPE rmqs_database_size_bytes gauge\n"
+                  "rmqs_database_size_bytes{store=\"%s\"} %lld\n",
+                  store, (long long)src->db_bytes);
     if (src != NULL && src->search_index_lag >= 0)
         sb_printf(&b,
                   "# HELP rmqs_search_index_lag_jobs Jobs stored but not "
                   "yet in the search indexes (searched directly until "
                   "they are).\n# TYPE rmqs_search_index_lag_jobs gauge\n"
-                  "rmqs_search_index_lag_jobs %lld\n",
-                  (long long)src->search_index_lag);
+                  "rmqs_search_index_lag_jobs{store=\"%s\"} %lld\n",
+                  store, (long long)src->search_index_lag);
+    sb_process(&b);
     if (b.failed) {
         free(b.buf);
         return NULL;

@@ -32,6 +32,9 @@ typedef enum metrics_route {
     MR_JOBS_BULK_ONE,
     MR_LIMITS,
     MR_LIMIT_ONE,
+    MR_STATS_FAILURES,
+    MR_STATUS,
+    MR_SCHEDULE_RUN,
     MR_OTHER,
     MR_COUNT
 } metrics_route;
@@ -43,6 +46,24 @@ typedef enum metrics_failure {
     MF_CONNECTION_LOST, /* connection died or confirm timed out */
     MF_COUNT
 } metrics_failure;
+
+/* The request's method, for the method label of rmqs_http_requests_total. */
+typedef enum metrics_method {
+    MM_GET,
+    MM_HEAD,
+    MM_POST,
+    MM_PUT,
+    MM_PATCH,
+    MM_DELETE,
+    MM_OPTIONS,
+    MM_OTHER,
+    MM_COUNT
+} metrics_method;
+
+/* Exchanges that get a label value of their own on
+ * rmqs_jobs_failed_total, the first to fail first; the rest count as
+ * "other", so the series stay bounded whatever clients send. */
+#define METRICS_EXCHANGES_MAX 20
 
 /* What became of a recurring schedule's fire time (scheduler.c). */
 typedef enum metrics_run_result {
@@ -68,17 +89,23 @@ void metrics_publish_failure(metrics_failure reason);
 /* publish time - when this attempt was due: max(deliver_at, accepted or
  * rescheduled) for a first attempt, the backoff's time for a retry */
 void metrics_job_sent(int64_t lateness_ms);
-void metrics_job_failed(void); /* max_attempts exhausted */
+/* a job failed for good (max_attempts exhausted, or refused): counted in
+ * rmqs_jobs_published_total{result="failed"} and, by its exchange ("" the
+ * default one), in rmqs_jobs_failed_total */
+void metrics_job_failed(const char *exchange);
 /* pending jobs cancelled (DELETE, bulk cancel, expired unpublished) */
 void metrics_jobs_cancelled(uint64_t n);
 void metrics_broker_reconnect(void);
 /* a claimed job released unpublished: its lease was ending (dispatcher.c) */
 void metrics_lease_lapsed(void);
-void metrics_http(metrics_route route, unsigned status, int64_t duration_us);
+void metrics_http(metrics_route route, metrics_method method, unsigned status,
+                  int64_t duration_us);
 void metrics_http_cut(metrics_cut reason);
 
 /* Which route a URL belongs to (for labels). */
 metrics_route metrics_route_of(const char *url);
+/* Which method label a request method gets. */
+metrics_method metrics_method_of(const char *method);
 
 /* Values read at render time. */
 typedef struct metrics_sources {
@@ -86,6 +113,7 @@ typedef struct metrics_sources {
     int64_t jobs_by_status[5]; /* indexed by job_status */
     int64_t db_bytes;          /* database file + WAL, -1 if unknown */
     bool broker_connected;
+    bool database_up;         /* it answers (store_ping), full or not */
     bool broker_blocked;      /* connection.blocked: publishing waits */
     int64_t requests_waiting; /* POSTs waiting for write-queue room */
     bool have_schedule_counts;
@@ -93,6 +121,15 @@ typedef struct metrics_sources {
     const char *tzdata_version;    /* for rmqs_build_info; NULL: "unknown" */
     int64_t search_index_lag;      /* jobs not yet in the search indexes
                                       (store_search_index_lag), -1: unknown */
+    /* the database's store_identity: the store label of the
+     * whole-database gauges (jobs, schedules, database size, search lag,
+     * overdue); NULL or "": "unknown" */
+    const char *store_id;
+    /* pending jobs overdue (GET /status's definition and cap): their
+     * count and the oldest one's age in seconds (0 when none) */
+    bool have_overdue;
+    int64_t overdue_jobs;
+    double oldest_overdue_age_s;
 } metrics_sources;
 
 /* The publish lateness histogram's buckets: METRICS_LATE_BUCKETS counts,

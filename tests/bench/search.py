@@ -210,8 +210,10 @@ def index_lag(svc):
     finally:
         h.close()
     for line in raw.decode().splitlines():
-        if line.startswith("rmqs_search_index_lag_jobs "):
-            return int(line.split()[1])
+        # "rmqs_search_index_lag_jobs{store=...} N" (the store label since
+        # issue 25), or without labels from an older binary (--rev)
+        if line.startswith(("rmqs_search_index_lag_jobs ", "rmqs_search_index_lag_jobs{")):
+            return int(line.rsplit(" ", 1)[1])
     return None
 
 

@@ -207,8 +207,9 @@ export async function launch() {
 // dashboard logs nothing, so any message is a fault, a CSP violation
 // included), uncaught errors, dialogs (alert/confirm/prompt: a script that
 // ran), every request's URL, and the main document's response headers.
-export async function openPage(browser, svc, { viewport = DESKTOP, bypassCSP = false } = {}) {
-  const context = await browser.newContext({ viewport, bypassCSP });
+// colorScheme: what prefers-color-scheme answers (light or dark).
+export async function openPage(browser, svc, { viewport = DESKTOP, bypassCSP = false, colorScheme = 'light' } = {}) {
+  const context = await browser.newContext({ viewport, bypassCSP, colorScheme });
   const page = await context.newPage();
   const rec = { console: [], errors: [], dialogs: [], requests: [], documents: [] };
   page.on('console', (m) => rec.console.push(`${m.type()}: ${m.text()}`));

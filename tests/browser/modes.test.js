@@ -1,7 +1,8 @@
 // --ui read-only hides every action and the server refuses changes sent by
 // the page (403 ui_read_only) while scripts without Origin are unaffected;
 // --ui off is 404; with a token the page asks for it (again when wrong) and
-// keeps it in no cookie, URL or storage.
+// keeps it for the tab only (sessionStorage, "Remember for this tab"): never
+// a cookie, the URL or localStorage; "Forget token" makes the next load ask.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Service, launch, openPage, visit, inMinutes, TOKEN } from './harness.js';
@@ -79,13 +80,14 @@ test('off: /ui/ is 404 and the API still answers', async () => {
   assert.equal((await svc.api('GET', '/jobs')).status, 200);
 });
 
-test('the token prompt: a wrong token asks again, the right one works, and it is stored nowhere', async () => {
+test('the token prompt: a wrong token asks again; the right one is kept for the tab only, and forgotten on request', async () => {
   const svc = await service({ token: TOKEN });
   assert.equal((await svc.api('GET', '/ui/config.json', undefined, { Authorization: 'Bearer nope' })).body.mode, 'on');
   const { context, page } = await openPage(browser, svc);
   await page.goto(svc.url + '/ui/#/about');
   const dialog = page.getByRole('dialog', { name: 'API token' });
   await dialog.waitFor();
+  assert.equal(await dialog.getByLabel(/Remember for this tab/).isChecked(), true, 'on by default');
   await dialog.getByLabel('Bearer token').fill('wrong-token-wrong-token');
   await dialog.getByRole('button', { name: 'Use token' }).click();
   await page.getByText('That token was refused').waitFor();
@@ -94,17 +96,60 @@ test('the token prompt: a wrong token asks again, the right one works, and it is
   await page.waitForSelector('body[data-ready="true"]');
   await page.locator('[data-field="store"]').waitFor();
   assert.match(await page.locator('[data-field="API token"]').textContent(), /required/);
-  const kept = await page.evaluate(() => ({
-    cookie: document.cookie,
-    local: localStorage.length,
-    session: sessionStorage.length,
-    url: location.href,
-  }));
-  assert.deepEqual({ ...kept, url: undefined }, { cookie: '', local: 0, session: 0, url: undefined });
-  assert.ok(!kept.url.includes(TOKEN));
+  const kept = () =>
+    page.evaluate(() => ({
+      cookie: document.cookie,
+      local: localStorage.length,
+      session: Object.keys(sessionStorage),
+      url: location.href,
+    }));
+  const k = await kept();
+  assert.deepEqual({ ...k, url: undefined }, { cookie: '', local: 0, session: ['rmqs-api-token'], url: undefined });
+  assert.ok(!k.url.includes(TOKEN));
   assert.deepEqual(await context.cookies(), []);
   assert.ok(!(await page.content()).includes(TOKEN), 'not in the DOM either');
-  // A reload forgets it: asked again.
+  // A reload of the tab keeps working without asking.
+  await page.reload();
+  await page.waitForSelector('body[data-ready="true"]');
+  await page.locator('[data-field="store"]').waitFor();
+  assert.equal(await dialog.isVisible(), false);
+  // So does a page this tab opens (it gets a copy of the tab's session).
+  const [opened] = await Promise.all([
+    context.waitForEvent('page'),
+    page.evaluate(() => window.open(location.origin + '/ui/#/jobs')),
+  ]);
+  await opened.waitForSelector('body[data-ready="true"]');
+  await opened.locator('#list').getByText('No job matches.').waitFor();
+  assert.equal(await opened.getByRole('dialog', { name: 'API token' }).isVisible(), false);
+  await opened.close();
+  // Another tab of its own (no opener) has its own session: it asks.
+  const fresh = await context.newPage();
+  await fresh.goto(svc.url + '/ui/#/about');
+  await fresh.getByRole('dialog', { name: 'API token' }).waitFor();
+  await fresh.close();
+  // "Forget token": the next load asks again; nothing is left anywhere.
+  await page.getByRole('button', { name: 'Forget token' }).click();
+  await dialog.waitFor();
+  const after = await kept();
+  assert.deepEqual({ ...after, url: undefined }, { cookie: '', local: 0, session: [], url: undefined });
+  assert.deepEqual(await context.cookies(), []);
+  // Not remembered: the tab keeps nothing, and a reload asks again.
+  await dialog.getByLabel(/Remember for this tab/).uncheck();
+  await dialog.getByLabel('Bearer token').fill(TOKEN);
+  await dialog.getByRole('button', { name: 'Use token' }).click();
+  await page.waitForSelector('body[data-ready="true"]');
+  assert.deepEqual((await kept()).session, []);
   await page.reload();
   await dialog.waitFor();
+});
+
+test('a browser opening / with a token set lands on the dashboard, which asks for the token', async () => {
+  const svc = await service({ token: TOKEN });
+  // A script without the token still gets the API's answer at /.
+  assert.equal((await fetch(svc.url + '/')).status, 401);
+  const { page } = await openPage(browser, svc);
+  const resp = await page.goto(svc.url + '/');
+  assert.equal(new URL(page.url()).pathname, '/ui/', 'redirected to /ui/');
+  assert.equal(resp.status(), 200);
+  await page.getByRole('dialog', { name: 'API token' }).waitFor();
 });

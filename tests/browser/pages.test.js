@@ -1,7 +1,7 @@
 // Every page loads with its CSP enforced and not one console message, makes
 // no request to another origin, carries the security headers, passes
 // axe-core (no serious or critical finding) on a desktop and a phone
-// viewport, and is kept as a screenshot.
+// viewport, in the light and the dark scheme, and is kept as a screenshot.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
@@ -193,6 +193,33 @@ test('axe-core: no serious or critical finding on any page, desktop and phone', 
   report(
     `browser.pages (${store()}): axe-core on ${seen.pages} page views (${ROUTES().length} pages at ` +
       `${DESKTOP.width} and ${PHONE.width} px): ${seen.findings} findings of any impact, ${seen.serious} serious or critical`,
+  );
+});
+
+test('dark scheme: the page follows the system setting, and axe-core finds nothing serious on any page', async () => {
+  const seen = { pages: 0, findings: 0, serious: 0 };
+  for (const viewport of [DESKTOP, PHONE]) {
+    for (const [name, route, ready] of ROUTES()) {
+      const { context, page } = await openPage(browser, svc, { viewport, colorScheme: 'dark' });
+      await visit(page, svc, route);
+      await page.waitForSelector(ready, { timeout: 15000 });
+      const bg = await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+      assert.equal(bg, 'rgb(21, 25, 30)', `${name}: the dark background`);
+      const found = await axe(page);
+      console.log(
+        `axe (dark): ${name} at ${viewport.width}px: ${found.length ? JSON.stringify(found) : 'no violation'}`,
+      );
+      seen.pages += 1;
+      seen.findings += found.length;
+      seen.serious += seriousOrCritical(found).length;
+      assert.deepEqual(seriousOrCritical(found), [], `${name} at ${viewport.width}px, dark`);
+      if (viewport === DESKTOP) await screenshot(page, name + '-dark');
+      await context.close();
+    }
+  }
+  report(
+    `browser.pages (${store()}): axe-core, dark scheme, on ${seen.pages} page views: ` +
+      `${seen.findings} findings of any impact, ${seen.serious} serious or critical`,
   );
 });
 

@@ -45,6 +45,7 @@ async function clickAndWaitForRender(page, locator) {
 
 async function search(page, fields) {
   await visit(page, svc, '#/jobs');
+  await page.getByRole('button', { name: 'Filter', exact: true }).click();
   for (const [label, value] of Object.entries(fields)) {
     const f = page.getByLabel(label, { exact: true });
     if ((await f.evaluate((e) => e.tagName)) === 'SELECT') await f.selectOption(value);
@@ -53,7 +54,7 @@ async function search(page, fields) {
   await clickAndWaitForRender(page, page.getByRole('button', { name: 'Search' }));
   await page
     .locator('#count')
-    .getByText(/matching jobs/)
+    .getByText(/matching jobs?$/)
     .waitFor({ timeout: 20000 });
   await page.locator('#list').locator('table, p').first().waitFor();
   return {
@@ -66,7 +67,7 @@ test('body substring finds the one job among 100,000', async () => {
   assert.ok(needle, 'GET /jobs?q= found it');
   const { page } = await openPage(browser, svc);
   const r = await search(page, { 'Body contains': 'needle-4242' });
-  assert.equal(r.count, '1 matching jobs');
+  assert.equal(r.count, '1 matching job');
   assert.deepEqual(r.ids, [needle.id]);
   assert.match(page.url(), /q=needle-4242/, 'the filter is in the URL');
   // The URL alone brings the same view (shared link).
@@ -106,7 +107,7 @@ test('id prefix finds the job', async () => {
   assert.ok(api.count >= 1 && api.count <= 50 && !api.capped, JSON.stringify(api));
   const { page } = await openPage(browser, svc);
   const r = await search(page, { 'Id prefix': prefix });
-  assert.equal(r.count, api.count.toLocaleString('en') + ' matching jobs');
+  assert.equal(r.count, api.count.toLocaleString('en') + (api.count === 1 ? ' matching job' : ' matching jobs'));
   assert.equal(r.ids.length, api.count);
   assert.ok(r.ids.includes(needle.id));
   for (const id of r.ids) assert.ok(id.startsWith(prefix), id);

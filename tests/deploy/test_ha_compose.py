@@ -28,8 +28,13 @@ Run through tests/deploy/run.sh (ctest: deploy.docker)."""
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
 import threading
 import time
+import urllib.parse
+import urllib.request
 import uuid
 
 import yaml
@@ -488,8 +493,94 @@ def under_load(front, amqp_urls, instances, label, fault, report):
     return line
 
 
+DASHBOARD = os.path.join(REPO, "deploy", "grafana-dashboard.json")
+
+
+def dashboard_expr(title):
+    """The expression of the Grafana dashboard's panel of that title."""
+    with open(DASHBOARD, encoding="utf-8") as f:
+        dash = json.load(f)
+
+    def panels(items):
+        for p in items:
+            yield p
+            yield from panels(p.get("panels", []))
+    for p in panels(dash["panels"]):
+        if p.get("title") == title:
+            return p["targets"][0]["expr"]
+    raise AssertionError(f"no panel {title!r} in {DASHBOARD}")
+
+
+def dashboard_shows_true_pending(front, inst, tmp_path, report):
+    """A real Prometheus scraping the three instances: the dashboard's
+    'Pending jobs' expression gives the database's pending count (each
+    instance reports the whole shared database's, so a plain sum is 3x)."""
+    rk = f"ha-pending-{uuid.uuid4().hex[:6]}"
+    later = time.time() + 3600
+    for i in range(40):
+        st, _, _ = http(front, "POST", "/schedule", {
+            "exchange": "amq.direct", "routing_key": rk, "body": str(i),
+            "deliver_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(later + i))})
+        assert st == 201
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus missing: apt-get install prometheus (tests/run.sh does)"
+    (prom_port,) = free_ports(1)
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{
+            "job_name": "rmq-scheduler",
+            "authorization": {"type": "Bearer", "credentials": TOKEN},
+            "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in inst.values()]}]}]}))
+    log = open(tmp_path / "prometheus.log", "w")
+    prom = subprocess.Popen(
+        [prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=log, stderr=subprocess.STDOUT)
+
+    def query(q):
+        url = (f"http://127.0.0.1:{prom_port}/api/v1/query?"
+               + urllib.parse.urlencode({"query": q}))
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                res = json.load(r)["data"]["result"]
+                return float(res[0]["value"][1]) if res else None
+        except OSError:
+            return None
+
+    expr = dashboard_expr("Pending jobs").replace("$instance", ".*")
+    try:
+        wait_until(lambda: query('count(up{job="rmq-scheduler"} == 1)') == 3, 60,
+                   "Prometheus scraping all three instances", interval=0.5)
+        seen = {}
+
+        def agrees():
+            true = http(front, "GET", "/jobs/count?status=pending")[2]["count"]
+            seen.update(true=true, shown=query(expr),
+                        summed=query('sum(rmqs_jobs{status="pending"})'))
+            return seen["shown"] == true >= 40 and seen["summed"] == 3 * true
+        try:
+            wait_until(agrees, 30, "the dashboard's pending count to equal the store's",
+                       interval=0.5)
+        except AssertionError:
+            raise AssertionError(f"last seen: {seen}") from None
+    finally:
+        prom.send_signal(signal.SIGTERM)
+        try:
+            prom.wait(15)
+        except subprocess.TimeoutExpired:
+            prom.kill()
+            prom.wait(5)
+        log.close()
+    for j in http(front, "GET", f"/jobs?routing_key={rk}&limit=100")[2]["jobs"]:
+        http(front, "DELETE", f"/jobs/{j['id']}")
+    report(f"HA stack: the dashboard's 'Pending jobs' ({expr}) shows {seen['true']:.0f}, "
+           f"the store's count; a plain sum over the three instances would show "
+           f"{seen['summed']:.0f}")
+
+
 def test_ha_stack_spreads_jobs_and_survives_instance_broker_and_database_kills(
-        image, engine, report):
+        image, engine, report, tmp_path):
     for tag, dockerfile in STANDINS.items():
         standin_image(tag, dockerfile, report)
     for tag, dockerfile in LOCAL_IMAGES.items():
@@ -569,6 +660,7 @@ def test_ha_stack_spreads_jobs_and_survives_instance_broker_and_database_kills(
         seen = collect(queue, jobs, 60)
         report(f"HA stack: 30 jobs through the front, per instance {spread}, "
                f"all arrived ({sum(seen.values()) - len(jobs)} duplicates)")
+        dashboard_shows_true_pending(front, inst, tmp_path, report)
 
         # docker kill of one instance while it holds jobs due in the next
         # seconds: the front answers every POST, every job arrives.

@@ -326,6 +326,12 @@ def test_a_blocked_broker_holds_everything_and_says_so(service, amqp, broker):
             return st == 200 and body["broker"] == "blocked"
         wait_until(blocked, 30, "/readyz to say the broker blocks publishing")
         assert metric(svc, "rmqs_broker_blocked") == 1
+        # GET /status, for the dashboard's banner: since when, and why
+        st, _, status = svc.get("/status")
+        assert st == 200 and status["broker"]["state"] == "blocked", status
+        assert "connection.blocked" in status["broker"]["last_error"], status
+        assert status["trouble"] is True, status
+        blocked_since = status["broker"]["since"]
         waiting = svc.schedule(job(amqp, int(time.time() * 1000), "waiting"))
         # while blocked nothing is claimed: it stays pending
         wait_until(lambda: svc.job(waiting["id"])["status"] == "pending", 5,
@@ -339,3 +345,7 @@ def test_a_blocked_broker_holds_everything_and_says_so(service, amqp, broker):
         return body["broker"] == "up"
     wait_until(up, 30, "/readyz to say the broker is up again")
     assert metric(svc, "rmqs_broker_blocked") == 0
+    _, _, status = svc.get("/status")
+    assert status["broker"]["state"] == "up" and status["trouble"] is False, status
+    assert status["broker"]["since"] > blocked_since, status  # RFC 3339, UTC: sortable
+    assert "connection.blocked" in status["broker"]["last_error"], "the last error is kept"

@@ -50,7 +50,21 @@ DOCUMENTED = {  # name: type (api/openapi.yaml, GET /metrics)
     "rmqs_limit_wait_seconds": "histogram",
     "rmqs_limit_held_jobs": "gauge",
     "rmqs_broker_blocked": "gauge",
+    "rmqs_jobs_failed_total": "counter",
+    "rmqs_database_up": "gauge",
+    "rmqs_overdue_jobs": "gauge",
+    "rmqs_oldest_overdue_job_age_seconds": "gauge",
+    "process_cpu_seconds_total": "counter",
+    "process_resident_memory_bytes": "gauge",
+    "process_virtual_memory_bytes": "gauge",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
+    "process_start_time_seconds": "gauge",
 }
+# the gauges of the whole database, labelled with the store they count
+STORE_GAUGES = ("rmqs_jobs", "rmqs_schedules", "rmqs_database_size_bytes",
+                "rmqs_search_index_lag_jobs", "rmqs_overdue_jobs",
+                "rmqs_oldest_overdue_job_age_seconds", "rmqs_limit_held_jobs")
 
 
 class Metrics:
@@ -72,13 +86,21 @@ class Metrics:
             labels = frozenset(LABEL_RE.findall(m.group(2) or ""))
             self.samples[(m.group(1), labels)] = float(m.group(3))
 
+    def matching(self, name, labels):
+        want = set(labels.items())
+        return [v for (n, ls), v in self.samples.items() if n == name and want <= ls]
+
     def get(self, name, **labels):
-        """The value of one series (0 if absent: counters only appear once
-        non-zero for HTTP requests)."""
-        return self.samples.get((name, frozenset(labels.items())), 0.0)
+        """The sum of the series of name whose labels include these (0 if
+        none: counters only appear once non-zero for HTTP requests), so a
+        label added later (method, store) leaves older checks as they were."""
+        return sum(self.matching(name, labels), 0.0)
 
     def has(self, name, **labels):
-        return (name, frozenset(labels.items())) in self.samples
+        return bool(self.matching(name, labels))
+
+    def labels(self, name):
+        return [dict(ls) for (n, ls) in self.samples if n == name]
 
 
 def scrape(svc, headers=None):
@@ -114,7 +136,7 @@ def assert_histogram(m, name, **labels):
     assert buckets and math.isinf(buckets[-1][0]), f"{name}{labels}: no +Inf bucket"
     values = [v for _, v in buckets]
     assert values == sorted(values), f"{name}{labels}: buckets not cumulative: {buckets}"
-    assert values[-1] == m.get(name + "_count", **labels)
+    assert values[-1] == m.samples[(name + "_count", frozenset(labels.items()))]
     assert m.get(name + "_sum", **labels) >= 0
     return dict(buckets)
 
@@ -144,7 +166,7 @@ def test_metrics_pass_promtool_and_have_every_documented_family(service):
         if route is not None:
             assert route in ("/schedule", "/schedule/batch", "/jobs", "/jobs/{id}",
                              "/schedules", "/schedules/{name}", "/healthz", "/readyz",
-                             "/metrics", "other"), route
+                             "/metrics", "/status", "other"), route
     for result in ("fired", "misfired_fired", "skipped"):
         assert m.has("rmqs_schedule_runs_total", result=result), result
     for state in ("active", "paused", "ended"):
@@ -318,3 +340,80 @@ def test_lateness_counts_from_acceptance_for_a_time_already_past(service, amqp):
     assert 0 <= total < 30, f"lateness sum {total} s for two jobs due at acceptance"
     m = re.search(r"# HELP rmqs_dispatch_lateness_seconds (.*)", after.text)
     assert m and "accept" in m.group(1), after.text[:300]
+
+
+def test_labels_method_store_and_the_exchange_bound(service, store, amqp):
+    """rmqs_http_requests_total has a method label; failures are counted by
+    exchange, the first 20 by name and the rest as "other"; every
+    whole-database gauge carries the same store label, which a second
+    instance on the same PostgreSQL database shares (a dashboard takes max
+    by store)."""
+    svc = service("--max-attempts", "1", "--backoff-base-ms", "50")
+    keep = svc.schedule(later_job())
+    gone = svc.schedule(later_job())
+    assert svc.delete(f"/jobs/{gone['id']}").status == 200
+    svc.get(f"/jobs/{keep['id']}")
+    # 22 exchanges that do not exist: each job fails (channel closed)
+    names = [f"{amqp.exchange}.missing{i:02d}" for i in range(22)]
+    jobs = [svc.schedule({"exchange": n, "routing_key": "k", "body": "x", "delay_ms": 0})
+            for n in names]
+    for j in jobs:
+        svc.wait_status(j["id"], "failed", timeout=60)
+
+    def all_counted():
+        m = scrape(svc)
+        return m if m.get("rmqs_jobs_failed_total") >= 22 else None
+    m = wait_until(all_counted, 20, "22 failures by exchange")
+    by = {d["exchange"]: v for (n, ls), v in m.samples.items()
+          if n == "rmqs_jobs_failed_total" for d in [dict(ls)]}
+    assert len(by) == 21 and by["other"] == 2, by
+    assert sum(v for k, v in by.items() if k != "other") == 20, by
+    assert set(by) - {"other"} <= set(names), by
+    assert m.get("rmqs_jobs_failed_total") == m.get("rmqs_jobs_published_total", result="failed")
+
+    assert m.get("rmqs_http_requests_total", route="/jobs/{id}", method="DELETE",
+                 status="200") == 1
+    assert m.get("rmqs_http_requests_total", route="/jobs/{id}", method="GET",
+                 status="200") >= 1
+    assert m.get("rmqs_http_requests_total", route="/schedule", method="POST",
+                 status="201") == 24
+    assert not m.has("rmqs_http_requests_total", route="/schedule", method="GET")
+    for labels in m.labels("rmqs_http_requests_total"):
+        assert labels["method"] in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
+                                    "OPTIONS", "other"), labels
+
+    stores = {d.get("store") for name in STORE_GAUGES for d in m.labels(name)}
+    assert len(stores) == 1 and None not in stores, stores
+    (ident,) = stores
+    assert re.fullmatch(r"(pg-[0-9a-f]{32}|sqlite-[0-9a-f]+-[0-9a-f]+)", ident), ident
+    assert ident.startswith("pg-" if store == "postgres" else "sqlite-"), ident
+    if store == "postgres":
+        other = service(share_db_with=svc)
+        assert {d["store"] for d in scrape(other).labels("rmqs_jobs")} == {ident}
+    else:
+        other = service()  # a database of its own: a store of its own
+        assert {d["store"] for d in scrape(other).labels("rmqs_jobs")} != {ident}
+    promtool_check(m.text)
+
+
+def test_process_metrics_are_this_process(service):
+    svc = service()
+    t0 = time.time()
+    m = scrape(svc)
+    start = m.get("process_start_time_seconds")
+    assert t0 - 120 < start <= t0 + 1, (start, t0)
+    # a sanitized build maps terabytes of shadow memory: only the floor
+    assert m.get("process_virtual_memory_bytes") >= m.get("process_resident_memory_bytes")
+    rss = m.get("process_resident_memory_bytes")
+    assert 1 << 20 < rss < 8 << 30, rss
+    fds = m.get("process_open_fds")
+    assert 5 <= fds <= m.get("process_max_fds"), m.text
+    with open(f"/proc/{svc.pid}/limits") as f:
+        soft = re.search(r"^Max open files\s+(\d+)", f.read(), re.M).group(1)
+    assert m.get("process_max_fds") == int(soft)
+    cpu = m.get("process_cpu_seconds_total")
+    assert 0 < cpu < time.time() - start + 60, cpu
+    # CPU time only grows
+    for _ in range(50):
+        svc.get("/jobs")
+    assert scrape(svc).get("process_cpu_seconds_total") >= cpu

@@ -248,7 +248,7 @@ JOB = {"id": "01936f3a-5b1c-7d2e-9f00-1a2b3c4d5e6f", "status": "pending",
        "source": "http", "exchange": "orders", "routing_key": "r", "deliver_at": "2026-11-30T14:00:30.000Z",
        "next_attempt_at": "2026-11-30T14:00:30.000Z",
        "created_at": "2026-11-30T14:00:00.000Z", "updated_at": "2026-11-30T14:00:00.000Z",
-       "sent_at": None, "attempts": 0, "max_attempts": 10, "priority": 0,
+       "sent_at": None, "failed_at": None, "attempts": 0, "max_attempts": 10, "priority": 0,
        "held_by": None, "held_ms": 0, "last_error": None,
        "headers": {}, "properties": {}, "body": "x"}
 JOB_PATH = f"/jobs/{JOB['id']}"

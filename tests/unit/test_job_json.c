@@ -80,10 +80,11 @@ static json_t *parsed(const job_t *j)
 /* the fields                                                                */
 
 static const char *const api_keys[] = {
-    "id",         "status",          "source",     "exchange",   "routing_key",
-    "deliver_at", "next_attempt_at", "created_at", "updated_at", "sent_at",
-    "attempts",   "max_attempts",    "priority",   "held_by",    "held_ms",
-    "last_error", "headers",         "properties",
+    "id",           "status",     "source",          "exchange",
+    "routing_key",  "deliver_at", "next_attempt_at", "created_at",
+    "updated_at",   "sent_at",    "failed_at",       "attempts",
+    "max_attempts", "priority",   "held_by",         "held_ms",
+    "last_error",   "headers",    "properties",
 };
 #define N_KEYS (sizeof api_keys / sizeof api_keys[0])
 
@@ -227,15 +228,16 @@ Test(job_json, damaged_body_shown_as_base64)
 /* ------------------------------------------------------------------------ */
 /* the exact text                                                            */
 
-#define GOLDEN_PENDING                                                   \
-    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","     \
-    "\"exchange\":\"e\",\"routing_key\":\"r\","                          \
-    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\","                       \
-    "\"next_attempt_at\":\"2026-01-01T00:00:01.500Z\","                  \
-    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                       \
-    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"      \
-    "\"attempts\":0,\"max_attempts\":5,\"priority\":0,\"held_by\":null," \
-    "\"held_ms\":0,\"last_error\":null,\"headers\":{},"                  \
+#define GOLDEN_PENDING                                                     \
+    "{\"id\":\"" ID "\",\"status\":\"pending\",\"source\":\"http\","       \
+    "\"exchange\":\"e\",\"routing_key\":\"r\","                            \
+    "\"deliver_at\":\"2026-01-01T00:00:01.500Z\","                         \
+    "\"next_attempt_at\":\"2026-01-01T00:00:01.500Z\","                    \
+    "\"created_at\":\"2026-01-01T00:00:00.000Z\","                         \
+    "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"        \
+    "\"failed_at\":null,\"attempts\":0,\"max_attempts\":5,\"priority\":0," \
+    "\"held_by\":null,"                                                    \
+    "\"held_ms\":0,\"last_error\":null,\"headers\":{},"                    \
     "\"properties\":{},\"body\":\"hello\"}"
 #define GOLDEN_FAILED                                                       \
     "{\"id\":\"" ID "\",\"status\":\"failed\",\"source\":\"amqp\","         \
@@ -243,7 +245,8 @@ Test(job_json, damaged_body_shown_as_base64)
     "\"deliver_at\":\"2026-01-01T00:00:01.500Z\",\"next_attempt_at\":null," \
     "\"created_at\":\"2026-01-01T00:00:00.000Z\","                          \
     "\"updated_at\":\"2026-01-01T00:00:00.002Z\",\"sent_at\":null,"         \
-    "\"attempts\":5,\"max_attempts\":5,\"priority\":0,\"held_by\":null,"    \
+    "\"failed_at\":\"2026-01-01T00:00:00.002Z\",\"attempts\":5,\"max_"      \
+    "attempts\":5,\"priority\":0,\"held_by\":null,"                         \
     "\"held_ms\":0,\"last_error\":\"NO_ROUTE ?\","                          \
     "\"headers\":{},\"properties\":{},\"body\":\"hello\"}"
 #define GOLDEN_JSON_BODY                                                     \
@@ -253,7 +256,8 @@ Test(job_json, damaged_body_shown_as_base64)
     "\"next_attempt_at\":\"2026-01-01T00:00:00.000Z\","                      \
     "\"created_at\":\"2026-01-01T00:00:00.000Z\","                           \
     "\"updated_at\":\"2026-01-01T00:00:00.000Z\",\"sent_at\":null,"          \
-    "\"attempts\":0,\"max_attempts\":5,\"priority\":0,\"held_by\":null,"     \
+    "\"failed_at\":null,\"attempts\":0,\"max_attempts\":5,\"priority\":0,"   \
+    "\"held_by\":null,"                                                      \
     "\"held_ms\":0,\"last_error\":null,"                                     \
     "\"headers\":{\"h\":true},"                                              \
     "\"properties\":{\"priority\":5,\"content_type\":\"application/json\"}," \
@@ -281,9 +285,30 @@ Test(job_json, exact_text)
     j.last_error = ut_strdup("NO_ROUTE \xff");
     j.source = JOB_SOURCE_AMQP;
     j.updated_at += 2;
+    j.failed_at = j.updated_at;
     t = written(&j, 0, "failed");
     cr_expect_str_eq(t, GOLDEN_FAILED);
     free(t);
+    /* the attempts only with JOB_WRITE_ATTEMPTS (GET /jobs/{id}), times
+     * in RFC 3339, an element the stores never write left out */
+    j.attempt_errors = json_pack(
+        "[{sisIss}, {sisIss}, {si}]", "attempt", 1, "at",
+        (json_int_t)j.updated_at - 1, "error", "312 NO_ROUTE", "attempt", 2,
+        "at", (json_int_t)j.updated_at, "error", "NO_ROUTE \xc3\xa9", "x", 1);
+    cr_assert_not_null(j.attempt_errors);
+    t = written(&j, 0, "failed, attempts not asked for");
+    cr_expect_str_eq(t, GOLDEN_FAILED);
+    free(t);
+    job_buf ab = {0};
+    cr_assert_eq(job_write_json(&ab, &j, JOB_WRITE_ATTEMPTS), RMQS_OK);
+    cr_expect(strstr(ab.data, "\"last_error\":\"NO_ROUTE ?\","
+                              "\"attempt_errors\":[{\"attempt\":1,\"at\":"
+                              "\"2026-01-01T00:00:00.001Z\",\"error\":"
+                              "\"312 NO_ROUTE\"},{\"attempt\":2,\"at\":"
+                              "\"2026-01-01T00:00:00.002Z\",\"error\":"
+                              "\"NO_ROUTE \xc3\xa9\"}],\"headers\":{}") != NULL,
+              "%s", ab.data);
+    job_buf_free(&ab);
     job_clear(&j);
 
     j = job_of(REQ_JSON);

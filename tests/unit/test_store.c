@@ -1379,6 +1379,14 @@ static void check_all_plans(void)
                             "next_fire_at<?)");
     check_plan("sched_next", "INDEX schedules_due");
     check_plan("sched_list", "SEARCH schedules USING PRIMARY KEY (name>?)");
+    /* a schedule's last run and failure streak (issue 25): both read
+     * backwards from an index, no sort, no scan, whatever its run count */
+    check_plan("sched_recent",
+               "SEARCH jobs USING INDEX jobs_schedule (schedule=? AND "
+               "deliver_at<?)");
+    check_plan("sched_recent",
+               "SEARCH jobs USING COVERING INDEX jobs_schedule_done "
+               "(schedule=?)");
 }
 
 Test(store, due_queries_use_partial_index)

@@ -847,9 +847,11 @@ Test(store_schedules, sqlite_migration_keeps_jobs_keys_counts_and_indexes)
     char want_idx[512];
     snprintf(want_idx, sizeof(want_idx), "%s", idx_before);
     cr_expect_str_eq(idx_after,
-                     "jobs_deliver,jobs_due,jobs_exchange,jobs_finished,"
-                     "jobs_held_by,jobs_id,jobs_message_id,jobs_routing_key,"
-                     "jobs_schedule,jobs_source,jobs_status_deliver",
+                     "jobs_deliver,jobs_due,jobs_exchange,jobs_failed_at,"
+                     "jobs_finished,jobs_held_by,jobs_id,jobs_message_id,"
+                     "jobs_routing_key,jobs_schedule,jobs_schedule_done,"
+                     "jobs_schedule_seq,jobs_source,jobs_status_deliver,"
+                     "jobs_status_seq",
                      "before: %s", want_idx);
     cr_expect_eq(ut_sql_int(g_b.path, "SELECT count(*) FROM idempotency"), keys,
                  "the keys survive the rebuild");
@@ -962,4 +964,129 @@ Test(store_schedules, postgres_migration_keeps_jobs_keys_and_counts)
                                     "indexname IN ('jobs_schedule', "
                                     "'schedules_due')"),
                  2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* What an operator reads: the last run and the failure streak (issue 25)   */
+
+/* Store run number n of schedule name for fire time fire, then give it
+ * status (and last_error err, may be NULL) as the dispatcher's outcome
+ * would have. */
+static void run_with_status(int n, const char *name, int64_t fire, int status,
+                            const char *err)
+{
+    job_t j;
+    char sql[400];
+
+    run_make(&j, n, name, fire);
+    cr_assert_eq(store_insert(g_st, &j, NULL, NULL, NULL, NULL), RMQS_OK);
+    snprintf(sql, sizeof sql,
+             "UPDATE jobs SET status = %d, last_error = %s%s%s "
+             "WHERE schedule = '%s' AND fire_at = %lld",
+             status, err ? "'" : "", err ? err : "NULL", err ? "'" : "", name,
+             (long long)fire);
+    ut_both_exec(&g_b, sql);
+    job_clear(&j);
+}
+
+static store_run_outcome recent_ok(const char *name)
+{
+    store_run_outcome o;
+
+    cr_assert_eq(store_schedule_recent(g_st, &name, 1, g_now, &o), RMQS_OK);
+    return o;
+}
+
+BOTH(recent_is_the_last_due_run_and_the_failure_streak)
+{
+    store_run_outcome o = recent_ok("s");
+
+    cr_expect_not(o.has_last, "no run yet");
+    cr_expect_eq(o.last_fire_at, -1);
+    cr_expect_eq(o.failure_streak, 0);
+    cr_expect_not(o.streak_capped);
+    store_run_outcome_clear(&o);
+
+    run_with_status(1, "s", g_now - 5000, JOB_SENT, NULL);
+    run_with_status(2, "s", g_now - 4000, JOB_FAILED, "NOT_FOUND - old");
+    run_with_status(3, "s", g_now - 3000, JOB_CANCELLED, "expired");
+    run_with_status(4, "s", g_now - 2000, JOB_FAILED, "NOT_FOUND - new");
+    run_with_status(5, "s", g_now - 1000, JOB_PENDING, NULL);
+    run_with_status(6, "s", g_now + 5000, JOB_PENDING, NULL); /* ahead */
+    run_with_status(7, "t", g_now - 500, JOB_FAILED, "another schedule");
+    o = recent_ok("s");
+    cr_assert(o.has_last);
+    cr_expect_eq(o.last_fire_at, g_now - 1000,
+                 "the last run due, not the one created ahead");
+    cr_expect_eq(o.last_status, JOB_PENDING);
+    cr_expect_null(o.last_error);
+    cr_expect_eq(o.failure_streak, 2,
+                 "failed, cancelled skipped, failed, then sent");
+    cr_expect_not(o.streak_capped);
+    store_run_outcome_clear(&o);
+
+    ut_both_exec(&g_b, "UPDATE jobs SET status = 3, last_error = 'boom' "
+                       "WHERE schedule = 's' AND status = 0 AND "
+                       "fire_at < (SELECT max(fire_at) FROM jobs "
+                       "WHERE schedule = 's')");
+    o = recent_ok("s");
+    cr_expect_eq(o.last_status, JOB_FAILED);
+    cr_expect_str_eq(o.last_error, "boom");
+    cr_expect_eq(o.failure_streak, 3);
+    store_run_outcome_clear(&o);
+
+    /* a sent run newer than the failures ends the streak */
+    run_with_status(8, "s", g_now - 100, JOB_SENT, NULL);
+    o = recent_ok("s");
+    cr_expect_eq(o.last_status, JOB_SENT);
+    cr_expect_eq(o.failure_streak, 0);
+    store_run_outcome_clear(&o);
+}
+
+BOTH(recent_counts_the_streak_up_to_the_cap)
+{
+    store_run_outcome o;
+
+    run_with_status(1, "c", g_now - 200000, JOB_SENT, NULL);
+    for (int i = 0; i < STORE_STREAK_CAP; i++)
+        run_with_status(2 + i, "c", g_now - 100000 + i * 10, JOB_FAILED, "x");
+    o = recent_ok("c");
+    cr_expect_eq(o.failure_streak, STORE_STREAK_CAP);
+    cr_expect_not(o.streak_capped, "exactly the cap, then a sent run");
+    store_run_outcome_clear(&o);
+
+    run_with_status(500, "c", g_now - 50, JOB_FAILED, "x");
+    o = recent_ok("c");
+    cr_expect_eq(o.failure_streak, STORE_STREAK_CAP);
+    cr_expect(o.streak_capped, "more than the cap");
+    store_run_outcome_clear(&o);
+}
+
+BOTH(recent_reads_a_page_of_schedules_at_once)
+{
+    const char *names[] = {"a", "none", "b", "a"};
+    store_run_outcome o[4];
+
+    run_with_status(1, "a", g_now - 3000, JOB_SENT, NULL);
+    run_with_status(2, "a", g_now - 2000, JOB_FAILED, "a failed");
+    run_with_status(3, "b", g_now - 2500, JOB_FAILED, "b1");
+    run_with_status(4, "b", g_now - 1500, JOB_FAILED, "b2");
+    run_with_status(5, "b", g_now + 9000, JOB_PENDING, NULL);
+    cr_assert_eq(store_schedule_recent(g_st, names, 4, g_now, o), RMQS_OK);
+    cr_expect(o[0].has_last);
+    cr_expect_eq(o[0].last_fire_at, g_now - 2000);
+    cr_expect_str_eq(o[0].last_error, "a failed");
+    cr_expect_eq(o[0].failure_streak, 1);
+    cr_expect_not(o[1].has_last, "a name without runs");
+    cr_expect_eq(o[1].failure_streak, 0);
+    cr_expect_eq(o[1].last_status, -1);
+    cr_expect(o[2].has_last);
+    cr_expect_eq(o[2].last_fire_at, g_now - 1500, "each in its own place");
+    cr_expect_str_eq(o[2].last_error, "b2");
+    cr_expect_eq(o[2].failure_streak, 2, "no sent run: every failed one");
+    cr_expect_eq(o[3].last_fire_at, g_now - 2000, "a name twice");
+    cr_expect_eq(o[3].failure_streak, 1);
+    for (int i = 0; i < 4; i++)
+        store_run_outcome_clear(&o[i]);
+    cr_assert_eq(store_schedule_recent(g_st, names, 0, g_now, o), RMQS_OK);
 }

@@ -398,6 +398,56 @@ Test(store_search, every_filter_kind_uses_an_index)
     check_all_plans();
 }
 
+/* The orders the dashboard opens (issue 25: the Jobs page -created,
+ * alone or with a status; a schedule's runs -due) and their reverses walk
+ * an index in the order asked (want), and never sort: no temp B-tree for
+ * the ORDER BY, on every page after the first too (store_explain's plan
+ * is of a page after a cursor). SQLite's plans do not depend on the
+ * table's size (no statistics, or ANALYZE's). */
+static void check_order_plans(void)
+{
+    static const struct {
+        store_order order;
+        int status;
+        const char *schedule, *want;
+    } cases[] = {
+        {STORE_ORDER_CREATED_DESC, -1, NULL, "INTEGER PRIMARY KEY (rowid<?)"},
+        {STORE_ORDER_CREATED, -1, NULL, "INTEGER PRIMARY KEY (rowid>?)"},
+        {STORE_ORDER_CREATED_DESC, JOB_FAILED, NULL,
+         "INDEX jobs_status_seq (status=? AND seq<?)"},
+        {STORE_ORDER_CREATED, JOB_PENDING, NULL,
+         "INDEX jobs_status_seq (status=? AND seq>?)"},
+        {STORE_ORDER_CREATED_DESC, -1, "s", "INDEX jobs_schedule_seq"},
+        {STORE_ORDER_DUE_DESC, -1, NULL, "INDEX jobs_deliver"},
+        {STORE_ORDER_DUE_DESC, JOB_FAILED, NULL, "INDEX jobs_status_deliver"},
+        {STORE_ORDER_DUE_DESC, -1, "s", "INDEX jobs_schedule (schedule=?"},
+        {STORE_ORDER_DUE_DESC, JOB_PENDING, "s",
+         "INDEX jobs_schedule (schedule=?"},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        store_filter f = any();
+        char *plan = NULL;
+        f.order = cases[i].order;
+        f.status = cases[i].status;
+        f.schedule = cases[i].schedule;
+        cr_assert_eq(store_explain(g_st, &f, false, &plan), RMQS_OK);
+        cr_expect(strstr(plan, cases[i].want) != NULL &&
+                      strstr(plan, "TEMP B-TREE") == NULL,
+                  "case %zu: want \"%s\" and no sort:\n%s", i, cases[i].want,
+                  plan);
+        free(plan);
+    }
+}
+
+Test(store_search, the_dashboard_orders_never_sort)
+{
+    open_filled(false);
+    check_order_plans();
+    ut_sql_exec(g_b.path, "ANALYZE");
+    check_order_plans();
+}
+
 Test(store_search, side_tables_follow_the_purge)
 {
     store_filter f = any();

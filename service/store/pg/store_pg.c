@@ -546,6 +546,23 @@ static rmqs_rc pg_ping(store_backend *b)
     return rc;
 }
 
+static rmqs_rc pg_identity(store_backend *b, char out[STORE_IDENTITY_MAX])
+{
+    PGresult *res = NULL;
+    rmqs_rc rc = pg_use(&b->wr);
+
+    if (rc == RMQS_OK)
+        res = pg_exec(&b->wr, "identity", "SELECT id FROM store_identity", 0,
+                      NULL, NULL, NULL, &rc);
+    if (res != NULL && PQntuples(res) == 1)
+        snprintf(out, STORE_IDENTITY_MAX, "pg-%.32s", PQgetvalue(res, 0, 0));
+    else if (rc == RMQS_OK)
+        rc = RMQS_EDB;
+    PQclear(res);
+    pg_done(&b->wr);
+    return rc;
+}
+
 int64_t store_pg__claimers(store_backend *b, int64_t *rank)
 {
     int64_t shares = atomic_load(&b->shares);
@@ -566,12 +583,14 @@ const store_ops store_pg_ops = {
     .free_bytes = pg_free_bytes,
     .size_bytes = pg_size_bytes,
     .ping = pg_ping,
+    .identity = pg_identity,
     .insert_batch = pg_insert_batch,
     .get = pg_get,
     .list = pg_list,
     .update = pg_update,
     .count = pg_count,
     .explain = pg_explain,
+    .failures = pg_failures,
     .update_batch = pg_update_batch,
     .search_index = pg_search_index,
     .search_index_lag = pg_search_index_lag,

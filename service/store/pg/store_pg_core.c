@@ -287,6 +287,7 @@ rmqs_rc pg_row_to_job(const PGresult *res, int r, job_t *out, int64_t *seq_out)
     out->claim_rank = pg_int(res, r, PC_CLAIM_RANK);
     out->held_by = col_text(res, r, PC_HELD_BY, &nomem);
     out->held_ms = pg_int(res, r, PC_HELD_MS);
+    out->failed_at = pg_int(res, r, PC_FAILED_AT); /* NULL: 0 */
     if (nomem || !out->exchange || !out->routing_key)
         goto nomem;
     rc = store_job_row_tail(out, col_or_null(res, r, PC_HEADERS),

@@ -84,7 +84,7 @@
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, " \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
     "headers, properties, body_kind, body, source, lease_until, schedule, "  \
-    "fire_at, expires_at, priority, claim_rank, held_by, held_ms"
+    "fire_at, expires_at, priority, claim_rank, held_by, held_ms, failed_at"
 
 enum {
     PC_SEQ,
@@ -114,6 +114,7 @@ enum {
     PC_CLAIM_RANK,
     PC_HELD_BY,
     PC_HELD_MS,
+    PC_FAILED_AT,
     PC_COUNT
 };
 
@@ -296,6 +297,8 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped);
 rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
                    char **plan_out);
+rmqs_rc pg_failures(store_backend *b, size_t limit, store_failure **rows,
+                    size_t *n);
 
 /* ---- store_pg_indexer.c: job_text up to search_index.mark ---- */
 /* Start (at open, unless index_manual) / stop (at close; safe when none

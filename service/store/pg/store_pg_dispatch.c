@@ -146,7 +146,7 @@ const char pg_claim_sql[] =
     "due_at, delay_ms, created_at, updated_at, sent_at, attempts - 1, "
     "max_attempts, last_error, headers, properties, body_kind, body, source, "
     "lease_until, schedule, fire_at, expires_at, priority, claim_rank, "
-    "held_by, held_ms, status AS moved_to)" PG_COUNTED(
+    "held_by, held_ms, failed_at, status AS moved_to)" PG_COUNTED(
         "0", "$9") "SELECT * FROM moved";
 static const pg_stmt claim_stmt = {"claim", pg_claim_sql, false};
 
@@ -397,6 +397,18 @@ static char *id_array(const store_outcome *o,
     return s;
 }
 
+/* attempt_errors with this attempt's error appended ($1 now, $3 the
+ * error, cut to JOB_ATTEMPT_ERROR_CHARS characters), the oldest dropped
+ * beyond JOB_ATTEMPT_ERRORS_MAX (one is added at a time, so one drop
+ * keeps the bound); as store_sqlite_core.c's. */
+#define ATTEMPT_ERRORS_ADD                                                 \
+    "(CASE WHEN jsonb_array_length(coalesce(attempt_errors, '[]')) >= 10 " \
+    "THEN attempt_errors - 0 ELSE coalesce(attempt_errors, '[]') END) || " \
+    "jsonb_build_array(jsonb_build_object('attempt', attempts, 'at', "     \
+    "$1::bigint, 'error', coalesce(substr($3::text, 1, 512), '')))"
+_Static_assert(JOB_ATTEMPT_ERRORS_MAX == 10 && JOB_ATTEMPT_ERROR_CHARS == 512,
+               "ATTEMPT_ERRORS_ADD writes the bounds as literals");
+
 /* The settle statements. Each one moves the jobs still claimed by one of
  * this instance's ids ($3, or $5, $4, $6: owner = ANY), counts its moves
  * (PG_COUNTED: the last parameter is the count slot) and returns what the
@@ -426,7 +438,8 @@ static const pg_stmt release_stmt = {
 static const pg_stmt retry_stmt = {
     "settle_retry",
     "WITH moved AS (UPDATE jobs SET last_error = $3, "
-    "updated_at = $1::bigint, "
+    "updated_at = $1::bigint, attempt_errors = " ATTEMPT_ERRORS_ADD ", "
+    "failed_at = CASE WHEN attempts >= max_attempts THEN $1::bigint END, "
     "status = CASE WHEN attempts >= max_attempts THEN 3 ELSE 0 END, "
     "due_at = CASE WHEN attempts >= max_attempts "
     "THEN due_at ELSE $4::bigint END, owner = NULL, lease_until = NULL "
@@ -437,6 +450,7 @@ static const pg_stmt retry_stmt = {
 static const pg_stmt fail_stmt = {
     "settle_fail",
     "WITH moved AS (UPDATE jobs SET status = 3, last_error = $3, "
+    "attempt_errors = " ATTEMPT_ERRORS_ADD ", failed_at = $1::bigint, "
     "updated_at = $1::bigint, owner = NULL, lease_until = NULL "
     "WHERE id = $2 AND status = 1 AND owner = ANY($4::text[]) "
     "RETURNING status AS moved_to)" PG_COUNTED("1", "$5") "SELECT 1 FROM moved",

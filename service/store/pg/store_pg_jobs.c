@@ -684,7 +684,9 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
 }
 
 static const pg_stmt get_stmt = {
-    "get", "SELECT " PG_JOB_COLS " FROM jobs WHERE id = $1", false};
+    "get",
+    "SELECT " PG_JOB_COLS ", attempt_errors::text FROM jobs WHERE id = $1",
+    false};
 
 /* Load a job by id on pc (locked, up). */
 static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
@@ -700,6 +702,14 @@ static rmqs_rc get_on(pg_conn *pc, const unsigned char id[JOB_ID_BYTES],
     if (rc == RMQS_OK)
         rc = PQntuples(res) == 1 ? pg_row_to_job(res, 0, out, NULL)
                                  : RMQS_ENOTFOUND;
+    /* after PG_JOB_COLS: attempt_errors, as text */
+    if (rc == RMQS_OK && !PQgetisnull(res, 0, PC_COUNT)) {
+        rc = store_json_load(PQgetvalue(res, 0, PC_COUNT),
+                             (size_t)PQgetlength(res, 0, PC_COUNT), out->id,
+                             &out->attempt_errors);
+        if (rc != RMQS_OK)
+            job_clear(out);
+    }
     PQclear(res);
     return rc;
 }
@@ -726,7 +736,7 @@ rmqs_rc pg_get(store_backend *b, const unsigned char id[JOB_ID_BYTES],
     "UPDATE jobs SET status = 0, attempts = 0, "                           \
     "deliver_at = coalesce($1::bigint, deliver_at), "                      \
     "due_at = greatest(coalesce($1::bigint, deliver_at), " PG_NOW_MS "), " \
-    "delay_ms = $2, updated_at = $3, held_by = NULL "                      \
+    "delay_ms = $2, updated_at = $3, held_by = NULL, failed_at = NULL "    \
     "WHERE id = $4 AND status = 3 RETURNING "
 
 /* The statements of the changes: one job (cancel, retry, reschedule:

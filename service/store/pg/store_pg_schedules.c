@@ -609,6 +609,100 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------------ */
+/* What an operator reads: the last run and the failure streak              */
+
+/* $1 the names as a text[], $2 now, $3 STORE_STREAK_CAP + 1; one row per
+ * name, i its 1-based place in $1: the last run due (jobs_schedule,
+ * backwards from now: one entry; NULLs if none) and how many of the latest
+ * finished runs failed before the newest sent one (jobs_schedule_done,
+ * 0010: only those, their status included; $3 entries at most), all of
+ * them if none was sent. A nested loop over the names: one round trip for
+ * a page of schedules. */
+static const char recent_sql[] =
+    "SELECT n.i, l.id, l.fire_at, l.status, l.last_error, f.failed "
+    "FROM unnest($1::text[]) WITH ORDINALITY AS n(name, i) "
+    "LEFT JOIN LATERAL (SELECT id, fire_at, status, last_error FROM jobs "
+    "WHERE schedule = n.name AND deliver_at <= $2::bigint "
+    "ORDER BY deliver_at DESC, seq DESC LIMIT 1) l ON true "
+    "CROSS JOIN LATERAL (SELECT coalesce(min(rn) FILTER (WHERE status = 2) "
+    "- 1, count(*)) AS failed FROM (SELECT status, row_number() OVER "
+    "(ORDER BY deliver_at DESC, seq DESC) AS rn FROM (SELECT status, "
+    "deliver_at, seq FROM jobs WHERE schedule = n.name AND status IN (2, 3) "
+    "ORDER BY deliver_at DESC, seq DESC LIMIT $3::bigint) t) u) f";
+
+/* names as a PostgreSQL array literal: {"a","b"} (malloc'd; NULL: out of
+ * memory). A name's " and \ are escaped (schedule names have neither). */
+static char *names_array(const char *const *names, size_t n)
+{
+    size_t cap = 3;
+    char *out, *p;
+
+    for (size_t i = 0; i < n; i++)
+        cap += 2 * strlen(names[i]) + 3;
+    out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    p = out;
+    *p++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            *p++ = ',';
+        *p++ = '"';
+        for (const char *c = names[i]; *c != '\0'; c++) {
+            if (*c == '"' || *c == '\\')
+                *p++ = '\\';
+            *p++ = *c;
+        }
+        *p++ = '"';
+    }
+    *p++ = '}';
+    *p = '\0';
+    return out;
+}
+
+static rmqs_rc pgs_recent(store_backend *b, const char *const *names, size_t n,
+                          int64_t now_ms, store_run_outcome *out)
+{
+    char now[24], cap[24];
+    char *arr = names_array(names, n);
+    const char *vals[3] = {arr, pg_i64(now, now_ms),
+                           pg_i64(cap, STORE_STREAK_CAP + 1)};
+    PGresult *res = NULL;
+    rmqs_rc rc = arr != NULL ? pg_use(&b->wr) : RMQS_ENOMEM;
+
+    if (arr == NULL)
+        return rc;
+    if (rc == RMQS_OK)
+        res = pg_exec(&b->wr, "sched_recent", recent_sql, 3, vals, NULL, NULL,
+                      &rc);
+    pg_done(&b->wr);
+    free(arr);
+    for (int r = 0; rc == RMQS_OK && r < PQntuples(res); r++) {
+        int64_t i = pg_int(res, r, 0) - 1, failed = pg_int(res, r, 5);
+        store_run_outcome *o;
+        if (i < 0 || (size_t)i >= n)
+            continue;
+        o = &out[i];
+        o->streak_capped = failed > STORE_STREAK_CAP;
+        o->failure_streak =
+            (int)(failed > STORE_STREAK_CAP ? STORE_STREAK_CAP : failed);
+        if (PQgetisnull(res, r, 1) || PQgetlength(res, r, 1) != JOB_ID_BYTES)
+            continue; /* no run due yet */
+        o->has_last = true;
+        job_id_format((const unsigned char *)PQgetvalue(res, r, 1), o->last_id);
+        o->last_fire_at = col_i64_or(res, r, 2, -1);
+        o->last_status = (int)pg_int(res, r, 3);
+        if (!PQgetisnull(res, r, 4)) {
+            o->last_error = col_dup(res, r, 4);
+            if (o->last_error == NULL)
+                rc = RMQS_ENOMEM;
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
 const store_schedule_ops pg_schedule_ops = {
     .put = pgs_put,
     .update = pgs_update,
@@ -619,4 +713,5 @@ const store_schedule_ops pg_schedule_ops = {
     .next_at = pgs_next_at,
     .advance = pgs_advance,
     .counts = pgs_counts,
+    .recent = pgs_recent,
 };

@@ -20,6 +20,8 @@
  *     and checks position() alone (q_by_index);
  *   - id_prefix: id >= lo AND id < hi (the unique index on id);
  *   - the rest: equality and ranges on btrees in listing order.
+ * The order (GET /jobs?order=, store_order) is the ORDER BY and the
+ * cursor's range; the planner picks the btree that yields it (order_by).
  * A count walks at most cap + 1 rows of the same query, counting them as
  * they come (single-row mode), so one that runs out of its budget answers
  * what it counted, capped.
@@ -166,6 +168,17 @@ static rmqs_rc candidates(const store_filter *f, bool q_index, pg_query *q)
     return RMQS_OK;
 }
 
+/* A page's ORDER BY by store_order: (deliver_at, seq) walks jobs_deliver,
+ * jobs_status_deliver, jobs_schedule... forwards or backwards; seq the
+ * primary key, jobs_status_seq, jobs_schedule_seq (migrations/postgres/
+ * 0008). */
+static const char *const order_by[] = {
+    [STORE_ORDER_DUE] = " ORDER BY deliver_at, seq",
+    [STORE_ORDER_DUE_DESC] = " ORDER BY deliver_at DESC, seq DESC",
+    [STORE_ORDER_CREATED] = " ORDER BY seq",
+    [STORE_ORDER_CREATED_DESC] = " ORDER BY seq DESC",
+};
+
 /* What a query yields: a page's rows, their sizes (the page budget's
  * first statement, pg_page_measure), or a count. */
 typedef enum q_shape { Q_ROWS, Q_SIZES, Q_COUNT } q_shape;
@@ -190,9 +203,18 @@ static rmqs_rc build(const store_filter *f, q_shape shape,
                                 " FROM jobs WHERE true"
                               : "SELECT " PG_JOB_COLS " FROM jobs WHERE true");
     if (!count && after) {
-        int a = param_i64(q, after->deliver_at);
-        int s = param_i64(q, after->seq);
-        add(q, " AND (deliver_at, seq) > ($%d, $%d)", a, s);
+        if (f->order == STORE_ORDER_CREATED ||
+            f->order == STORE_ORDER_CREATED_DESC) {
+            add(q,
+                f->order == STORE_ORDER_CREATED ? " AND seq > $%d"
+                                                : " AND seq < $%d",
+                param_i64(q, after->seq));
+        } else {
+            int a = param_i64(q, after->deliver_at);
+            int s = param_i64(q, after->seq);
+            add(q, " AND (deliver_at, seq) %s ($%d, $%d)",
+                f->order == STORE_ORDER_DUE_DESC ? "<" : ">", a, s);
+        }
     }
     if (f->status >= 0)
         add(q, " AND status = $%d", param_i64(q, f->status));
@@ -228,10 +250,9 @@ static rmqs_rc build(const store_filter *f, q_shape shape,
         add(q, " AND position($%d::bytea in body) > 0",
             param(q, f->q, (int)strlen(f->q)));
     }
-    if (count)
-        add(q, " LIMIT $%d", param_i64(q, limit));
-    else
-        add(q, " ORDER BY deliver_at, seq LIMIT $%d", param_i64(q, limit));
+    if (!count)
+        add(q, "%s", order_by[f->order]);
+    add(q, " LIMIT $%d", param_i64(q, limit));
     return q->overflow ? RMQS_ENOMEM : RMQS_OK;
 }
 
@@ -418,7 +439,11 @@ rmqs_rc pg_count(store_backend *b, const store_filter *f, int64_t cap,
 rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
                    char **plan_out)
 {
-    store_cursor cur = {0, 0};
+    /* a page after a cursor: 0 ascending, the end descending */
+    bool desc = f != NULL && (f->order == STORE_ORDER_DUE_DESC ||
+                              f->order == STORE_ORDER_CREATED_DESC);
+    store_cursor cur = {desc ? INT64_MAX : 0, desc ? INT64_MAX : 0,
+                        STORE_ORDER_DUE};
     store_text t = {0};
     pg_query q;
     PGresult *res = NULL;
@@ -442,5 +467,56 @@ rmqs_rc pg_explain(store_backend *b, const store_filter *f, bool count,
         return rc;
     }
     *plan_out = t.text;
+    return RMQS_OK;
+}
+
+rmqs_rc pg_failures(store_backend *b, size_t limit, store_failure **rows,
+                    size_t *n)
+{
+    char num[24];
+    const char *vals[1] = {pg_i64(num, (int64_t)limit)};
+    int lens[1] = {0}, fmts[1] = {0};
+    store_failure *out = NULL;
+    PGresult *res = NULL;
+    size_t k = 0, m;
+    rmqs_rc rc;
+    pg_conn *pc = searcher(b, &rc);
+
+    *rows = NULL;
+    *n = 0;
+    if (rc == RMQS_OK)
+        res = pg_exec(pc, "failures",
+                      "SELECT id, exchange, substr(last_error, 1, 512), "
+                      "failed_at FROM jobs WHERE status = 3 AND failed_at IS "
+                      "NOT NULL ORDER BY failed_at DESC LIMIT $1::bigint",
+                      1, vals, lens, fmts, &rc);
+    pg_done(pc);
+    if (rc != RMQS_OK) {
+        PQclear(res);
+        return rc;
+    }
+    m = (size_t)PQntuples(res);
+    if (m > 0 && (out = calloc(m, sizeof(*out))) == NULL)
+        rc = RMQS_ENOMEM;
+    for (; rc == RMQS_OK && k < m; k++) {
+        store_failure *f = &out[k];
+        if (PQgetlength(res, (int)k, 0) == JOB_ID_BYTES)
+            job_id_format((const unsigned char *)PQgetvalue(res, (int)k, 0),
+                          f->id);
+        f->exchange = strdup(PQgetvalue(res, (int)k, 1));
+        if (!PQgetisnull(res, (int)k, 2))
+            f->error = strdup(PQgetvalue(res, (int)k, 2));
+        f->failed_at = pg_int(res, (int)k, 3);
+        if (f->exchange == NULL ||
+            (!PQgetisnull(res, (int)k, 2) && f->error == NULL))
+            rc = RMQS_ENOMEM;
+    }
+    PQclear(res);
+    if (rc != RMQS_OK) {
+        store_failures_free(out, m);
+        return rc;
+    }
+    *rows = out;
+    *n = m;
     return RMQS_OK;
 }

@@ -335,6 +335,18 @@ static rmqs_rc sq_ping(store_backend *st)
     return out;
 }
 
+static rmqs_rc sq_identity(store_backend *st, char out[STORE_IDENTITY_MAX])
+{
+    struct stat sb;
+
+    /* No lock: st->path never changes after open. */
+    if (stat(st->path, &sb) != 0)
+        return RMQS_EDB;
+    snprintf(out, STORE_IDENTITY_MAX, "sqlite-%llx-%llx",
+             (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino);
+    return RMQS_OK;
+}
+
 const store_ops store_sqlite_ops = {
     .name = "sqlite",
     .open = sq_open,
@@ -346,12 +358,14 @@ const store_ops store_sqlite_ops = {
     .free_bytes = sq_free_bytes,
     .size_bytes = sq_size_bytes,
     .ping = sq_ping,
+    .identity = sq_identity,
     .insert_batch = sq_insert_batch,
     .get = sq_get,
     .list = sq_list,
     .update = sq_update,
     .count = sq_count,
     .explain = sq_explain,
+    .failures = sq_failures,
     .update_batch = sq_update_batch,
     .search_index = sq_search_index,
     .search_index_lag = sq_search_index_lag,

@@ -25,6 +25,22 @@
  * sorts every pending job in a temp B-tree (checked with EXPLAIN QUERY PLAN).
  * INDEXED BY also makes prepare fail loudly if the index ever disappears.
  */
+/* attempt_errors with this attempt's error appended (?1 now, ?3 the
+ * error, cut to JOB_ATTEMPT_ERROR_CHARS characters: substr counts
+ * characters of a TEXT), the oldest dropped beyond JOB_ATTEMPT_ERRORS_MAX
+ * (one is added at a time, so one drop keeps the bound). */
+#define ATTEMPT_ERROR_NEW                                  \
+    "json_object('attempt', attempts, 'at', ?1, 'error', " \
+    "coalesce(substr(?3, 1, 512), ''))"
+#define ATTEMPT_ERRORS_ADD                                               \
+    "CASE WHEN json_array_length(coalesce(attempt_errors, '[]')) >= 10 " \
+    "THEN json_insert(json_remove(attempt_errors, '$[0]'), "             \
+    "'$[#]', " ATTEMPT_ERROR_NEW                                         \
+    ") ELSE json_insert(coalesce(attempt_errors, '[]'), "                \
+    "'$[#]', " ATTEMPT_ERROR_NEW ") END"
+_Static_assert(JOB_ATTEMPT_ERRORS_MAX == 10 && JOB_ATTEMPT_ERROR_CHARS == 512,
+               "ATTEMPT_ERRORS_ADD writes the bounds as literals");
+
 const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_BEGIN] = {"begin", "BEGIN IMMEDIATE"},
     [S_COMMIT] = {"commit", "COMMIT"},
@@ -62,7 +78,8 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
     [S_IDEM_INSERT] = {"idem_insert",
                        "INSERT INTO idempotency (key, job_seq, request) "
                        "VALUES (?1, ?2, ?3)"},
-    [S_GET] = {"get", "SELECT " JOB_COLS " FROM jobs WHERE id = ?1"},
+    [S_GET] = {"get", "SELECT " JOB_COLS ", attempt_errors FROM jobs "
+                      "WHERE id = ?1"},
     [S_LIST_ALL] = {"list_all", "SELECT " JOB_COLS " FROM jobs "
                                 "ORDER BY deliver_at, seq LIMIT ?1"},
     [S_LIST_ALL_AFTER] = {"list_all_after",
@@ -90,6 +107,9 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                        "ELSE ?4 END WHERE id = ?2 AND status = 1"},
     [S_SETTLE_RETRY] = {"settle_retry",
                         "UPDATE jobs SET last_error = ?3, updated_at = ?1, "
+                        "attempt_errors = " ATTEMPT_ERRORS_ADD ", "
+                        "failed_at = CASE WHEN attempts >= max_attempts "
+                        "THEN ?1 END, "
                         "status = CASE WHEN attempts >= max_attempts "
                         "THEN 3 ELSE 0 END, "
                         "due_at = CASE WHEN attempts >= max_attempts "
@@ -104,7 +124,9 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                          "updated_at = ?1 WHERE id = ?2 AND status = 1"},
     [S_SETTLE_FAIL] = {"settle_fail",
                        "UPDATE jobs SET status = 3, last_error = ?3, "
-                       "updated_at = ?1 WHERE id = ?2 AND status = 1"},
+                       "attempt_errors = " ATTEMPT_ERRORS_ADD ", "
+                       "failed_at = ?1, updated_at = ?1 "
+                       "WHERE id = ?2 AND status = 1"},
     /* held back by a limit: pending again at ?4, the attempt not counted */
     [S_SETTLE_HOLD] = {"settle_hold",
                        "UPDATE jobs SET status = 0, "
@@ -126,7 +148,7 @@ const stmt_def sq_stmt_defs[S_COUNT] = {
                  "UPDATE jobs SET status = 0, attempts = 0, "
                  "deliver_at = coalesce(?1, deliver_at), "
                  "due_at = max(coalesce(?1, deliver_at), ?3), delay_ms = ?2, "
-                 "updated_at = ?3, held_by = NULL "
+                 "updated_at = ?3, held_by = NULL, failed_at = NULL "
                  "WHERE id = ?4 AND status = 3 RETURNING " JOB_COLS},
 };
 
@@ -403,6 +425,7 @@ rmqs_rc sq_row_to_job(sqlite3_stmt *s, job_t *out, int64_t *seq_out)
     out->priority = sqlite3_column_int(s, COL_PRIORITY);
     out->claim_rank = sqlite3_column_int64(s, COL_CLAIM_RANK);
     out->held_ms = sqlite3_column_int64(s, COL_HELD_MS);
+    out->failed_at = sqlite3_column_int64(s, COL_FAILED_AT); /* NULL: 0 */
     if (sqlite3_column_type(s, COL_HELD_BY) != SQLITE_NULL) {
         out->held_by = col_strdup(s, COL_HELD_BY);
         if (out->held_by == NULL)
@@ -464,6 +487,15 @@ rmqs_rc sq_get_by_id(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 
     sqlite3_bind_blob(s, 1, id, JOB_ID_BYTES, SQLITE_STATIC);
     rc = sq_step_one_job(st, s, S_GET, out);
+    if (rc == RMQS_OK &&
+        sqlite3_column_type(s, COL_ATTEMPT_ERRORS) != SQLITE_NULL) {
+        rc = store_json_load(
+            (const char *)sqlite3_column_text(s, COL_ATTEMPT_ERRORS),
+            (size_t)sqlite3_column_bytes(s, COL_ATTEMPT_ERRORS), out->id,
+            &out->attempt_errors);
+        if (rc != RMQS_OK)
+            job_clear(out);
+    }
     sq_stmt_done(s);
     return rc;
 }

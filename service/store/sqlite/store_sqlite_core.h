@@ -43,7 +43,7 @@
     "seq, id, status, exchange, routing_key, deliver_at, due_at, delay_ms, " \
     "created_at, updated_at, sent_at, attempts, max_attempts, last_error, "  \
     "headers, properties, body_kind, body, source, schedule, fire_at, "      \
-    "expires_at, priority, claim_rank, held_by, held_ms"
+    "expires_at, priority, claim_rank, held_by, held_ms, failed_at"
 
 enum {
     COL_SEQ,
@@ -72,11 +72,14 @@ enum {
     COL_CLAIM_RANK,
     COL_HELD_BY,
     COL_HELD_MS,
-    COL_COUNT
+    COL_FAILED_AT,
+    COL_COUNT,
+    /* S_GET alone: JOB_COLS, then this one */
+    COL_ATTEMPT_ERRORS = COL_COUNT
 };
 
 /* Statements of store_sqlite_schedules.c (its own table). */
-#define SQ_SCHED_NSTMT 10
+#define SQ_SCHED_NSTMT 11
 /* Statements of store_sqlite_limits.c (its own table). */
 #define SQ_LIM_NSTMT 7
 /* Statements of store_sqlite_indexer.c. */
@@ -271,6 +274,8 @@ rmqs_rc sq_search_list(store_backend *st, const store_filter *f, size_t limit,
                        store_cursor *last);
 rmqs_rc sq_count(store_backend *st, const store_filter *f, int64_t cap,
                  int64_t *count, bool *capped);
+rmqs_rc sq_failures(store_backend *st, size_t limit, store_failure **rows,
+                    size_t *n);
 rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
                    char **plan_out);
 

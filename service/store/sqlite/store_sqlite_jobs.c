@@ -271,8 +271,9 @@ rmqs_rc sq_get(store_backend *st, const unsigned char id[JOB_ID_BYTES],
 /* ------------------------------------------------------------------------ */
 /* Listing                                                                  */
 
-/* No filter or the status alone: the prepared statements below; any
- * other filter: the query built for it (store_sqlite_search.c). */
+/* No filter or the status alone, in due order: the prepared statements
+ * below; any other filter or order: the query built for it
+ * (store_sqlite_search.c). */
 rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
                 size_t max_bytes, const store_cursor *after, job_t **jobs_out,
                 size_t *n_out, bool *more, store_cursor *last)
@@ -282,8 +283,8 @@ rmqs_rc sq_list(store_backend *st, const store_filter *f, size_t limit,
     stmt_id sid;
     rmqs_rc out;
 
-    if (f && (f->source >= 0 || f->message_id || f->schedule || f->held_by ||
-              store_filter_is_search(f)))
+    if (f && (f->order != STORE_ORDER_DUE || f->source >= 0 || f->message_id ||
+              f->schedule || f->held_by || store_filter_is_search(f)))
         return sq_search_list(st, f, limit, max_bytes, after, jobs_out, n_out,
                               more, last);
     *jobs_out = NULL;

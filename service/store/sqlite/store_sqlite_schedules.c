@@ -59,6 +59,7 @@ typedef enum sched_stmt {
     SS_NEXT,
     SS_ADVANCE,
     SS_COUNTS,
+    SS_RECENT,
     SS_N
 } sched_stmt;
 
@@ -113,6 +114,25 @@ static const stmt_def k_defs[SS_N] = {
                    "SELECT CASE WHEN paused THEN 1 "
                    "WHEN next_fire_at IS NULL THEN 2 ELSE 0 END AS state, "
                    "count(*) FROM schedules GROUP BY state"},
+    /* store_schedule_recent: ?1 name, ?2 now, ?3 STORE_STREAK_CAP + 1.
+     * Kind 0: the last run due (jobs_schedule, read backwards from now:
+     * one entry); kind 1: the latest finished runs (jobs_schedule_done,
+     * which holds only those, with their status: ?3 entries at most, no
+     * row read), sorted by the caller (store_streak_of). The literal
+     * "status IN (2, 3)" is the partial index's own. */
+    [SS_RECENT] = {"sched_recent",
+                   "SELECT 0 AS k, id, fire_at, status, last_error, "
+                   "deliver_at, seq FROM (SELECT id, fire_at, status, "
+                   "last_error, deliver_at, seq "
+                   "FROM jobs INDEXED BY jobs_schedule "
+                   "WHERE schedule = ?1 AND deliver_at <= ?2 "
+                   "ORDER BY deliver_at DESC, seq DESC LIMIT 1) "
+                   "UNION ALL "
+                   "SELECT 1, NULL, NULL, status, NULL, deliver_at, seq "
+                   "FROM (SELECT status, deliver_at, seq "
+                   "FROM jobs INDEXED BY jobs_schedule_done "
+                   "WHERE schedule = ?1 AND status IN (2, 3) "
+                   "ORDER BY deliver_at DESC, seq DESC LIMIT ?3)"},
 };
 
 rmqs_rc sq_sched_prepare(store_backend *st, const char *path, rmqs_error *err)
@@ -583,6 +603,62 @@ static rmqs_rc sqs_counts(store_backend *st, int64_t counts[3])
     return rc;
 }
 
+/* The rows of SS_RECENT into *out (zeroed by the front). */
+static rmqs_rc recent_rows(store_backend *st, sqlite3_stmt *s,
+                           store_run_outcome *out)
+{
+    store_finished_run runs[STORE_STREAK_CAP + 1];
+    size_t n = 0;
+    int src;
+
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        int status = sqlite3_column_int(s, 3);
+        if (sqlite3_column_int(s, 0) != 0) {
+            if (n < sizeof runs / sizeof runs[0])
+                runs[n++] =
+                    (store_finished_run){sqlite3_column_int64(s, 5),
+                                         sqlite3_column_int64(s, 6), status};
+            continue;
+        }
+        if (sqlite3_column_type(s, 1) != SQLITE_BLOB ||
+            sqlite3_column_bytes(s, 1) != JOB_ID_BYTES)
+            continue; /* not a job id: the schema forbids it */
+        out->has_last = true;
+        job_id_format(sqlite3_column_blob(s, 1), out->last_id);
+        out->last_fire_at = sqlite3_column_type(s, 2) == SQLITE_NULL
+                                ? -1
+                                : sqlite3_column_int64(s, 2);
+        out->last_status = status;
+        if (sqlite3_column_type(s, 4) != SQLITE_NULL) {
+            out->last_error = col_dup(s, 4);
+            if (out->last_error == NULL)
+                return RMQS_ENOMEM;
+        }
+    }
+    if (src != SQLITE_DONE)
+        return sq_fail(st, src, k_defs[SS_RECENT].name);
+    store_streak_of(runs, n, out);
+    return RMQS_OK;
+}
+
+static rmqs_rc sqs_recent(store_backend *st, const char *const *names, size_t n,
+                          int64_t now_ms, store_run_outcome *out)
+{
+    sqlite3_stmt *s = st->sched[SS_RECENT];
+    rmqs_rc rc = RMQS_OK;
+
+    sq_lock(st);
+    for (size_t i = 0; rc == RMQS_OK && i < n; i++) {
+        sqlite3_bind_text(s, 1, names[i], -1, SQLITE_STATIC);
+        sqlite3_bind_int64(s, 2, now_ms);
+        sqlite3_bind_int(s, 3, STORE_STREAK_CAP + 1);
+        rc = recent_rows(st, s, &out[i]);
+        sq_stmt_done(s);
+    }
+    pthread_mutex_unlock(&st->mu);
+    return rc;
+}
+
 const store_schedule_ops sq_schedule_ops = {
     .put = sqs_put,
     .update = sqs_update,
@@ -593,4 +669,5 @@ const store_schedule_ops sq_schedule_ops = {
     .next_at = sqs_next_at,
     .advance = sqs_advance,
     .counts = sqs_counts,
+    .recent = sqs_recent,
 };

@@ -38,6 +38,11 @@
  *   status      jobs_status_deliver (status, deliver_at, seq): in order
  *   (none)      jobs_deliver (deliver_at, seq): in order
  *
+ * Orders (store_order, GET /jobs?order=): -due walks the same indexes
+ * backwards; created and -created walk the rowid (no filter),
+ * jobs_status_seq or jobs_schedule_seq forwards or backwards, and sort the
+ * rows of any other driver (driver_of).
+ *
  * Every other filter set is checked on the rows the driver yields; the
  * deliver range and the cursor are ranges of the driver's index whenever
  * it is in listing order. A count is "SELECT count(*) FROM (... LIMIT
@@ -220,6 +225,46 @@ static const char *const driver_from[] = {
     [D_ALL] = "jobs INDEXED BY jobs_deliver",
 };
 
+/* A page's ORDER BY and its cursor's range, by store_order: every index
+ * that drives a page ends in (deliver_at, seq) or (seq), walked forwards
+ * or backwards. */
+static const char *const order_by[] = {
+    [STORE_ORDER_DUE] = " ORDER BY deliver_at, seq",
+    [STORE_ORDER_DUE_DESC] = " ORDER BY deliver_at DESC, seq DESC",
+    [STORE_ORDER_CREATED] = " ORDER BY seq",
+    [STORE_ORDER_CREATED_DESC] = " ORDER BY seq DESC",
+};
+static const char *const order_after[] = {
+    [STORE_ORDER_DUE] = " AND (deliver_at, seq) > (?2, ?3)",
+    [STORE_ORDER_DUE_DESC] = " AND (deliver_at, seq) < (?2, ?3)",
+    [STORE_ORDER_CREATED] = " AND seq > ?3",
+    [STORE_ORDER_CREATED_DESC] = " AND seq < ?3",
+};
+
+/* The FROM of driver d for f's order: a page in insertion order walks
+ * the rowid (no filter; NOT INDEXED), jobs_status_seq (status) or
+ * jobs_schedule_seq (schedule) (migrations/sqlite/0010); with a due range
+ * and nothing else, jobs_deliver's range, sorted; every other driver
+ * yields its rows in due order, sorted by seq (the temp B-tree of a
+ * filter the dashboard does not open in that order). A count is in no
+ * order. */
+static const char *driver_of(const store_filter *f, driver d, bool count)
+{
+    bool created =
+        f->order == STORE_ORDER_CREATED || f->order == STORE_ORDER_CREATED_DESC;
+
+    if (count || !created)
+        return driver_from[d];
+    if (d == D_ALL)
+        return f->has_deliver_from || f->has_deliver_to ? driver_from[D_ALL]
+                                                        : "jobs NOT INDEXED";
+    if (d == D_STATUS)
+        return "jobs INDEXED BY jobs_status_seq";
+    if (d == D_SCHEDULE)
+        return "jobs INDEXED BY jobs_schedule_seq";
+    return driver_from[d];
+}
+
 /*
  * Build the statement for f into *q: a page (count false: JOB_COLS in
  * listing order after the cursor when after is set, LIMIT ?1) or a count
@@ -274,7 +319,7 @@ static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count, bool after,
         d = f->status >= 0 ? D_STATUS : D_ALL;
 
     add(q, count ? "SELECT 1 FROM " : "SELECT " JOB_COLS " FROM ");
-    add(q, driver_from[d]);
+    add(q, driver_of(f, d, count));
     add(q, " WHERE true");
     /* the side tables up to the mark, the tail above it checked here */
     if (f->header_name != NULL)
@@ -311,9 +356,11 @@ static rmqs_rc build(sqlite3 *db, const store_filter *f, bool count, bool after,
     if (f->has_deliver_to)
         add(q, " AND deliver_at < ?11");
     if (!count && after)
-        add(q, " AND (deliver_at, seq) > (?2, ?3)");
+        add(q, order_after[f->order]);
     /* ?1: P_LIMIT */
-    add(q, count ? " LIMIT ?1" : " ORDER BY deliver_at, seq LIMIT ?1");
+    if (!count)
+        add(q, order_by[f->order]);
+    add(q, " LIMIT ?1");
     return q->overflow ? RMQS_ENOMEM : RMQS_OK;
 }
 
@@ -516,7 +563,11 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
     searcher sr;
     sqlite3 *db;
     store_text t = {0};
-    store_cursor cur = {0, 0};
+    /* a page after a cursor: 0 ascending, the end descending */
+    bool desc = f != NULL && (f->order == STORE_ORDER_DUE_DESC ||
+                              f->order == STORE_ORDER_CREATED_DESC);
+    store_cursor cur = {desc ? INT64_MAX : 0, desc ? INT64_MAX : 0,
+                        STORE_ORDER_DUE};
     rmqs_rc out;
     int rc;
 
@@ -548,5 +599,75 @@ rmqs_rc sq_explain(store_backend *st, const store_filter *f, bool count,
         return out;
     }
     *plan_out = t.text;
+    return RMQS_OK;
+}
+
+/* The newest failed jobs by jobs_failed_at (partial: "status = 3" written
+ * as a literal so the planner may use it), on a search connection. */
+rmqs_rc sq_failures(store_backend *st, size_t limit, store_failure **rows,
+                    size_t *n)
+{
+    sqlite3_stmt *s = NULL;
+    store_failure *out = NULL;
+    size_t cap = 0, k = 0;
+    searcher sr;
+    sqlite3 *db;
+    rmqs_rc rc;
+    int src;
+
+    *rows = NULL;
+    *n = 0;
+    db = search_begin(st, &sr, &rc);
+    if (db == NULL)
+        return rc;
+    src = sqlite3_prepare_v2(
+        db,
+        "SELECT id, exchange, substr(last_error, 1, 512), failed_at FROM "
+        "jobs INDEXED BY jobs_failed_at WHERE status = 3 AND failed_at IS "
+        "NOT NULL ORDER BY failed_at DESC LIMIT ?1",
+        -1, &s, NULL);
+    if (src != SQLITE_OK) {
+        rc = sq_fail_on(db, src, "failures");
+        goto out;
+    }
+    sqlite3_bind_int64(s, 1, limit > INT64_MAX ? INT64_MAX : (int64_t)limit);
+    while ((src = sqlite3_step(s)) == SQLITE_ROW) {
+        const void *id = sqlite3_column_blob(s, 0);
+        const char *ex = (const char *)sqlite3_column_text(s, 1);
+        const char *err = (const char *)sqlite3_column_text(s, 2);
+        store_failure *f;
+
+        if (k == cap) {
+            store_failure *g = store_grow(out, &cap, sizeof(*out));
+            if (g == NULL) {
+                rc = RMQS_ENOMEM;
+                goto out;
+            }
+            out = g;
+        }
+        f = &out[k];
+        memset(f, 0, sizeof(*f));
+        if (id != NULL && sqlite3_column_bytes(s, 0) == JOB_ID_BYTES)
+            job_id_format(id, f->id);
+        f->exchange = strdup(ex != NULL ? ex : "");
+        f->error = err != NULL ? strdup(err) : NULL;
+        f->failed_at = sqlite3_column_int64(s, 3);
+        k++;
+        if (f->exchange == NULL || (err != NULL && f->error == NULL)) {
+            rc = RMQS_ENOMEM;
+            goto out;
+        }
+    }
+    if (src != SQLITE_DONE)
+        rc = sq_fail_on(db, src, "failures"); /* RMQS_ETIMEDOUT: the budget */
+out:
+    sqlite3_finalize(s);
+    search_end(st, &sr);
+    if (rc != RMQS_OK) {
+        store_failures_free(out, k);
+        return rc;
+    }
+    *rows = out;
+    *n = k;
     return RMQS_OK;
 }

@@ -1,7 +1,8 @@
 // Every page loads with its CSP enforced and not one console message, makes
 // no request to another origin, carries the security headers, passes
 // axe-core (no serious or critical finding) on a desktop and a phone
-// viewport, in the light and the dark scheme, and is kept as a screenshot.
+// viewport in the light scheme and on the desktop in the dark one, and is
+// kept as a screenshot.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
@@ -198,7 +199,11 @@ test('axe-core: no serious or critical finding on any page, desktop and phone', 
 
 test('dark scheme: the page follows the system setting, and axe-core finds nothing serious on any page', async () => {
   const seen = { pages: 0, findings: 0, serious: 0 };
-  for (const viewport of [DESKTOP, PHONE]) {
+  // The desktop only: the scheme changes colours (custom properties the
+  // phone layout shares), not layout, and axe on 16 more views made this
+  // file take 200 s of CI's 90 minutes (the phone's layout is the test
+  // above's, in the light scheme).
+  for (const viewport of [DESKTOP]) {
     for (const [name, route, ready] of ROUTES()) {
       const { context, page } = await openPage(browser, svc, { viewport, colorScheme: 'dark' });
       await visit(page, svc, route);
@@ -213,7 +218,7 @@ test('dark scheme: the page follows the system setting, and axe-core finds nothi
       seen.findings += found.length;
       seen.serious += seriousOrCritical(found).length;
       assert.deepEqual(seriousOrCritical(found), [], `${name} at ${viewport.width}px, dark`);
-      if (viewport === DESKTOP) await screenshot(page, name + '-dark');
+      await screenshot(page, name + '-dark');
       await context.close();
     }
   }

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from helpers import format_ts, free_port, http_request_text, parse_ts, wait_until
+from helpers import (format_ts, free_port, http_request_text, parse_ts, pg,
+                     wait_until)
 
 
 def status(svc):
@@ -105,3 +106,43 @@ def test_database_full_shows_with_its_error(service, store, tmp_path):
     assert body["database"]["state"] == "full", body
     assert "disk" in body["database"]["last_error"], body
     assert body["trouble"] is True
+
+
+def test_database_down_shows_with_its_error_and_clears(service, store):
+    """The database going away under a running service (PostgreSQL: its
+    sessions ended and new ones refused, the server itself left running
+    for the other tests): /status says "down" with the error and since
+    when, and "up" again once it is back."""
+    if store != "postgres":
+        pytest.skip("a SQLite file's ping does not fail while the process "
+                    "holds it open: GET /status's database down is checked "
+                    "on PostgreSQL")
+    svc = service()
+    wait_until(lambda: status(svc)["database"]["state"] == "up", 20,
+               "the database up in /status")
+    db = svc.pg_database
+    t0 = time.time()
+    pg.sql("postgres", f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS false')
+    try:
+        pg.sql("postgres", "SELECT pg_terminate_backend(pid) FROM "
+               f"pg_stat_activity WHERE datname = '{db}'")
+        body = wait_until(
+            lambda: (lambda b: b if b["database"]["state"] == "down" else None)(
+                status(svc)), 30, "the database down in /status")
+        assert body["trouble"] is True, body
+        assert "does not answer" in body["database"]["last_error"], body
+        down_since = parse_ts(body["database"]["since"])
+        assert t0 - 1 <= down_since <= time.time() + 1, body
+    finally:
+        pg.sql("postgres", f'ALTER DATABASE "{db}" ALLOW_CONNECTIONS true')
+    body = wait_until(
+        lambda: (lambda b: b if b["database"]["state"] == "up" else None)(
+            status(svc)), 30, "the database up again in /status")
+    # since: when it came back; the error that took it down is kept (the
+    # contract: for the operator who looks after the fact)
+    assert parse_ts(body["database"]["since"]) >= down_since, body
+    assert "does not answer" in body["database"]["last_error"], body
+    # a job is taken again once it is back
+    code, _, job = svc.post("/schedule", {"exchange": "", "routing_key": "k",
+                                          "body": "x", "delay_ms": 60000})
+    assert code == 201, job

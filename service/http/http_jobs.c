@@ -89,18 +89,17 @@ static enum MHD_Result reply_job(struct MHD_Connection *c, unsigned status,
                           (flags & JOB_WRITE_MINIMAL) != 0);
 }
 
+/* 403 for job index of a batch (index >= 0) or of a single request. */
 static enum MHD_Result reply_forbidden_exchange(struct MHD_Connection *c,
                                                 const char *name, long index)
 {
-    char msg[320], field[64];
+    char field[64];
 
     if (index >= 0)
         snprintf(field, sizeof(field), "jobs[%ld].exchange", index);
     else
         snprintf(field, sizeof(field), "exchange");
-    snprintf(msg, sizeof(msg), "exchange '%.255s' is not in the allowed list",
-             name);
-    return http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", field, msg);
+    return http_reply_forbidden_exchange(c, field, name);
 }
 
 /* The writer has stopped (shutdown): the request is refused whole. */

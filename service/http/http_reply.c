@@ -335,6 +335,17 @@ bool http_exchange_allowed(const http_api_t *api, const char *name)
     return pubpol_exchange_allowed(api->policy, name);
 }
 
+enum MHD_Result http_reply_forbidden_exchange(struct MHD_Connection *c,
+                                              const char *field,
+                                              const char *name)
+{
+    char msg[320];
+
+    snprintf(msg, sizeof(msg), "exchange '%.255s' is not in the allowed list",
+             name);
+    return http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden", field, msg);
+}
+
 bool http_parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     size_t digits = 1, i = 0;

@@ -83,6 +83,12 @@ bool http_resource_refused(struct MHD_Connection *c, const char *method,
                            bool name_ok, enum MHD_Result *ret);
 /* Whether --allow-exchanges lets a job publish to name. */
 bool http_exchange_allowed(const http_api_t *api, const char *name);
+/* 403 forbidden: the exchange `name` is not in the allowed list; field
+ * names where the request gave it ("exchange", "jobs[3].exchange",
+ * "job.exchange"). */
+enum MHD_Result http_reply_forbidden_exchange(struct MHD_Connection *c,
+                                              const char *field,
+                                              const char *name);
 
 /* The one reader of an integer query value (api/openapi.yaml's limit,
  * max, count and window): s as a decimal integer in [lo, hi] (0 <= lo,

@@ -344,12 +344,7 @@ static enum MHD_Result h_put(http_api_t *api, struct MHD_Connection *c,
         goto out;
     }
     if (!http_exchange_allowed(api, s.tmpl.exchange)) {
-        char msg[320];
-        snprintf(msg, sizeof msg,
-                 "exchange '%.255s' is not in the allowed list",
-                 s.tmpl.exchange);
-        ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden",
-                               "job.exchange", msg);
+        ret = http_reply_forbidden_exchange(c, "job.exchange", s.tmpl.exchange);
         goto out;
     }
     rc = store_schedule_get(api->st, name, &old);
@@ -682,12 +677,7 @@ enum MHD_Result http_schedules_run(http_api_t *api, struct MHD_Connection *c,
         goto out;
     }
     if (!http_exchange_allowed(api, s.tmpl.exchange)) {
-        char msg[320];
-        snprintf(msg, sizeof msg,
-                 "exchange '%.255s' is not in the allowed list",
-                 s.tmpl.exchange);
-        ret = http_reply_error(c, MHD_HTTP_FORBIDDEN, "forbidden",
-                               "job.exchange", msg);
+        ret = http_reply_forbidden_exchange(c, "job.exchange", s.tmpl.exchange);
         goto out;
     }
     rq->jobs = calloc(1, sizeof(*rq->jobs));

@@ -47,6 +47,7 @@ __all__ = [
     "STORE", "SchemaValidator", "Service", "TIMESTAMP_RE", "TextResponse",
     "UUID7_RE",
     "amqp_params", "assert_error", "assert_job_shape", "db_count",
+    "log_excerpt",
     "db_has_schema", "db_name", "db_query", "env", "format_ts",
     "free_port", "go_build", "http_request", "http_request_text",
     "openapi_contract", "parse_ts", "port_open", "rss_bytes", "ts_ms",
@@ -104,6 +105,21 @@ def assert_error(resp, status, code, field=None):
 # the epoch and status as the job_status number (0 pending, 1 publishing,
 # 2 sent, 3 failed, 4 cancelled). Parameters are `?` and integers only (on
 # postgres they are written into the query; psql takes no parameters).
+
+def log_excerpt(svcs, keep, most=12):
+    """The first `most` lines of each service's log that keep(line) selects,
+    as "svc<k>: <line>", for a failure's first lines (where a CI excerpt
+    shows them): what the services said when a bound of time was missed."""
+    out = []
+    for k, s in enumerate(svcs):
+        try:
+            with open(s.log_path, errors="replace") as f:
+                lines = [ln.strip()[:240] for ln in f if keep(ln)]
+        except OSError as e:
+            lines = [f"(log not read: {e})"]
+        out += [f"svc{k}: {ln}" for ln in lines[:most]]
+    return out
+
 
 def db_query(svc, query, *params):
     """Run query on svc's database (the service may be stopped); returns

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers import wait_until
+from helpers import log_excerpt, wait_until
 from pylib.times import format_ts_ms
 
 pytestmark = pytest.mark.skipif(
@@ -25,17 +25,11 @@ RATE = 600
 LEASE_MS = 2000
 
 
-def trouble(svcs, most=8):
+def trouble(svcs):
     """Each instance's first warnings and errors (a shared bucket given up
-    and decided on alone, a claim that failed): with a rate assertion's
-    failure, where a CI excerpt shows them."""
-    out = []
-    for k, s in enumerate(svcs):
-        with open(s.log_path, errors="replace") as f:
-            lines = [ln.strip()[:240] for ln in f
-                     if "level=warn" in ln or "level=error" in ln]
-        out += [f"svc{k}: {ln}" for ln in lines[:most]]
-    return out
+    and decided on alone, a claim that failed)."""
+    return log_excerpt(svcs, lambda ln: "level=warn" in ln
+                       or "level=error" in ln, most=8)
 
 
 def rate_between(times, t0, t1):

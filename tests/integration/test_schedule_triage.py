@@ -14,7 +14,9 @@ on SQLite and on PostgreSQL):
   on a paused schedule too, and leaves the schedule's fire times, generation
   and last_run_at as they were; an Idempotency-Key repeat answers the same
   run; unknown schedule 404, bad name / a body / bad key 400, other methods
-  405, and none of those creates a job.
+  405, and none of those creates a job;
+- an exchange --allow-exchanges closed is 403 (job.exchange) to run now and
+  to PUT, and creates nothing.
 
 Times are relative to now; every wait has a deadline.
 """
@@ -204,3 +206,27 @@ def test_run_now_refuses_what_it_cannot_do_and_changes_nothing(service, amqp):
         assert r.headers["Allow"] == "POST", r.headers
     assert job_count(svc, name) == 0
     assert get_schedule(svc, name)["last_run"] is None
+
+
+def test_an_exchange_the_allow_list_closed_is_refused_to_put_and_run_now(service):
+    """--allow-exchanges holds for a schedule's template as for a job: a
+    schedule stored before a restart closed its exchange is 403 (field
+    job.exchange) to run now and makes no run; a PUT naming that exchange
+    is 403 the same way and creates nothing."""
+    svc = service()
+    name = name_of("closed")
+    tmpl = {"exchange": "orders", "routing_key": "k", "body": "x"}
+    put_ok(svc, name, {"cron": FAR_CRON, "job": tmpl})
+    assert svc.stop() is None
+    svc.args += ["--allow-exchanges", "billing"]
+    svc.restart()
+    err = assert_error(svc.request("POST", f"/schedules/{name}/run", None),
+                       403, "forbidden", "job.exchange")
+    assert "'orders'" in err["message"], err
+    assert job_count(svc, name) == 0
+    other = name_of("closed")
+    err = assert_error(svc.request("PUT", f"/schedules/{other}",
+                                   {"cron": FAR_CRON, "job": tmpl}),
+                       403, "forbidden", "job.exchange")
+    assert "'orders'" in err["message"], err
+    assert_error(svc.get(f"/schedules/{other}"), 404, "not_found")

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from helpers import ts_ms, wait_until
+from helpers import log_excerpt, ts_ms, wait_until
 from pylib.metrics import metrics
 from pylib.schedules import (EVERY_SECOND, LEASE_MS, check_runs, name_of, now_ms,
                              put_ok, template)
@@ -54,22 +54,12 @@ def counted(svc, totals):
         totals[r] += m.get(f'rmqs_schedule_runs_total{{result="{r}"}}', 0)
 
 
-def scheduler_trouble(svcs, most=12):
-    """The first lines of each instance's log that say why runs were not
-    made in time (a catch-up, a store call that failed or was given up):
-    with the missing fire times in a failure's first lines, where a CI
-    excerpt shows them."""
-    out = []
-    for k, s in enumerate(svcs):
-        try:
-            with open(s.log_path, errors="replace") as f:
-                lines = [ln.strip()[:240] for ln in f
-                         if "catch-up" in ln or "level=error" in ln
-                         or "given up" in ln or "cannot" in ln]
-        except OSError as e:
-            lines = [f"(log not read: {e})"]
-        out += [f"svc{k}: {ln}" for ln in lines[:most]]
-    return out
+def scheduler_trouble(svcs):
+    """Each instance's first lines that say why runs were not made in time
+    (a catch-up, a store call that failed or was given up)."""
+    return log_excerpt(svcs, lambda ln: "catch-up" in ln
+                       or "level=error" in ln or "given up" in ln
+                       or "cannot" in ln)
 
 
 def test_three_instances_fire_every_run_exactly_once_while_killed(

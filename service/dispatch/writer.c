@@ -264,8 +264,7 @@ static void *writer_main(void *arg)
             rc = RMQS_EFULL;
             for (size_t i = 0; i < n; i++) {
                 rq[i].rc = RMQS_EFULL;
-                rq[i].existed = false;
-                memset(&rq[i].existing, 0, sizeof(rq[i].existing));
+                rq[i].nexisted = 0;
             }
         } else {
             rc = store_insert_batch(w->st, rq, n);
@@ -277,10 +276,11 @@ static void *writer_main(void *arg)
         for (size_t i = 0; i < n; i++) {
             b[i]->ins = rq[i];
             rows += rq[i].n;
-            if (rq[i].rc == RMQS_OK && !rq[i].existed) {
-                scheduled += rq[i].n;
+            if (rq[i].rc == RMQS_OK) {
+                scheduled += rq[i].n - rq[i].nexisted;
                 for (size_t j = 0; j < rq[i].n; j++)
-                    if (rq[i].jobs[j].due_at < earliest)
+                    if ((!rq[i].idem_keys || !rq[i].existed[j]) &&
+                        rq[i].jobs[j].due_at < earliest)
                         earliest = rq[i].jobs[j].due_at;
             }
         }

@@ -115,6 +115,13 @@ typedef struct http_req {
     size_t njobs;
     char *canonical; /* owned; the Idempotency-Key fingerprint */
     char *idem_key;  /* owned copy of the header */
+    /* POST /schedule/batch: per item, its idempotency_key and canonical
+     * request (owned, NULL entries where none), or NULL without keys */
+    char **item_keys;
+    char **item_canon;
+    /* with a key: njobs answers of the store (store_insert_req) */
+    bool *existed;
+    job_t *existing;
     metrics_route route;
     metrics_method method;
     unsigned status;     /* of the response queued, 0 until then */

@@ -64,12 +64,25 @@ void http_jobs_release(http_req *rq)
         free(rq->search);
         rq->search = NULL;
     }
+    /* item_keys, existed and existing have njobs entries */
+    for (size_t i = 0; rq->existing != NULL && i < rq->njobs; i++)
+        job_clear(&rq->existing[i]);
+    free(rq->existing);
+    rq->existing = NULL;
+    free(rq->existed);
+    rq->existed = NULL;
+    for (size_t i = 0; rq->item_keys != NULL && i < rq->njobs; i++) {
+        free(rq->item_keys[i]);
+        free(rq->item_canon[i]);
+    }
+    free(rq->item_keys);
+    free(rq->item_canon);
+    rq->item_keys = rq->item_canon = NULL;
     for (size_t i = 0; i < rq->njobs; i++)
         job_clear(&rq->jobs[i]);
     free(rq->jobs);
     rq->jobs = NULL;
     rq->njobs = 0;
-    job_clear(&rq->wr.ins.existing);
     free(rq->canonical);
     rq->canonical = NULL;
     free(rq->idem_key);
@@ -155,14 +168,33 @@ bool http_jobs_admit(http_api_t *api, struct MHD_Connection *c, http_req *rq)
     return false;
 }
 
-/* Suspend the connection and hand rq's jobs to the writer. */
+/* Suspend the connection and hand rq's jobs to the writer. The keys go as
+ * arrays of njobs (store_types.h): a batch's items' own, or the
+ * Idempotency-Key header of a single job as an array of one. */
 enum MHD_Result http_jobs_submit(http_api_t *api, struct MHD_Connection *c,
                                  http_req *rq)
 {
+    const char *const *keys = NULL, *const *reqs = NULL;
+
+    if (rq->item_keys != NULL) {
+        keys = (const char *const *)rq->item_keys;
+        reqs = (const char *const *)rq->item_canon;
+    } else if (rq->idem_key != NULL) {
+        keys = (const char *const *)&rq->idem_key;
+        reqs = (const char *const *)&rq->canonical;
+    }
+    if (keys != NULL) {
+        rq->existed = calloc(rq->njobs, sizeof(*rq->existed));
+        rq->existing = calloc(rq->njobs, sizeof(*rq->existing));
+        if (rq->existed == NULL || rq->existing == NULL)
+            return http_reply_rc(c, RMQS_ENOMEM, NULL, "out of memory");
+    }
     rq->wr = (writer_req){.ins = {.jobs = rq->jobs,
                                   .n = rq->njobs,
-                                  .idem_key = rq->idem_key,
-                                  .idem_request = rq->canonical},
+                                  .idem_keys = keys,
+                                  .idem_requests = reqs,
+                                  .existed = rq->existed,
+                                  .existing = rq->existing},
                           .done = on_written,
                           .cls = rq};
     rq->state = RQ_WAITING;
@@ -177,14 +209,34 @@ enum MHD_Result http_jobs_submit(http_api_t *api, struct MHD_Connection *c,
     return MHD_YES;
 }
 
+/* A batch whose item i's idempotency_key was used before with another
+ * request: nothing of it was stored. */
+static enum MHD_Result reply_item_conflict(struct MHD_Connection *c, size_t i)
+{
+    char field[64], msg[160];
+
+    snprintf(field, sizeof(field), "jobs[%zu].idempotency_key", i);
+    snprintf(msg, sizeof(msg),
+             "jobs[%zu].idempotency_key was used before with a different "
+             "request; none was stored",
+             i);
+    return http_reply_error(c, MHD_HTTP_CONFLICT, "conflict", field, msg);
+}
+
 enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
                                   http_req *rq)
 {
     const store_insert_req *ins = &rq->wr.ins;
     unsigned minimal = rq->minimal ? JOB_WRITE_MINIMAL : 0;
+    unsigned own = JOB_WRITE_OWN_BODY;
     job_buf b = {0};
 
-    if (ins->rc == RMQS_ECONFLICT && rq->idem_key != NULL)
+    (void)api;
+    if (ins->rc == RMQS_ECONFLICT && rq->item_keys != NULL &&
+        ins->failed_index < rq->njobs &&
+        rq->item_keys[ins->failed_index] != NULL)
+        return reply_item_conflict(c, ins->failed_index);
+    if (ins->rc == RMQS_ECONFLICT && !rq->batch && rq->idem_key != NULL)
         return http_reply_error(
             c, MHD_HTTP_CONFLICT, "conflict", "Idempotency-Key",
             "Idempotency-Key was used before with a different "
@@ -199,8 +251,8 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
         return http_reply_rc(c, ins->rc == RMQS_ECONFLICT ? RMQS_EDB : ins->rc,
                              NULL, "cannot store the job");
     }
-    if (ins->existed) /* stored by an earlier request: read back */
-        return reply_job(c, MHD_HTTP_OK, &ins->existing, true, minimal);
+    if (!rq->batch && ins->nexisted == 1) /* stored by an earlier request */
+        return reply_job(c, MHD_HTTP_OK, &rq->existing[0], true, minimal);
     /* These jobs were validated here, so their JSON bodies are jansson's
      * compact text already (JOB_WRITE_OWN_BODY). */
     if (!rq->batch) {
@@ -210,9 +262,24 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
         return reply_job(c, MHD_HTTP_CREATED, &rq->jobs[0], true,
                          minimal | JOB_WRITE_OWN_BODY);
     }
-    job_write_batch(&b, rq->jobs, rq->njobs, minimal | JOB_WRITE_OWN_BODY);
-    log_debug(MOD, "scheduled batch", "jobs=%zu", rq->njobs);
-    return http_reply_buf(c, MHD_HTTP_CREATED, &b, NULL, rq->minimal);
+    /* A batch's items stored by an earlier request are answered, in their
+     * places, with the jobs stored then (read back: their bodies are
+     * written again, not copied). */
+    for (size_t i = 0; ins->nexisted > 0 && i < rq->njobs; i++) {
+        if (rq->existed[i]) {
+            job_clear(&rq->jobs[i]);
+            rq->jobs[i] = rq->existing[i];
+            memset(&rq->existing[i], 0, sizeof(rq->existing[i]));
+            rq->existed[i] = false;
+            own = 0;
+        }
+    }
+    job_write_batch(&b, rq->jobs, rq->njobs, minimal | own);
+    log_debug(MOD, "scheduled batch", "jobs=%zu existed=%zu", rq->njobs,
+              ins->nexisted);
+    return http_reply_buf(
+        c, ins->nexisted == rq->njobs ? MHD_HTTP_OK : MHD_HTTP_CREATED, &b,
+        NULL, rq->minimal);
 }
 
 /* Prefer header lines are read in order until one has a return=. */
@@ -236,21 +303,73 @@ static bool prefers_minimal(struct MHD_Connection *c)
     return ret == HTTP_RETURN_MINIMAL;
 }
 
+/* An idempotency key, the header's or a batch item's: 1 to IDEM_KEY_MAX
+ * printable ASCII characters without spaces. */
+static bool idem_key_valid(const char *key)
+{
+    size_t kl = strlen(key);
+    bool ok = kl >= 1 && kl <= IDEM_KEY_MAX;
+
+    for (size_t i = 0; ok && i < kl; i++)
+        ok = key[i] > 0x20 && key[i] < 0x7f;
+    return ok;
+}
+
+/*
+ * A batch item's idempotency_key (item i of root): checked, kept in
+ * rq->item_keys[i] and taken out of the item, so that the item is
+ * validated as a POST /schedule body and its canonical request (the one
+ * compared when the key comes again) is the job's alone: a retry of the
+ * same item matches, and so does the same body sent to POST /schedule
+ * with the key as its header (one namespace of keys). RMQS_EINVAL with
+ * err filled for a bad or repeated key.
+ */
+static rmqs_rc item_key(http_req *rq, json_t *item, size_t i, size_t n,
+                        rmqs_error *err)
+{
+    json_t *v =
+        json_is_object(item) ? json_object_get(item, "idempotency_key") : NULL;
+    const char *key;
+
+    if (v == NULL)
+        return RMQS_OK;
+    key = json_string_value(v);
+    if (key == NULL || !idem_key_valid(key))
+        return rmqs_fail(err, RMQS_EINVAL, "idempotency_key",
+                         "idempotency_key: 1 to 200 printable ASCII "
+                         "characters without spaces");
+    for (size_t j = 0; rq->item_keys != NULL && j < i; j++)
+        if (rq->item_keys[j] != NULL && strcmp(rq->item_keys[j], key) == 0)
+            return rmqs_fail(err, RMQS_EINVAL, "idempotency_key",
+                             "idempotency_key: the same as jobs[%zu]'s; "
+                             "each item needs its own key",
+                             j);
+    if (rq->item_keys == NULL) {
+        rq->item_keys = calloc(n, sizeof(*rq->item_keys));
+        rq->item_canon = calloc(n, sizeof(*rq->item_canon));
+        if (rq->item_keys == NULL || rq->item_canon == NULL) {
+            free(rq->item_keys);
+            free(rq->item_canon);
+            rq->item_keys = rq->item_canon = NULL;
+            return RMQS_ENOMEM;
+        }
+    }
+    rq->item_keys[i] = strdup(key);
+    if (rq->item_keys[i] == NULL)
+        return RMQS_ENOMEM;
+    json_object_del(item, "idempotency_key");
+    return RMQS_OK;
+}
+
 bool http_jobs_idem_key(struct MHD_Connection *c, http_req *rq,
                         enum MHD_Result *ret)
 {
     const char *key =
         MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
-    size_t kl;
-    bool ok;
 
     if (key == NULL)
         return false;
-    kl = strlen(key);
-    ok = kl >= 1 && kl <= IDEM_KEY_MAX;
-    for (size_t i = 0; ok && i < kl; i++)
-        ok = key[i] > 0x20 && key[i] < 0x7f;
-    if (!ok) {
+    if (!idem_key_valid(key)) {
         *ret = http_reply_error(c, MHD_HTTP_BAD_REQUEST, "invalid_argument",
                                 "Idempotency-Key",
                                 "Idempotency-Key: 1 to 200 printable ASCII "
@@ -301,7 +420,9 @@ static enum MHD_Result h_schedule(http_api_t *api, struct MHD_Connection *c,
 }
 
 /* POST /schedule/batch: a JSON array of up to BATCH_MAX jobs, stored all or
- * nothing; a 400 lists every invalid item (up to BATCH_ERRORS_MAX). */
+ * nothing; a 400 lists every invalid item (up to BATCH_ERRORS_MAX). An item
+ * may carry its own idempotency_key (item_key): a client batching many
+ * callers' calls retries the batch without duplicating any of them. */
 static enum MHD_Result h_schedule_batch(http_api_t *api,
                                         struct MHD_Connection *c, http_req *rq)
 {
@@ -315,7 +436,8 @@ static enum MHD_Result h_schedule_batch(http_api_t *api,
     if (MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key")) {
         return http_reply_error(
             c, MHD_HTTP_BAD_REQUEST, "invalid_argument", "Idempotency-Key",
-            "Idempotency-Key is only supported on POST /schedule");
+            "Idempotency-Key is only supported on POST /schedule; "
+            "give each item of a batch its own idempotency_key");
     }
     if (rq->len > 0 && memchr(rq->body, '\0', rq->len) != NULL) {
         rmqs_fail(&err, RMQS_EINVAL, "", "request body contains a NUL byte");
@@ -348,8 +470,14 @@ static enum MHD_Result h_schedule_batch(http_api_t *api,
     }
     rq->njobs = n;
     for (size_t i = 0; i < n; i++) {
-        rmqs_rc rc = job_from_json(json_array_get(root, i), &api->opt.limits,
-                                   now, &rq->jobs[i], NULL, &err);
+        json_t *elem = json_array_get(root, i);
+        rmqs_rc rc = item_key(rq, elem, i, n, &err);
+
+        if (rc == RMQS_OK)
+            rc = job_from_json(
+                elem, &api->opt.limits, now, &rq->jobs[i],
+                rq->item_keys && rq->item_keys[i] ? &rq->item_canon[i] : NULL,
+                &err);
         if (rc == RMQS_OK)
             rc = pubpol_check_user_id(api->policy, rq->jobs[i].properties, NULL,
                                       &err);

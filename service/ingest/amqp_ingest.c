@@ -525,17 +525,17 @@ static size_t settle(ingest_t *in)
         delivery *d = &in->batch[i];
         switch (d->act) {
         case ACT_STORE:
-            if (d->req.ins.existed) {
+            if (d->existed) {
                 dup++;
                 log_debug(MOD, "already stored; acknowledged again",
                           "message_id=\"%s\" job_id=%s", d->message_id,
-                          d->req.ins.existing.id);
+                          d->existing.id);
             } else {
                 stored++;
                 if (d->invalid) {
                     ingest_batch_log_invalid(in, d, "routed");
                 }
-                if (!d->req.ins.idem_key && d->redelivered) {
+                if (!d->req.ins.idem_keys && d->redelivered) {
                     unkeyed++;
                 }
             }

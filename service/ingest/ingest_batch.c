@@ -31,7 +31,7 @@ static void on_done(writer_req *req, void *cls)
 void ingest_delivery_clear(delivery *d)
 {
     job_clear(&d->job);
-    job_clear(&d->req.ins.existing);
+    job_clear(&d->existing);
     free(d->idem_key);
     memset(d, 0, sizeof *d);
 }
@@ -103,8 +103,12 @@ void ingest_batch_take(ingest_t *in, const amqp_envelope_t *env)
     }
     d->req.ins.jobs = &d->job;
     d->req.ins.n = 1;
-    d->req.ins.idem_key = d->idem_key;
-    d->req.ins.idem_request = d->idem_key ? d->idem_request : NULL;
+    d->ins_key = d->idem_key;
+    d->ins_request = d->idem_request;
+    d->req.ins.idem_keys = d->idem_key ? &d->ins_key : NULL;
+    d->req.ins.idem_requests = &d->ins_request;
+    d->req.ins.existed = &d->existed;
+    d->req.ins.existing = &d->existing;
     d->req.done = on_done;
     d->req.cls = in;
 }
@@ -118,15 +122,14 @@ size_t ingest_batch_judge(ingest_t *in, bool retry, bool *db_trouble)
         if (d->act != ACT_STORE || (retry && !d->retry)) {
             continue;
         }
-        if (d->req.ins.rc == RMQS_ECONFLICT && d->req.ins.idem_key) {
+        if (d->req.ins.rc == RMQS_ECONFLICT && d->req.ins.idem_keys) {
             log_warn(MOD,
                      "message_id reused by a different message; "
                      "stored without duplicate protection",
                      "exchange=\"%s\" routing_key=\"%s\" message_id=\"%s\"",
                      in->maps[d->map].ingest_exchange, d->routing_key,
                      d->message_id);
-            d->req.ins.idem_key = NULL;
-            d->req.ins.idem_request = NULL;
+            d->req.ins.idem_keys = NULL;
             d->req.ins.rc = RMQS_OK;
             d->retry = true;
             conflicts++;

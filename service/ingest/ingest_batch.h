@@ -42,6 +42,12 @@ typedef struct delivery {
     bool retry;     /* store again without the key (conflict) */
     char *idem_key; /* malloc'd, or NULL */
     char idem_request[INGEST_MAP_REQUEST_LEN + 1];
+    /* the store's request of one job (store_types.h): its key and
+     * request as arrays of one, and the answers */
+    const char *ins_key;
+    const char *ins_request;
+    bool existed;   /* the message was stored before (acknowledged again) */
+    job_t existing; /* that earlier job */
     char routing_key[INGEST_MAP_LOG_TEXT + 4]; /* printable copies, for logs */
     char message_id[INGEST_MAP_LOG_TEXT + 4];
     char reason[256];

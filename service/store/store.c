@@ -185,12 +185,19 @@ rmqs_rc store_insert_batch(store_t *st, store_insert_req *reqs, size_t n)
 rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
                      const char *idem_request, bool *existed, job_t *existing)
 {
+    const char *keys[1] = {idem_key}, *reqs[1] = {idem_request};
+    bool ex[1] = {false};
+    job_t got[1];
+    /* one job: the group commit's request with an array of one */
     store_insert_req r = {.jobs = job,
                           .n = 1,
-                          .idem_key = idem_key,
-                          .idem_request = idem_request};
+                          .idem_keys = idem_key ? keys : NULL,
+                          .idem_requests = reqs,
+                          .existed = ex,
+                          .existing = got};
     rmqs_rc out;
 
+    memset(got, 0, sizeof(got));
     if (existed)
         *existed = false;
     if (existing)
@@ -200,15 +207,15 @@ rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
     out = store_insert_batch(st, &r, 1);
     if (out == RMQS_OK)
         out = r.rc;
-    if (out == RMQS_OK && r.existed) {
+    if (out == RMQS_OK && ex[0]) {
         if (existed)
             *existed = true;
         if (existing)
-            *existing = r.existing;
+            *existing = got[0];
         else
-            job_clear(&r.existing);
+            job_clear(&got[0]);
     } else {
-        job_clear(&r.existing);
+        job_clear(&got[0]);
     }
     return out;
 }

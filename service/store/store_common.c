@@ -230,21 +230,50 @@ void store_jobs_free(job_t *jobs, size_t n)
     free(jobs);
 }
 
+void store_insert_req_undo(store_insert_req *r)
+{
+    for (size_t i = 0; r->idem_keys != NULL && i < r->n; i++) {
+        if (r->existing != NULL)
+            job_clear(&r->existing[i]);
+        if (r->existed != NULL)
+            r->existed[i] = false;
+    }
+    r->nexisted = 0;
+}
+
+bool store_insert_req_valid(const store_insert_req *r)
+{
+    if (r->n == 0 || r->jobs == NULL)
+        return false;
+    if (r->idem_keys == NULL)
+        return true;
+    if (r->idem_requests == NULL || r->existed == NULL || r->existing == NULL)
+        return false;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->idem_keys[i] != NULL && r->idem_requests[i] == NULL)
+            return false;
+    return true;
+}
+
 void store_insert_reqs_reset(store_insert_req *reqs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         reqs[i].rc = RMQS_OK;
-        reqs[i].existed = false;
         reqs[i].failed_index = 0;
-        memset(&reqs[i].existing, 0, sizeof(reqs[i].existing));
+        reqs[i].nexisted = 0;
+        for (size_t j = 0; reqs[i].idem_keys != NULL && reqs[i].existed &&
+                           reqs[i].existing && j < reqs[i].n;
+             j++) {
+            reqs[i].existed[j] = false;
+            memset(&reqs[i].existing[j], 0, sizeof(reqs[i].existing[j]));
+        }
     }
 }
 
 void store_insert_reqs_fail(store_insert_req *reqs, size_t n, rmqs_rc rc)
 {
     for (size_t i = 0; i < n; i++) {
-        job_clear(&reqs[i].existing);
-        reqs[i].existed = false;
+        store_insert_req_undo(&reqs[i]);
         reqs[i].rc = rc;
     }
 }

@@ -144,6 +144,11 @@ void *store_grow(void *arr, size_t *cap, size_t elem);
  * rc (its existing job cleared), when the database failed the batch. */
 void store_insert_reqs_reset(store_insert_req *reqs, size_t n);
 void store_insert_reqs_fail(store_insert_req *reqs, size_t n, rmqs_rc rc);
+/* Whether r is well formed (store_types.h): jobs, and with keys their
+ * requests and the output arrays. */
+bool store_insert_req_valid(const store_insert_req *r);
+/* r stored nothing after all: its existing jobs cleared, flags reset. */
+void store_insert_req_undo(store_insert_req *r);
 
 /* A migration list fit to apply: versions >= 1, strictly ascending, each
  * with a name and SQL; RMQS_EINVAL with the reason in err otherwise. */

@@ -47,16 +47,30 @@ typedef struct store_options {
                                4 MiB; see store_common.h's page budgets) */
 } store_options;
 
-/* One all-or-nothing request of a group commit (store_insert_batch). */
+/*
+ * One all-or-nothing request of a group commit (store_insert_batch). Any of
+ * its jobs may carry an idempotency key (POST /schedule's header, a POST
+ * /schedule/batch item's idempotency_key, an ingested message_id): one
+ * mechanism for one job or a thousand. Per keyed job, in the request's
+ * transaction: the key unknown - the job is inserted with its key row; known
+ * with the same canonical request - the job is not inserted again,
+ * existed[i] is set and existing[i] gets the earlier job; known with another
+ * request - the whole request fails RMQS_ECONFLICT with failed_index i and
+ * nothing of it is stored. Keys of one request must differ.
+ */
 typedef struct store_insert_req {
-    const job_t *jobs;        /* in: n jobs with ids assigned (borrowed) */
-    size_t n;                 /* in: >= 1 */
-    const char *idem_key;     /* in: NULL, or a key (only when n == 1) */
-    const char *idem_request; /* in: the canonical request for the key */
-    rmqs_rc rc;               /* out: this request's outcome */
-    size_t failed_index;      /* out: on RMQS_EINVAL/ECONFLICT, which job */
-    bool existed;             /* out: the key was known with this request */
-    job_t existing;           /* out: that earlier job (caller clears) */
+    const job_t *jobs; /* in: n jobs with ids assigned (borrowed) */
+    size_t n;          /* in: >= 1 */
+    /* in: NULL (no job keyed), or n keys, NULL where a job has none */
+    const char *const *idem_keys;
+    /* in: with idem_keys, n canonical requests (read where keyed) */
+    const char *const *idem_requests;
+    bool *existed;       /* with idem_keys: the caller's n flags (out) */
+    job_t *existing;     /* with idem_keys: the caller's n zeroed jobs, the
+                             earlier job where existed (caller clears) */
+    rmqs_rc rc;          /* out: this request's outcome */
+    size_t failed_index; /* out: on RMQS_EINVAL/ECONFLICT, which job */
+    size_t nexisted;     /* out: how many jobs existed (n: none inserted) */
 } store_insert_req;
 
 /* Longest id_prefix: a whole id's hex digits. */

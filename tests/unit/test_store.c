@@ -79,6 +79,11 @@ static void use_store(bool pg)
  * is about SQLite alone and says why. */
 #define BOTH(name) UT_BOTH(store, name, use_store)
 
+/* Keys and requests of a one-job store_insert_req (store_types.h). */
+static const char *const KEY_K[1] = {"k"};
+static const char *const REQ_EMPTY[1] = {"{}"};
+static const char *const REQ_OTHER[1] = {"{\"other\":1}"};
+
 /* Close the store and open it again, as a restart after a crash: what the
  * dispatcher held in memory is gone, what it wrote stays. */
 static void reopen_store(void)
@@ -1465,6 +1470,106 @@ Test(store, full_database_is_efull_and_recovers)
     job_clear(&big);
 }
 
+
+/* A request of many jobs, some keyed (POST /schedule/batch's items with an
+ * idempotency_key): new keys inserted with their jobs, known ones answered
+ * with the earlier job in their place, one known with another request
+ * refusing the whole request. */
+#define KB_N 6
+
+static void keyed_req(store_insert_req *r, job_t *jobs, const char **keys,
+                      const char **reqs, bool *ex, job_t *exj)
+{
+    memset(ex, 0, KB_N * sizeof(*ex));
+    memset(exj, 0, KB_N * sizeof(*exj));
+    *r = (store_insert_req){.jobs = jobs,
+                            .n = KB_N,
+                            .idem_keys = keys,
+                            .idem_requests = reqs,
+                            .existed = ex,
+                            .existing = exj};
+}
+
+BOTH(idempotency_keyed_batch_new_existing_conflict)
+{
+    job_t first[KB_N], again[KB_N], changed[KB_N], exj[KB_N];
+    const char *keys[KB_N] = {"a", NULL, "b", "c", NULL, "d"};
+    const char *reqs[KB_N] = {"{1}", NULL, "{2}", "{3}", NULL, "{4}"};
+    const char *keys2[KB_N] = {"a", "e", "b", NULL, "f", "d"};
+    const char *reqs2[KB_N] = {"{1}", "{5}", "{2}", NULL, "{6}", "{4}"};
+    const char *reqs3[KB_N] = {"{1}", "{5}", "{changed}", NULL, "{6}", "{4}"};
+    bool ex[KB_N];
+    store_insert_req r;
+
+    g_st = open_store();
+    for (int i = 0; i < KB_N; i++) {
+        ut_job_make(&first[i], 1 + i, 100 + i);
+        ut_job_make(&again[i], 11 + i, 100 + i);
+        ut_job_make(&changed[i], 21 + i, 100 + i);
+    }
+    /* every key new: all inserted, with their keys */
+    keyed_req(&r, first, keys, reqs, ex, exj);
+    cr_assert_eq(store_insert_batch(g_st, &r, 1), RMQS_OK);
+    cr_assert_eq(r.rc, RMQS_OK);
+    cr_assert_eq(r.nexisted, 0);
+    for (int i = 0; i < KB_N; i++)
+        cr_assert_not(ex[i]);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), 6);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM idempotency"), 4);
+
+    /* a known key with another request: nothing of the request stored, the
+     * item named */
+    keyed_req(&r, changed, keys2, reqs3, ex, exj);
+    cr_assert_eq(store_insert_batch(g_st, &r, 1), RMQS_OK);
+    cr_assert_eq(r.rc, RMQS_ECONFLICT);
+    cr_assert_eq(r.failed_index, 2);
+    cr_assert_eq(r.nexisted, 0);
+    for (int i = 0; i < KB_N; i++) {
+        cr_assert_not(ex[i]);
+        cr_assert_null(exj[i].exchange);
+    }
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), 6);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM idempotency"), 4);
+
+    /* known keys (a, b, d) answered with the jobs stored first, new keys
+     * (e, f) and the unkeyed job inserted */
+    keyed_req(&r, again, keys2, reqs2, ex, exj);
+    cr_assert_eq(store_insert_batch(g_st, &r, 1), RMQS_OK);
+    cr_assert_eq(r.rc, RMQS_OK);
+    cr_assert_eq(r.nexisted, 3);
+    cr_assert(ex[0] && ex[2] && ex[5]);
+    cr_assert_not(ex[1] || ex[3] || ex[4]);
+    assert_job_eq(&first[0], &exj[0]);
+    assert_job_eq(&first[2], &exj[2]);
+    assert_job_eq(&first[5], &exj[5]);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), 9);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM idempotency"), 6);
+    for (int i = 0; i < KB_N; i++) {
+        job_t got = {0};
+
+        cr_assert_eq(store_get(g_st, again[i].id, &got),
+                     ex[i] ? RMQS_ENOTFOUND : RMQS_OK, "job %d", i);
+        job_clear(&got);
+        job_clear(&exj[i]);
+    }
+
+    /* the first batch once more: its keyed jobs exist, but its unkeyed
+     * ones carry ids the first insert took */
+    keyed_req(&r, first, keys, reqs, ex, exj);
+    cr_assert_eq(store_insert_batch(g_st, &r, 1), RMQS_OK);
+    cr_assert_eq(r.rc, RMQS_ECONFLICT);
+    cr_assert_eq(r.failed_index, 1);
+    cr_assert_eq(r.nexisted, 0);
+    for (int i = 0; i < KB_N; i++)
+        cr_assert_null(exj[i].exchange);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), 9);
+    for (int i = 0; i < KB_N; i++) {
+        job_clear(&first[i]);
+        job_clear(&again[i]);
+        job_clear(&changed[i]);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Group commit, counts, purge, checkpoint                                  */
 
@@ -1472,16 +1577,22 @@ BOTH(insert_batch_isolates_each_request)
 {
     job_t a[2], b, c;
     store_insert_req reqs[3];
-    job_t got = {0};
+    job_t got = {0}, exj[1];
+    bool ex[1] = {false};
 
+    memset(exj, 0, sizeof(exj));
     g_st = open_store();
     ut_job_make(&a[0], 1, 100);
     ut_job_make(&a[1], 2, 200);
     ut_job_make(&b, 3, 300);
     ut_job_make(&c, 1, 400); /* same id as a[0]: this request must fail alone */
     reqs[0] = (store_insert_req){.jobs = a, .n = 2};
-    reqs[1] = (store_insert_req){
-        .jobs = &b, .n = 1, .idem_key = "k", .idem_request = "{}"};
+    reqs[1] = (store_insert_req){.jobs = &b,
+                                 .n = 1,
+                                 .idem_keys = KEY_K,
+                                 .idem_requests = REQ_EMPTY,
+                                 .existed = ex,
+                                 .existing = exj};
     reqs[2] = (store_insert_req){.jobs = &c, .n = 1};
     cr_assert_eq(store_insert_batch(g_st, reqs, 3), RMQS_OK);
     cr_expect_eq(reqs[0].rc, RMQS_OK);
@@ -1605,7 +1716,10 @@ BOTH(counts_exact_after_insert_batch_with_failing_requests)
     job_t ok[2], mixed[2], dup[2], bad[2], keyed, again;
     store_insert_req reqs[5];
     int64_t counts[5];
+    job_t exj[2];
+    bool ex[2] = {false};
 
+    memset(exj, 0, sizeof(exj));
     g_st = open_store();
     check_counts("open");
     ut_job_make(&ok[0], 1, 100);
@@ -1621,8 +1735,12 @@ BOTH(counts_exact_after_insert_batch_with_failing_requests)
     make_job_status(&mixed[0], 7, 100, JOB_CANCELLED);
     make_job_status(&mixed[1], 8, 100, JOB_FAILED);
     reqs[0] = (store_insert_req){.jobs = ok, .n = 2};
-    reqs[1] = (store_insert_req){
-        .jobs = &keyed, .n = 1, .idem_key = "k", .idem_request = "{}"};
+    reqs[1] = (store_insert_req){.jobs = &keyed,
+                                 .n = 1,
+                                 .idem_keys = KEY_K,
+                                 .idem_requests = REQ_EMPTY,
+                                 .existed = ex,
+                                 .existing = exj};
     reqs[2] = (store_insert_req){.jobs = dup, .n = 2};
     reqs[3] = (store_insert_req){.jobs = bad, .n = 2};
     reqs[4] = (store_insert_req){.jobs = mixed, .n = 2};
@@ -1643,15 +1761,22 @@ BOTH(counts_exact_after_insert_batch_with_failing_requests)
     /* the same key again: the known job, nothing inserted; another request
      * under it: a conflict, nothing inserted */
     ut_job_make(&again, 9, 100);
-    reqs[0] = (store_insert_req){
-        .jobs = &again, .n = 1, .idem_key = "k", .idem_request = "{}"};
+    reqs[0] = (store_insert_req){.jobs = &again,
+                                 .n = 1,
+                                 .idem_keys = KEY_K,
+                                 .idem_requests = REQ_EMPTY,
+                                 .existed = ex,
+                                 .existing = exj};
     reqs[1] = (store_insert_req){.jobs = &again,
                                  .n = 1,
-                                 .idem_key = "k",
-                                 .idem_request = "{\"other\":1}"};
+                                 .idem_keys = KEY_K,
+                                 .idem_requests = REQ_OTHER,
+                                 .existed = ex + 1,
+                                 .existing = exj + 1};
     cr_assert_eq(store_insert_batch(g_st, reqs, 2), RMQS_OK);
-    cr_assert(reqs[0].existed);
-    job_clear(&reqs[0].existing);
+    cr_assert(ex[0]);
+    cr_assert_eq(reqs[0].nexisted, 1);
+    job_clear(&exj[0]);
     cr_assert_eq(reqs[1].rc, RMQS_ECONFLICT);
     check_counts("idempotent repeats");
 

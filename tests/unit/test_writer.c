@@ -44,6 +44,11 @@ int64_t disp__notified_due(disp_t *d);
 typedef struct slot {
     writer_req req;
     job_t jobs[3];
+    /* a keyed request's arrays (store_types.h): its first job keyed */
+    const char *keys[3];
+    const char *requests[3];
+    bool existed[3];
+    job_t existing[3];
     atomic_int calls;
     pthread_t thread; /* where done() ran */
 } slot;
@@ -86,7 +91,8 @@ static void teardown(void)
     for (size_t i = 0; i < MAX_SLOTS; i++) {
         for (size_t k = 0; k < 3; k++)
             job_clear(&g_slots[i].jobs[k]);
-        job_clear(&g_slots[i].req.ins.existing);
+        for (size_t k = 0; k < 3; k++)
+            job_clear(&g_slots[i].existing[k]);
     }
     ut_rmtree(g_dir);
 }
@@ -123,10 +129,18 @@ static writer_req *request(int i, int first, size_t rows, int64_t due_at,
     cr_assert(i < MAX_SLOTS && rows >= 1 && rows <= 3);
     for (size_t k = 0; k < rows; k++)
         ut_job_make(&s->jobs[k], first + (int)k, due_at);
+    for (size_t k = 0; k < 3; k++)
+        job_clear(&s->existing[k]);
+    memset(s->keys, 0, sizeof(s->keys));
+    memset(s->existed, 0, sizeof(s->existed));
+    s->keys[0] = key;
+    s->requests[0] = canonical;
     s->req = (writer_req){.ins = {.jobs = s->jobs,
                                   .n = rows,
-                                  .idem_key = key,
-                                  .idem_request = canonical},
+                                  .idem_keys = key ? s->keys : NULL,
+                                  .idem_requests = s->requests,
+                                  .existed = s->existed,
+                                  .existing = s->existing},
                           .done = on_done,
                           .cls = s};
     return &s->req;
@@ -199,7 +213,7 @@ static char *commit_queue(size_t max_rows, const size_t *rows, int n)
     for (int i = 0; i < n; i++) {
         cr_expect_eq(atomic_load(&g_slots[i].calls), 1, "request %d", i);
         cr_expect_eq(g_slots[i].req.ins.rc, RMQS_OK, "request %d", i);
-        cr_expect_not(g_slots[i].req.ins.existed, "request %d", i);
+        cr_expect_not(g_slots[i].existed[0], "request %d", i);
     }
     cr_expect_eq(jobs_in_file(), next - 1);
     return log;
@@ -262,10 +276,10 @@ Test(writer, done_runs_once_per_request_on_the_writer_thread_with_its_outcome)
     cr_expect_eq(g_slots[1].req.ins.rc, RMQS_ECONFLICT);
     cr_expect_eq(g_slots[1].req.ins.failed_index, 1);
     cr_expect_eq(g_slots[2].req.ins.rc, RMQS_OK);
-    cr_expect_not(g_slots[2].req.ins.existed);
+    cr_expect_not(g_slots[2].existed[0]);
     cr_expect_eq(g_slots[3].req.ins.rc, RMQS_OK);
-    cr_assert(g_slots[3].req.ins.existed);
-    cr_expect_str_eq(g_slots[3].req.ins.existing.id, g_slots[2].jobs[0].id);
+    cr_assert(g_slots[3].existed[0]);
+    cr_expect_str_eq(g_slots[3].existing[0].id, g_slots[2].jobs[0].id);
     cr_expect_eq(g_slots[4].req.ins.rc, RMQS_ECONFLICT);
     cr_expect(stored(1));
     cr_expect_not(stored(2), "a failed request left its first job");
@@ -313,7 +327,7 @@ Test(writer, tells_the_dispatcher_the_earliest_due_time_it_stored)
     writer_stop(g_w);
 
     cr_expect_eq(g_slots[2].req.ins.rc, RMQS_ECONFLICT);
-    cr_expect(g_slots[3].req.ins.existed);
+    cr_expect(g_slots[3].existed[0]);
     cr_expect_eq(disp__notified_due(g_disp), now + 3000);
     cr_expect_eq(scheduled_total(), 3, "jobs 1, 2 and 3 were scheduled");
 }
@@ -358,7 +372,7 @@ Test(writer, below_the_reserve_nothing_is_stored_and_it_is_logged_once)
 
     for (int i = 0; i < 2; i++) {
         cr_expect_eq(g_slots[i].req.ins.rc, RMQS_EFULL, "request %d", i);
-        cr_expect_not(g_slots[i].req.ins.existed, "request %d", i);
+        cr_expect_not(g_slots[i].existed[0], "request %d", i);
     }
     cr_expect(writer_disk_full(g_w));
     cr_expect_eq(jobs_in_file(), 0);

@@ -16,8 +16,9 @@
  * taken the COPY; a group commit made eight before). If the schema refuses a row (a
  * job id taken, a value out of range), that savepoint is rolled back and
  * those requests are inserted again one by one (INSERT), each under its own
- * savepoint, so only the bad one fails. A request with an Idempotency-Key inserts its key
- * first with ON CONFLICT DO NOTHING: the key's primary key makes a second
+ * savepoint, so only the bad one fails. A request with idempotency keys
+ * goes job by job, each keyed job's key inserted first with ON CONFLICT DO
+ * NOTHING: the key's primary key makes a second
  * instance inserting the same key at the same moment wait for the first
  * one's COMMIT, then find the key taken and answer from the stored job
  * (the same request: existed; another one: RMQS_ECONFLICT). Its job is
@@ -399,8 +400,52 @@ static bool local_failure(rmqs_rc rc)
     return rc == RMQS_EINVAL || rc == RMQS_ECONFLICT;
 }
 
-/* One request, all-or-nothing under its own savepoint: its key (if any),
- * then its jobs one by one (so failed_index names the bad one). */
+/* Record key for job i of r (inside its savepoint): RMQS_ENOTFOUND if the
+ * key was new (recorded: the job is to be inserted), RMQS_OK if it was
+ * known with this request (r->existing[i] loaded), RMQS_ECONFLICT if with
+ * another one, or the database's failure. */
+static rmqs_rc idem_claim(pg_conn *pc, store_insert_req *r, size_t i)
+{
+    char id[JOB_ID_BYTES];
+    const char *vals[3] = {r->idem_keys[i], id, r->idem_requests[i]};
+    int lens[3] = {0, JOB_ID_BYTES, 0}, fmts[3] = {0, 1, 0};
+    PGresult *res;
+    rmqs_rc rc;
+
+    if (job_id_parse(r->jobs[i].id, (unsigned char *)id) != RMQS_OK)
+        return RMQS_EINVAL;
+    res = pg_exec(pc, "idem_insert",
+                  "INSERT INTO idempotency (key, job_id, request) "
+                  "VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING "
+                  "RETURNING 1",
+                  3, vals, lens, fmts, &rc);
+    if (rc != RMQS_OK || PQntuples(res) == 1) {
+        PQclear(res);
+        return rc == RMQS_OK ? RMQS_ENOTFOUND : rc;
+    }
+    /* taken, maybe a moment ago by another instance: answer from what it
+     * stored */
+    PQclear(res);
+    res = pg_exec(pc, "idem_lookup",
+                  "SELECT " PG_JOB_COLS ", request FROM idempotency "
+                  "JOIN jobs ON jobs.id = idempotency.job_id "
+                  "WHERE key = $1",
+                  1, vals, NULL, NULL, &rc);
+    if (rc == RMQS_OK && PQntuples(res) == 1 &&
+        strcmp(PQgetvalue(res, 0, PC_COUNT), r->idem_requests[i]) == 0) {
+        rc = pg_row_to_job(res, 0, &r->existing[i], NULL);
+        r->existed[i] = rc == RMQS_OK;
+    } else if (rc == RMQS_OK) {
+        rc = RMQS_ECONFLICT;
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* One request, all-or-nothing under its own savepoint: its jobs one by one
+ * (so failed_index names the bad one), each keyed one after its key
+ * (store_types.h: a key known with the same request is answered from the
+ * earlier job, not inserted again). */
 static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
 {
     store_delta added = {{0}};
@@ -409,59 +454,28 @@ static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
 
     if ((rc = sp(pc, "SAVEPOINT req")) != RMQS_OK)
         return rc;
-    if (r->idem_key) {
-        char id[JOB_ID_BYTES];
-        const char *vals[3] = {r->idem_key, id, r->idem_request};
-        int lens[3] = {0, JOB_ID_BYTES, 0}, fmts[3] = {0, 1, 0};
-        PGresult *res;
-
-        if (job_id_parse(r->jobs[0].id, (unsigned char *)id) != RMQS_OK) {
-            rc = RMQS_EINVAL;
-            goto undo;
-        }
-        res = pg_exec(pc, "idem_insert",
-                      "INSERT INTO idempotency (key, job_id, request) "
-                      "VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING "
-                      "RETURNING 1",
-                      3, vals, lens, fmts, &rc);
-        if (rc == RMQS_OK && PQntuples(res) == 0) {
-            /* taken, maybe a moment ago by another instance: answer from
-             * what it stored */
-            PQclear(res);
-            res = pg_exec(pc, "idem_lookup",
-                          "SELECT " PG_JOB_COLS ", request FROM idempotency "
-                          "JOIN jobs ON jobs.id = idempotency.job_id "
-                          "WHERE key = $1",
-                          1, vals, NULL, NULL, &rc);
-            if (rc == RMQS_OK && PQntuples(res) == 1 &&
-                strcmp(PQgetvalue(res, 0, PC_COUNT), r->idem_request) == 0) {
-                rc = pg_row_to_job(res, 0, &r->existing, NULL);
-                r->existed = rc == RMQS_OK;
-            } else if (rc == RMQS_OK) {
-                rc = RMQS_ECONFLICT;
-            }
-            PQclear(res);
-            if (rc == RMQS_OK)
-                return sp(pc, "RELEASE req");
-            goto undo;
-        }
-        PQclear(res);
-        if (rc != RMQS_OK)
-            goto undo;
-    }
     for (size_t i = 0; i < r->n; i++) {
         const job_t *j = &r->jobs[i];
         size_t bad;
 
-        rc = insert_rows(pc, &j, 1, &bad);
-        if (rc != RMQS_OK) {
-            r->failed_index = i;
-            goto undo;
+        r->failed_index = i;
+        if (r->idem_keys != NULL && r->idem_keys[i] != NULL) {
+            rc = idem_claim(pc, r, i);
+            if (rc == RMQS_OK) { /* the same job again */
+                r->nexisted++;
+                continue;
+            }
+            if (rc != RMQS_ENOTFOUND)
+                goto undo;
         }
+        rc = insert_rows(pc, &j, 1, &bad);
+        if (rc != RMQS_OK)
+            goto undo;
         store_delta_add(&added, (int)j->status, 1);
         if (j->status == JOB_PENDING && j->due_at < due)
             due = j->due_at;
     }
+    r->failed_index = 0;
     rc = sp(pc, "RELEASE req");
     if (rc == RMQS_OK) {
         store_delta_merge(&pc->delta, &added);
@@ -470,6 +484,7 @@ static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
     }
     return rc;
 undo:
+    store_insert_req_undo(r);
     if (local_failure(rc)) {
         rmqs_rc u = sp(pc, "ROLLBACK TO req");
         if (u == RMQS_OK)
@@ -572,11 +587,11 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
     for (size_t i = 0; i < n; i++) {
         store_insert_req *r = &reqs[i];
 
-        if (r->n == 0 || (r->idem_key && (!r->idem_request || r->n != 1))) {
+        if (!store_insert_req_valid(r)) {
             r->rc = RMQS_EINVAL;
             continue;
         }
-        if (r->idem_key == NULL) {
+        if (r->idem_keys == NULL) {
             bulk[m++] = i;
             continue;
         }

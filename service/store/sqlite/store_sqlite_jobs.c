@@ -156,7 +156,23 @@ static rmqs_rc sp_exec(store_backend *st, stmt_id id)
     return rc == SQLITE_OK ? RMQS_OK : sq_stmt_fail(st, s, rc, id);
 }
 
-/* Inside the caller's transaction: one all-or-nothing request. */
+/* Inside the caller's transaction: record key for the job at seq. */
+static rmqs_rc idem_insert(store_backend *st, const char *key, int64_t seq,
+                           const char *request)
+{
+    sqlite3_stmt *s = sq_stmt(st, S_IDEM_INSERT);
+    int rc;
+
+    sqlite3_bind_text(s, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 2, seq);
+    sqlite3_bind_text(s, 3, request, -1, SQLITE_STATIC);
+    rc = sq_stmt_exec(s);
+    return rc == SQLITE_OK ? RMQS_OK : sq_stmt_fail(st, s, rc, S_IDEM_INSERT);
+}
+
+/* Inside the caller's transaction: one all-or-nothing request. Each keyed
+ * job is looked up first (store_types.h): known with its request, it is
+ * answered from the earlier job and not inserted again. */
 static rmqs_rc insert_req(store_backend *st, store_insert_req *r)
 {
     unsigned char id[JOB_ID_BYTES];
@@ -164,50 +180,48 @@ static rmqs_rc insert_req(store_backend *st, store_insert_req *r)
      * request undone by ROLLBACK TO leaves the counts alone */
     store_delta added = {{0}};
     int64_t seq = 0;
-    sqlite3_stmt *s;
     rmqs_rc out;
-    int rc;
 
     /* One job without a key is one INSERT, which SQLite already undoes by
      * itself when it fails: no savepoint (two statements fewer per POST). */
-    bool sp = r->n > 1 || r->idem_key != NULL;
+    bool sp = r->n > 1 || r->idem_keys != NULL;
 
-    if (r->n == 0 || (r->idem_key && (!r->idem_request || r->n != 1)))
+    if (!store_insert_req_valid(r))
         return RMQS_EINVAL;
-    if (r->idem_key) {
-        out = idem_lookup(st, r->idem_key, r->idem_request, &r->existed,
-                          &r->existing);
-        if (out != RMQS_ENOTFOUND)
-            return out; /* the same job again, a conflict, or a failure */
-    }
     if (sp && (out = sp_exec(st, S_SAVEPOINT)) != RMQS_OK)
         return out;
     for (size_t i = 0; i < r->n; i++) {
+        const char *key = r->idem_keys ? r->idem_keys[i] : NULL;
+
+        r->failed_index = i;
+        if (key != NULL) {
+            out = idem_lookup(st, key, r->idem_requests[i], &r->existed[i],
+                              &r->existing[i]);
+            if (out == RMQS_OK) { /* the same job again */
+                r->nexisted++;
+                continue;
+            }
+            if (out != RMQS_ENOTFOUND) /* a conflict, or a failure */
+                goto undo;
+        }
         out = job_id_parse(r->jobs[i].id, id) == RMQS_OK
                   ? sq_insert_job(st, S_INSERT, &r->jobs[i], id, &seq, NULL)
                   : RMQS_EINVAL;
-        if (out != RMQS_OK) {
-            r->failed_index = i;
+        if (out == RMQS_OK && key != NULL)
+            out = idem_insert(st, key, seq, r->idem_requests[i]);
+        if (out != RMQS_OK)
             goto undo;
-        }
         store_delta_add(&added, (int)r->jobs[i].status, 1); /* CHECK held */
     }
-    if (r->idem_key) {
-        s = sq_stmt(st, S_IDEM_INSERT);
-        sqlite3_bind_text(s, 1, r->idem_key, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(s, 2, seq);
-        sqlite3_bind_text(s, 3, r->idem_request, -1, SQLITE_STATIC);
-        rc = sq_stmt_exec(s);
-        if (rc != SQLITE_OK) {
-            out = sq_stmt_fail(st, s, rc, S_IDEM_INSERT);
-            goto undo;
-        }
-    }
+    r->failed_index = 0;
     out = sp ? sp_exec(st, S_RELEASE_SP) : RMQS_OK;
     if (out == RMQS_OK)
         store_delta_merge(&st->delta, &added);
+    else
+        store_insert_req_undo(r);
     return out;
 undo:
+    store_insert_req_undo(r);
     /* After FULL/IOERR SQLite may have rolled the whole transaction back;
      * then there is no savepoint left to return to. */
     if (sp && !sqlite3_get_autocommit(st->db)) {

@@ -231,7 +231,6 @@ enum MHD_Result http_jobs_written(http_api_t *api, struct MHD_Connection *c,
     unsigned own = JOB_WRITE_OWN_BODY;
     job_buf b = {0};
 
-    (void)api;
     if (ins->rc == RMQS_ECONFLICT && rq->item_keys != NULL &&
         ins->failed_index < rq->njobs &&
         rq->item_keys[ins->failed_index] != NULL)

@@ -130,9 +130,10 @@ rmqs_rc store_insert(store_t *st, const job_t *job, const char *idem_key,
 
 /*
  * Group commit: insert every request in one transaction (one fsync). Each
- * request is all-or-nothing on its own (a savepoint); a request that fails
- * by itself (RMQS_EINVAL, RMQS_ECONFLICT as in store_insert) leaves the
- * others alone. If the database fails (RMQS_EFULL, RMQS_EDB...) nothing is
+ * request is all-or-nothing on its own (a savepoint), its keyed jobs as
+ * store_types.h says (store_insert is a request of one); a request that
+ * fails by itself (RMQS_EINVAL, RMQS_ECONFLICT as in store_insert) leaves
+ * the others alone. If the database fails (RMQS_EFULL, RMQS_EDB...) nothing is
  * stored, every reqs[i].rc is that code and it is returned; otherwise
  * RMQS_OK and each request carries its own rc.
  */

@@ -252,7 +252,9 @@ export class Client {
       const headers = { Accept: 'application/json', ...this.extraHeaders, ...extra };
       if (this.token) headers.Authorization = `Bearer ${this.token}`;
       if (payload !== undefined) {
-        headers['Content-Type'] = 'application/json';
+        if (!Object.keys(headers).some((k) => k.toLowerCase() === 'content-type')) {
+          headers['Content-Type'] = 'application/json';
+        }
         headers['Content-Length'] = Buffer.byteLength(payload);
       }
       const req = this.mod.request({

@@ -243,7 +243,9 @@ export class Client {
   cancel(id: string, options?: CallOptions): Promise<Job>;
   runNow(id: string, options?: CallOptions): Promise<Job>;
   retry(id: string, options?: When & CallOptions): Promise<Job>;
-  bulk(request: { action: 'cancel' | 'retry'; filter?: JobFilter; all?: boolean } & CallOptions): Promise<BulkOperation>;
+  bulk(
+    request: { action: 'cancel' | 'retry'; filter?: JobFilter; all?: boolean } & CallOptions,
+  ): Promise<BulkOperation>;
   bulkStatus(id: string, options?: CallOptions): Promise<BulkOperation>;
   waitBulk(
     id: string,

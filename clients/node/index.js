@@ -132,7 +132,14 @@ function parseRetryAfter(v) {
 
 // Connection errors: nothing was answered. `connect` ones mean nothing was
 // sent either, so they are safe to retry for every request.
-const CONNECT_CODES = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL']);
+const CONNECT_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EADDRNOTAVAIL',
+]);
 const RESET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED']);
 
 function isoOf(v) {
@@ -183,7 +190,8 @@ export class Client {
     headers = {},
   } = {}) {
     this.url = new URL(url);
-    if (this.url.protocol !== 'http:' && this.url.protocol !== 'https:') throw new TypeError('url: http: or https: only');
+    if (this.url.protocol !== 'http:' && this.url.protocol !== 'https:')
+      throw new TypeError('url: http: or https: only');
     this.base = this.url.pathname.replace(/\/+$/, '');
     this.token = token;
     this.timeoutMs = timeoutMs;
@@ -317,7 +325,8 @@ export class Client {
   // `Prefer: return=minimal`): get(id) reads the whole job.
   async schedule(job, { idempotencyKey, signal } = {}) {
     if (this.closed) throw new AbortError('the client is closed', { code: 'aborted' });
-    if (!job || typeof job !== 'object' || Array.isArray(job)) throw new TypeError('schedule(job): job must be an object');
+    if (!job || typeof job !== 'object' || Array.isArray(job))
+      throw new TypeError('schedule(job): job must be an object');
     if (signal && signal.aborted) throw abortError(signal);
     if (this.outstanding >= this.maxOutstanding || this.waiters.length) await this._waitForRoom(signal);
     else this.outstanding++;

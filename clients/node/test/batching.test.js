@@ -4,7 +4,14 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { Client, InvalidArgumentError, ForbiddenError, PayloadTooLargeError, AbortError, TimeoutError } from '../index.js';
+import {
+  Client,
+  InvalidArgumentError,
+  ForbiddenError,
+  PayloadTooLargeError,
+  AbortError,
+  TimeoutError,
+} from '../index.js';
 import { Service, CountingAgent, sleep } from './service.js';
 
 const job = (extra = {}) => ({ exchange: 'orders', routing_key: 'batch', body: 'b', delay_ms: 3600000, ...extra });
@@ -159,8 +166,5 @@ test('AbortSignal: before the call, while buffered (nothing sent), while waiting
   // The caller's own signal ends a call that waits for an answer.
   await assert.rejects(slow.get('x', { signal: AbortSignal.timeout(50) }), AbortError);
   await slow.close();
-  for (const s of [...(mute._connections ? [] : [])]) s.destroy();
-  mute.close();
-  mute.unref();
-  await sleep(0);
+  await new Promise((r) => mute.close(r));
 });

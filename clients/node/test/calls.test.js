@@ -23,7 +23,13 @@ const {
   errorClasses,
 } = rmqs;
 
-const job = (extra = {}) => ({ exchange: 'orders', routing_key: 'order.reminder', body: { n: 1 }, delay_ms: 3600000, ...extra });
+const job = (extra = {}) => ({
+  exchange: 'orders',
+  routing_key: 'order.reminder',
+  body: { n: 1 },
+  delay_ms: 3600000,
+  ...extra,
+});
 
 let svc;
 let c;
@@ -86,7 +92,10 @@ test('scheduleMany() chunks to maxBatch and keeps the order; a refused chunk nam
       return true;
     });
     jobs[17] = job({ exchange: 'payments' });
-    await assert.rejects(small.scheduleMany(jobs), (e) => e instanceof ForbiddenError && e.field === 'jobs[17].exchange');
+    await assert.rejects(
+      small.scheduleMany(jobs),
+      (e) => e instanceof ForbiddenError && e.field === 'jobs[17].exchange',
+    );
   } finally {
     await small.close();
   }

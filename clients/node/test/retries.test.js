@@ -113,8 +113,14 @@ test('the service stopped and restarted mid-way: 0 lost', async () => {
 
 test('429 with Retry-After and 503 are retried (the Retry-After honoured); the job is stored once', async () => {
   const f = await front(svc.url, (req, n) => {
-    if (n === 0) return { status: 429, headers: { 'Retry-After': '1' }, body: { error: { code: 'unavailable', message: 'slow down' } } };
-    if (n === 1 || n === 2) return { status: 503, body: { error: { code: 'unavailable', message: 'the database is unavailable' } } };
+    if (n === 0)
+      return {
+        status: 429,
+        headers: { 'Retry-After': '1' },
+        body: { error: { code: 'unavailable', message: 'slow down' } },
+      };
+    if (n === 1 || n === 2)
+      return { status: 503, body: { error: { code: 'unavailable', message: 'the database is unavailable' } } };
     return null;
   });
   const c = new Client({ url: f.url, itemKeys: false, retry: { attempts: 5, baseMs: 10, capMs: 50 } });
@@ -133,8 +139,10 @@ test('429 with Retry-After and 503 are retried (the Retry-After honoured); the j
 
 test('retries end after retry.attempts with the last error; other 4xx are never retried', async () => {
   const f = await front(svc.url, (req) => {
-    if (req.url.startsWith('/status')) return { status: 503, body: { error: { code: 'unavailable', message: 'down' } } };
-    if (req.url.startsWith('/stats')) return { status: 400, body: { error: { code: 'invalid_argument', message: 'no' } } };
+    if (req.url.startsWith('/status'))
+      return { status: 503, body: { error: { code: 'unavailable', message: 'down' } } };
+    if (req.url.startsWith('/stats'))
+      return { status: 400, body: { error: { code: 'invalid_argument', message: 'no' } } };
     return { status: 409, body: { error: { code: 'conflict', message: 'no' } } };
   });
   const c = new Client({ url: f.url, itemKeys: false, retry: { attempts: 3, baseMs: 1, capMs: 5 } });

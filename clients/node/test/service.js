@@ -7,6 +7,7 @@
 // is down, which is all these tests need (nothing waits for a delivery).
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -155,7 +156,6 @@ export class Service {
 }
 
 // An http.Agent that counts the requests it carries.
-import http from 'node:http';
 export class CountingAgent extends http.Agent {
   constructor(opts) {
     super({ keepAlive: true, ...opts });

@@ -332,7 +332,15 @@ export class Client {
     else this.outstanding++;
     let item;
     const p = new Promise((resolve, reject) => {
-      item = { resolve, reject, key: idempotencyKey || newKey(), signal, json: '', bytes: 0, queued: true };
+      item = {
+        resolve,
+        reject,
+        key: idempotencyKey || job.idempotency_key || newKey(),
+        signal,
+        json: '',
+        bytes: 0,
+        queued: true,
+      };
     });
     item.json = this._itemJson(job, item.key);
     item.bytes = Buffer.byteLength(item.json) + 1;

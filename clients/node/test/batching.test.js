@@ -12,7 +12,7 @@ import {
   AbortError,
   TimeoutError,
 } from '../index.js';
-import { Service, CountingAgent, sleep } from './service.js';
+import { Service, CountingAgent } from './service.js';
 
 const job = (extra = {}) => ({ exchange: 'orders', routing_key: 'batch', body: 'b', delay_ms: 3600000, ...extra });
 const batchRequests = (s) => s.metric('rmqs_http_requests_total{route="/schedule/batch"');
@@ -156,7 +156,8 @@ test('AbortSignal: before the call, while buffered (nothing sent), while waiting
   await tight.close();
 
   // A server that accepts and never answers: TimeoutError per request.
-  const mute = net.createServer(() => {});
+  const held = new Set();
+  const mute = net.createServer((sock) => held.add(sock));
   await new Promise((r) => mute.listen(0, '127.0.0.1', r));
   const slow = new Client({ url: `http://127.0.0.1:${mute.address().port}`, itemKeys: false, timeoutMs: 150 });
   const t0 = Date.now();
@@ -166,5 +167,6 @@ test('AbortSignal: before the call, while buffered (nothing sent), while waiting
   // The caller's own signal ends a call that waits for an answer.
   await assert.rejects(slow.get('x', { signal: AbortSignal.timeout(50) }), AbortError);
   await slow.close();
+  for (const sock of held) sock.destroy();
   await new Promise((r) => mute.close(r));
 });

@@ -221,6 +221,8 @@ export class Client {
   constructor(options?: ClientOptions);
   /** schedule() calls accepted and not settled. */
   readonly outstanding: number;
+  /** Tries repeated so far (connection errors, 503, 429), for monitoring. */
+  readonly retries: number;
 
   schedule(job: ScheduleRequest, options?: ScheduleOptions): Promise<JobMinimal>;
   scheduleMany(

@@ -213,6 +213,7 @@ export class Client {
     this.waiters = []; // schedule() calls waiting for room
     this.inflight = new Set(); // batch promises
     this.closed = false;
+    this.retries = 0; // tries repeated, in all (for monitoring)
   }
 
   // ------------------------------------------------------------ transport
@@ -240,6 +241,7 @@ export class Client {
         if (!retryable || attempt >= attempts) {
           throw new ConnectionError(`${method} ${path}: ${err.message}`, { code: 'connection', cause: err });
         }
+        this.retries++;
         await sleep(backoff(attempt, baseMs, capMs), signal);
         continue;
       }
@@ -247,6 +249,7 @@ export class Client {
       const retryAfterMs = parseRetryAfter(res.headers['retry-after']);
       const err = errorFromAnswer(res.status, res.body, retryAfterMs);
       if ((res.status === 503 || res.status === 429) && attempt < attempts) {
+        this.retries++;
         await sleep(retryAfterMs !== undefined ? retryAfterMs : backoff(attempt, baseMs, capMs), signal);
         continue;
       }

@@ -12,7 +12,7 @@ import {
   AbortError,
   TimeoutError,
 } from '../index.js';
-import { Service, CountingAgent } from './service.js';
+import { Service, CountingAgent } from '../testlib/service.js';
 
 const job = (extra = {}) => ({ exchange: 'orders', routing_key: 'batch', body: 'b', delay_ms: 3600000, ...extra });
 const batchRequests = (s) => s.metric('rmqs_http_requests_total{route="/schedule/batch"');

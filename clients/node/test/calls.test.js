@@ -3,7 +3,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import * as rmqs from '../index.js';
-import { Service } from './service.js';
+import { Service } from '../testlib/service.js';
 
 const {
   Client,

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { Client, ConnectionError, InvalidArgumentError, ConflictError, UnavailableError } from '../index.js';
-import { Service, sleep, freePort } from './service.js';
+import { Service, sleep, freePort } from '../testlib/service.js';
 
 const job = (extra = {}) => ({ exchange: 'orders', routing_key: 'retry', body: 'r', delay_ms: 3600000, ...extra });
 const patient = { attempts: 40, baseMs: 20, capMs: 300 };
@@ -98,6 +98,8 @@ test('the service stopped and restarted mid-way: 0 lost', async () => {
     );
     const ids = new Set(r.map((x) => x.value.id));
     assert.equal(ids.size, 2000);
+    assert.ok(c.retries > 0, 'the stop was seen');
+    console.log(`# restart: ${c.retries} tries repeated`);
     // Every job a caller got is in the store after the restart.
     const stored = new Set();
     for await (const j of c.list({ routing_key: 'restart' }, { pageSize: 1000 })) stored.add(j.id);

@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { Client, ConnectionError } from '../index.js';
-import { Service } from './service.js';
+import { Service } from '../testlib/service.js';
 
 test('https:// with an agent that trusts the certificate; refused without it', async () => {
   const s = new Service();

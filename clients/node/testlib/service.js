@@ -1,4 +1,4 @@
-// service.js - the real rmq-scheduler binary for the client's tests: a
+// testlib/service.js - the real rmq-scheduler binary for the client's tests: a
 // temporary SQLite database, a free loopback port, stopped by its PID.
 //
 // RMQS_BIN names the binary (e.g. /work/main/build-test/rmq-scheduler).

@@ -111,6 +111,11 @@ fi
 if [ ! tests/browser/node_modules/.package-lock.json -nt tests/browser/package-lock.json ]; then
     (cd tests/browser && npm ci --no-audit --no-fund)
 fi
+# And the contract test's code generator and compiler (openapi-typescript,
+# typescript), likewise.
+if [ ! tests/contract/node_modules/.package-lock.json -nt tests/contract/package-lock.json ]; then
+    (cd tests/contract && npm ci --no-audit --no-fund)
+fi
 # And the style check's JavaScript formatter (prettier), likewise.
 if [ ! tests/style/node_modules/.package-lock.json -nt tests/style/package-lock.json ]; then
     (cd tests/style && npm ci --no-audit --no-fund)

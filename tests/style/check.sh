@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/style/check.sh - the code is as its formatters write it: C as
-# clang-format 14 does with .clang-format, JavaScript as prettier does with
-# .prettierrc.json (the version locked in tests/style/package-lock.json,
-# installed by tests/run.sh). Formatting is then nobody's review comment and
-# no diff mixes it with a change.
+# clang-format 14 does with .clang-format, JavaScript (and tests/contract's
+# TypeScript fixtures) as prettier does with .prettierrc.json (the version
+# locked in tests/style/package-lock.json, installed by tests/run.sh).
+# Formatting is then nobody's review comment and no diff mixes it with a
+# change.
 #
 #   tests/style/check.sh          # lists every file that differs; exit 1 if any
 #   tests/style/check.sh --fix    # rewrites them in place
@@ -27,8 +28,8 @@ command -v "$CLANG_FORMAT" >/dev/null || {
 # Our own sources only: no build trees, no node_modules.
 mapfile -t c_files < <(find service tests/unit tests/fuzz tests/bench tests/cron \
     tests/integration -name node_modules -prune -o -type f -name '*.[ch]' -print | sort)
-mapfile -t js_files < <(find ui tests/browser tests/integration api/examples \
-    -name node_modules -prune -o -type f \( -name '*.js' -o -name '*.mjs' \) -print | sort)
+mapfile -t js_files < <(find ui tests/browser tests/integration tests/contract api/examples \
+    -name node_modules -prune -o -type f \( -name '*.js' -o -name '*.mjs' -o -name '*.ts' \) -print | sort)
 
 status=0
 if [ "$fix" = 1 ]; then

@@ -184,6 +184,7 @@ class Client:
         self._inflight = 0  # batches being sent
         self._closed = False
         self._retries = 0
+        self._requests = 0
         self._stats_lock = threading.Lock()
         self._senders = concurrent.futures.ThreadPoolExecutor(
             max_workers=senders, thread_name_prefix="rmqs-batch")
@@ -197,6 +198,11 @@ class Client:
     def outstanding(self):
         """schedule() calls accepted and not yet settled."""
         return self._outstanding
+
+    @property
+    def requests(self):
+        """HTTP requests sent, in all (for monitoring)."""
+        return self._requests
 
     @property
     def retries(self):
@@ -242,6 +248,8 @@ class Client:
                 headers["Content-Type"] = "application/json"
             headers["Content-Length"] = str(len(payload))
         conn, reused = self._connection()
+        with self._stats_lock:
+            self._requests += 1
         try:
             if conn.sock is None:
                 try:

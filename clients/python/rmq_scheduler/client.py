@@ -18,6 +18,7 @@ import json
 import random
 import re
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -255,7 +256,9 @@ class Client:
                 try:
                     conn.connect()
                 except OSError as e:
-                    e.rmqs_connect = True
+                    # A certificate refused stays refused: not retried.
+                    if not isinstance(e, ssl.SSLCertVerificationError):
+                        e.rmqs_connect = True
                     raise
             skip_host = any(k.lower() == "host" for k in headers)
             conn.putrequest(method, path, skip_host=skip_host,

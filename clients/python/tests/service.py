@@ -55,10 +55,11 @@ class Service:
         self.log_path = os.path.join(self.dir, "service.log")
         self.port = None
         self.proc = None
+        self.scheme = "http"
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, wait=True):
         """Starts the process (again, on the same port and database after

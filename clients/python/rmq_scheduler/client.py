@@ -71,7 +71,8 @@ def _iso(v):
         if v.tzinfo is None:
             v = v.replace(tzinfo=datetime.timezone.utc)
         v = v.astimezone(datetime.timezone.utc)
-        return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z"
+        ms = v.microsecond // 1000
+        return v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms:03d}Z"
     return v
 
 
@@ -297,7 +298,9 @@ class Client:
         if safe is None:
             safe = method in ("GET", "PUT", "DELETE")
         if raw_body is not None:
-            payload = raw_body.encode() if isinstance(raw_body, str) else raw_body
+            payload = raw_body
+            if isinstance(raw_body, str):
+                payload = raw_body.encode()
         elif body is not None:
             payload = json.dumps(body, separators=(",", ":")).encode()
         else:
@@ -368,7 +371,8 @@ class Client:
         fut = concurrent.futures.Future()
         item = _Item(fut, text)
         with self._cond:
-            while not self._closed and self._outstanding >= self.max_outstanding:
+            while (not self._closed
+                   and self._outstanding >= self.max_outstanding):
                 self._cond.wait()
             if self._closed:
                 raise AbortError("the client is closed", code="aborted")
@@ -477,15 +481,16 @@ class Client:
                 for it in live:
                     self._settle(it, err, True)
                 return
-            jobs = []
-            if isinstance(res.body, dict) and isinstance(res.body.get("jobs"), list):
-                jobs = res.body["jobs"]
+            jobs = res.body.get("jobs") if isinstance(res.body, dict) else None
+            if not isinstance(jobs, list):
+                jobs = []
             for i, it in enumerate(live):
                 if i < len(jobs):
                     self._settle(it, jobs[i], False)
                 else:
-                    self._settle(it, RmqsError("the batch answer lacks this job",
-                                               status=res.status), True)
+                    err = RmqsError("the batch answer lacks this job",
+                                    status=res.status)
+                    self._settle(it, err, True)
             return
 
     def flush(self, timeout=None):
@@ -523,10 +528,10 @@ class Client:
             if not chunk:
                 return
             try:
+                prefer = {"Prefer": "return=minimal"} if minimal else {}
                 r = self.request("POST", "/schedule/batch",
                                  raw_body="[" + ",".join(chunk) + "]",
-                                 headers={"Prefer": "return=minimal"} if minimal else {},
-                                 safe=True)
+                                 headers=prefer, safe=True)
                 out.extend(r["jobs"])
             except RmqsError as err:
                 if err.errors:

@@ -60,7 +60,7 @@ def test_10000_schedule_async_calls_from_4_threads_in_at_most_100_requests(svc):
 
 
 def test_2000_threads_calling_schedule_in_at_most_20_requests(svc):
-    with Client(svc.url, linger=0.05) as c:
+    with Client(svc.url, linger=0.2) as c:
         before = batch_requests(svc)
         n = 2000
         barrier = threading.Barrier(n)

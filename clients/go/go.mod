@@ -1,0 +1,3 @@
+module github.com/rmq-scheduler/rmq-scheduler/clients/go
+
+go 1.19

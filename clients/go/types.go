@@ -234,7 +234,7 @@ type ScheduleSpec struct {
 	EndAt          time.Time
 	Paused         bool
 	MisfireGraceMs *int64
-	DST            string
+	DST            *ScheduleDST
 	Job            Job
 	Extra          map[string]any
 }
@@ -263,7 +263,7 @@ func (s ScheduleSpec) MarshalJSON() ([]byte, error) {
 	if s.MisfireGraceMs != nil {
 		m["misfire_grace_ms"] = *s.MisfireGraceMs
 	}
-	if s.DST != "" {
+	if s.DST != nil {
 		m["dst"] = s.DST
 	}
 	for k, v := range s.Extra {
@@ -274,26 +274,39 @@ func (s ScheduleSpec) MarshalJSON() ([]byte, error) {
 
 // Schedule is a stored schedule. Job is the template as the API answers it.
 type Schedule struct {
-	Name                string           `json:"name"`
-	Cron                *string          `json:"cron"`
-	EveryMs             *int64           `json:"every_ms"`
-	Timezone            *string          `json:"timezone"`
-	StartAt             *time.Time       `json:"start_at"`
-	EndAt               *time.Time       `json:"end_at"`
-	Paused              bool             `json:"paused"`
-	MisfireGraceMs      *int64           `json:"misfire_grace_ms"`
-	DST                 string           `json:"dst"`
-	Job                 map[string]any   `json:"job"`
-	State               json.RawMessage  `json:"state,omitempty"`
-	Generation          int64            `json:"generation"`
-	CreatedAt           time.Time        `json:"created_at"`
-	UpdatedAt           time.Time        `json:"updated_at"`
-	LastRunAt           *time.Time       `json:"last_run_at"`
-	LastJobID           *string          `json:"last_job_id"`
-	LastRun             json.RawMessage  `json:"last_run,omitempty"`
-	FailureStreak       int64            `json:"failure_streak"`
-	FailureStreakCapped bool             `json:"failure_streak_capped"`
-	NextRuns            []time.Time      `json:"next_runs"`
+	Name                string          `json:"name"`
+	Cron                *string         `json:"cron"`
+	EveryMs             *int64          `json:"every_ms"`
+	Timezone            string          `json:"timezone"`
+	StartAt             *time.Time      `json:"start_at"`
+	EndAt               *time.Time      `json:"end_at"`
+	Paused              bool            `json:"paused"`
+	MisfireGraceMs      *int64          `json:"misfire_grace_ms"`
+	DST                 *ScheduleDST    `json:"dst"`
+	Job                 map[string]any  `json:"job"`
+	State               string          `json:"state"`
+	Generation          int64           `json:"generation"`
+	CreatedAt           time.Time       `json:"created_at"`
+	UpdatedAt           time.Time       `json:"updated_at"`
+	LastRunAt           *time.Time      `json:"last_run_at"`
+	LastJobID           *string         `json:"last_job_id"`
+	LastRun             json.RawMessage `json:"last_run,omitempty"`
+	FailureStreak       int64           `json:"failure_streak"`
+	FailureStreakCapped bool            `json:"failure_streak_capped"`
+	NextRuns            []NextRun       `json:"next_runs"`
+}
+
+// ScheduleDST: what a cron schedule does with a local time that a DST
+// change skips (next, skip) or repeats (first, both).
+type ScheduleDST struct {
+	Skipped  string `json:"skipped,omitempty"`
+	Repeated string `json:"repeated,omitempty"`
+}
+
+// NextRun is a coming run of a schedule.
+type NextRun struct {
+	UTC   time.Time `json:"utc"`
+	Local string    `json:"local"`
 }
 
 // LimitMatch selects the jobs a limit applies to.

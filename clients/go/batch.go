@@ -74,14 +74,19 @@ func (c *Client) Schedule(ctx context.Context, job Job, opts ...CallOption) (*Jo
 		return nil, &Error{Code: CodeClosed, Message: "the client is closed"}
 	}
 	it := &item{ctx: ctx, json: data, res: make(chan result, 1), c: c}
-	select {
-	case c.queue <- it:
-	case <-ctx.Done():
-		<-c.sem
-		return nil, canceled(ctx)
-	case <-c.closing:
+	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
 		<-c.sem
 		return nil, &Error{Code: CodeClosed, Message: "the client is closed"}
+	}
+	select {
+	case c.queue <- it:
+		c.mu.RUnlock()
+	case <-ctx.Done():
+		c.mu.RUnlock()
+		<-c.sem
+		return nil, canceled(ctx)
 	}
 	select {
 	case r := <-it.res:
@@ -92,7 +97,9 @@ func (c *Client) Schedule(ctx context.Context, job Job, opts ...CallOption) (*Jo
 	}
 }
 
-// sender gathers queued items into batches and starts each batch.
+// sender gathers queued items into batches and starts each batch. At
+// most maxInflight batches are in flight: while none can start, the
+// sender keeps gathering, so batches grow with the load.
 func (c *Client) sender() {
 	defer c.senders.Done()
 	var held *item // an item that did not fit the last batch
@@ -111,20 +118,42 @@ func (c *Client) sender() {
 		buf := []*item{first}
 		size := 2 + len(first.json)
 		timer := time.NewTimer(c.cfg.linger)
+		lingered, closing := false, false
 	gather:
-		for len(buf) < c.cfg.maxBatch && size < c.cfg.maxBatchBytes {
+		for {
+			full := held != nil || len(buf) >= c.cfg.maxBatch || size >= c.cfg.maxBatchBytes
+			if full || lingered || closing {
+				// Ready: start it as soon as a slot is free, gathering
+				// more meanwhile (if it is not full).
+				queue := c.queue
+				if full {
+					queue = nil
+				}
+				select {
+				case c.slots <- struct{}{}:
+					break gather
+				case it := <-queue:
+					if size+len(it.json)+1 > c.cfg.maxBatchBytes {
+						held = it
+						continue
+					}
+					buf = append(buf, it)
+					size += len(it.json) + 1
+				}
+				continue
+			}
 			select {
 			case it := <-c.queue:
 				if size+len(it.json)+1 > c.cfg.maxBatchBytes {
 					held = it
-					break gather
+					continue
 				}
 				buf = append(buf, it)
 				size += len(it.json) + 1
 			case <-timer.C:
-				break gather
+				lingered = true
 			case <-c.closing:
-				break gather
+				closing = true
 			}
 		}
 		timer.Stop()
@@ -132,7 +161,8 @@ func (c *Client) sender() {
 	}
 }
 
-// drain sends what is still queued when the client closes.
+// drain sends what is still queued when the client closes (nothing can
+// be queued any more: Close set closed first).
 func (c *Client) drain() {
 	var buf []*item
 	size := 2
@@ -140,6 +170,7 @@ func (c *Client) drain() {
 		select {
 		case it := <-c.queue:
 			if len(buf) > 0 && (len(buf) >= c.cfg.maxBatch || size+len(it.json)+1 > c.cfg.maxBatchBytes) {
+				c.slots <- struct{}{}
 				c.start(buf)
 				buf, size = nil, 2
 			}
@@ -147,6 +178,7 @@ func (c *Client) drain() {
 			size += len(it.json) + 1
 		default:
 			if len(buf) > 0 {
+				c.slots <- struct{}{}
 				c.start(buf)
 			}
 			return
@@ -158,6 +190,7 @@ func (c *Client) start(items []*item) {
 	c.batches.Add(1)
 	go func() {
 		defer c.batches.Done()
+		defer func() { <-c.slots }()
 		c.sendBatch(items)
 	}()
 }

@@ -32,6 +32,10 @@ import (
 // MaxServerBatch is the most items POST /schedule/batch takes.
 const MaxServerBatch = 1000
 
+// maxInflightBatches bounds the batches (and so the connections) in
+// flight at once; while they are all busy the next batch keeps growing.
+const maxInflightBatches = 32
+
 // RetryPolicy: Attempts tries in all (the first included); try n waits
 // uniformly in [0, min(Cap, Base * 2^(n-1))] (full jitter) unless the
 // answer had a Retry-After.
@@ -107,7 +111,10 @@ type Client struct {
 	ownHTTP bool
 
 	queue   chan *item
-	sem     chan struct{}
+	sem     chan struct{} // a token per outstanding Schedule call
+	slots   chan struct{} // a token per batch in flight
+	mu      sync.RWMutex  // closed vs. enqueueing
+	closed  bool
 	closing chan struct{}
 	closeMu sync.Once
 	senders sync.WaitGroup // the sender goroutine
@@ -154,8 +161,9 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		base:    u,
 		cfg:     cfg,
 		hc:      cfg.httpClient,
-		queue:   make(chan *item),
+		queue:   make(chan *item, cfg.maxBatch),
 		sem:     make(chan struct{}, cfg.maxOutstanding),
+		slots:   make(chan struct{}, maxInflightBatches),
 		closing: make(chan struct{}),
 	}
 	if c.hc == nil {
@@ -180,6 +188,9 @@ func (c *Client) Outstanding() int { return len(c.sem) }
 // after Close fails with CodeClosed.
 func (c *Client) Close() error {
 	c.closeMu.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 		close(c.closing)
 		c.senders.Wait()
 		c.batches.Wait()
@@ -366,7 +377,8 @@ func isDialError(err error) bool {
 func isResetError(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "server closed") ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "server closed") ||
 		strings.Contains(err.Error(), "connection reset")
 }
 

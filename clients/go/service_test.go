@@ -44,6 +44,10 @@ type service struct {
 	amqp  string
 	cmd   *exec.Cmd
 	done  chan struct{}
+	// https: the service serves TLS; client is what the tests' own
+	// requests go through.
+	scheme string
+	client *http.Client
 }
 
 func newService(t testing.TB, token string, args ...string) *service {
@@ -52,7 +56,7 @@ func newService(t testing.TB, token string, args ...string) *service {
 	if bin == "" {
 		t.Skip("RMQS_BIN is not set: the path of the rmq-scheduler binary to test against (e.g. build-test/rmq-scheduler)")
 	}
-	s := &service{t: t, args: args, token: token, dir: t.TempDir()}
+	s := &service{t: t, args: args, token: token, dir: t.TempDir(), scheme: "http", client: http.DefaultClient}
 	s.port = freePort(t)
 	s.amqp = fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", freePort(t))
 	t.Cleanup(s.stop)
@@ -65,7 +69,7 @@ func startService(t testing.TB, token string, args ...string) *service {
 	return s
 }
 
-func (s *service) url() string { return fmt.Sprintf("http://127.0.0.1:%d", s.port) }
+func (s *service) url() string { return fmt.Sprintf("%s://127.0.0.1:%d", s.scheme, s.port) }
 
 // start (again, on the same port and database after stop).
 func (s *service) start(wait bool) {
@@ -161,7 +165,7 @@ func (s *service) api(method, path string, body any) (int, []byte, error) {
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}

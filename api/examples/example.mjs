@@ -1,6 +1,10 @@
 // Schedule a job, read its status, cancel it: rmq-scheduler from Node.js
 // (18 or later: the built-in fetch, no packages).
 //
+// The HTTP calls themselves, for reading or porting to a language without
+// a library. From a Node application, use clients/node instead: batching,
+// safe retries and typed errors over these same calls.
+//
 //   node api/examples/example.mjs [BASE_URL]     default http://127.0.0.1:8080
 //   RMQS_API_TOKEN=... node api/examples/example.mjs
 //

@@ -2,6 +2,10 @@
 """Schedule a job, read its status, cancel it: rmq-scheduler from Python's
 standard library alone.
 
+The HTTP calls themselves, for reading or porting to a language without a
+library. From a Python application, use clients/python instead: batching,
+safe retries and typed errors over these same calls.
+
     python3 api/examples/example.py [BASE_URL]     default http://127.0.0.1:8080
     RMQS_API_TOKEN=... python3 api/examples/example.py
 

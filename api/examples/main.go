@@ -1,6 +1,10 @@
 // Command main schedules a job, reads its status and cancels it: rmq-scheduler
 // from Go's standard library (net/http, encoding/json).
 //
+// The HTTP calls themselves, for reading or porting to a language without
+// a library. From a Go program, use the module in clients/go instead:
+// batching, safe retries and typed errors over these same calls.
+//
 //	go run api/examples/main.go [BASE_URL]     default http://127.0.0.1:8080
 //	RMQS_API_TOKEN=... go run api/examples/main.go
 //

@@ -1,5 +1,6 @@
 #!/bin/sh
 # schedule.sh - schedule a job, read its status, cancel it (curl and POSIX sh).
+# The HTTP calls themselves; from Node, Python or Go, use clients/ instead.
 #
 #   api/examples/schedule.sh [BASE_URL]          default http://127.0.0.1:8080
 #   RMQS_API_TOKEN=... api/examples/schedule.sh  when the service needs a token

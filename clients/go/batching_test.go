@@ -22,7 +22,10 @@ func TestBatching(t *testing.T) {
 
 	t.Run("10,000 goroutines: each its own job, at most 100 HTTP requests", func(t *testing.T) {
 		ct := newCounting()
-		c := newClient(t, svc.url(), rmqs.WithTransport(ct))
+		// 60 s per request: the service under ASan, beside another test,
+		// took up to 2.7 s per 1,000-item batch, and the batches queue at
+		// its one writer.
+		c := newClient(t, svc.url(), rmqs.WithTransport(ct), rmqs.WithTimeout(time.Minute))
 		before := svc.metric(batchRoute)
 		const n = 10000
 		ids := make([]string, n)
@@ -75,7 +78,9 @@ func TestBatching(t *testing.T) {
 	})
 
 	t.Run("invalid items: each of those callers gets its own error, the others their jobs", func(t *testing.T) {
-		c := newClient(t, svc.url(), rmqs.WithLinger(20*time.Millisecond))
+		// 200 ms: the 1,000 goroutines start within it even under the race
+		// detector on a loaded machine (20 ms made two batches in CI's lane).
+		c := newClient(t, svc.url(), rmqs.WithLinger(200*time.Millisecond))
 		before := svc.metric(batchRoute)
 		const n = 1000
 		errs := make([]error, n)

@@ -251,7 +251,9 @@ func TestRetries(t *testing.T) {
 			}
 			return nil
 		})
-		c := newClient(t, f.srv.URL, rmqs.WithLinger(20*time.Millisecond),
+		// 200 ms: the 300 goroutines start within it even under the race
+		// detector on a loaded machine, so they make one batch.
+		c := newClient(t, f.srv.URL, rmqs.WithLinger(200*time.Millisecond),
 			rmqs.WithRetry(rmqs.RetryPolicy{Attempts: 3, Base: time.Millisecond, Cap: 5 * time.Millisecond}))
 		var wg sync.WaitGroup
 		var mu sync.Mutex

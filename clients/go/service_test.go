@@ -1,9 +1,12 @@
 package rmqs_test
 
 // The real rmq-scheduler binary for the tests: a temporary SQLite
-// database, a free loopback port, a closed AMQP port (the broker is down:
-// jobs are accepted and stored, nothing waits for a delivery). RMQS_BIN
-// names the binary; without it the tests are skipped.
+// database, a free loopback port, and RabbitMQ at RMQS_TEST_AMQP_URL, or
+// else a closed AMQP port (the broker is down: jobs are accepted and
+// stored, nothing waits for a delivery). RMQS_BIN names the binary; without
+// it the tests are skipped. RMQS_TEST_STORE=postgres (tests/run.sh, for
+// clients.go.postgres) gives each service a database of its own on the
+// server RMQS_TEST_PG_ADMIN and RMQS_TEST_PG_URL name, dropped at the end.
 
 import (
 	"bufio"
@@ -11,6 +14,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +44,7 @@ type service struct {
 	args  []string
 	token string
 	dir   string
+	db    string
 	port  int
 	amqp  string
 	cmd   *exec.Cmd
@@ -58,9 +63,36 @@ func newService(t testing.TB, token string, args ...string) *service {
 	}
 	s := &service{t: t, args: args, token: token, dir: t.TempDir(), scheme: "http", client: http.DefaultClient}
 	s.port = freePort(t)
-	s.amqp = fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", freePort(t))
+	s.db = filepath.Join(s.dir, "scheduler.db")
+	if os.Getenv("RMQS_TEST_STORE") == "postgres" {
+		name := fmt.Sprintf("rmqs_gc_%d_%d", os.Getpid(), rand.Int63())
+		psql(t, fmt.Sprintf(`CREATE DATABASE %s OWNER "%s"`, name, pgEnv(t, "RMQS_TEST_PG_USER")))
+		t.Cleanup(func() { psql(t, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+		s.db = pgEnv(t, "RMQS_TEST_PG_URL") + "/" + name
+	}
+	s.amqp = os.Getenv("RMQS_TEST_AMQP_URL")
+	if s.amqp == "" {
+		s.amqp = fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", freePort(t))
+	}
 	t.Cleanup(s.stop)
 	return s
+}
+
+func pgEnv(t testing.TB, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: RMQS_TEST_STORE=postgres needs the server tests/run.sh starts", name)
+	}
+	return v
+}
+
+func psql(t testing.TB, sql string) {
+	t.Helper()
+	out, err := exec.Command("/usr/lib/postgresql/15/bin/psql", "-X", "-q", "-v", "ON_ERROR_STOP=1",
+		"-d", pgEnv(t, "RMQS_TEST_PG_ADMIN"), "-c", sql).CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql %q: %v: %s", sql, err, out)
+	}
 }
 
 func startService(t testing.TB, token string, args ...string) *service {
@@ -75,7 +107,7 @@ func (s *service) url() string { return fmt.Sprintf("%s://127.0.0.1:%d", s.schem
 func (s *service) start(wait bool) {
 	s.t.Helper()
 	args := append([]string{"--listen", fmt.Sprintf("127.0.0.1:%d", s.port),
-		"--db", filepath.Join(s.dir, "scheduler.db"), "--amqp-url", s.amqp}, s.args...)
+		"--db", s.db, "--amqp-url", s.amqp}, s.args...)
 	cmd := exec.Command(os.Getenv("RMQS_BIN"), args...)
 	var env []string
 	for _, e := range os.Environ() {

@@ -193,8 +193,6 @@ export interface ClientOptions {
   retry?: RetryOptions;
   /** An http(s).Agent of your own (e.g. with `ca` for a private CA); default a keep-alive one. */
   agent?: HttpAgent | HttpsAgent;
-  /** Send each batch item's idempotency key as its `idempotency_key` member. Default true. */
-  itemKeys?: boolean;
   /** Extra headers on every request. */
   headers?: Record<string, string>;
 }

@@ -186,7 +186,6 @@ export class Client {
     maxOutstanding = 10000,
     retry = {},
     agent,
-    itemKeys = true,
     headers = {},
   } = {}) {
     this.url = new URL(url);
@@ -200,7 +199,6 @@ export class Client {
     this.maxBatchBytes = maxBatchBytes;
     this.maxOutstanding = Math.max(1, maxOutstanding);
     this.retryOpts = { attempts: 5, baseMs: 50, capMs: 2000, ...retry };
-    this.itemKeys = itemKeys;
     this.extraHeaders = headers;
     this.mod = this.url.protocol === 'https:' ? https : http;
     this.ownAgent = !agent;
@@ -371,7 +369,6 @@ export class Client {
   }
 
   _itemJson(job, key) {
-    if (!this.itemKeys) return JSON.stringify(job);
     return JSON.stringify({ ...job, idempotency_key: key });
   }
 
@@ -434,7 +431,7 @@ export class Client {
         res = await this.requestFull('POST', '/schedule/batch', {
           rawBody: body,
           headers: { Prefer: 'return=minimal' },
-          safe: this.itemKeys,
+          safe: true,
         });
       } catch (err) {
         const bad = this._badItems(err, live);
@@ -516,7 +513,7 @@ export class Client {
         const r = await this.request('POST', '/schedule/batch', {
           rawBody: body,
           headers: minimal ? { Prefer: 'return=minimal' } : {},
-          safe: this.itemKeys,
+          safe: true,
           signal,
         });
         out.push(...r.jobs);

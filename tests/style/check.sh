@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/style/check.sh - the code is as its formatters write it: C as
 # clang-format 14 does with .clang-format, JavaScript (and tests/contract's
-# TypeScript fixtures) as prettier does with .prettierrc.json (the version
-# locked in tests/style/package-lock.json, installed by tests/run.sh).
+# TypeScript fixtures, clients/node's types) as prettier does with
+# .prettierrc.json (the version locked in tests/style/package-lock.json,
+# installed by tests/run.sh), Go as gofmt does.
 # Formatting is then nobody's review comment and no diff mixes it with a
 # change.
 #
@@ -20,6 +21,10 @@ command -v "$CLANG_FORMAT" >/dev/null || {
     echo "check.sh: $CLANG_FORMAT is missing (apt-get install clang-format-14)" >&2
     exit 2
 }
+command -v gofmt >/dev/null || {
+    echo "check.sh: gofmt is missing (apt-get install golang-go)" >&2
+    exit 2
+}
 [ -x "$PRETTIER" ] || {
     echo "check.sh: $PRETTIER is missing (cd tests/style && npm ci)" >&2
     exit 2
@@ -28,13 +33,17 @@ command -v "$CLANG_FORMAT" >/dev/null || {
 # Our own sources only: no build trees, no node_modules.
 mapfile -t c_files < <(find service tests/unit tests/fuzz tests/bench tests/cron \
     tests/integration -name node_modules -prune -o -type f -name '*.[ch]' -print | sort)
-mapfile -t js_files < <(find ui tests/browser tests/integration tests/contract api/examples \
+mapfile -t js_files < <(find ui tests/browser tests/integration tests/contract api/examples clients/node \
     -name node_modules -prune -o -type f \( -name '*.js' -o -name '*.mjs' -o -name '*.ts' \) -print | sort)
+
+mapfile -t go_files < <(find clients/go api/examples tests -name node_modules -prune -o \
+    -type f -name '*.go' -print | sort)
 
 status=0
 if [ "$fix" = 1 ]; then
     "$CLANG_FORMAT" -i "${c_files[@]}" || status=1
     "$PRETTIER" --log-level warn --write "${js_files[@]}" || status=1
+    gofmt -w "${go_files[@]}" || status=1
     exit "$status"
 fi
 bad=0
@@ -48,6 +57,10 @@ done
 if ! "$PRETTIER" --log-level warn --check "${js_files[@]}"; then
     bad=$((bad + 1))
 fi
+if unformatted=$(gofmt -l "${go_files[@]}") && [ -n "$unformatted" ]; then
+    echo "not formatted (Go): $unformatted" >&2
+    bad=$((bad + 1))
+fi
 # One way to name a log line's module (service/util/log.h): each file
 # defines MOD once and passes it; a string at a call is a second way.
 if grep -rnE --include='*.c' --include='*.h' \
@@ -55,5 +68,5 @@ if grep -rnE --include='*.c' --include='*.h' \
     echo "check.sh: a log module written at the call (use MOD, see log.h)" >&2
     bad=$((bad + 1))
 fi
-echo "check.sh: ${#c_files[@]} C files, ${#js_files[@]} JavaScript files; $bad not formatted"
+echo "check.sh: ${#c_files[@]} C files, ${#js_files[@]} JavaScript files, ${#go_files[@]} Go files; $bad not formatted"
 [ "$bad" = 0 ] || { echo "check.sh: tests/style/check.sh --fix formats them" >&2; exit 1; }

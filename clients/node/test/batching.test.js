@@ -27,7 +27,9 @@ after(async () => {
 
 test('10,000 concurrent schedule() calls: each its own job, in at most 100 HTTP requests', async () => {
   const agent = new CountingAgent();
-  const c = new Client({ url: svc.url, itemKeys: false, agent });
+  // 60 s per request: the service under ASan, beside another test, took up
+  // to 2.7 s per 1,000-item batch, and the batches queue at its one writer.
+  const c = new Client({ url: svc.url, agent, timeoutMs: 60000 });
   const before = await batchRequests(svc);
   const t0 = Date.now();
   const jobs = await Promise.all(
@@ -48,7 +50,7 @@ test('10,000 concurrent schedule() calls: each its own job, in at most 100 HTTP 
 });
 
 test('invalid items: each of those callers gets its own error, the others their jobs (more than the 50 a 400 lists)', async () => {
-  const c = new Client({ url: svc.url, itemKeys: false, lingerMs: 20 });
+  const c = new Client({ url: svc.url, lingerMs: 20 });
   const before = await batchRequests(svc);
   const calls = Array.from({ length: 1000 }, (_, i) => {
     if (i % 7 === 3) return c.schedule(job({ routing_key: 'mixed', delay_ms: -1 }));
@@ -85,7 +87,7 @@ test('invalid items: each of those callers gets its own error, the others their 
 });
 
 test('back-pressure: never more than maxOutstanding calls pending, the rest wait their turn', async () => {
-  const c = new Client({ url: svc.url, itemKeys: false, maxOutstanding: 50, maxBatch: 20, lingerMs: 1 });
+  const c = new Client({ url: svc.url, maxOutstanding: 50, maxBatch: 20, lingerMs: 1 });
   let peak = 0;
   let peakBuf = 0;
   const watch = setInterval(() => {
@@ -111,7 +113,7 @@ test('back-pressure: never more than maxOutstanding calls pending, the rest wait
 
 test('maxBatchBytes cuts batches by size; a 413 splits a batch; one item too large fails alone', async () => {
   const agent = new CountingAgent();
-  const c = new Client({ url: svc.url, itemKeys: false, agent, maxBatchBytes: 100 * 1024 });
+  const c = new Client({ url: svc.url, agent, maxBatchBytes: 100 * 1024 });
   const body = 'x'.repeat(10 * 1024);
   await Promise.all(Array.from({ length: 50 }, () => c.schedule(job({ routing_key: 'bytes', body }))));
   // About 10 items per request (100 KiB of 10 KiB bodies).
@@ -119,7 +121,7 @@ test('maxBatchBytes cuts batches by size; a 413 splits a batch; one item too lar
   await c.close();
 
   // A budget above the service's --max-body-bytes (256 KiB): 413, halves.
-  const big = new Client({ url: svc.url, itemKeys: false, maxBatchBytes: 900 * 1024 });
+  const big = new Client({ url: svc.url, maxBatchBytes: 900 * 1024 });
   const r = await Promise.allSettled([
     ...Array.from({ length: 60 }, () => big.schedule(job({ routing_key: 'split', body }))),
     big.schedule(job({ routing_key: 'split', body: 'y'.repeat(300 * 1024) })),
@@ -132,7 +134,7 @@ test('maxBatchBytes cuts batches by size; a 413 splits a batch; one item too lar
 });
 
 test('AbortSignal: before the call, while buffered (nothing sent), while waiting for room; timeoutMs', async () => {
-  const c = new Client({ url: svc.url, itemKeys: false, lingerMs: 200 });
+  const c = new Client({ url: svc.url, lingerMs: 200 });
   await assert.rejects(c.schedule(job(), { signal: AbortSignal.abort() }), AbortError);
   const ac = new AbortController();
   const p = c.schedule(job({ routing_key: 'abort' }), { signal: ac.signal });
@@ -144,7 +146,7 @@ test('AbortSignal: before the call, while buffered (nothing sent), while waiting
   await assert.rejects(c.get('x', { signal: AbortSignal.abort() }), AbortError);
   await c.close();
 
-  const tight = new Client({ url: svc.url, itemKeys: false, maxOutstanding: 1, lingerMs: 50 });
+  const tight = new Client({ url: svc.url, maxOutstanding: 1, lingerMs: 50 });
   const first = tight.schedule(job({ routing_key: 'abort2' }));
   const ac2 = new AbortController();
   const waiting = tight.schedule(job({ routing_key: 'abort2' }), { signal: ac2.signal });
@@ -159,7 +161,7 @@ test('AbortSignal: before the call, while buffered (nothing sent), while waiting
   const held = new Set();
   const mute = net.createServer((sock) => held.add(sock));
   await new Promise((r) => mute.listen(0, '127.0.0.1', r));
-  const slow = new Client({ url: `http://127.0.0.1:${mute.address().port}`, itemKeys: false, timeoutMs: 150 });
+  const slow = new Client({ url: `http://127.0.0.1:${mute.address().port}`, timeoutMs: 150 });
   const t0 = Date.now();
   await assert.rejects(slow.status(), (e) => e instanceof TimeoutError && e.code === 'timeout');
   await assert.rejects(slow.schedule(job()), TimeoutError);

@@ -63,7 +63,7 @@ after(async () => {
 test('a client started before the service: connection refused is retried, every job stored once', async () => {
   const late = new Service();
   late.port = await freePort();
-  const c = new Client({ url: late.url, itemKeys: false, retry: patient, maxBatch: 100 });
+  const c = new Client({ url: late.url, retry: patient, maxBatch: 100 });
   try {
     const calls = Array.from({ length: 1000 }, (_, i) => c.schedule(job({ routing_key: 'late', body: { i } })));
     const st = c.status();
@@ -81,7 +81,7 @@ test('a client started before the service: connection refused is retried, every 
 
 test('the service stopped and restarted mid-way: 0 lost', async () => {
   const s = await new Service().start();
-  const c = new Client({ url: s.url, itemKeys: false, retry: patient, maxBatch: 50 });
+  const c = new Client({ url: s.url, retry: patient, maxBatch: 50 });
   try {
     const calls = [];
     for (let wave = 0; wave < 20; wave++) {
@@ -125,7 +125,7 @@ test('429 with Retry-After and 503 are retried (the Retry-After honoured); the j
       return { status: 503, body: { error: { code: 'unavailable', message: 'the database is unavailable' } } };
     return null;
   });
-  const c = new Client({ url: f.url, itemKeys: false, retry: { attempts: 5, baseMs: 10, capMs: 50 } });
+  const c = new Client({ url: f.url, retry: { attempts: 5, baseMs: 10, capMs: 50 } });
   try {
     const t0 = Date.now();
     const m = await c.schedule(job({ routing_key: 'r429' }));
@@ -147,7 +147,7 @@ test('retries end after retry.attempts with the last error; other 4xx are never 
       return { status: 400, body: { error: { code: 'invalid_argument', message: 'no' } } };
     return { status: 409, body: { error: { code: 'conflict', message: 'no' } } };
   });
-  const c = new Client({ url: f.url, itemKeys: false, retry: { attempts: 3, baseMs: 1, capMs: 5 } });
+  const c = new Client({ url: f.url, retry: { attempts: 3, baseMs: 1, capMs: 5 } });
   try {
     await assert.rejects(c.status(), (e) => e instanceof UnavailableError && e.status === 503);
     assert.equal(f.n, 3);
@@ -167,7 +167,7 @@ test('retries end after retry.attempts with the last error; other 4xx are never 
 
 test('scheduleOne() after a connection cut once answered: retried with the same Idempotency-Key, one job', async () => {
   const f = await front(svc.url, (req, n) => (n === 0 ? 'reset' : null));
-  const c = new Client({ url: f.url, itemKeys: false, retry: { attempts: 3, baseMs: 1, capMs: 5 } });
+  const c = new Client({ url: f.url, retry: { attempts: 3, baseMs: 1, capMs: 5 } });
   try {
     const j = await c.scheduleOne(job({ routing_key: 'cut1' }));
     assert.equal(f.n, 2);
@@ -179,32 +179,9 @@ test('scheduleOne() after a connection cut once answered: retried with the same 
   }
 });
 
-// ---- per-item idempotency keys: awaiting the server change -------------
-//
-// A parallel branch adds `"idempotency_key"` to the items of POST
-// /schedule/batch. Until it is merged, the service answers 400 `unknown
-// field` for it: these tests ask the service first and skip with that
-// reason; they run by themselves once the service accepts the field.
-async function itemKeysSupported() {
-  const r = await svc.api('POST', '/schedule/batch', [job({ routing_key: 'probe', idempotency_key: 'probe-1' })]);
-  return r.status === 201 || r.status === 200;
-}
-const AWAITING =
-  'awaiting the server change: per-item "idempotency_key" in POST /schedule/batch (this service answers 400 unknown field)';
+// ---- per-item idempotency keys ----------------------------------------
 
-test('item keys, today: the service refuses the field, and each caller gets that error', async (t) => {
-  if (await itemKeysSupported()) return t.skip('the service accepts item keys now');
-  const c = new Client({ url: svc.url });
-  const r = await Promise.allSettled([c.schedule(job()), c.schedule(job())]);
-  for (const x of r) {
-    assert.ok(x.reason instanceof InvalidArgumentError);
-    assert.equal(x.reason.field, 'idempotency_key');
-  }
-  await c.close();
-});
-
-test('item keys: a repeated key returns the existing job, another job with it is a conflict for that caller only', async (t) => {
-  if (!(await itemKeysSupported())) return t.skip(AWAITING);
+test('item keys: a repeated key returns the existing job, another job with it is a conflict for that caller only', async () => {
   const c = new Client({ url: svc.url });
   try {
     const key = 'node-item-' + Date.now();
@@ -227,8 +204,7 @@ test('item keys: a repeated key returns the existing job, another job with it is
   }
 });
 
-test('item keys: a batch whose answer was cut is retried and stored once', async (t) => {
-  if (!(await itemKeysSupported())) return t.skip(AWAITING);
+test('item keys: a batch whose answer was cut is retried and stored once', async () => {
   const f = await front(svc.url, (req, n) => (n === 0 ? 'reset' : null));
   const c = new Client({ url: f.url, retry: { attempts: 3, baseMs: 1, capMs: 5 } });
   try {

@@ -22,14 +22,14 @@ test('https:// with an agent that trusts the certificate; refused without it', a
   const agent = new https.Agent({ keepAlive: true, ca: fs.readFileSync(cert) });
   // Service.api() uses fetch, which does not trust the CA: wait with the client.
   await s.start({ wait: false });
-  const c = new Client({ url: s.url, itemKeys: false, agent, retry: { attempts: 60, baseMs: 50, capMs: 200 } });
+  const c = new Client({ url: s.url, agent, retry: { attempts: 60, baseMs: 50, capMs: 200 } });
   try {
     assert.equal((await c.status()).database.state, 'up');
     const jobs = await Promise.all(
       [1, 2, 3].map((i) => c.schedule({ exchange: 'e', routing_key: 'tls', body: { i }, delay_ms: 60000 })),
     );
     assert.equal((await c.get(jobs[2].id)).body.i, 3);
-    const untrusting = new Client({ url: s.url, itemKeys: false, retry: { attempts: 1 } });
+    const untrusting = new Client({ url: s.url, retry: { attempts: 1 } });
     await assert.rejects(
       untrusting.status(),
       (e) => e instanceof ConnectionError && /self.signed|certificate/i.test(e.message),

@@ -1,11 +1,15 @@
 // testlib/service.js - the real rmq-scheduler binary for the client's tests: a
-// temporary SQLite database, a free loopback port, stopped by its PID.
+// temporary SQLite database (or a PostgreSQL database of its own), a free
+// loopback port, stopped by its PID.
 //
 // RMQS_BIN names the binary (e.g. /work/main/build-test/rmq-scheduler).
+// RMQS_TEST_STORE=postgres (tests/run.sh, for the clients.*.postgres tests)
+// gives each service a database of its own on the server RMQS_TEST_PG_ADMIN
+// and RMQS_TEST_PG_URL name, dropped by destroy().
 // RMQS_TEST_AMQP_URL names a RabbitMQ if there is one; without it the
 // service gets a closed port: jobs are accepted and stored while the broker
 // is down, which is all these tests need (nothing waits for a delivery).
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -46,6 +50,22 @@ export function bin() {
   return b;
 }
 
+function pgEnv(name) {
+  const v = process.env[name];
+  if (!v) throw new Error(`${name} is not set: RMQS_TEST_STORE=postgres needs the server tests/run.sh starts`);
+  return v;
+}
+
+function psql(sql) {
+  execFileSync(
+    '/usr/lib/postgresql/15/bin/psql',
+    ['-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', pgEnv('RMQS_TEST_PG_ADMIN'), '-c', sql],
+    {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
+}
+
 let closedAmqp;
 async function amqpUrl() {
   if (process.env.RMQS_TEST_AMQP_URL) return process.env.RMQS_TEST_AMQP_URL;
@@ -61,6 +81,12 @@ export class Service {
     this.env = env;
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'rmqs-node-client-'));
     this.db = path.join(this.dir, 'scheduler.db');
+    this.pgName = null;
+    if (process.env.RMQS_TEST_STORE === 'postgres') {
+      this.pgName = `rmqs_nc_${process.pid}_${Math.floor(Math.random() * 1e9)}`;
+      psql(`CREATE DATABASE ${this.pgName} OWNER "${pgEnv('RMQS_TEST_PG_USER')}"`);
+      this.db = `${pgEnv('RMQS_TEST_PG_URL')}/${this.pgName}`;
+    }
     this.proc = null;
   }
 
@@ -151,6 +177,7 @@ export class Service {
 
   async destroy() {
     await this.stop();
+    if (this.pgName) psql(`DROP DATABASE IF EXISTS ${this.pgName} WITH (FORCE)`);
     fs.rmSync(this.dir, { recursive: true, force: true });
   }
 }

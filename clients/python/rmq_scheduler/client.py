@@ -188,6 +188,7 @@ class Client:
         self._retries = 0
         self._requests = 0
         self._stats_lock = threading.Lock()
+        self._nsenders = senders
         self._senders = concurrent.futures.ThreadPoolExecutor(
             max_workers=senders, thread_name_prefix="rmqs-batch")
         self._thread = threading.Thread(target=self._run, name="rmqs-sender",
@@ -399,16 +400,22 @@ class Client:
 
     def _run(self):
         """The sender thread: hands each batch to a sender worker when it
-        is full or its oldest item has lingered ``linger`` seconds."""
+        is full, or its oldest item has lingered ``linger`` seconds and a
+        sender is free."""
         with self._cond:
             while True:
                 if self._buf and not self._ready:
+                    # While every sender is busy, the batch keeps growing
+                    # past its linger (Nagle's rule): threads holding the
+                    # GIL make calls slower than a 2 ms batch fills, and
+                    # waiting for a free sender costs them nothing.
                     due = self._buf_since + self.linger
                     now = time.monotonic()
-                    if now >= due or self._closed:
+                    if self._closed or (now >= due
+                                        and self._inflight < self._nsenders):
                         self._cut()
                     else:
-                        self._cond.wait(due - now)
+                        self._cond.wait(due - now if now < due else None)
                         continue
                 if self._ready:
                     batches, self._ready = self._ready, []

@@ -1,5 +1,10 @@
 """The real rmq-scheduler binary for the client's tests: a temporary SQLite
-database, a free loopback port, stopped by its PID.
+database (or a PostgreSQL database of its own), a free loopback port,
+stopped by its PID.
+
+RMQS_TEST_STORE=postgres (tests/run.sh, for the clients.*.postgres tests)
+gives each service a database of its own on the server RMQS_TEST_PG_ADMIN
+and RMQS_TEST_PG_URL name, dropped by destroy().
 
 RMQS_BIN names the binary. RMQS_TEST_AMQP_URL names a RabbitMQ if there is
 one; without it the service gets a closed port: jobs are accepted and
@@ -8,6 +13,7 @@ stored while the broker is down, which is all these tests need.
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -32,6 +38,20 @@ def bin_path():
     return b
 
 
+def pg_env(name):
+    v = os.environ.get(name)
+    if not v:
+        raise RuntimeError(f"{name} is not set: RMQS_TEST_STORE=postgres "
+                           "needs the server tests/run.sh starts")
+    return v
+
+
+def psql(sql):
+    subprocess.run(["/usr/lib/postgresql/15/bin/psql", "-X", "-q", "-v",
+                    "ON_ERROR_STOP=1", "-d", pg_env("RMQS_TEST_PG_ADMIN"),
+                    "-c", sql], check=True, stdout=subprocess.DEVNULL)
+
+
 _closed_amqp = None
 
 
@@ -52,6 +72,13 @@ class Service:
         self.env = env or {}
         self.dir = tempfile.mkdtemp(prefix="rmqs-py-client-")
         self.db = os.path.join(self.dir, "scheduler.db")
+        self.pg_name = None
+        if os.environ.get("RMQS_TEST_STORE") == "postgres":
+            self.pg_name = (f"rmqs_pc_{os.getpid()}_"
+                            f"{random.randrange(10**9)}")
+            psql(f"CREATE DATABASE {self.pg_name} "
+                 f'OWNER "{pg_env("RMQS_TEST_PG_USER")}"')
+            self.db = f"{pg_env('RMQS_TEST_PG_URL')}/{self.pg_name}"
         self.log_path = os.path.join(self.dir, "service.log")
         self.port = None
         self.proc = None
@@ -141,6 +168,8 @@ class Service:
 
     def destroy(self):
         self.stop()
+        if self.pg_name:
+            psql(f"DROP DATABASE IF EXISTS {self.pg_name} WITH (FORCE)")
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

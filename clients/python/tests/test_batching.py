@@ -29,10 +29,14 @@ def svc():
 
 
 def test_10000_schedule_async_calls_from_4_threads_in_at_most_100_requests(svc):
-    # 50 ms of linger: four Python threads sharing the GIL with the sender
-    # threads produce calls slower than Node's event loop does, and 2 ms
-    # batches of them made from 32 to 129 requests here.
-    with Client(svc.url, linger=0.05) as c:
+    # The default linger (2 ms): four Python threads sharing the GIL with
+    # the sender threads make calls slower than a 2 ms batch fills; the
+    # batch keeps growing while every sender is busy (with batches cut at
+    # 2 ms regardless, this made 32 to 129 requests here).
+    # 60 s per request: the service under ASan, beside another test, took
+    # up to 2.7 s per 1,000-item batch, and the batches queue at its one
+    # writer.
+    with Client(svc.url, timeout=60) as c:
         before = batch_requests(svc)
         futures = [[] for _ in range(4)]
 
@@ -63,6 +67,8 @@ def test_10000_schedule_async_calls_from_4_threads_in_at_most_100_requests(svc):
 
 
 def test_2000_threads_calling_schedule_in_at_most_20_requests(svc):
+    # 200 ms of linger: 2,000 threads released by a barrier wake over more
+    # than 50 ms here, and each call blocks its thread until its answer.
     with Client(svc.url, linger=0.2) as c:
         before = batch_requests(svc)
         n = 2000
@@ -86,7 +92,9 @@ def test_2000_threads_calling_schedule_in_at_most_20_requests(svc):
 
 
 def test_invalid_items_each_caller_its_own_error(svc):
-    with Client(svc.url, linger=0.02) as c:
+    # 200 ms: the 1,000 calls are made within it on a loaded machine too
+    # (20 ms made two batches beside another test: 10 requests).
+    with Client(svc.url, linger=0.2) as c:
         before = batch_requests(svc)
         futures = []
         for i in range(1000):

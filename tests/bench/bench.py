@@ -24,6 +24,9 @@ Scenarios (see the README of issue 4 for the targets):
                or with --backlog-store postgres on the run's PostgreSQL).
   retention    (only when asked) PostgreSQL: a steady load with a short
                retention, purge cost and table size every 10 s.
+  clients      (only when asked) jobs/s and client CPU through the Node,
+               Python and Go libraries against one request per job, and the
+               Node library against BullMQ's Queue.add() (tests/bench/clients.py).
 
 Results: a table on stdout and a JSON file (--out).
 """
@@ -62,6 +65,7 @@ import search  # issue 14: the search's insert cost and request times at N jobs
 import poison  # issue 21: a job the broker refuses for a whole channel, in a burst
 import flow  # issue 23: limits' cost, a drain's neighbour, fairness, shared limits
 import retention  # issue 24: purge and table size at a steady load on PostgreSQL
+import clients  # issue 26: the client libraries against one request per job, and BullMQ
 
 
 # --- the benchmark ----------------------------------------------------------------------
@@ -120,6 +124,8 @@ class Bench(benchlib.BenchBase, Precision, Burst, Ingest, Comparisons, Backlog):
             self.step("flow", flow.scenario, self, svc)
         if only is not None and "retention" in only:  # issue 24; only when asked
             self.step("retention", retention.scenario, self, svc)
+        if only is not None and "clients" in only:  # issue 26; only when asked
+            self.step("clients", clients.scenario, self, svc)
         if want("backlog") and self.a.backlog_store == "postgres":
             R["empty_stop"] = svc.stop()
             self.step("backlog", self.scenario_backlog_pg)
@@ -325,6 +331,9 @@ def table(R, a):
     if R.get("retention"):
         retention.table_rows(R["retention"], row)
         noise_row("retention", R["retention"])
+    if R.get("clients"):
+        clients.table_rows(R["clients"], row)
+        noise_row("clients", R["clients"])
     return rows
 
 
@@ -393,7 +402,7 @@ def main():
     ap.add_argument("--mode", default="quick")
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="", help="comma list of precision,burst,"
-                    "comparisons,ingest,backlog,stores,schedules,search,poison,flow,retention")
+                    "comparisons,ingest,backlog,stores,schedules,search,poison,flow,retention,clients")
     ap.add_argument("--backlog-store", choices=("sqlite", "postgres"), default="sqlite",
                     help="backlog scenario: the store (postgres: on the run's server, "
                     "empty then --backlog pending jobs)")
@@ -433,6 +442,22 @@ def main():
                     help="schedules scenario: how many fire at one minute boundary")
     ap.add_argument("--schedules-stores", default="sqlite,postgres",
                     help="schedules scenario: the stores, a comma list of sqlite,postgres")
+    ap.add_argument("--clients-libs", default="node,python,go",
+                    help="clients scenario: the libraries, a comma list of node,python,go "
+                    "(empty: only the BullMQ comparison)")
+    ap.add_argument("--clients-callers", default="1,16,256",
+                    help="clients scenario: concurrent callers, a comma list")
+    ap.add_argument("--clients-jobs", type=int, default=20_000,
+                    help="clients scenario: jobs per run at most")
+    ap.add_argument("--clients-seconds", type=float, default=10,
+                    help="clients scenario: seconds per run at most")
+    ap.add_argument("--clients-reps", type=int, default=3,
+                    help="clients scenario: runs of each configuration (medians)")
+    ap.add_argument("--clients-bullmq-jobs", type=int, default=20_000,
+                    help="clients scenario: jobs started at once through the Node library "
+                    "and BullMQ's Queue.add() (0: skip the comparison)")
+    ap.add_argument("--clients-stores", default="sqlite,postgres",
+                    help="clients scenario: the service's stores in the BullMQ comparison")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--precision-seconds", type=int, default=20)
     ap.add_argument("--ingest-seconds", type=int, default=10)
@@ -497,6 +522,8 @@ def main():
         print()
         print_table(rows)
         print()
+        if isinstance(b.results.get("clients"), dict) and "error" not in b.results["clients"]:
+            clients.print_tables(b.results["clients"])
     log(f"results written to {a.out}")
     return status
 

@@ -11,6 +11,7 @@
 #   tests/bench/run.sh --only poison           # a poison job in a burst of 20,000
 #   tests/bench/run.sh --only flow             # limits, fairness, shared limits (issue 23)
 #   tests/bench/run.sh --only retention        # purge and table size at a steady load, PostgreSQL
+#   tests/bench/run.sh --only clients          # client libraries vs one request per job, vs BullMQ
 #   tests/bench/run.sh --only backlog --store postgres  # the backlog on PostgreSQL (issue 24)
 #   tests/bench/run.sh --wait-quiet 600      # first wait (<= 600 s) for a quiet machine
 #   tests/bench/run.sh --rev HEAD            # benchmark a commit, not the work tree
@@ -19,10 +20,13 @@
 # As root (not root: it runs itself again through sudo, see
 # tests/lib/as-root.sh), on Debian 12, it:
 #   1. installs what it needs if missing (build deps, wrk, python3-pika,
-#      rabbitmq-server, sqlite3);
+#      rabbitmq-server, sqlite3; with --only clients also redis-server, and
+#      golang-go and nodejs if there is no go or node, then `npm ci` of the
+#      Node driver's BullMQ in tests/bench/clients/node/);
 #   2. builds a Release binary in build-bench/ (tests off) and the C tools
 #      tests/bench/bare_publisher.c and tests/bench/bench_consumer.c, and
-#      runs tests/bench/cron_next.c (ns per next-fire computation);
+#      runs tests/bench/cron_next.c (ns per next-fire computation); with
+#      --only clients also the Go driver (tests/bench/clients/go, offline);
 #   3. starts a private RabbitMQ node on free loopback ports (own name, data
 #      folder and epmd) and a private PostgreSQL 15 server (fsync on,
 #      synchronous_commit on, pg_stat_statements preloaded; for the stores
@@ -58,11 +62,12 @@ PYTHON=$RMQS_PYTHON
 BUILD=$ROOT/build-bench
 
 usage() {
-    sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '3,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 }
 
 BENCH_ARGS=()
+ONLY=""
 BACKLOG=""
 REV=""
 MODE=quick
@@ -72,7 +77,7 @@ while [ $# -gt 0 ]; do
         --backlog=*) BACKLOG=${1#*=}; shift ;;
         --quick) MODE=quick; shift ;;
         --full) MODE=full; shift ;;
-        --only) [ $# -ge 2 ] || usage; BENCH_ARGS+=(--only "$2"); shift 2 ;;
+        --only) [ $# -ge 2 ] || usage; ONLY=$2; BENCH_ARGS+=(--only "$2"); shift 2 ;;
         --store) [ $# -ge 2 ] || usage; BENCH_ARGS+=(--backlog-store "$2"); shift 2 ;;
         --wait-quiet) [ $# -ge 2 ] || usage; BENCH_ARGS+=(--wait-quiet "$2"); shift 2 ;;
         --rev) [ $# -ge 2 ] || usage; REV=$2; shift 2 ;;
@@ -92,6 +97,17 @@ rmqs_as_root "$SELF" ${ARGS[@]+"${ARGS[@]}"}
 START_S=$SECONDS
 
 # --- 1. packages -----------------------------------------------------------
+# The clients scenario (issue 26, tests/bench/clients.py): Redis for BullMQ,
+# and the toolchains of its drivers when the machine has none (Debian 12's
+# golang-go is 1.19 and its nodejs 18, what the clients need).
+CLIENTS=""
+case ",$ONLY," in *,clients,*) CLIENTS=1 ;; esac
+if [ -n "$CLIENTS" ]; then
+    PACKAGES+=(redis-server)
+    command -v go >/dev/null || PACKAGES+=(golang-go)
+    command -v node >/dev/null || PACKAGES+=(nodejs)
+    command -v npm >/dev/null || PACKAGES+=(npm)
+fi
 rmqs_apt_install "${PACKAGES[@]}"
 
 # --- 2. build ----------------------------------------------------------------
@@ -131,6 +147,17 @@ gcc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -Iservice/util -Iservice/schedules -
     $(pkg-config --cflags --libs glib-2.0)
 rmqs_log "cron_next: ns per next-fire computation (median of 7 runs)"
 "$BUILD/cron_next" 20000 7
+if [ -n "$CLIENTS" ]; then
+    # The Node driver's packages exactly as locked (BullMQ, ioredis; the
+    # library itself is a file: link to clients/node), no install scripts;
+    # the Go driver with the module of clients/go through its go.mod's
+    # replace directive: standard library only, no network.
+    rmqs_log "clients: npm ci in tests/bench/clients/node, go build of tests/bench/clients/go"
+    (cd tests/bench/clients/node && timeout 900 npm ci --ignore-scripts --no-audit --no-fund \
+        --loglevel=error >/dev/null)
+    (cd tests/bench/clients/go && GOPROXY=off GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
+        GOCACHE="$BUILD/go-cache" timeout 600 go build -o "$BUILD/clients_go_driver" .)
+fi
 
 # --- 3. a work folder and a private RabbitMQ node (tests/lib/common.sh) ---
 WORK=$(mktemp -d /tmp/rmqs-bench-work.XXXXXX)

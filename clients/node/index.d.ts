@@ -182,8 +182,14 @@ export interface ClientOptions {
   token?: string;
   /** Per HTTP attempt; past it the call fails with TimeoutError. Default 10000. */
   timeoutMs?: number;
-  /** How long schedule() waits for more calls to join its batch. Default 2. */
+  /**
+   * How long a batch waits for more schedule() calls while fewer than
+   * maxInFlight batches are out. Default 0: until the next turn of the event
+   * loop (every call made in this turn joins it).
+   */
   lingerMs?: number;
+  /** Batches out at once; calls made meanwhile wait and join the next one. Default 8. */
+  maxInFlight?: number;
   /** Items per POST /schedule/batch, at most 1000. Default 1000. */
   maxBatch?: number;
   /** Bytes per batch body. Default 900 KiB (the service's default limit is 1 MiB). */

@@ -1,9 +1,10 @@
 // rmq-scheduler-client - a Node.js client of rmq-scheduler's HTTP API
 // (api/openapi.yaml), with no dependencies: node:http(s) and node:crypto.
 //
-// schedule() batches: the calls made within `lingerMs` of each other (or
-// until `maxBatch` items or `maxBatchBytes`) go out as one
-// POST /schedule/batch, and each caller gets its own job or its own error.
+// schedule() batches: the calls made in one turn of the event loop (or
+// within `lingerMs`), and every call made while `maxInFlight` batches are
+// out, go as one POST /schedule/batch (up to `maxBatch` items or
+// `maxBatchBytes`), and each caller gets its own job or its own error.
 // Every call retries what is safe to retry (connection refused, a reset
 // keep-alive socket, 503, 429) with capped exponential backoff and full
 // jitter; scheduling carries idempotency keys so that a retry never
@@ -180,7 +181,8 @@ export class Client {
     url = 'http://127.0.0.1:8080',
     token,
     timeoutMs = 10000,
-    lingerMs = 2,
+    lingerMs = 0,
+    maxInFlight = 8,
     maxBatch = 1000,
     maxBatchBytes = 900 * 1024,
     maxOutstanding = 10000,
@@ -195,6 +197,7 @@ export class Client {
     this.token = token;
     this.timeoutMs = timeoutMs;
     this.lingerMs = lingerMs;
+    this.maxInFlight = Math.max(1, maxInFlight);
     this.maxBatch = Math.max(1, Math.min(maxBatch, MAX_SERVER_BATCH));
     this.maxBatchBytes = maxBatchBytes;
     this.maxOutstanding = Math.max(1, maxOutstanding);
@@ -364,8 +367,21 @@ export class Client {
     this.buf.push(item);
     this.bufBytes += item.bytes;
     if (this.buf.length >= this.maxBatch || this.bufBytes + 2 >= this.maxBatchBytes) this._flush();
-    else if (!this.timer) this.timer = setTimeout(() => this._flush(), this.lingerMs);
+    else this._arm();
     return p;
+  }
+
+  // When the buffered calls go. With fewer than maxInFlight batches out: at
+  // the next turn of the event loop, so every call this turn makes (a
+  // Promise.all of many, or every caller an answer just woke) rides along,
+  // and a lone caller waits for nothing; or after lingerMs, if set. With
+  // maxInFlight out: when one of them ends, the buffer growing meanwhile.
+  _arm() {
+    if (this.timer || this.inflight.size >= this.maxInFlight) return;
+    this.timer =
+      this.lingerMs > 0
+        ? { t: setTimeout(() => this._flush(), this.lingerMs), clear: clearTimeout }
+        : { t: setImmediate(() => this._flush()), clear: clearImmediate };
   }
 
   _itemJson(job, key) {
@@ -407,7 +423,7 @@ export class Client {
 
   _flush() {
     if (this.timer) {
-      clearTimeout(this.timer);
+      this.timer.clear(this.timer.t);
       this.timer = null;
     }
     if (!this.buf.length) return;
@@ -415,7 +431,10 @@ export class Client {
     this.buf = [];
     this.bufBytes = 0;
     for (const it of items) it.queued = false;
-    const p = this._sendBatch(items).finally(() => this.inflight.delete(p));
+    const p = this._sendBatch(items).finally(() => {
+      this.inflight.delete(p);
+      if (this.buf.length) this._arm();
+    });
     this.inflight.add(p);
   }
 

@@ -49,6 +49,32 @@ test('10,000 concurrent schedule() calls: each its own job, in at most 100 HTTP 
   agent.destroy();
 });
 
+test('callers that each await their job share one request per round; a lone caller waits for nobody', async () => {
+  const c = new Client({ url: svc.url });
+  try {
+    let before = await batchRequests(svc);
+    // 16 callers, 10 jobs each, one at a time: the answer to a batch wakes
+    // all 16 in one turn of the event loop, and their next calls go together.
+    const ids = new Set();
+    await Promise.all(
+      Array.from({ length: 16 }, async (_, k) => {
+        for (let i = 0; i < 10; i++) ids.add((await c.schedule(job({ routing_key: 'rounds', body: { k, i } }))).id);
+      }),
+    );
+    assert.equal(ids.size, 160);
+    const rounds = (await batchRequests(svc)) - before;
+    assert.ok(rounds >= 10 && rounds <= 20, `${rounds} requests for 10 rounds of 16`);
+    // One caller, one job at a time: each call is a request of its own, sent
+    // at once (not held for more calls that cannot come).
+    before = await batchRequests(svc);
+    for (let i = 0; i < 20; i++) await c.schedule(job({ routing_key: 'lone', body: { i } }));
+    assert.equal((await batchRequests(svc)) - before, 20);
+    assert.deepEqual(await c.count({ routing_key: 'lone' }), { count: 20, capped: false });
+  } finally {
+    await c.close();
+  }
+});
+
 test('invalid items: each of those callers gets its own error, the others their jobs (more than the 50 a 400 lists)', async () => {
   const c = new Client({ url: svc.url, lingerMs: 20 });
   const before = await batchRequests(svc);

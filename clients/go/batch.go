@@ -97,9 +97,14 @@ func (c *Client) Schedule(ctx context.Context, job Job, opts ...CallOption) (*Jo
 	}
 }
 
-// sender gathers queued items into batches and starts each batch. At
-// most maxInflight batches are in flight: while none can start, the
-// sender keeps gathering, so batches grow with the load.
+// sender gathers queued items into batches and starts each batch. With
+// the default linger (0): with no batch in flight, it starts one at once
+// with what is queued (a lone caller waits for nobody); with batches in
+// flight, it gathers until the last of them ends (callers that each await
+// their job then share a request per round) or the batch is full. With a
+// linger set, a batch waits that long for more calls. At most maxInflight
+// batches are in flight: while none can start, the sender keeps
+// gathering, so batches grow with the load.
 func (c *Client) sender() {
 	defer c.senders.Done()
 	var held *item // an item that did not fit the last batch
@@ -117,8 +122,16 @@ func (c *Client) sender() {
 		}
 		buf := []*item{first}
 		size := 2 + len(first.json)
-		timer := time.NewTimer(c.cfg.linger)
 		lingered, closing := false, false
+		var timer *time.Timer
+		var lingerC <-chan time.Time // nil: no timer (default linger 0)
+		if c.cfg.linger > 0 {
+			timer = time.NewTimer(c.cfg.linger)
+			lingerC = timer.C
+		} else if c.inflight.Load() == 0 {
+			buf, size, held = c.gatherQueued(buf, size)
+			lingered = true
+		}
 	gather:
 		for {
 			full := held != nil || len(buf) >= c.cfg.maxBatch || size >= c.cfg.maxBatchBytes
@@ -150,15 +163,39 @@ func (c *Client) sender() {
 				}
 				buf = append(buf, it)
 				size += len(it.json) + 1
-			case <-timer.C:
+			case <-lingerC:
 				lingered = true
+			case <-c.idle:
+				if c.cfg.linger == 0 && c.inflight.Load() == 0 {
+					lingered = true
+				}
 			case <-c.closing:
 				closing = true
 			}
 		}
-		timer.Stop()
+		if timer != nil {
+			timer.Stop()
+		}
 		c.start(buf)
 	}
+}
+
+// gatherQueued adds what is queued now, without waiting, up to a full
+// batch; an item that would pass the byte budget is returned as held.
+func (c *Client) gatherQueued(buf []*item, size int) ([]*item, int, *item) {
+	for len(buf) < c.cfg.maxBatch {
+		select {
+		case it := <-c.queue:
+			if size+len(it.json)+1 > c.cfg.maxBatchBytes {
+				return buf, size, it
+			}
+			buf = append(buf, it)
+			size += len(it.json) + 1
+		default:
+			return buf, size, nil
+		}
+	}
+	return buf, size, nil
 }
 
 // drain sends what is still queued when the client closes (nothing can
@@ -188,9 +225,18 @@ func (c *Client) drain() {
 
 func (c *Client) start(items []*item) {
 	c.batches.Add(1)
+	c.inflight.Add(1)
 	go func() {
 		defer c.batches.Done()
-		defer func() { <-c.slots }()
+		defer func() {
+			<-c.slots
+			if c.inflight.Add(-1) == 0 {
+				select {
+				case c.idle <- struct{}{}:
+				default:
+				}
+			}
+		}()
 		c.sendBatch(items)
 	}()
 }

@@ -77,6 +77,47 @@ func TestBatching(t *testing.T) {
 		t.Logf("10000 Schedule calls: %v requests, %v", requests, took)
 	})
 
+	t.Run("callers that each await their job share requests; a lone caller waits for nobody", func(t *testing.T) {
+		c := newClient(t, svc.url())
+		before := svc.metric(batchRoute)
+		// 16 goroutines, 10 jobs each, one at a time: the calls made while
+		// a batch is out go together when it ends.
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for k := 0; k < 16; k++ {
+			wg.Add(1)
+			go func(k int) {
+				defer wg.Done()
+				for i := 0; i < 10; i++ {
+					j := job("rounds")
+					j.Body = map[string]any{"k": k, "i": i}
+					if _, err := c.Schedule(ctx, j); err != nil {
+						t.Error(err)
+						failed.Add(1)
+					}
+				}
+			}(k)
+		}
+		wg.Wait()
+		if failed.Load() != 0 {
+			t.FailNow()
+		}
+		if r := svc.metric(batchRoute) - before; r < 10 || r > 40 {
+			t.Fatalf("%v requests for 10 rounds of 16 callers", r)
+		}
+		// One caller, one job at a time: each call a request of its own,
+		// sent at once (not held for calls that cannot come).
+		before = svc.metric(batchRoute)
+		for i := 0; i < 20; i++ {
+			if _, err := c.Schedule(ctx, job("lone")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r := svc.metric(batchRoute) - before; r != 20 {
+			t.Fatalf("%v requests for 20 lone calls", r)
+		}
+	})
+
 	t.Run("invalid items: each of those callers gets its own error, the others their jobs", func(t *testing.T) {
 		// 200 ms: the 1,000 goroutines start within it even under the race
 		// detector on a loaded machine (20 ms made two batches in CI's lane).

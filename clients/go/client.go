@@ -1,9 +1,11 @@
 // Package rmqs is a Go client of rmq-scheduler's HTTP API
 // (api/openapi.yaml), standard library only.
 //
-// Schedule batches: the calls made within the linger of each other (or up
-// to the maximum batch items or bytes) go out as one POST /schedule/batch,
-// and each caller gets its own job or its own error. Every call retries
+// Schedule batches: a call made while no batch is out goes at once, with
+// whatever is queued beside it; the calls made while batches are out wait
+// for the last of them to end, or the linger, and go together (up to the
+// maximum batch items or bytes) as one POST /schedule/batch. Each caller
+// gets its own job or its own error. Every call retries
 // what is safe to retry (connection errors, 503, 429) with capped
 // exponential backoff and full jitter; scheduling carries idempotency keys
 // so that a retry never creates a second job.
@@ -70,8 +72,9 @@ func WithToken(token string) Option { return func(c *config) { c.token = token }
 // fails with CodeTimeout.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
-// WithLinger is how long Schedule waits for more calls to join its batch
-// (default 2 ms).
+// WithLinger is how long a batch waits for more Schedule calls to join it.
+// The default, 0, waits for nothing while no batch is out, and otherwise
+// until the batches out have ended.
 func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // WithMaxBatch is the items per batch, at most 1000 (the default).
@@ -110,15 +113,19 @@ type Client struct {
 	hc      *http.Client
 	ownHTTP bool
 
-	queue   chan *item
-	sem     chan struct{} // a token per outstanding Schedule call
-	slots   chan struct{} // a token per batch in flight
-	mu      sync.RWMutex  // closed vs. enqueueing
-	closed  bool
-	closing chan struct{}
-	closeMu sync.Once
-	senders sync.WaitGroup // the sender goroutine
-	batches sync.WaitGroup // batches in flight
+	queue chan *item
+	sem   chan struct{} // a token per outstanding Schedule call
+	slots chan struct{} // a token per batch in flight
+	// inflight counts the batches out; idle is signalled when it drops to
+	// 0 (buffered 1: a stale signal is checked against inflight).
+	inflight atomic.Int64
+	idle     chan struct{}
+	mu       sync.RWMutex // closed vs. enqueueing
+	closed   bool
+	closing  chan struct{}
+	closeMu  sync.Once
+	senders  sync.WaitGroup // the sender goroutine
+	batches  sync.WaitGroup // batches in flight
 
 	retries atomic.Int64
 }
@@ -135,7 +142,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 	u.Path = strings.TrimRight(u.Path, "/")
 	cfg := config{
 		timeout:        10 * time.Second,
-		linger:         2 * time.Millisecond,
+		linger:         0,
 		maxBatch:       MaxServerBatch,
 		maxBatchBytes:  900 * 1024,
 		maxOutstanding: 10000,
@@ -164,6 +171,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		queue:   make(chan *item, cfg.maxBatch),
 		sem:     make(chan struct{}, cfg.maxOutstanding),
 		slots:   make(chan struct{}, maxInflightBatches),
+		idle:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
 	if c.hc == nil {

@@ -1,9 +1,11 @@
 """The client of rmq-scheduler's HTTP API (api/openapi.yaml).
 
-schedule() batches: the calls made within ``linger`` seconds of each other
-(or until ``max_batch`` items or ``max_batch_bytes``) go out as one
-POST /schedule/batch from a background sender thread, and each caller gets
-its own job or its own error. Every call retries what is safe to retry
+schedule() batches: a call made while no batch is out goes at once (with
+whatever is buffered beside it), and the calls made while batches are out
+go together when they have ended (or, with ``linger`` set, the calls made
+within ``linger`` seconds of each other), up to ``max_batch`` items or
+``max_batch_bytes``, as one POST /schedule/batch from a background sender
+thread; each caller gets its own job or its own error. Every call retries what is safe to retry
 (connection refused, a reset keep-alive connection, 503, 429) with capped
 exponential backoff and full jitter; scheduling carries idempotency keys
 so that a retry never creates a second job.
@@ -153,7 +155,7 @@ class Client:
     """
 
     def __init__(self, url="http://127.0.0.1:8080", token=None, timeout=10.0,
-                 linger=0.002, max_batch=1000, max_batch_bytes=900 * 1024,
+                 linger=0.0, max_batch=1000, max_batch_bytes=900 * 1024,
                  max_outstanding=10000, retry=Retry(), *, ssl_context=None,
                  headers=None, pool_size=8, senders=4):
         u = urllib.parse.urlsplit(url)
@@ -400,19 +402,24 @@ class Client:
 
     def _run(self):
         """The sender thread: hands each batch to a sender worker when it
-        is full, or its oldest item has lingered ``linger`` seconds and a
-        sender is free."""
+        is full, or (linger 0) no batch is out, or its oldest item has
+        lingered ``linger`` seconds and a sender is free."""
         with self._cond:
             while True:
                 if self._buf and not self._ready:
-                    # While every sender is busy, the batch keeps growing
-                    # past its linger (Nagle's rule): threads holding the
-                    # GIL make calls slower than a 2 ms batch fills, and
-                    # waiting for a free sender costs them nothing.
+                    # linger 0 (the default): the buffer goes at once while
+                    # no batch is out, and otherwise when the last one ends
+                    # (Nagle's rule: a lone caller waits for nobody, callers
+                    # that each await their job share a request per round).
+                    # A linger set: the batch waits that long, and keeps
+                    # growing past it while every sender is busy.
                     due = self._buf_since + self.linger
                     now = time.monotonic()
-                    if self._closed or (now >= due
-                                        and self._inflight < self._nsenders):
+                    if self.linger <= 0:
+                        go = self._inflight == 0
+                    else:
+                        go = now >= due and self._inflight < self._nsenders
+                    if self._closed or go:
                         self._cut()
                     else:
                         self._cond.wait(due - now if now < due else None)

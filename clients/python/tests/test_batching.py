@@ -91,6 +91,36 @@ def test_2000_threads_calling_schedule_in_at_most_20_requests(svc):
         assert c.get(results[1234]["id"])["body"] == {"i": 1234}
 
 
+def test_callers_awaiting_their_jobs_share_requests_a_lone_caller_waits_for_nobody(svc):
+    with Client(svc.url) as c:
+        # 16 threads, 10 jobs each, one at a time: the calls made while a
+        # batch is out go together when it ends.
+        before = batch_requests(svc)
+        ids = []
+
+        def caller(k):
+            for i in range(10):
+                ids.append(c.schedule(job(routing_key="rounds",
+                                          body={"k": k, "i": i}))["id"])
+
+        threads = [threading.Thread(target=caller, args=(k,))
+                   for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(ids)) == 160
+        rounds = batch_requests(svc) - before
+        assert 10 <= rounds <= 40, rounds
+        # One caller, one job at a time: each call a request of its own,
+        # sent at once (not held for calls that cannot come).
+        before = batch_requests(svc)
+        for i in range(20):
+            c.schedule(job(routing_key="lone", body={"i": i}))
+        assert batch_requests(svc) - before == 20
+        assert c.count(routing_key="lone") == {"count": 20, "capped": False}
+
+
 def test_invalid_items_each_caller_its_own_error(svc):
     # 200 ms: the 1,000 calls are made within it on a loaded machine too
     # (20 ms made two batches beside another test: 10 requests).

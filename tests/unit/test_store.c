@@ -624,6 +624,111 @@ BOTH(idempotency_concurrent_inserts_create_one_job)
     store_close(other);
 }
 
+/* Two keyed batches of the same RB_N keys at the same moment, on two
+ * connections, the second with its items in the reverse order: neither
+ * waits for the other for ever, each key gets one job, and the one that
+ * loses a key answers with the winner's job; or, where one key's request
+ * differs (odd_key >= 0), exactly one of them is refused at that key. */
+enum { RB_N = 200 };
+
+typedef struct race_batch {
+    store_t *st;
+    int first;    /* job numbers from first */
+    bool reverse; /* items in the reverse order of the keys */
+    int odd_key;  /* the key whose request this batch changes, or -1 */
+    job_t jobs[RB_N], existing[RB_N];
+    bool existed[RB_N];
+    char keys[RB_N][16], reqs[RB_N][24];
+    const char *kp[RB_N], *rp[RB_N];
+    store_insert_req r;
+    rmqs_rc rc;
+    char got[RB_N][JOB_ID_LEN + 1]; /* by key: the job it answered with */
+} race_batch;
+
+static void *race_batch_insert(void *p)
+{
+    race_batch *a = p;
+
+    for (int i = 0; i < RB_N; i++) {
+        int key = a->reverse ? RB_N - 1 - i : i;
+
+        ut_job_make(&a->jobs[i], a->first + i, 100);
+        snprintf(a->keys[i], sizeof(a->keys[i]), "race-%d", key);
+        snprintf(a->reqs[i], sizeof(a->reqs[i]), "{%d%s}", key,
+                 key == a->odd_key ? ",odd" : "");
+        a->kp[i] = a->keys[i];
+        a->rp[i] = a->reqs[i];
+    }
+    a->r = (store_insert_req){.jobs = a->jobs,
+                              .n = RB_N,
+                              .idem_keys = a->kp,
+                              .idem_requests = a->rp,
+                              .existed = a->existed,
+                              .existing = a->existing};
+    a->rc = store_insert_batch(a->st, &a->r, 1);
+    for (int i = 0; i < RB_N; i++) {
+        int key = a->reverse ? RB_N - 1 - i : i;
+
+        strcpy(a->got[key], a->existed[i] ? a->existing[i].id : a->jobs[i].id);
+        job_clear(&a->existing[i]);
+        job_clear(&a->jobs[i]);
+    }
+    return NULL;
+}
+
+static void race_batches(int odd_key)
+{
+    static race_batch a, b;
+    store_t *other;
+    pthread_t ta, tb;
+
+    g_st = open_store();
+    other = open_store();
+    a = (race_batch){.st = g_st, .first = 1, .odd_key = -1};
+    b = (race_batch){
+        .st = other, .first = 1001, .reverse = true, .odd_key = odd_key};
+    cr_assert_eq(pthread_create(&ta, NULL, race_batch_insert, &a), 0);
+    cr_assert_eq(pthread_create(&tb, NULL, race_batch_insert, &b), 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    cr_assert_eq(a.rc, RMQS_OK);
+    cr_assert_eq(b.rc, RMQS_OK);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM jobs"), RB_N);
+    cr_assert_eq(ut_both_int(&g_b, "SELECT count(*) FROM idempotency"), RB_N);
+    if (odd_key < 0) {
+        cr_assert_eq(a.r.rc, RMQS_OK);
+        cr_assert_eq(b.r.rc, RMQS_OK);
+        cr_assert_eq(a.r.nexisted + b.r.nexisted, RB_N,
+                     "each key stored once: %zu + %zu existed", a.r.nexisted,
+                     b.r.nexisted);
+        for (int k = 0; k < RB_N; k++)
+            cr_assert_str_eq(a.got[k], b.got[k], "key %d", k);
+    } else {
+        /* the one that came second is refused at the odd key, in its own
+         * item order, and stored nothing */
+        race_batch *lost = a.r.rc == RMQS_OK ? &b : &a;
+        race_batch *won = lost == &a ? &b : &a;
+
+        cr_assert_eq(won->r.rc, RMQS_OK);
+        cr_assert_eq(won->r.nexisted, 0);
+        cr_assert_eq(lost->r.rc, RMQS_ECONFLICT);
+        cr_assert_eq(lost->r.failed_index,
+                     (size_t)(lost->reverse ? RB_N - 1 - odd_key : odd_key));
+        cr_assert_eq(lost->r.nexisted, 0);
+    }
+    store_close(other);
+}
+
+BOTH(idempotency_racing_keyed_batches_store_each_key_once)
+{
+    race_batches(-1);
+}
+
+BOTH(idempotency_racing_keyed_batches_one_refused_at_a_changed_key)
+{
+    race_batches(RB_N / 4);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Listing                                                                  */
 

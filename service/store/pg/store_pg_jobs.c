@@ -17,12 +17,19 @@
  * job id taken, a value out of range), that savepoint is rolled back and
  * those requests are inserted again one by one (INSERT), each under its own
  * savepoint, so only the bad one fails. A request with idempotency keys
- * goes job by job, each keyed job's key inserted first with ON CONFLICT DO
- * NOTHING: the key's primary key makes a second
- * instance inserting the same key at the same moment wait for the first
- * one's COMMIT, then find the key taken and answer from the stored job
- * (the same request: existed; another one: RMQS_ECONFLICT). Its job is
- * checked against the key at COMMIT (a deferred reference).
+ * (POST /schedule's header: one; a POST /schedule/batch: up to every job)
+ * costs the same few statements however many keys it carries
+ * (insert_keyed_req): all its keys inserted in one statement over unnest()
+ * with ON CONFLICT DO NOTHING, the taken ones looked up in the next
+ * (key = u.k over unnest), both in one pipeline with the savepoint, then
+ * the new jobs in one COPY with the RELEASE. The key's primary key makes a
+ * second instance inserting the same key at the same moment wait for the
+ * first one's COMMIT, then find the key taken and answer from the stored
+ * job (the same request: existed; another one: RMQS_ECONFLICT). A job is
+ * checked against its key at COMMIT (a deferred reference). What that
+ * path cannot name a job for (a row the schema refuses) goes job by job
+ * again (insert_one_req), as before: 1000 keyed jobs took two round trips
+ * each that way (see the commit that made insert_keyed_req for figures).
  */
 #include "store_pg_core.h"
 
@@ -443,7 +450,8 @@ static rmqs_rc idem_claim(pg_conn *pc, store_insert_req *r, size_t i)
 }
 
 /* One request, all-or-nothing under its own savepoint: its jobs one by one
- * (so failed_index names the bad one), each keyed one after its key
+ * (so failed_index names the bad one; the fallback of the bulk COPY and of
+ * insert_keyed_req), each keyed one after its key
  * (store_types.h: a key known with the same request is answered from the
  * earlier job, not inserted again). */
 static rmqs_rc insert_one_req(pg_conn *pc, store_insert_req *r)
@@ -492,6 +500,253 @@ undo:
         if (u != RMQS_OK)
             return u;
     }
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Keyed requests: a whole request's keys in one round trip                 */
+
+/* SAVEPOINT req, the claim of every key and the lookup of every key, in
+ * one pipeline. The claim inserts the keys in the order sent (strcmp order
+ * of the keys), so two instances claiming overlapping keys wait for each
+ * other in the same order instead of deadlocking. The lookup is a
+ * statement of its own (READ COMMITTED: a new snapshot): it sees a key the
+ * claim found taken by a transaction that committed while the claim waited
+ * for it. Its rows are the taken keys with their jobs (a key claimed just
+ * now has no job yet, so it joins none); u.i is the key's place in $1. */
+static const pg_stmt req_sp_stmt = {"savepoint_req", "SAVEPOINT req", true};
+static const pg_stmt idem_claim_stmt = {
+    "idem_claim_keys",
+    "INSERT INTO idempotency (key, job_id, request) "
+    "SELECT u.k, decode(u.j, 'hex'), u.r "
+    "FROM unnest($1::text[], $2::text[], $3::text[]) AS u(k, j, r) "
+    "ON CONFLICT (key) DO NOTHING RETURNING key",
+    false};
+static const pg_stmt idem_lookup_stmt = {
+    "idem_lookup_keys",
+    "SELECT " PG_JOB_COLS ", idempotency.request, u.i "
+    "FROM unnest($1::text[]) WITH ORDINALITY AS u(k, i) "
+    "JOIN idempotency ON idempotency.key = u.k "
+    "JOIN jobs ON jobs.id = idempotency.job_id",
+    false};
+
+/* A keyed job of a request: its key and its index in the request. */
+typedef struct kslot {
+    const char *key;
+    size_t i;
+} kslot;
+
+static int kslot_cmp(const void *a, const void *b)
+{
+    return strcmp(((const kslot *)a)->key, ((const kslot *)b)->key);
+}
+
+/* The state of one keyed request on its fast path (insert_keyed_req). */
+typedef struct keyed {
+    size_t nk;                         /* keyed jobs */
+    kslot *slots;                      /* nk, by key */
+    char (*hex)[2 * JOB_ID_BYTES + 1]; /* n: each keyed job's id */
+    const char **vals[3];              /* nk each: keys, hex ids, requests */
+    char *arr[3];                      /* the three as array literals */
+    bool *claimed;       /* n: the key was new, recorded by the claim */
+    int *row;            /* n: its lookup row + 1, or 0 */
+    const job_t **fresh; /* the jobs to insert */
+} keyed;
+
+static void keyed_free(keyed *k)
+{
+    free(k->slots);
+    free(k->hex);
+    for (int c = 0; c < 3; c++) {
+        free(k->vals[c]);
+        free(k->arr[c]);
+    }
+    free(k->claimed);
+    free(k->row);
+    free(k->fresh);
+}
+
+/* Fill k for r: RMQS_OK, with *by_job set if the request needs the
+ * job-by-job path (an id that does not parse, a body too long for COPY, a
+ * key twice: that path finds and names the bad job); RMQS_ENOMEM. */
+static rmqs_rc keyed_prepare(keyed *k, const store_insert_req *r, bool *by_job)
+{
+    size_t n = r->n;
+
+    memset(k, 0, sizeof(*k));
+    k->slots = calloc(n, sizeof(*k->slots));
+    k->hex = calloc(n, sizeof(*k->hex));
+    k->claimed = calloc(n, sizeof(*k->claimed));
+    k->row = calloc(n, sizeof(*k->row));
+    k->fresh = calloc(n, sizeof(*k->fresh));
+    for (int c = 0; c < 3; c++)
+        k->vals[c] = calloc(n, sizeof(*k->vals[c]));
+    if (!k->slots || !k->hex || !k->claimed || !k->row || !k->fresh ||
+        !k->vals[0] || !k->vals[1] || !k->vals[2])
+        return RMQS_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char id[JOB_ID_BYTES];
+
+        if (job_id_parse(r->jobs[i].id, id) != RMQS_OK ||
+            r->jobs[i].body_len > INT32_MAX) {
+            *by_job = true;
+            return RMQS_OK;
+        }
+        if (r->idem_keys[i] == NULL)
+            continue;
+        for (size_t b = 0; b < JOB_ID_BYTES; b++)
+            snprintf(k->hex[i] + 2 * b, 3, "%02x", id[b]);
+        k->slots[k->nk++] = (kslot){r->idem_keys[i], i};
+    }
+    qsort(k->slots, k->nk, sizeof(*k->slots), kslot_cmp);
+    for (size_t s = 0; s < k->nk; s++) {
+        if (s > 0 && strcmp(k->slots[s - 1].key, k->slots[s].key) == 0) {
+            *by_job = true;
+            return RMQS_OK;
+        }
+        k->vals[0][s] = k->slots[s].key;
+        k->vals[1][s] = k->hex[k->slots[s].i];
+        k->vals[2][s] = r->idem_requests[k->slots[s].i];
+    }
+    for (int c = 0; c < 3; c++)
+        if ((k->arr[c] = pg_text_array(k->vals[c], k->nk)) == NULL)
+            return RMQS_ENOMEM;
+    return RMQS_OK;
+}
+
+/* The keyed job whose key is key, by the claim's answer; NULL if none. */
+static const kslot *keyed_find(const keyed *k, const char *key)
+{
+    kslot want = {key, 0};
+
+    return bsearch(&want, k->slots, k->nk, sizeof(*k->slots), kslot_cmp);
+}
+
+/* Roll the request's savepoint back and release it. */
+static rmqs_rc req_undo_sp(pg_conn *pc)
+{
+    return sp(pc, "ROLLBACK TO req; RELEASE req");
+}
+
+/* One request with keys, all-or-nothing under its own savepoint, in a
+ * number of statements that does not grow with its jobs: the savepoint,
+ * the claim and the lookup of every key in one pipeline, then the new jobs
+ * in one binary COPY with the RELEASE (three round trips in all, two when
+ * nothing is new). The answer is the job-by-job path's (insert_one_req):
+ * jobs walked in order, the first key known with another request fails
+ * the request with its index (the new jobs before it are copied all the
+ * same, so a row the schema refuses ahead of it is named instead, as that
+ * path would). Whatever that path would name a job for (an id that does
+ * not parse, a row the schema refuses, a key twice) is left to it: the
+ * savepoint is rolled back and the request goes job by job. */
+static rmqs_rc insert_keyed_req(store_backend *b, pg_conn *pc,
+                                store_insert_req *r)
+{
+    const char *const *pv;
+    pg_call calls[3] = {{&req_sp_stmt, 0, NULL, NULL, NULL, NULL, NULL},
+                        {&idem_claim_stmt, 3, NULL, NULL, NULL, NULL, NULL},
+                        {&idem_lookup_stmt, 1, NULL, NULL, NULL, NULL, NULL}};
+    const char *stmts[2] = {COPY_SQL, "RELEASE req"};
+    store_delta added = {{0}};
+    size_t m = 0, c = r->n, bad;
+    cbuf data = {0};
+    int failed_at = -1;
+    bool by_job = false;
+    keyed k;
+    rmqs_rc rc = keyed_prepare(&k, r, &by_job);
+
+    if (rc != RMQS_OK)
+        goto out;
+    if (by_job)
+        goto job_by_job;
+    pv = (const char *const *)k.arr;
+    calls[1].vals = pv;
+    calls[2].vals = pv;
+    rc = pg_pipeline(pc, calls, 3);
+    if (rc != RMQS_OK)
+        goto redo;
+    for (int row = 0; row < PQntuples(calls[1].res); row++) {
+        const kslot *s = keyed_find(&k, PQgetvalue(calls[1].res, row, 0));
+        if (s != NULL)
+            k.claimed[s->i] = true;
+    }
+    for (int row = 0; row < PQntuples(calls[2].res); row++) {
+        int64_t at = pg_int(calls[2].res, row, PC_COUNT + 1) - 1;
+        if (at >= 0 && (size_t)at < k.nk)
+            k.row[k.slots[at].i] = row + 1;
+    }
+    /* in order, as job by job: known keys answered, new jobs gathered, up
+     * to the first key known with another request */
+    for (size_t i = 0; i < r->n && c == r->n; i++) {
+        const char *key = r->idem_keys[i];
+        int row = k.row[i] - 1;
+
+        if (key == NULL || k.claimed[i]) {
+            k.fresh[m++] = &r->jobs[i];
+            continue;
+        }
+        if (row < 0 || strcmp(PQgetvalue(calls[2].res, row, PC_COUNT),
+                              r->idem_requests[i]) != 0) {
+            c = i; /* taken with another request (or its job is gone) */
+            break;
+        }
+        rc = pg_row_to_job(calls[2].res, row, &r->existing[i], NULL);
+        if (rc != RMQS_OK) {
+            r->failed_index = i;
+            goto fail;
+        }
+        r->existed[i] = true;
+        r->nexisted++;
+    }
+    if (m > 0) {
+        rc = copy_data(k.fresh, m, pg_clock_offset_ms(b), &data, &bad);
+        if (rc == RMQS_OK)
+            rc = pg_exec_text(pc, "insert_keyed", stmts, c == r->n ? 2 : 1,
+                              data.p, data.n, &failed_at, NULL);
+        free(data.p);
+        if (rc != RMQS_OK) {
+            if (local_failure(rc) && failed_at == 0) {
+                rows_done(pc, k.fresh, m, rc);
+                goto redo;
+            }
+            goto fail;
+        }
+    } else if (c == r->n) {
+        rc = sp(pc, "RELEASE req");
+        if (rc != RMQS_OK)
+            goto fail;
+    }
+    if (c < r->n) { /* the new jobs before it were fine: the key is it */
+        r->failed_index = c;
+        rc = RMQS_ECONFLICT;
+        goto fail;
+    }
+    rows_done(pc, k.fresh, m, RMQS_OK);
+    for (size_t j = 0; j < m; j++)
+        store_delta_add(&added, (int)k.fresh[j]->status, 1);
+    store_delta_merge(&pc->delta, &added);
+    r->failed_index = 0;
+    goto out;
+fail:
+    store_insert_req_undo(r);
+    if (local_failure(rc)) {
+        rmqs_rc u = req_undo_sp(pc);
+        if (u != RMQS_OK)
+            rc = u;
+    }
+    goto out;
+redo: /* something for the job-by-job path to name */
+    store_insert_req_undo(r);
+    if (!local_failure(rc))
+        goto out; /* the database failed: the caller aborts */
+    if ((rc = req_undo_sp(pc)) != RMQS_OK)
+        goto out;
+job_by_job:
+    rc = insert_one_req(pc, r);
+out:
+    for (int i = 0; i < 3; i++)
+        PQclear(calls[i].res);
+    keyed_free(&k);
     return rc;
 }
 
@@ -595,7 +850,7 @@ rmqs_rc pg_insert_batch(store_backend *b, store_insert_req *reqs, size_t n)
             bulk[m++] = i;
             continue;
         }
-        r->rc = insert_one_req(pc, r);
+        r->rc = insert_keyed_req(b, pc, r);
         if (!local_failure(r->rc) && r->rc != RMQS_OK) {
             out = r->rc; /* the database failed: nothing is kept */
             pg_tx_abort(pc);

@@ -5,6 +5,7 @@ keeping its own key; the keys are checked in the batch's one transaction,
 so a retry after kill -9 or a restart dedupes too."""
 
 from helpers import assert_error
+from pylib.schedules import name_of, put_ok
 
 N = 100
 
@@ -93,6 +94,41 @@ def test_same_key_as_header_of_post_schedule_matches(service):
     body = post_batch(svc, [item(1, "shared")], 200)
     assert ids(body) == [single["id"]]
     assert count(svc) == 1
+
+
+def run_now(svc, name, key, expect):
+    status, _, body = svc.request("POST", f"/schedules/{name}/run", None,
+                                  headers={"Idempotency-Key": key})
+    assert status == expect, (status, body)
+    return body
+
+
+def test_run_now_key_and_batch_item_keys_are_one_set(service):
+    """POST /schedules/{name}/run with an Idempotency-Key goes through the
+    same keyed insert as a batch (its key an array of one): a repeat
+    answers the same run; its key in a batch item, or a batch item's key
+    on run now, is 409 naming the key, and stores nothing."""
+    svc = service()
+    name = name_of("idem-batch")
+    put_ok(svc, name, {"cron": "0 0 1 1 *",
+                       "job": {"exchange": "", "routing_key": "q",
+                               "body": "tick"}})
+    first = run_now(svc, name, "run-now-1", 201)
+    assert run_now(svc, name, "run-now-1", 200)["id"] == first["id"]
+    assert count(svc) == 1
+    assert_error(svc.post("/schedule/batch",
+                          [item(0, "fresh-0"), item(1, "run-now-1")]),
+                 409, "conflict", "jobs[1].idempotency_key")
+    assert count(svc) == 1
+    batch = post_batch(svc, [item(0, "fresh-0"), item(1, "fresh-1")], 201)
+    assert_error(svc.request("POST", f"/schedules/{name}/run", None,
+                             headers={"Idempotency-Key": "fresh-1"}),
+                 409, "conflict", "Idempotency-Key")
+    assert count(svc) == 3
+    assert run_now(svc, name, "run-now-1", 200)["id"] == first["id"]
+    assert ids(post_batch(svc, [item(0, "fresh-0"), item(1, "fresh-1")],
+                          200)) == ids(batch)
+    assert count(svc) == 3
 
 
 def test_bad_or_repeated_item_keys_are_item_errors(service):

@@ -272,6 +272,29 @@ int64_t pg_int(const PGresult *res, int r, int c);
 /* Decimal text of v into buf (24 bytes). */
 const char *pg_i64(char buf[24], int64_t v);
 
+/* ---- store_pg_copy.c: the binary COPY stream of new jobs ---- */
+#define PG_JOB_NCOLS 24 /* the columns of a new job's row */
+#define PG_COPY_COLS_LIST                                                   \
+    "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "     \
+    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, " \
+    "headers, properties, body_kind, body, source, message_id, schedule, "  \
+    "fire_at, expires_at, priority, claim_rank"
+#define PG_COPY_COLS "(" PG_COPY_COLS_LIST ")"
+#define PG_COPY_SQL "COPY jobs " PG_COPY_COLS " FROM STDIN (FORMAT binary)"
+
+typedef struct pg_copy_buf {
+    unsigned char *p; /* malloc'd; the caller frees it */
+    size_t n;
+} pg_copy_buf;
+
+/* The binary COPY stream of jobs[0..n) into *out: PG_COPY_COLS, in their
+ * order. due_at as store_pg_jobs.c's DUE_AT_SQL does, with this host's
+ * clock plus the offset (a lower bound of the database's) for the
+ * database's. RMQS_EINVAL with *bad the index of a job whose id does not
+ * parse or whose body is too long (nothing is encoded), RMQS_ENOMEM. */
+rmqs_rc pg_copy_jobs(const job_t *const *jobs, size_t n, int64_t offset,
+                     pg_copy_buf *out, size_t *bad);
+
 /* ---- store_pg_jobs.c ---- */
 /* Insert jobs[0..n) in pc's open transaction, each unless its id exists
  * already (a schedule's runs: store_schedule_advance): inserted[i] whether

@@ -8,9 +8,10 @@
  * makes, on the writer's connection, answered to a client.
  *
  * Group commit: a writer batch is one transaction. Requests without a key
- * (almost all of them) go in one binary COPY under one savepoint (a
- * multi-row INSERT of 1000 jobs spent most of its time in the server's
- * parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same machine), in
+ * (almost all of them) go in one binary COPY (store_pg_copy.c) under one
+ * savepoint (a multi-row INSERT of 1000 jobs spent most of its time in the
+ * server's parser: 15k jobs/s in 1000-job POSTs, 46k with COPY, same
+ * machine), in
  * the message that also carries the BEGIN, the counts and the COMMIT: two
  * round trips in all (libpq sends a COPY's data only once the server has
  * taken the COPY; a group commit made eight before). If the schema refuses a row (a
@@ -33,7 +34,6 @@
  */
 #include "store_pg_core.h"
 
-#include <endian.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +44,7 @@
 
 #define MOD "store"
 
-#define INSERT_NCOLS 24
+#define INSERT_NCOLS PG_JOB_NCOLS
 
 #define INSERT_HEAD                                                     \
     "INSERT INTO jobs (id, status, exchange, routing_key, deliver_at, " \
@@ -222,177 +222,6 @@ static rmqs_rc insert_rows(pg_conn *pc, const job_t *const *jobs, size_t n,
     rows_free(&r);
     free(sql);
     return rc;
-}
-
-/* ------------------------------------------------------------------------ */
-/* COPY: the group commit's bulk path                                       */
-
-/* A growing buffer for the binary COPY stream. */
-typedef struct cbuf {
-    unsigned char *p;
-    size_t n, cap;
-    bool oom;
-} cbuf;
-
-static void cb_put(cbuf *b, const void *v, size_t len)
-{
-    if (b->oom)
-        return;
-    if (b->n + len > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        unsigned char *np;
-        while (cap < b->n + len)
-            cap *= 2;
-        np = realloc(b->p, cap);
-        if (np == NULL) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, v, len);
-    b->n += len;
-}
-
-static void cb_u16(cbuf *b, uint16_t v)
-{
-    v = htobe16(v);
-    cb_put(b, &v, 2);
-}
-
-static void cb_u32(cbuf *b, uint32_t v)
-{
-    v = htobe32(v);
-    cb_put(b, &v, 4);
-}
-
-/* One field: its length, then its bytes (NULL: length -1). */
-static void cb_field(cbuf *b, const void *v, size_t len)
-{
-    if (v == NULL) {
-        cb_u32(b, UINT32_MAX);
-        return;
-    }
-    cb_u32(b, (uint32_t)len);
-    cb_put(b, v, len);
-}
-
-static void cb_i16(cbuf *b, int v)
-{
-    cb_u32(b, 2);
-    cb_u16(b, (uint16_t)v);
-}
-
-static void cb_i32(cbuf *b, int v)
-{
-    cb_u32(b, 4);
-    cb_u32(b, (uint32_t)v);
-}
-
-static void cb_i64(cbuf *b, int64_t v)
-{
-    uint64_t x = htobe64((uint64_t)v);
-    cb_u32(b, 8);
-    cb_put(b, &x, 8);
-}
-
-static void cb_text(cbuf *b, const char *t)
-{
-    cb_field(b, t, t ? strlen(t) : 0);
-}
-
-#define COPY_COLS_LIST                                                      \
-    "id, status, exchange, routing_key, deliver_at, due_at, delay_ms, "     \
-    "created_at, updated_at, sent_at, attempts, max_attempts, last_error, " \
-    "headers, properties, body_kind, body, source, message_id, schedule, "  \
-    "fire_at, expires_at, priority, claim_rank"
-#define COPY_COLS "(" COPY_COLS_LIST ")"
-#define COPY_SQL "COPY jobs " COPY_COLS " FROM STDIN (FORMAT binary)"
-
-/* The binary COPY stream of jobs[0..n) into *out (malloc'd; the caller
- * frees out->p): COPY_COLS, in their order. due_at as DUE_AT_SQL, with this
- * host's clock plus the offset (a lower bound of the database's) for the
- * database's. RMQS_EINVAL with *bad the index of a job whose id does not
- * parse (nothing is sent), RMQS_ENOMEM. */
-static rmqs_rc copy_data(const job_t *const *jobs, size_t n, int64_t offset,
-                         cbuf *out, size_t *bad)
-{
-    static const char head[19] = "PGCOPY\n\377\r\n\0\0\0\0\0\0\0\0\0";
-    cbuf b = {0};
-    rmqs_rc rc = RMQS_OK;
-
-    *bad = 0;
-    cb_put(&b, head, sizeof(head));
-    for (size_t i = 0; i < n && rc == RMQS_OK && !b.oom; i++) {
-        const job_t *j = jobs[i];
-        unsigned char id[JOB_ID_BYTES];
-        char *hdr = NULL, *props = NULL;
-        int64_t due = j->due_at;
-
-        if (job_id_parse(j->id, id) != RMQS_OK || j->body_len > INT32_MAX) {
-            *bad = i;
-            rc = RMQS_EINVAL;
-            break;
-        }
-        if (store_json_text(j->headers, &hdr) != RMQS_OK ||
-            store_json_text(j->properties, &props) != RMQS_OK) {
-            free(hdr);
-            rc = RMQS_ENOMEM;
-            break;
-        }
-        if (due > j->deliver_at)
-            due = j->created_at + offset > j->deliver_at
-                      ? j->created_at + offset
-                      : j->deliver_at;
-        cb_u16(&b, INSERT_NCOLS);
-        cb_field(&b, id, JOB_ID_BYTES);
-        cb_i16(&b, (int)j->status);
-        cb_text(&b, j->exchange ? j->exchange : "");
-        cb_text(&b, j->routing_key ? j->routing_key : "");
-        cb_i64(&b, j->deliver_at);
-        cb_i64(&b, due);
-        cb_i64(&b, j->delay_ms);
-        cb_i64(&b, j->created_at);
-        cb_i64(&b, j->updated_at);
-        if (j->sent_at >= 0)
-            cb_i64(&b, j->sent_at);
-        else
-            cb_field(&b, NULL, 0);
-        cb_i32(&b, j->attempts);
-        cb_i32(&b, j->max_attempts);
-        cb_text(&b, j->last_error);
-        cb_text(&b, hdr);
-        cb_text(&b, props);
-        cb_i16(&b, (int)j->body_kind);
-        cb_field(&b, j->body_len ? (const void *)j->body : "", j->body_len);
-        cb_i16(&b, j->source == JOB_SOURCE_SCHEDULE ? 2
-                   : j->source == JOB_SOURCE_AMQP   ? 1
-                                                    : 0);
-        cb_text(&b, store_job_message_id(j));
-        cb_text(&b, j->schedule);
-        if (j->schedule != NULL)
-            cb_i64(&b, j->fire_at);
-        else
-            cb_field(&b, NULL, 0);
-        if (j->expires_at > 0)
-            cb_i64(&b, j->expires_at);
-        else
-            cb_field(&b, NULL, 0);
-        cb_i16(&b, j->priority);
-        cb_i64(&b, j->claim_rank);
-        free(hdr);
-        free(props);
-    }
-    cb_u16(&b, UINT16_MAX); /* trailer: -1 */
-    if (rc == RMQS_OK && b.oom)
-        rc = RMQS_ENOMEM;
-    if (rc != RMQS_OK) {
-        free(b.p);
-        return rc;
-    }
-    *out = b;
-    return RMQS_OK;
 }
 
 static rmqs_rc sp(pg_conn *pc, const char *sql)
@@ -646,10 +475,10 @@ static rmqs_rc insert_keyed_req(store_backend *b, pg_conn *pc,
     pg_call calls[3] = {{&req_sp_stmt, 0, NULL, NULL, NULL, NULL, NULL},
                         {&idem_claim_stmt, 3, NULL, NULL, NULL, NULL, NULL},
                         {&idem_lookup_stmt, 1, NULL, NULL, NULL, NULL, NULL}};
-    const char *stmts[2] = {COPY_SQL, "RELEASE req"};
+    const char *stmts[2] = {PG_COPY_SQL, "RELEASE req"};
     store_delta added = {{0}};
     size_t m = 0, c = r->n, bad;
-    cbuf data = {0};
+    pg_copy_buf data = {0};
     int failed_at = -1;
     bool by_job = false;
     keyed k;
@@ -699,7 +528,7 @@ static rmqs_rc insert_keyed_req(store_backend *b, pg_conn *pc,
         r->nexisted++;
     }
     if (m > 0) {
-        rc = copy_data(k.fresh, m, pg_clock_offset_ms(b), &data, &bad);
+        rc = pg_copy_jobs(k.fresh, m, pg_clock_offset_ms(b), &data, &bad);
         if (rc == RMQS_OK)
             rc = pg_exec_text(pc, "insert_keyed", stmts, c == r->n ? 2 : 1,
                               data.p, data.n, &failed_at, NULL);
@@ -761,12 +590,12 @@ static rmqs_rc insert_bulk_commit(store_backend *b, pg_conn *pc,
                                   store_insert_req *reqs, const size_t *idx,
                                   size_t m)
 {
-    static const char *const stmts[2] = {"SAVEPOINT bulk", COPY_SQL};
+    static const char *const stmts[2] = {"SAVEPOINT bulk", PG_COPY_SQL};
     store_delta before = pc->delta;
     int64_t notify = pc->notify_due;
     const job_t **jobs;
     size_t total = 0, at = 0, bad;
-    cbuf data = {0};
+    pg_copy_buf data = {0};
     int failed_at = -1;
     bool sent = false;
     rmqs_rc rc;
@@ -783,7 +612,7 @@ static rmqs_rc insert_bulk_commit(store_backend *b, pg_conn *pc,
     for (size_t k = 0; k < m; k++)
         for (size_t i = 0; i < reqs[idx[k]].n; i++)
             jobs[at++] = &reqs[idx[k]].jobs[i];
-    rc = copy_data(jobs, total, pg_clock_offset_ms(b), &data, &bad);
+    rc = pg_copy_jobs(jobs, total, pg_clock_offset_ms(b), &data, &bad);
     if (rc == RMQS_OK) {
         /* counted and announced as if stored: the commit goes with it */
         for (size_t i = 0; i < total; i++)
@@ -887,9 +716,9 @@ fail_all:
     "message_id text, schedule text, fire_at bigint, expires_at bigint, "   \
     "priority smallint, claim_rank bigint) "                                \
     "ON COMMIT DELETE ROWS; END IF; END$$"
-#define RUNS_COPY_SQL "COPY runs_in " COPY_COLS " FROM STDIN (FORMAT binary)"
-#define RUNS_INSERT_SQL                                     \
-    "INSERT INTO jobs " COPY_COLS " SELECT " COPY_COLS_LIST \
+#define RUNS_COPY_SQL "COPY runs_in " PG_COPY_COLS " FROM STDIN (FORMAT binary)"
+#define RUNS_INSERT_SQL                                           \
+    "INSERT INTO jobs " PG_COPY_COLS " SELECT " PG_COPY_COLS_LIST \
     " FROM runs_in ON CONFLICT (id) DO NOTHING RETURNING encode(id, 'hex')"
 
 /* The position among ids[0..n) not taken yet of the id whose hex digits
@@ -920,7 +749,7 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
                                          RUNS_INSERT_SQL};
     unsigned char(*ids)[JOB_ID_BYTES] = malloc(n * sizeof(*ids));
     PGresult *res = NULL;
-    cbuf data = {0};
+    pg_copy_buf data = {0};
     size_t bad;
     rmqs_rc rc = ids != NULL ? RMQS_OK : RMQS_ENOMEM;
 
@@ -930,7 +759,7 @@ rmqs_rc pg_insert_runs(store_backend *b, pg_conn *pc, const job_t *const *jobs,
             rc = RMQS_EINVAL;
     }
     if (rc == RMQS_OK)
-        rc = copy_data(jobs, n, pg_clock_offset_ms(b), &data, &bad);
+        rc = pg_copy_jobs(jobs, n, pg_clock_offset_ms(b), &data, &bad);
     if (rc == RMQS_OK) {
         /* one message: the table, the COPY into it, the INSERT from it */
         rc = pg_exec_text(pc, "insert_runs", stmts, 3, data.p, data.n, NULL,

@@ -8,7 +8,7 @@
 //	       --jobs N --seconds S --delay-ms D
 //
 // mode lib:   Client.Schedule from C goroutines (batched into POST
-// /schedule/batch), the client's defaults (linger 2 ms, its own keep-alive
+// /schedule/batch), the client's defaults (linger 0, its own keep-alive
 // transport); mode plain: POST /schedule per job through net/http, a
 // transport keeping C idle connections, no extra headers.
 //

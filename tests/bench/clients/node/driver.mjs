@@ -9,7 +9,7 @@
 //        [--redis-port P --queue NAME]
 //
 // mode lib:    Client.schedule() (batched into POST /schedule/batch), the
-//              client's defaults (linger 2 ms, its own keep-alive agent);
+//              client's defaults (lingerMs 0, maxInFlight 8, its own agent);
 // mode plain:  POST /schedule per job, node:http with a keep-alive Agent of
 //              C sockets, no extra headers (what a user writes without the
 //              library);

@@ -10,7 +10,7 @@ against the same jobs sent one request each with http.client.
 
 mode lib:   Client.schedule() from C threads (batched into POST
             /schedule/batch by the client's sender threads), the client's
-            defaults (linger 2 ms, 4 senders, a pool of 8 connections);
+            defaults (linger 0, 4 senders, a pool of 8 connections);
 mode plain: POST /schedule per job, one http.client.HTTPConnection per
             thread (keep-alive), no extra headers.
 

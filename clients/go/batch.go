@@ -98,10 +98,11 @@ func (c *Client) Schedule(ctx context.Context, job Job, opts ...CallOption) (*Jo
 }
 
 // sender gathers queued items into batches and starts each batch. With
-// the default linger (0): with no batch in flight, it starts one at once
-// with what is queued (a lone caller waits for nobody); with batches in
-// flight, it gathers until the last of them ends (callers that each await
-// their job then share a request per round) or the batch is full. With a
+// the default linger (0): while fewer than eagerBatches are in flight, it
+// starts one at once with what is queued (a lone caller waits for nobody,
+// and a few concurrent callers are as quick as a request each: the
+// service commits concurrent requests together); with eagerBatches in
+// flight, it gathers until one of them ends or the batch is full. With a
 // linger set, a batch waits that long for more calls. At most maxInflight
 // batches are in flight: while none can start, the sender keeps
 // gathering, so batches grow with the load.
@@ -128,7 +129,7 @@ func (c *Client) sender() {
 		if c.cfg.linger > 0 {
 			timer = time.NewTimer(c.cfg.linger)
 			lingerC = timer.C
-		} else if c.inflight.Load() == 0 {
+		} else if c.inflight.Load() < eagerBatches {
 			buf, size, held = c.gatherQueued(buf, size)
 			lingered = true
 		}
@@ -165,8 +166,8 @@ func (c *Client) sender() {
 				size += len(it.json) + 1
 			case <-lingerC:
 				lingered = true
-			case <-c.idle:
-				if c.cfg.linger == 0 && c.inflight.Load() == 0 {
+			case <-c.ended:
+				if c.cfg.linger == 0 && c.inflight.Load() < eagerBatches {
 					lingered = true
 				}
 			case <-c.closing:
@@ -230,11 +231,10 @@ func (c *Client) start(items []*item) {
 		defer c.batches.Done()
 		defer func() {
 			<-c.slots
-			if c.inflight.Add(-1) == 0 {
-				select {
-				case c.idle <- struct{}{}:
-				default:
-				}
+			c.inflight.Add(-1)
+			select {
+			case c.ended <- struct{}{}:
+			default:
 			}
 		}()
 		c.sendBatch(items)

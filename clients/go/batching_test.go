@@ -80,15 +80,15 @@ func TestBatching(t *testing.T) {
 	t.Run("callers that each await their job share requests; a lone caller waits for nobody", func(t *testing.T) {
 		c := newClient(t, svc.url())
 		before := svc.metric(batchRoute)
-		// 16 goroutines, 10 jobs each, one at a time: the calls made while
-		// a batch is out go together when it ends.
+		// 64 goroutines, 5 jobs each, one at a time: past 8 batches out,
+		// the calls made meanwhile go together when one ends.
 		var wg sync.WaitGroup
 		var failed atomic.Int64
-		for k := 0; k < 16; k++ {
+		for k := 0; k < 64; k++ {
 			wg.Add(1)
 			go func(k int) {
 				defer wg.Done()
-				for i := 0; i < 10; i++ {
+				for i := 0; i < 5; i++ {
 					j := job("rounds")
 					j.Body = map[string]any{"k": k, "i": i}
 					if _, err := c.Schedule(ctx, j); err != nil {
@@ -102,8 +102,8 @@ func TestBatching(t *testing.T) {
 		if failed.Load() != 0 {
 			t.FailNow()
 		}
-		if r := svc.metric(batchRoute) - before; r < 10 || r > 40 {
-			t.Fatalf("%v requests for 10 rounds of 16 callers", r)
+		if r := svc.metric(batchRoute) - before; r < 5 || r > 160 {
+			t.Fatalf("%v requests for 320 calls of 64 callers", r)
 		}
 		// One caller, one job at a time: each call a request of its own,
 		// sent at once (not held for calls that cannot come).

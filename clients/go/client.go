@@ -1,10 +1,10 @@
 // Package rmqs is a Go client of rmq-scheduler's HTTP API
 // (api/openapi.yaml), standard library only.
 //
-// Schedule batches: a call made while no batch is out goes at once, with
-// whatever is queued beside it; the calls made while batches are out wait
-// for the last of them to end, or the linger, and go together (up to the
-// maximum batch items or bytes) as one POST /schedule/batch. Each caller
+// Schedule batches: a call made while fewer than 8 batches are out goes at
+// once, with whatever is queued beside it; the calls made while 8 are out
+// wait for one of them to end (or the linger, if set) and go together (up
+// to the maximum batch items or bytes) as one POST /schedule/batch. Each caller
 // gets its own job or its own error. Every call retries
 // what is safe to retry (connection errors, 503, 429) with capped
 // exponential backoff and full jitter; scheduling carries idempotency keys
@@ -37,6 +37,10 @@ const MaxServerBatch = 1000
 // maxInflightBatches bounds the batches (and so the connections) in
 // flight at once; while they are all busy the next batch keeps growing.
 const maxInflightBatches = 32
+
+// eagerBatches: with the default linger, a batch starts at once while
+// fewer than this many are in flight; past it, calls gather until one ends.
+const eagerBatches = 8
 
 // RetryPolicy: Attempts tries in all (the first included); try n waits
 // uniformly in [0, min(Cap, Base * 2^(n-1))] (full jitter) unless the
@@ -73,8 +77,8 @@ func WithToken(token string) Option { return func(c *config) { c.token = token }
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithLinger is how long a batch waits for more Schedule calls to join it.
-// The default, 0, waits for nothing while no batch is out, and otherwise
-// until the batches out have ended.
+// The default, 0, waits for nothing while fewer than 8 batches are out, and
+// otherwise until one of them ends.
 func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
 
 // WithMaxBatch is the items per batch, at most 1000 (the default).
@@ -116,10 +120,10 @@ type Client struct {
 	queue chan *item
 	sem   chan struct{} // a token per outstanding Schedule call
 	slots chan struct{} // a token per batch in flight
-	// inflight counts the batches out; idle is signalled when it drops to
-	// 0 (buffered 1: a stale signal is checked against inflight).
+	// inflight counts the batches out; ended is signalled when one ends
+	// (buffered 1: a stale signal is checked against inflight).
 	inflight atomic.Int64
-	idle     chan struct{}
+	ended    chan struct{}
 	mu       sync.RWMutex // closed vs. enqueueing
 	closed   bool
 	closing  chan struct{}
@@ -171,7 +175,7 @@ func New(rawURL string, opts ...Option) (*Client, error) {
 		queue:   make(chan *item, cfg.maxBatch),
 		sem:     make(chan struct{}, cfg.maxOutstanding),
 		slots:   make(chan struct{}, maxInflightBatches),
-		idle:    make(chan struct{}, 1),
+		ended:   make(chan struct{}, 1),
 		closing: make(chan struct{}),
 	}
 	if c.hc == nil {

@@ -24,19 +24,25 @@ export interface JobProperties {
   persistent?: boolean;
 }
 
-/** A job request (POST /schedule): exactly one of body/body_base64, exactly one of delay_ms/deliver_at. */
-export interface ScheduleRequest {
+/** Where a job goes and how it is published. */
+export interface ScheduleTarget {
   exchange: string;
   routing_key: string;
-  body?: string | object | unknown[];
-  body_base64?: string;
-  delay_ms?: number;
-  deliver_at?: string;
   headers?: Record<string, HeaderValue>;
   properties?: JobProperties;
   max_attempts?: number;
   priority?: number;
 }
+
+/** Exactly one of body (JSON: a string, an object or an array) and body_base64 (bytes). */
+export type ScheduleBody =
+  { body: string | object | unknown[]; body_base64?: never } | { body_base64: string; body?: never };
+
+/** Exactly one of delay_ms and deliver_at (RFC 3339). */
+export type ScheduleWhen = { delay_ms: number; deliver_at?: never } | { deliver_at: string; delay_ms?: never };
+
+/** A job request (POST /schedule): the service answers 400 to what this type refuses. */
+export type ScheduleRequest = ScheduleTarget & ScheduleBody & ScheduleWhen;
 
 /** What schedule() resolves to (`Prefer: return=minimal`). */
 export interface JobMinimal {
@@ -135,7 +141,7 @@ export interface ScheduleSpec {
   start_at?: string | null;
   end_at?: string | null;
   paused?: boolean;
-  job: Omit<ScheduleRequest, 'delay_ms' | 'deliver_at'>;
+  job: ScheduleTarget & ScheduleBody;
   [member: string]: unknown;
 }
 

@@ -1,9 +1,9 @@
 """The client of rmq-scheduler's HTTP API (api/openapi.yaml).
 
-schedule() batches: a call made while no batch is out goes at once (with
-whatever is buffered beside it), and the calls made while batches are out
-go together when they have ended (or, with ``linger`` set, the calls made
-within ``linger`` seconds of each other), up to ``max_batch`` items or
+schedule() batches: a call made while one of the ``senders`` threads is
+free goes at once (with whatever is buffered beside it), and the calls
+made while all are busy go together when one is free (or, with ``linger``
+set, the calls made within ``linger`` seconds of each other), up to ``max_batch`` items or
 ``max_batch_bytes``, as one POST /schedule/batch from a background sender
 thread; each caller gets its own job or its own error. Every call retries what is safe to retry
 (connection refused, a reset keep-alive connection, 503, 429) with capped
@@ -402,21 +402,20 @@ class Client:
 
     def _run(self):
         """The sender thread: hands each batch to a sender worker when it
-        is full, or (linger 0) no batch is out, or its oldest item has
+        is full, or (linger 0) a sender is free, or its oldest item has
         lingered ``linger`` seconds and a sender is free."""
         with self._cond:
             while True:
                 if self._buf and not self._ready:
-                    # linger 0 (the default): the buffer goes at once while
-                    # no batch is out, and otherwise when the last one ends
-                    # (Nagle's rule: a lone caller waits for nobody, callers
-                    # that each await their job share a request per round).
-                    # A linger set: the batch waits that long, and keeps
-                    # growing past it while every sender is busy.
+                    # linger 0 (the default): the buffer goes at once while a
+                    # sender is free (a lone caller waits for nobody), and
+                    # otherwise when one is (the calls made meanwhile share
+                    # a request). A linger set: the batch waits that long,
+                    # and keeps growing past it while every sender is busy.
                     due = self._buf_since + self.linger
                     now = time.monotonic()
                     if self.linger <= 0:
-                        go = self._inflight == 0
+                        go = self._inflight < self._nsenders
                     else:
                         go = now >= due and self._inflight < self._nsenders
                     if self._closed or go:

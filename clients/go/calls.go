@@ -2,6 +2,7 @@ package rmqs
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -45,24 +46,38 @@ func (c *Client) Get(ctx context.Context, id string) (*JobInfo, error) {
 //		j := it.Job()
 //	}
 //	if err := it.Err(); err != nil { ... }
-type JobIterator struct {
-	c     *Client
-	ctx   context.Context
-	query url.Values
-	page  []JobInfo
-	i     int
-	after string
-	last  bool
-	err   error
-}
+type JobIterator struct{ cursor[JobInfo] }
 
 // List iterates over every job the filter matches.
 func (c *Client) List(ctx context.Context, f Filter) *JobIterator {
-	return &JobIterator{c: c, ctx: ctx, query: f.values(true), i: -1}
+	return &JobIterator{cursor[JobInfo]{c: c, ctx: ctx, path: "/jobs", member: "jobs", query: f.values(true), i: -1}}
 }
 
 // Next advances to the next job; false at the end or on an error.
-func (it *JobIterator) Next() bool {
+func (it *JobIterator) Next() bool { return it.next() }
+
+// Job is the current job.
+func (it *JobIterator) Job() *JobInfo { return &it.page[it.i] }
+
+// Err is the error that ended the iteration, if any.
+func (it *JobIterator) Err() error { return it.err }
+
+// cursor follows a listing's `next` page by page (GET /jobs, GET
+// /schedules): the items of the page's array member, in order.
+type cursor[T any] struct {
+	c      *Client
+	ctx    context.Context
+	path   string
+	member string
+	query  url.Values
+	page   []T
+	i      int
+	after  string
+	last   bool
+	err    error
+}
+
+func (it *cursor[T]) next() bool {
 	if it.err != nil {
 		return false
 	}
@@ -77,30 +92,30 @@ func (it *JobIterator) Next() bool {
 		if it.after != "" {
 			q.Set("after", it.after)
 		}
-		var p struct {
-			Jobs []JobInfo `json:"jobs"`
-			Next *string   `json:"next"`
-		}
-		if err := it.c.call(it.ctx, http.MethodGet, "/jobs", q, nil, &p, true, nil); err != nil {
+		var p map[string]json.RawMessage
+		if err := it.c.call(it.ctx, http.MethodGet, it.path, q, nil, &p, true, nil); err != nil {
 			it.err = err
 			return false
 		}
-		it.page, it.i = p.Jobs, -1
-		if p.Next == nil || *p.Next == "" {
+		var page []T
+		var next *string
+		if err := json.Unmarshal(p[it.member], &page); err != nil {
+			it.err = &Error{Code: CodeUnknown, Message: "decoding the answer: " + it.member + ": " + err.Error(), Err: err}
+			return false
+		}
+		if raw, ok := p["next"]; ok {
+			_ = json.Unmarshal(raw, &next)
+		}
+		it.page, it.i = page, -1
+		if next == nil || *next == "" {
 			it.last = true
 		} else {
-			it.after = *p.Next
+			it.after = *next
 		}
 	}
 	it.i++
 	return true
 }
-
-// Job is the current job.
-func (it *JobIterator) Job() *JobInfo { return &it.page[it.i] }
-
-// Err is the error that ended the iteration, if any.
-func (it *JobIterator) Err() error { return it.err }
 
 // Count counts the jobs the filter matches (GET /jobs/count); max > 0
 // stops counting there (the answer is then Capped).
@@ -253,57 +268,20 @@ func (c *Client) RunSchedule(ctx context.Context, name string, opts ...CallOptio
 }
 
 // ScheduleIterator walks GET /schedules page by page.
-type ScheduleIterator struct {
-	c        *Client
-	ctx      context.Context
-	pageSize int
-	page     []Schedule
-	i        int
-	after    string
-	last     bool
-	err      error
-}
+type ScheduleIterator struct{ cursor[Schedule] }
 
 // ListSchedules iterates over every schedule, by name (pageSize 0: the
 // service's default).
 func (c *Client) ListSchedules(ctx context.Context, pageSize int) *ScheduleIterator {
-	return &ScheduleIterator{c: c, ctx: ctx, pageSize: pageSize, i: -1}
+	q := url.Values{}
+	if pageSize > 0 {
+		q.Set("limit", strconv.Itoa(pageSize))
+	}
+	return &ScheduleIterator{cursor[Schedule]{c: c, ctx: ctx, path: "/schedules", member: "schedules", query: q, i: -1}}
 }
 
 // Next advances to the next schedule; false at the end or on an error.
-func (it *ScheduleIterator) Next() bool {
-	if it.err != nil {
-		return false
-	}
-	for it.i+1 >= len(it.page) {
-		if it.last {
-			return false
-		}
-		q := url.Values{}
-		if it.pageSize > 0 {
-			q.Set("limit", strconv.Itoa(it.pageSize))
-		}
-		if it.after != "" {
-			q.Set("after", it.after)
-		}
-		var p struct {
-			Schedules []Schedule `json:"schedules"`
-			Next      *string    `json:"next"`
-		}
-		if err := it.c.call(it.ctx, http.MethodGet, "/schedules", q, nil, &p, true, nil); err != nil {
-			it.err = err
-			return false
-		}
-		it.page, it.i = p.Schedules, -1
-		if p.Next == nil || *p.Next == "" {
-			it.last = true
-		} else {
-			it.after = *p.Next
-		}
-	}
-	it.i++
-	return true
-}
+func (it *ScheduleIterator) Next() bool { return it.next() }
 
 // Schedule is the current schedule.
 func (it *ScheduleIterator) Schedule() *Schedule { return &it.page[it.i] }

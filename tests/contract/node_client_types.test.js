@@ -6,15 +6,14 @@
 // @types/node (locked in package-lock.json). Nothing is kept; no network.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { typecheck } from './tsc.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const library = path.resolve(here, '../../clients/node');
-const tsc = path.join(here, 'node_modules/typescript/bin/tsc');
 
 let dir;
 before(() => {
@@ -24,33 +23,11 @@ after(() => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-// tsc on one file: its exit status and its error codes by line.
-function typecheck(name, code) {
+// tsc on one file written to the temporary folder, with node's types.
+function check(name, code) {
   const file = path.join(dir, name);
   writeFileSync(file, code);
-  const r = spawnSync(
-    process.execPath,
-    [
-      tsc,
-      '--noEmit',
-      '--strict',
-      '--target',
-      'es2022',
-      '--module',
-      'es2022',
-      '--moduleResolution',
-      'bundler',
-      '--types',
-      'node',
-      '--pretty',
-      'false',
-      file,
-    ],
-    { cwd: here, encoding: 'utf8', timeout: 120_000 },
-  );
-  if (r.error) throw r.error;
-  const errors = [...r.stdout.matchAll(/\((\d+),\d+\): error (TS\d+):/g)].map((m) => `${m[1]}:${m[2]}`);
-  return { status: r.status, errors, output: r.stdout + r.stderr };
+  return typecheck(file, { cwd: dir, types: ['node'] });
 }
 
 const importLine = `import { Client } from ${JSON.stringify(path.join(library, 'index.js'))};\n`;
@@ -60,7 +37,7 @@ test("the README's quick start type-checks against index.d.ts", () => {
   const m = /## Quick start[\s\S]*?```js\n([\s\S]*?)```/.exec(md);
   assert.ok(m, 'README.md has a js block under "## Quick start"');
   const code = m[1].replace("'rmq-scheduler-client'", JSON.stringify(path.join(library, 'index.js')));
-  const r = typecheck('quickstart.ts', code + '\nexport {};\n');
+  const r = check('quickstart.ts', code + '\nexport {};\n');
   assert.equal(r.status, 0, r.output);
 });
 
@@ -78,11 +55,11 @@ test('schedule() of what the service refuses does not type-check', () => {
   ];
   // One call per line, after the import and the client (lines 1 and 2).
   const lines = [...good, ...bad].map((j) => `void c.schedule(${j});`);
-  const r = typecheck(
+  const r = check(
     'calls.ts',
     importLine + "const c = new Client({ url: 'http://127.0.0.1:8080' });\n" + lines.join('\n') + '\n',
   );
-  const failing = new Set(r.errors.map((e) => Number(e.split(':')[0])));
+  const failing = new Set(r.errors.map((e) => e.line));
   const expected = new Set(bad.map((_, i) => 3 + good.length + i));
   assert.deepEqual(failing, expected, r.output);
 });

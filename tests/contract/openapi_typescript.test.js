@@ -11,12 +11,12 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSyn
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { typecheck } from './tsc.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const spec = path.resolve(here, '../../api/openapi.yaml');
 const fixtures = path.join(here, 'fixtures');
 const generator = path.join(here, 'node_modules/openapi-typescript/bin/cli.js');
-const tsc = path.join(here, 'node_modules/typescript/bin/tsc');
 
 // Each request the server answers 400, and the error tsc must give for it.
 const REJECTS = {
@@ -41,29 +41,8 @@ function run(args) {
   return r;
 }
 
-// tsc on one fixture: its exit status and its errors as {file, line, code}.
-function typecheck(file) {
-  const r = run([
-    tsc,
-    '--noEmit',
-    '--strict',
-    '--target',
-    'es2022',
-    '--module',
-    'es2022',
-    '--moduleResolution',
-    'bundler',
-    '--pretty',
-    'false',
-    file,
-  ]);
-  const errors = [...r.stdout.matchAll(/^(.+?)\((\d+),\d+\): error (TS\d+):/gm)].map((m) => ({
-    file: m[1],
-    line: Number(m[2]),
-    code: m[3],
-  }));
-  return { status: r.status, errors, output: r.stdout + r.stderr };
-}
+// tsc on one fixture of the temporary folder.
+const check = (file) => typecheck(file, { cwd: dir });
 
 before(() => {
   assert.ok(existsSync(generator), `${generator} is missing (cd tests/contract && npm ci)`);
@@ -87,7 +66,7 @@ test('the generated request body types are unions, not unknown', () => {
 });
 
 test('every documented request body type-checks (fixtures/accept.ts)', () => {
-  const r = typecheck('accept.ts');
+  const r = check('accept.ts');
   assert.deepEqual(r.errors, [], r.output);
   assert.equal(r.status, 0, r.output);
 });
@@ -99,7 +78,7 @@ test('every reject fixture has an expected error', () => {
 
 for (const [file, code] of Object.entries(REJECTS)) {
   test(`refused: ${file} (${code})`, () => {
-    const r = typecheck(file);
+    const r = check(file);
     assert.equal(r.status, 2, `tsc exit status\n${r.output}`);
     assert.equal(r.errors.length, 1, r.output);
     assert.equal(r.errors[0].file, file, r.output);

@@ -264,8 +264,28 @@ digest() {  # stage build-dir
 # may be a 3-node cluster or 20,000 messages through ASan. One that passes
 # alone does not fail the run but is named loudly at the end, with what it
 # asserted the first time, for someone to look at; one that fails alone
-# too fails the run. RMQS_TEST_RERUN=0: no second run.
+# too fails the run. RMQS_TEST_RERUN=0: no second run. Of a pytest file,
+# only the cases that failed run again (PYTEST_ADDOPTS -k): deploy.docker
+# whole is 15 minutes, its one failed case a few.
 FLAKY=""
+# The pytest cases that failed in one test's output (LastTest.log), as a
+# -k expression; nothing when it is not pytest's or an error came outside a
+# case (then the whole test runs again).
+pytest_cases() {  # LastTest.log test-name
+    awk -v t="$2" '
+        /^[0-9]+\/[0-9]+ Test: / { cur = $3; sec = ""; next }
+        cur != t { next }
+        /^=+ FAILURES =+$/ { sec = "failures"; next }
+        /^=+ ERRORS =+$/ { whole = 1 }
+        /^=+ .* =+$/ { sec = ""; next }
+        sec != "failures" { next }
+        /^_+ [A-Za-z_][A-Za-z0-9_.]*(\[[^ ]*\])? _+$/ {
+            name = $2; sub(/\[.*$/, "", name); sub(/^.*\./, "", name)
+            if (!(name in seen)) { seen[name] = 1; list = list (list == "" ? "" : " or ") name }
+        }
+        END { if (!whole && list != "") print list }
+    ' "$1"
+}
 run_stage() {  # stage build-dir ctest-args...
     local stage=$1 dir=$2 t0=$SECONDS rc first
     shift 2
@@ -283,15 +303,24 @@ run_stage() {  # stage build-dir ctest-args...
     first=$(sed -n '/(Skipped)$/d; /(Disabled)$/d; s/^[[:space:]]*[0-9]* - \([^ ]*\) (.*)$/\1/p' "$dir/ctest-output.txt")
     rmqs_log "stage $stage: the tests that failed run again, one at a time:" $first
     cp "$dir/ctest-output.txt" "$dir/ctest-output-first.txt"
-    ctest --test-dir "$dir" --output-on-failure -j 1 --rerun-failed \
-        --resource-spec-file "$RMQS_TEST_LANES_DIR/resources.json" "$@" 2>&1 |
-        tee "$dir/ctest-output.txt"
-    rc=${PIPESTATUS[0]}
-    if [ "$rc" = 0 ]; then
-        FLAKY+="$stage: $(echo $first)"$'\n'
-    else
-        digest "$stage (alone)" "$dir"
-    fi
+    cp "$dir/Testing/Temporary/LastTest.log" "$dir/LastTest-first.log"
+    rc=0
+    for t in $first; do
+        local k again
+        k=$(pytest_cases "$dir/LastTest-first.log" "$t")
+        [ -n "$k" ] && rmqs_log "stage $stage: $t again: the pytest cases that failed (-k '$k')"
+        PYTEST_ADDOPTS=${k:+"-k '$k'"} ctest --test-dir "$dir" --output-on-failure -j 1 \
+            -R "^${t//./\\.}\$" \
+            --resource-spec-file "$RMQS_TEST_LANES_DIR/resources.json" "$@" 2>&1 |
+            tee "$dir/ctest-output.txt"
+        again=${PIPESTATUS[0]}
+        cat "$dir/ctest-output.txt" >> "$dir/ctest-output-again.txt"
+        if [ "$again" != 0 ]; then
+            rc=$again
+            digest "$stage (alone)" "$dir"
+        fi
+    done
+    [ "$rc" = 0 ] && FLAKY+="$stage: $(echo $first)"$'\n'
     return "$rc"
 }
 status=0

@@ -145,6 +145,7 @@ def test_bad_or_repeated_item_keys_are_item_errors(service):
     assert status == 400, body
     assert [(e["index"], e["field"]) for e in body["errors"]] == \
         [(2, "idempotency_key")]
+    assert "jobs[0]" in body["errors"][0]["message"], body
     # the header stays refused on a batch
     assert_error(svc.post("/schedule/batch", [item(0, "a")],
                           headers={"Idempotency-Key": "a"}),
